@@ -1,0 +1,51 @@
+"""BLIS through the ``blis`` package: gemm and axpy (single-threaded build).
+
+The package's gemv ignores alpha and beta (blis 1.3.4), so it is not offered.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Backend, BackendUnavailable
+
+
+def _c_contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def blis() -> Backend:
+    """The routines the ``blis`` package exposes, adapted to the uniform signatures."""
+    try:
+        import blis as _blis
+        from blis import py
+    except ImportError as exc:
+        raise BackendUnavailable("blis not installed (pip install blis)") from exc
+
+    def gemm(alpha, a, b, beta, c, trans_a=False, trans_b=False):
+        # blis.py wants C-contiguous arrays: compute c^T = op(b)^T op(a)^T on the transposes
+        # (free for Fortran-ordered operands; strided views are copied, as a caller would have to).
+        ct = c.T
+        out = _c_contiguous(ct)
+        py.gemm(_c_contiguous(b.T), _c_contiguous(a.T), out=out, trans1=trans_b, trans2=trans_a,
+                alpha=alpha, beta=beta)
+        if out is not ct:
+            ct[...] = out
+
+    def axpy(alpha, x, y):
+        out = _c_contiguous(y)
+        py.axpy(_c_contiguous(x), scale=alpha, out=out)
+        if out is not y:
+            y[...] = out
+
+    info = {"name": "blis", "library": _blis.__file__, "version": _version(),
+            "corename": "", "provider": "blis package"}
+    return Backend("blis", {"gemm": gemm, "axpy": axpy}, info)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("blis")
+    except PackageNotFoundError:
+        return ""

@@ -1,0 +1,126 @@
+"""``autotune``: inspect the system-parameter database (``autotune show``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from autotune.db import DatabaseError, load, resolve
+
+
+def _series(records: np.ndarray, pattern: str = "square") -> dict[str, dict[tuple[str, int], dict]]:
+    """routine -> (backend, threads) -> {size: GFLOP/s} for one pattern."""
+    out: dict = defaultdict(lambda: defaultdict(dict))
+    for r in records[records["pattern"] == pattern.encode()]:
+        out[r["routine"].decode()][(r["backend"].decode(), int(r["threads"]))][int(r["x"])] = 1e-9 / r["k"]
+    return out
+
+
+def summary(db) -> list[str]:
+    """Fingerprint, backends and what was measured, as text lines."""
+    lines = ["Machine fingerprint:"]
+    lines += [f"  {k}: {v}" for k, v in sorted(db.fingerprint.items())]
+    lines.append("Backends:")
+    for name, info in sorted(db.backends.items()):
+        lines.append(f"  {name}: {info.get('version', '')} {info.get('corename', '')} [{info.get('library', '')}]")
+    run = db.run
+    lines.append(f"Last run: profile {run.get('profile')!r}, "
+                 f"{'complete' if run.get('complete') else 'INCOMPLETE (autotune-install --resume)'}")
+    lines.append(f"Measured ({len(db.records)} points): routine/pattern x backend x threads, sizes")
+    groups: dict = defaultdict(list)
+    for r in db.records:
+        key = (r["routine"].decode(), r["pattern"].decode(), r["backend"].decode(), int(r["threads"]))
+        groups[key].append((int(r["x"]), float(r["param"])))
+    for (rt, pat, be, t), pts in sorted(groups.items()):
+        xs = [x for x, _ in pts]
+        params = sorted({p for _, p in pts if p})
+        extra = f", params {', '.join(f'{p:g}' for p in params)}" if params else ""
+        lines.append(f"  {rt:6s}/{pat:8s} {be:16s} t={t}: {len(pts):3d} points, n {min(xs)}..{max(xs)}{extra}")
+    return lines
+
+
+def gflops_tables(db) -> list[str]:
+    """GFLOP/s per routine (square operands): sizes down, backend/threads across."""
+    lines = []
+    for routine, curves in sorted(_series(db.records).items()):
+        cols = sorted(curves)
+        sizes = sorted({x for c in curves.values() for x in c})
+        lines.append(f"\n{routine} GFLOP/s")
+        lines.append("      n " + "".join(f"{b[:14]+'/'+str(t):>18s}" for b, t in cols))
+        for x in sizes:
+            cells = "".join(f"{curves[c][x]:18.2f}" if x in curves[c] else f"{'-':>18s}" for c in cols)
+            lines.append(f"{x:7d} {cells}")
+    return lines
+
+
+def plot(db, filename: str) -> None:
+    """GFLOP/s against size, one panel per routine, one line per backend and thread count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = _series(db.records)
+    n = len(series)
+    cols = min(3, max(n, 1))
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
+    for ax, (routine, curves) in zip(axes.flat, sorted(series.items()), strict=False):
+        for (be, t), pts in sorted(curves.items()):
+            xs = sorted(pts)
+            ax.plot(xs, [pts[x] for x in xs], marker="o", ms=3, ls="-" if t == 1 else "--", label=f"{be} t={t}")
+        ax.set_xscale("log", base=2)
+        ax.set_title(routine)
+        ax.set_xlabel("n")
+        ax.set_ylabel("GFLOP/s")
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    if n:
+        axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{db.fingerprint.get('cpu_model', '')}: measured GFLOP/s")
+    fig.tight_layout()
+    fig.savefig(filename, dpi=110)
+    plt.close(fig)
+
+
+def cmd_show(args) -> int:
+    path = resolve(args.db)
+    try:
+        db = load(path, check_machine=False)
+    except DatabaseError as exc:
+        print(f"autotune show: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"fingerprint": db.fingerprint, "backends": db.backends, "run": db.run,
+                          "points": len(db.records)}, indent=2, sort_keys=True))
+        return 0
+    print(f"Database: {path}")
+    print("\n".join(summary(db) + gflops_tables(db)))
+    if args.plot:
+        plot(db, args.plot)
+        print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="autotune", description="autotune: auto-tuned dense linear algebra")
+    sub = p.add_subparsers(dest="command", required=True)
+    show = sub.add_parser("show", help="print what the system-parameter database holds")
+    show.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    show.add_argument("--plot", metavar="FILE.png", help="also draw GFLOP/s against size")
+    show.add_argument("--json", action="store_true", help="machine-readable summary")
+    show.set_defaults(func=cmd_show)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

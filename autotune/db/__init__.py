@@ -1,0 +1,19 @@
+"""System-parameter database: location, fingerprint, storage and lookup."""
+from .location import default_path, resolve
+from .lookup import SPTable, SystemParameters, default_k, load_sp
+from .store import (
+    RECORD_DTYPE,
+    SCHEMA_VERSION,
+    Database,
+    DatabaseCorrupt,
+    DatabaseError,
+    DatabaseMissing,
+    ForeignMachine,
+    SchemaMismatch,
+    load,
+    save,
+)
+
+__all__ = ["RECORD_DTYPE", "SCHEMA_VERSION", "Database", "DatabaseCorrupt", "DatabaseError",
+           "DatabaseMissing", "ForeignMachine", "SPTable", "SchemaMismatch", "SystemParameters",
+           "default_k", "default_path", "load", "load_sp", "resolve", "save"]

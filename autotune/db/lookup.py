@@ -1,0 +1,128 @@
+"""SP lookup: ``k(routine, backend, threads, x, pattern, param)`` from measured points.
+
+Between measured sizes, log k is interpolated linearly in log x; outside the measured range the
+nearest point is used (001 §1.3). Between measured parameters (block b, process count p, ...)
+the same interpolation runs in log param. Any miss (no database, damaged, old, foreign, or a
+key never measured) falls back to nominal defaults with one warning, never an error.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections import defaultdict
+
+import numpy as np
+
+from autotune.routines import ROUTINES
+
+from . import location
+from .store import Database, DatabaseError, load
+
+# Nominal per-thread rates (flop/s) by BLAS level, used only when nothing was measured.
+DEFAULT_RATE = {3: 20e9, 2: 2e9, 1: 1e9}
+
+
+class SPTable:
+    """Measured k values indexed for fast, vectorised interpolation."""
+
+    def __init__(self, records: np.ndarray):
+        grouped: dict[tuple, dict[float, list]] = defaultdict(lambda: defaultdict(list))
+        for r in records:
+            key = (r["routine"].decode(), r["backend"].decode(), int(r["threads"]),
+                   r["pattern"].decode(), r["dtype"].decode())
+            grouped[key][float(r["param"])].append((float(r["x"]), float(r["k"])))
+        self._curves: dict[tuple, tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = {}
+        for key, by_param in grouped.items():
+            params = np.array(sorted(by_param))
+            curves = []
+            for p in params:
+                pts = sorted(by_param[p])
+                curves.append((np.log([x for x, _ in pts]), np.log([k for _, k in pts])))
+            self._curves[key] = (params, curves)
+
+    def keys(self) -> list[tuple]:
+        """(routine, backend, threads, pattern, dtype) combinations present."""
+        return sorted(self._curves)
+
+    def has(self, routine: str, backend: str, threads: int, pattern: str = "square",
+            dtype: str = "float64") -> bool:
+        return (routine, backend, threads, pattern, dtype) in self._curves
+
+    def k(self, routine: str, backend: str, threads: int, x, pattern: str = "square",
+          param: float = 0.0, dtype: str = "float64") -> np.ndarray:
+        """Seconds per flop at sizes ``x`` (array-like); KeyError if the series was never measured."""
+        params, curves = self._curves[(routine, backend, int(threads), pattern, dtype)]
+        lx = np.log(np.maximum(np.asarray(x, dtype=float), 1.0))
+        if len(params) == 1 or param <= params[0]:
+            return np.exp(_interp(lx, *curves[0]))
+        if param >= params[-1]:
+            return np.exp(_interp(lx, *curves[-1]))
+        hi = int(np.searchsorted(params, param))
+        lo = hi - 1
+        w = (np.log(param) - np.log(params[lo])) / (np.log(params[hi]) - np.log(params[lo]))
+        return np.exp((1 - w) * _interp(lx, *curves[lo]) + w * _interp(lx, *curves[hi]))
+
+
+def _interp(lx: np.ndarray, xs: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """Piecewise-linear in log-log; np.interp clamps to the end values outside the range."""
+    return np.interp(lx, xs, ks)
+
+
+def default_k(routine: str, threads: int) -> float:
+    """Nominal seconds per flop for a routine at a thread count (the fallback)."""
+    return 1.0 / (DEFAULT_RATE[ROUTINES[routine].level] * max(1, threads))
+
+
+class SystemParameters:
+    """What models consult: the measured table when usable, defaults (with one warning) otherwise."""
+
+    def __init__(self, db: Database | None, reason: str = ""):
+        self.db = db
+        self.table = SPTable(db.records) if db is not None else None
+        self.reason = reason
+        self._warned: set[str] = set()
+
+    @property
+    def source(self) -> str:
+        return "database" if self.table is not None else "defaults"
+
+    def k(self, routine: str, backend: str, threads: int, x, pattern: str = "square",
+          param: float = 0.0, dtype: str = "float64") -> np.ndarray:
+        """Measured-and-interpolated k, or the default for a miss (warned once per cause)."""
+        if self.table is not None:
+            try:
+                return self.table.k(routine, backend, threads, x, pattern, param, dtype)
+            except KeyError:
+                self._warn(f"no measurement of {routine}/{pattern} on {backend} with {threads} "
+                           f"thread(s) ({dtype}); using a nominal default")
+        else:
+            self._warn(f"system parameters unavailable ({self.reason}); using nominal defaults. "
+                       "Run `autotune-install` to measure this machine.")
+        return np.full(np.shape(x), default_k(routine, threads), dtype=float)
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+_CACHE: dict[tuple, SystemParameters] = {}
+
+
+def load_sp(path: str | os.PathLike | None = None, *, refresh: bool = False) -> SystemParameters:
+    """System parameters from ``path`` (default location if None); a bad database is a miss.
+
+    Cached per (path, mtime), so a database rewritten by the probe is picked up on next load.
+    """
+    p = location.resolve(path)
+    try:
+        mtime = p.stat().st_mtime_ns
+    except OSError:
+        mtime = None
+    key = (str(p), mtime)
+    if refresh or key not in _CACHE:
+        try:
+            _CACHE[key] = SystemParameters(load(p))
+        except DatabaseError as exc:
+            _CACHE[key] = SystemParameters(None, reason=str(exc))
+    return _CACHE[key]

@@ -1,0 +1,139 @@
+"""The HDF5 system-parameter database: schema, atomic writes, lock-free reads.
+
+Layout (schema 1): root attributes ``schema_version``, ``fingerprint`` (JSON), ``digest``,
+``backends`` (JSON: name -> library info), ``run`` (JSON: profile, run id, complete flag),
+``updated``; dataset ``/k``: one compound row per measured point (RECORD_DTYPE). ``t_call`` is
+the Python-level per-call cost that was inside the timing (0 where calls were looped natively;
+timed on 1x1 operands otherwise); ``k = (t_median - t_call) / flops`` excludes it, so a
+compiled driver is charged ``flops * k`` and a Python caller ``flops * k + calls * t_call``.
+Writers take ``PATH.lock`` and replace the file atomically, so a reader sees either the old
+or the new file, never a torn one, and never waits for the lock.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import fingerprint as fp
+
+SCHEMA_VERSION = 1
+
+RECORD_DTYPE = np.dtype([
+    ("routine", "S8"), ("backend", "S24"), ("threads", "i4"), ("dtype", "S8"),
+    ("pattern", "S8"), ("param", "f8"), ("x", "i8"), ("flops", "f8"),
+    ("t_median", "f8"), ("t_min", "f8"), ("t_q1", "f8"), ("t_q3", "f8"), ("reps", "i4"),
+    ("t_call", "f8"), ("k", "f8"), ("run_id", "S16"),
+])
+KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
+
+
+class DatabaseError(Exception):
+    """The database cannot be used; subclasses say why."""
+
+
+class DatabaseMissing(DatabaseError):
+    pass
+
+
+class DatabaseCorrupt(DatabaseError):
+    pass
+
+
+class SchemaMismatch(DatabaseError):
+    pass
+
+
+class ForeignMachine(DatabaseError):
+    pass
+
+
+def record_key(row) -> tuple:
+    """Identity of a measured point (independent of its timing values)."""
+    return tuple(row[f].item() if hasattr(row[f], "item") else row[f] for f in KEY_FIELDS)
+
+
+@dataclass
+class Database:
+    """In-memory image of one database file: records plus metadata."""
+
+    records: np.ndarray = field(default_factory=lambda: np.zeros(0, RECORD_DTYPE))
+    fingerprint: dict = field(default_factory=fp.machine_fingerprint)
+    backends: dict = field(default_factory=dict)
+    run: dict = field(default_factory=dict)
+
+    def merge(self, rows: np.ndarray) -> None:
+        """Add rows, replacing earlier rows with the same key."""
+        new = {record_key(r) for r in rows}
+        keep = np.array([record_key(r) not in new for r in self.records], dtype=bool)
+        self.records = np.concatenate([self.records[keep], rows.astype(RECORD_DTYPE)])
+
+    def keys(self, run_id: str | None = None) -> set[tuple]:
+        rows = self.records if run_id is None else self.records[self.records["run_id"] == run_id.encode()]
+        return {record_key(r) for r in rows}
+
+
+def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
+    """Read a database; raises a DatabaseError subclass if it is missing, damaged, old or foreign."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise DatabaseMissing(f"no database at {path}")
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            version = int(f.attrs.get("schema_version", -1))
+            if version != SCHEMA_VERSION:
+                raise SchemaMismatch(f"{path}: schema version {version}, this autotune reads {SCHEMA_VERSION}")
+            db = Database(records=np.asarray(f["k"][...]).astype(RECORD_DTYPE),
+                          fingerprint=json.loads(f.attrs["fingerprint"]),
+                          backends=json.loads(f.attrs.get("backends", "{}")),
+                          run=json.loads(f.attrs.get("run", "{}")))
+    except DatabaseError:
+        raise
+    except Exception as exc:  # h5py raises OSError/KeyError/ValueError for damaged files
+        raise DatabaseCorrupt(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
+    if check_machine:
+        diff = fp.mismatches(db.fingerprint, fp.machine_fingerprint())
+        if diff:
+            raise ForeignMachine(f"{path} was measured on another machine or stack: {'; '.join(diff)}")
+    return db
+
+
+def save(db: Database, path: str | os.PathLike) -> None:
+    """Write atomically (temporary file in the same directory, fsync, os.replace) under the lock."""
+    from filelock import FileLock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(path.parent, os.W_OK):
+        raise PermissionError(f"cannot write the database: directory {path.parent} is not writable")
+    with FileLock(str(path) + ".lock", timeout=60):
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            _write(db, tmp)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
+def _write(db: Database, tmp: str) -> None:
+    import h5py
+
+    with h5py.File(tmp, "w", locking=False) as f:
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
+        f.attrs["digest"] = fp.digest(db.fingerprint)
+        f.attrs["backends"] = json.dumps(db.backends, sort_keys=True)
+        f.attrs["run"] = json.dumps(db.run, sort_keys=True)
+        f.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        f.create_dataset("k", data=db.records.astype(RECORD_DTYPE), maxshape=(None,))
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())

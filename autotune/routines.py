@@ -1,0 +1,117 @@
+"""The one definition of each basic routine's flop count and of the access patterns algorithms use.
+
+The probe measures ``k = time / flops(routine, dims)`` on the shapes a pattern generates, and
+the runtime models look ``k`` up with the same (routine, pattern, size, param) key and multiply
+by the same flop count, so the two can never disagree on what was measured (DESIGN §2, §3).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Dims = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Routine:
+    """A basic routine: its BLAS level, SP name (``k3_gemm``) and flop count of its dims."""
+
+    name: str
+    level: int
+    flops: Callable[..., float]
+
+    @property
+    def sp_name(self) -> str:
+        return f"k{self.level}_{self.name}"
+
+
+def _chol_flops(n: int) -> float:
+    return n**3 / 3.0 + n**2 / 2.0 + n / 6.0
+
+
+ROUTINES: dict[str, Routine] = {r.name: r for r in (
+    Routine("gemm", 3, lambda m, n, k: 2.0 * m * n * k),
+    Routine("syrk", 3, lambda n, k: float(n) * (n + 1) * k),
+    Routine("trsm", 3, lambda m, n: float(m) * n * n),          # B (m x n) times n x n triangle^-1
+    Routine("gemv", 2, lambda m, n: 2.0 * m * n),
+    Routine("axpy", 1, lambda n: 2.0 * n),
+    Routine("add", 2, lambda m, n: float(m) * n),
+    Routine("potrf", 3, _chol_flops),
+    Routine("potf2", 2, _chol_flops),
+    Routine("getrf", 3, lambda n: 2.0 * n**3 / 3.0 - n**2 / 2.0 + 5.0 * n / 6.0),
+)}
+
+
+def flops(routine: str, dims: Dims) -> float:
+    """Flop count of ``routine`` on ``dims`` (keyword dims, e.g. m, n, k)."""
+    return ROUTINES[routine].flops(**dims)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """How an algorithm touches a routine: maps (size x, param) to the routine's dims.
+
+    ``x`` is the size the model looks up (matrix order, or trailing-matrix size for panels);
+    ``param`` is the algorithm parameter the shape depends on (block b, process count p,
+    column fraction f), or 0 where there is none.
+    """
+
+    name: str
+    doc: str
+    shapes: dict[str, Callable[[int, float], Dims]]
+    needs_param: bool = False
+
+
+def _i(v: float) -> int:
+    return max(1, int(round(v)))
+
+
+PATTERNS: dict[str, Pattern] = {p.name: p for p in (
+    Pattern("square", "square operands of order x (vectors of length x)", {
+        "gemm": lambda x, _: {"m": x, "n": x, "k": x},
+        "syrk": lambda x, _: {"n": x, "k": x},
+        "trsm": lambda x, _: {"m": x, "n": x},
+        "gemv": lambda x, _: {"m": x, "n": x},
+        "axpy": lambda x, _: {"n": x},
+        "add": lambda x, _: {"m": x, "n": x},
+        "potrf": lambda x, _: {"n": x},
+        "potf2": lambda x, _: {"n": x},
+        "getrf": lambda x, _: {"n": x},
+    }),
+    Pattern("panel", "blocked Cholesky, block b, trailing size x: trsm x-by-b panel, "
+            "syrk trailing update of rank b, gemm x-by-b times b-by-b block column update", {
+        "trsm": lambda x, b: {"m": x, "n": _i(b)},
+        "syrk": lambda x, b: {"n": x, "k": _i(b)},
+        "gemm": lambda x, b: {"m": x, "n": _i(b), "k": _i(b)},
+    }, needs_param=True),
+    Pattern("stripe", "row-block striped product over p processes: (x/p) x x times x x x", {
+        "gemm": lambda x, p: {"m": _i(x / p), "n": x, "k": x},
+    }, needs_param=True),
+    Pattern("segment", "unblocked Cholesky step at column i = f*x: gemv on (x-i) x i", {
+        "gemv": lambda x, f: {"m": _i(x * (1 - f)), "n": _i(x * f)},
+    }, needs_param=True),
+    Pattern("view", "Strassen level: x-by-x quadrant views of a 2x-by-2x matrix", {
+        "add": lambda x, _: {"m": x, "n": x},
+    }),
+)}
+
+SEGMENT_FRACTIONS = (1 / 8, 3 / 8, 5 / 8, 7 / 8)
+
+
+def dims_of(routine: str, pattern: str, x: int, param: float = 0.0) -> Dims:
+    """Dims of ``routine`` under ``pattern`` at size ``x``; ValueError if it has no such use."""
+    try:
+        shape = PATTERNS[pattern].shapes[routine]
+    except KeyError:
+        raise ValueError(f"routine {routine!r} has no access pattern {pattern!r}") from None
+    if x < 1:
+        raise ValueError(f"size must be positive, got {x}")
+    return shape(int(x), float(param))
+
+
+def flops_of(routine: str, pattern: str, x, param: float = 0.0) -> np.ndarray:
+    """Vectorised flop count over sizes ``x`` (what models multiply k by)."""
+    xs = np.atleast_1d(np.asarray(x, dtype=np.int64))
+    return np.array([flops(routine, dims_of(routine, pattern, int(v), param)) for v in xs])

@@ -1,0 +1,162 @@
+"""Operands laid out as the algorithms lay them out (DESIGN §3, 001 §2.4).
+
+Each builder returns a ``Call``: ``run(repeat)`` performs ``repeat`` back-to-back calls of the
+routine on the backend (inside the library's own loop where the backend allows, so Python
+overhead is not timed), ``restore()`` (None for routines that do not overwrite their inputs)
+resets what one ``run(1)`` destroyed, outside the timed region. Panels and views live inside larger Fortran matrices,
+with the leading dimension the real algorithm would have.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.backends import Backend
+from autotune.routines import dims_of
+
+
+@dataclass
+class Call:
+    run: Callable[[int], object]
+    restore: Callable[[], None] | None = None
+
+
+def _op(be: Backend, routine: str, *args, **kwargs) -> Callable[[int], object]:
+    """``run(repeat)`` for one routine call with fixed operands."""
+    fn = getattr(be, routine)
+    if be.native_repeat:
+        return lambda repeat=1: fn(*args, **kwargs) if repeat == 1 else fn(*args, repeat=repeat, **kwargs)
+
+    def run(repeat: int = 1) -> None:
+        for _ in range(repeat):
+            fn(*args, **kwargs)
+    return run
+
+
+def _mat(rng: np.random.Generator, m: int, n: int) -> np.ndarray:
+    return np.asfortranarray(rng.random((m, n)) - 0.5)
+
+
+def _lower(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Well-conditioned lower triangle (strictly diagonally dominant)."""
+    a = np.tril(_mat(rng, n, n))
+    a[np.diag_indices(n)] = n + 1.0
+    return np.asfortranarray(a)
+
+
+def _spd(rng: np.random.Generator, n: int) -> np.ndarray:
+    a = _mat(rng, n, n)
+    a = a + a.T
+    a[np.diag_indices(n)] = n + 1.0
+    return np.asfortranarray(a)
+
+
+def _restoring(target: np.ndarray, run: Callable[[], object]) -> Call:
+    saved = target.copy(order="F")
+    return Call(run, lambda: np.copyto(target, saved))
+
+
+def build(be: Backend, routine: str, pattern: str, x: int, param: float,
+          rng: np.random.Generator) -> Call:
+    """The timed call for (routine, pattern, x, param) on backend ``be``."""
+    d = dims_of(routine, pattern, x, param)
+    return _BUILDERS[(routine, pattern)](be, d, rng)
+
+
+def _gemm_square(be, d, rng):
+    a, b, c = _mat(rng, d["m"], d["k"]), _mat(rng, d["k"], d["n"]), _mat(rng, d["m"], d["n"])
+    return Call(_op(be, "gemm", 1.0, a, b, 0.0, c))
+
+
+def _gemm_panel(be, d, rng):
+    # Block-column update of blocked Cholesky: A[i+b:, i:i+b] -= A[i+b:, j:j+b] @ A[i:i+b, j:j+b]^T.
+    m, b = d["m"], d["n"]
+    p = _mat(rng, m + 2 * b, 2 * b)
+    a, bt, c = p[2 * b:, :b], p[b:2 * b, :b], p[2 * b:, b:]
+    return Call(_op(be, "gemm", -1e-3, a, bt, 1.0, c, trans_b=True))
+
+
+def _syrk_square(be, d, rng):
+    a, c = _mat(rng, d["n"], d["k"]), _mat(rng, d["n"], d["n"])
+    return Call(_op(be, "syrk", 1.0, a, 0.0, c))
+
+
+def _syrk_panel(be, d, rng):
+    # Trailing update of rank b: A22 -= A21 A21^T, A21 a panel inside the matrix.
+    n, b = d["n"], d["k"]
+    p = _mat(rng, n + b, n + b)
+    a, c = p[b:, :b], p[b:, b:]
+    return Call(_op(be, "syrk", -1e-3, a, 1.0, c))
+
+
+def _trsm_square(be, d, rng):
+    lo, b = _lower(rng, d["n"]), _mat(rng, d["m"], d["n"])
+    return _restoring(b, _op(be, "trsm", 1.0, lo, b))
+
+
+def _trsm_panel(be, d, rng):
+    # Panel solve: A21 <- A21 L11^-T with L11 the b x b diagonal block, A21 below it.
+    m, b = d["m"], d["n"]
+    p = _mat(rng, m + b, b)
+    p[:b, :b] = _lower(rng, b)
+    lo, panel = p[:b, :b], p[b:, :b]
+    return _restoring(panel, _op(be, "trsm", 1.0, lo, panel))
+
+
+def _gemv_square(be, d, rng):
+    a, x, y = _mat(rng, d["m"], d["n"]), rng.random(d["n"]), rng.random(d["m"])
+    return Call(_op(be, "gemv", 1.0, a, x, 0.0, y))
+
+
+def _gemv_segment(be, d, rng):
+    # Unblocked Cholesky at column i: A[i:, i] -= A[i:, :i] @ A[i, :i] (a strided row of A).
+    m, i = d["m"], d["n"]
+    p = _mat(rng, m + i, m + i)
+    a, x, y = p[i:, :i], p[i, :i], p[i:, i]
+    return Call(_op(be, "gemv", -1e-3, a, x, 1.0, y))
+
+
+def _axpy(be, d, rng):
+    x, y = rng.random(d["n"]), rng.random(d["n"])
+    return Call(_op(be, "axpy", 1e-3, x, y))
+
+
+def _add_square(be, d, rng):
+    a, b, c = (_mat(rng, d["m"], d["n"]) for _ in range(3))
+    return Call(_op(be, "add", a, b, c))
+
+
+def _add_view(be, d, rng):
+    # One Strassen-level addition: quadrants of a 2x-by-2x matrix into a quadrant of another.
+    m, n = d["m"], d["n"]
+    p, q = _mat(rng, 2 * m, 2 * n), _mat(rng, 2 * m, 2 * n)
+    a, b, c = p[:m, :n], p[m:, n:], q[m:, :n]
+    return Call(_op(be, "add", a, b, c))
+
+
+def _chol(name):
+    def builder(be, d, rng):
+        a = _spd(rng, d["n"])
+        return _restoring(a, _op(be, name, a))
+    return builder
+
+
+def _getrf(be, d, rng):
+    a = _spd(rng, d["n"])
+    ipiv = np.zeros(d["n"], dtype=be.int_dtype)
+    return _restoring(a, _op(be, "getrf", a, ipiv))
+
+
+_BUILDERS = {
+    ("gemm", "square"): _gemm_square, ("gemm", "panel"): _gemm_panel,
+    ("gemm", "stripe"): _gemm_square,
+    ("syrk", "square"): _syrk_square, ("syrk", "panel"): _syrk_panel,
+    ("trsm", "square"): _trsm_square, ("trsm", "panel"): _trsm_panel,
+    ("gemv", "square"): _gemv_square, ("gemv", "segment"): _gemv_segment,
+    ("axpy", "square"): _axpy,
+    ("add", "square"): _add_square, ("add", "view"): _add_view,
+    ("potrf", "square"): _chol("potrf"), ("potf2", "square"): _chol("potf2"),
+    ("getrf", "square"): _getrf,
+}

@@ -1,0 +1,160 @@
+"""Running a probe: load backends, measure every task, checkpoint atomically, resume after Ctrl-C."""
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from autotune import backends as bk
+from autotune.backends import BACKENDS
+from autotune.db import Database, DatabaseError, DatabaseMissing, RECORD_DTYPE, load, resolve, save
+from autotune.routines import ROUTINES
+
+from .operands import build
+from .plan import Task, expand
+from .profile import Profile
+from .timing import measure
+
+CHECKPOINT_SECONDS = 5.0
+
+
+class ProbeError(ValueError):
+    """The probe cannot start as asked (bad --only, nothing to resume, ...)."""
+
+
+@dataclass
+class ProbeResult:
+    path: Path
+    measured: int
+    skipped_backends: dict[str, str] = field(default_factory=dict)
+    complete: bool = True
+    seconds: float = 0.0
+    failures: dict[tuple, str] = field(default_factory=dict)
+
+
+def load_backends(names) -> tuple[dict, dict[str, str]]:
+    """Available backends among ``names`` and, for the others, why they were skipped."""
+    loaded, skipped = {}, {}
+    for name in dict.fromkeys(names):
+        try:
+            loaded[name] = bk.get(name)
+        except bk.BackendUnavailable as exc:
+            skipped[name] = str(exc)
+    return loaded, skipped
+
+
+def _check_only(only: set[str] | None) -> None:
+    bad = sorted((only or set()) - set(ROUTINES) - set(BACKENDS))
+    if bad:
+        raise ProbeError(f"--only: unknown routine or backend {bad} "
+                         f"(routines: {', '.join(ROUTINES)}; backends: {', '.join(BACKENDS)})")
+
+
+def _start(path: Path, profile: Profile, resume: bool) -> tuple[Database, str, set]:
+    """The database to extend, this run's id, and the keys already done (for --resume)."""
+    try:
+        db = load(path)
+    except DatabaseMissing:
+        if resume:
+            raise ProbeError(f"--resume: no database at {path} to resume") from None
+        return Database(), uuid.uuid4().hex[:16], set()
+    except DatabaseError as exc:
+        if resume:
+            raise ProbeError(f"--resume: cannot resume, {exc}") from exc
+        print(f"autotune-install: replacing unusable database ({exc})", file=sys.stderr)
+        return Database(), uuid.uuid4().hex[:16], set()
+    if not resume:
+        return db, uuid.uuid4().hex[:16], set()
+    run = db.run
+    if run.get("complete", True) or run.get("profile") != profile.name:
+        raise ProbeError(f"--resume: {path} holds no interrupted run of profile {profile.name!r} "
+                         f"(last run: {run.get('profile')!r}, complete={run.get('complete', True)})")
+    return db, run["run_id"], db.keys(run["run_id"])
+
+
+def _row(task: Task, sample, t_call: float, run_id: str) -> tuple:
+    fl = task.flops
+    work = max(sample.median - t_call, 0.5 * sample.median)  # never let noise make k vanish
+    return (task.routine, task.backend, task.threads, task.dtype, task.pattern, task.param, task.x, fl,
+            sample.median, sample.minimum, sample.q1, sample.q3, sample.reps, t_call, work / fl, run_id)
+
+
+def call_overhead(be, routine: str, timing, rng) -> float:
+    """Fixed cost of one call (Python dispatch, argument checks, library entry) on 1x1 operands."""
+    return measure(build(be, routine, "square", 1, 0.0, rng), timing).median
+
+
+def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, resume: bool = False,
+              progress: bool | None = None, seed: int = 0) -> ProbeResult:
+    """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file."""
+    _check_only(only)
+    path = resolve(db_path)
+    names = list(profile.backends) + [b for m in profile.measures for b in (m.backends or ())]
+    backends, skipped = load_backends(names)
+    db, run_id, done = _start(path, profile, resume)
+    db.backends.update({n: b.info for n, b in backends.items()})
+    db.run = {"profile": profile.name, "run_id": run_id, "complete": False, "started": time.time()}
+    tasks = [t for t in expand(profile, backends, only) if t.key not in done]
+    save(db, path)
+    rng, rows, t0, last = np.random.default_rng(seed), [], time.perf_counter(), time.perf_counter()
+    bar, failures, overheads = _bar(tasks, profile, progress), {}, {}
+    try:
+        for (name, threads), group in _groups(tasks):
+            be = backends[name]
+            if "warm_up" in be.extra:
+                be.extra["warm_up"]()
+            with be.threads(threads):
+                for task in group:
+                    bar.set_postfix_str(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
+                    try:
+                        call = build(be, task.routine, task.pattern, task.x, task.param, rng)
+                        if (name, threads, task.routine) not in overheads:
+                            overheads[(name, threads, task.routine)] = call_overhead(
+                                be, task.routine, profile.timing, rng)
+                        # Python dispatch is in the timing only when calls were not looped natively.
+                        in_timing = call.restore is not None or not be.native_repeat
+                        t_call = overheads[(name, threads, task.routine)] if in_timing else 0.0
+                        rows.append(_row(task, measure(call, profile.timing), t_call, run_id))
+                    except Exception as exc:  # a broken routine must not cost the rest of the run
+                        failures[task.key] = f"{type(exc).__name__}: {exc}"
+                    bar.update(task.eta_weight(profile.timing.min_reps))
+                    if time.perf_counter() - last > CHECKPOINT_SECONDS:
+                        _checkpoint(db, rows, path)
+                        rows, last = [], time.perf_counter()
+    except KeyboardInterrupt:
+        _checkpoint(db, rows, path)
+        bar.close()
+        print(f"\nautotune-install: interrupted; {len(db.keys(run_id))} points kept in {path}. "
+              "Run again with --resume to finish.", file=sys.stderr)
+        return ProbeResult(path, len(db.keys(run_id)), skipped, False, time.perf_counter() - t0, failures)
+    bar.close()
+    db.run["complete"] = True
+    _checkpoint(db, rows, path)
+    return ProbeResult(path, len(db.keys(run_id)), skipped, True, time.perf_counter() - t0, failures)
+
+
+def _checkpoint(db: Database, rows: list, path: Path) -> None:
+    if rows:
+        db.merge(np.array(rows, dtype=RECORD_DTYPE))
+    save(db, path)
+
+
+def _groups(tasks: list[Task]):
+    """Consecutive tasks sharing (backend, threads)."""
+    from itertools import groupby
+
+    for key, group in groupby(tasks, key=lambda t: (t.backend, t.threads)):
+        yield key, list(group)
+
+
+def _bar(tasks: list[Task], profile: Profile, progress: bool | None):
+    from tqdm import tqdm
+
+    total = sum(t.eta_weight(profile.timing.min_reps) for t in tasks)
+    return tqdm(total=total, disable=None if progress is None else not progress, unit="s", unit_scale=False,
+                desc=f"probe {profile.name}", bar_format="{l_bar}{bar}| {elapsed}<{remaining} {postfix}",
+                file=sys.stderr)
