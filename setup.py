@@ -1,11 +1,10 @@
 """Build: Cython kernels (kernels/*.pyx, plus templated BLAS tables) -> autotune.kernels."""
 from pathlib import Path
 
+import numpy as np
 from Cython.Build import cythonize
 from Cython.Tempita import Template
 from setuptools import Extension, setup
-
-import numpy as np
 
 HERE = Path(__file__).parent
 BLAS_VARIANTS = {  # module -> integer width of the library's Fortran interface

@@ -9,6 +9,7 @@ from collections import defaultdict
 import numpy as np
 
 from autotune.db import DatabaseError, load, resolve
+from autotune.db.fingerprint import machine_fingerprint, mismatches
 
 
 def _series(records: np.ndarray, pattern: str = "square") -> dict[str, dict[tuple[str, int], dict]]:
@@ -64,6 +65,8 @@ def plot(db, filename: str) -> None:
     import matplotlib.pyplot as plt
 
     series = _series(db.records)
+    names = sorted({be for curves in series.values() for be, _ in curves})
+    colour = {be: f"C{i}" for i, be in enumerate(names)}
     n = len(series)
     cols = min(3, max(n, 1))
     rows = (n + cols - 1) // cols
@@ -71,7 +74,8 @@ def plot(db, filename: str) -> None:
     for ax, (routine, curves) in zip(axes.flat, sorted(series.items()), strict=False):
         for (be, t), pts in sorted(curves.items()):
             xs = sorted(pts)
-            ax.plot(xs, [pts[x] for x in xs], marker="o", ms=3, ls="-" if t == 1 else "--", label=f"{be} t={t}")
+            ax.plot(xs, [pts[x] for x in xs], marker="o", ms=3, color=colour[be], ls="-" if t == 1 else "--",
+                    label=f"{be} t={t}")
         ax.set_xscale("log", base=2)
         ax.set_title(routine)
         ax.set_xlabel("n")
@@ -79,10 +83,12 @@ def plot(db, filename: str) -> None:
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
-    if n:
-        axes.flat[0].legend(fontsize=7)
+    present = sorted({key for curves in series.values() for key in curves})
+    handles = [plt.Line2D([], [], color=colour[be], ls="-" if t == 1 else "--", label=f"{be} {t} thread{'s' * (t > 1)}")
+               for be, t in present]
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 5), fontsize=8)
     fig.suptitle(f"{db.fingerprint.get('cpu_model', '')}: measured GFLOP/s")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.025 * ((len(handles) + 4) // 5), 1, 1))
     fig.savefig(filename, dpi=110)
     plt.close(fig)
 
@@ -99,6 +105,9 @@ def cmd_show(args) -> int:
                           "points": len(db.records)}, indent=2, sort_keys=True))
         return 0
     print(f"Database: {path}")
+    diff = mismatches(db.fingerprint, machine_fingerprint())
+    if diff:
+        print("NOTE: measured on another machine or stack; the runtime will not use it (" + "; ".join(diff) + ")")
     print("\n".join(summary(db) + gflops_tables(db)))
     if args.plot:
         plot(db, args.plot)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.routines import ROUTINES, flops, dims_of
+from autotune.routines import ROUTINES, dims_of, flops
 
 from .profile import Profile
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from autotune import backends as bk
 from autotune.backends import BACKENDS
-from autotune.db import Database, DatabaseError, DatabaseMissing, RECORD_DTYPE, load, resolve, save
+from autotune.db import RECORD_DTYPE, Database, DatabaseError, DatabaseMissing, load, resolve, save
 from autotune.routines import ROUTINES
 
 from .operands import build

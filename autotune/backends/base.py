@@ -16,6 +16,16 @@ from dataclasses import dataclass, field
 ALL_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "add", "potrf", "potf2", "getrf")
 
 
+def package_info(dist: str) -> dict[str, str]:
+    """The Python distribution that ships a backend's library, and its installed version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return {"package": dist, "package_version": version(dist)}
+    except PackageNotFoundError:
+        return {"package": dist, "package_version": ""}
+
+
 class BackendUnavailable(RuntimeError):
     """The library behind a backend is not installed or cannot be loaded here."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Backend, BackendUnavailable
+from .base import Backend, BackendUnavailable, package_info
 
 
 def _c_contiguous(a: np.ndarray) -> np.ndarray:
@@ -37,15 +37,7 @@ def blis() -> Backend:
         if out is not y:
             y[...] = out
 
-    info = {"name": "blis", "library": _blis.__file__, "version": _version(),
-            "corename": "", "provider": "blis package"}
+    info = {"name": "blis", "library": _blis.__file__, "version": package_info("blis")["package_version"],
+            "corename": "", **package_info("blis")}
     return Backend("blis", {"gemm": gemm, "axpy": axpy}, info)
 
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("blis")
-    except PackageNotFoundError:
-        return ""

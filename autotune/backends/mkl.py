@@ -6,7 +6,7 @@ import os
 import sys
 
 from ._loader import find_library, symbol_addresses
-from .base import Backend, BackendUnavailable
+from .base import Backend, BackendUnavailable, package_info
 
 
 def _mkl_rt() -> tuple[ctypes.CDLL, str]:
@@ -29,7 +29,7 @@ def mkl() -> Backend:
     lib.MKL_Get_Version_String(buf, 256)
     lib.MKL_Set_Num_Threads.argtypes = [ctypes.c_int]
     info = {"name": "mkl", "library": os.path.realpath(path), "version": buf.value.decode(),
-            "corename": "", "provider": "mkl wheel"}
+            "corename": "", **package_info("mkl")}
     ops = {r: getattr(table, r) for r in table.addresses}
     return Backend("mkl", ops, info, lib.MKL_Set_Num_Threads, lib.MKL_Get_Max_Threads,
                    native_repeat=True)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from ._loader import find_library, scipy_addresses, symbol_addresses, threadpool_setter
-from .base import Backend
+from .base import Backend, package_info
 
 
 def _numpy_lib_path() -> str:
@@ -54,14 +54,12 @@ def numpy_openblas() -> Backend:
     ops["add"] = _numpy_add
     setter, getter = threadpool_setter(path)
     info = _openblas_info("numpy-openblas", path, "scipy_{}64_")
-    info["provider"] = f"numpy {np.__version__}"
+    info.update(package_info("numpy"))
     return Backend("numpy-openblas", ops, info, setter, getter, int_dtype="int64", native_repeat=True)
 
 
 def scipy_openblas() -> Backend:
     """scipy's OpenBLAS through cython_blas/cython_lapack; add is the fused Cython loop."""
-    import scipy
-
     from autotune.kernels._blas_lp64 import BlasTable
     from autotune.kernels._matadd import add
 
@@ -71,5 +69,5 @@ def scipy_openblas() -> Backend:
     path = _scipy_lib_path()
     setter, getter = threadpool_setter(path)
     info = _openblas_info("scipy-openblas", path, "scipy_{}")
-    info["provider"] = f"scipy {scipy.__version__}"
+    info.update(package_info("scipy"))
     return Backend("scipy-openblas", ops, info, setter, getter, int_dtype="int32", native_repeat=True)

@@ -68,3 +68,20 @@ def mismatches(stored: dict[str, object], current: dict[str, object]) -> list[st
     """Human-readable list of the fields in which two fingerprints differ."""
     return [f"{k}: {stored.get(k)!r} != {current.get(k)!r}" for k in MATCH_KEYS
             if stored.get(k) != current.get(k)]
+
+
+def stale_backends(backends: dict[str, dict]) -> dict[str, str]:
+    """Backends whose shipping package changed since they were measured (name -> reason).
+
+    Cheap: compares installed distribution versions, without loading any BLAS library.
+    """
+    from autotune.backends.base import package_info
+
+    out = {}
+    for name, info in backends.items():
+        dist, was = info.get("package"), info.get("package_version", "")
+        if dist:
+            now = package_info(dist)["package_version"]
+            if now != was:
+                out[name] = f"{dist} {was or 'absent'} -> {now or 'not installed'}"
+    return out

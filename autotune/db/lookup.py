@@ -16,6 +16,7 @@ import numpy as np
 from autotune.routines import ROUTINES
 
 from . import location
+from .fingerprint import stale_backends
 from .store import Database, DatabaseError, load
 
 # Nominal per-thread rates (flop/s) by BLAS level, used only when nothing was measured.
@@ -78,9 +79,18 @@ class SystemParameters:
 
     def __init__(self, db: Database | None, reason: str = ""):
         self.db = db
-        self.table = SPTable(db.records) if db is not None else None
         self.reason = reason
         self._warned: set[str] = set()
+        self.stale = stale_backends(db.backends) if db is not None else {}
+        self.table = SPTable(self._usable(db.records)) if db is not None else None
+
+    def _usable(self, records: np.ndarray) -> np.ndarray:
+        """Records minus those of backends whose library changed since (warned once)."""
+        if not self.stale:
+            return records
+        self._warn("ignoring measurements of changed backends: "
+                   + "; ".join(f"{b} ({why})" for b, why in self.stale.items()))
+        return records[~np.isin(records["backend"], [b.encode() for b in self.stale])]
 
     @property
     def source(self) -> str:
