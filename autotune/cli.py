@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections import defaultdict
 
@@ -127,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(signal, "SIGPIPE") and argv is None:  # `autotune show | head` ends quietly
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = parser().parse_args(argv)
     return args.func(args)
 

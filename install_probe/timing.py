@@ -51,20 +51,29 @@ def stable(times: list[float], rel_tol: float) -> bool:
     return moved <= rel_tol / 2 and stderr <= rel_tol * med
 
 
+def _calibrate(call: Call, min_seconds: float) -> int:
+    """Calls per sample so that a (warm) sample lasts at least ``min_seconds`` (like timeit)."""
+    inner = 1
+    while inner < 1_000_000:
+        if _once(call, inner) * inner >= min_seconds:
+            return inner
+        inner *= 4
+    return inner
+
+
 def measure(call: Call, policy: Timing) -> Sample:
     """Time ``call`` under ``policy``: one warm-up, then samples until stable, max_reps, or budget.
 
     Fast out-of-place calls are batched so each sample lasts at least ``min_sample_seconds``.
-    A point whose single call exceeds the budget gets as few samples as still cover min_reps
-    within about three budgets (at least one).
+    A point whose single call exceeds the budget counts its warm-up call as a sample and gets at
+    most one more; one whose call exceeds three budgets is timed once (its warm-up call).
     """
     t_start = time.perf_counter()
     warm = _once(call, 1)
-    inner = 1
-    if call.restore is None and warm < policy.min_sample_seconds:
-        inner = int(min(10_000, np.ceil(policy.min_sample_seconds / max(warm, 1e-8))))
+    batch = call.restore is None and warm < policy.min_sample_seconds
+    inner = _calibrate(call, policy.min_sample_seconds) if batch else 1
     times: list[float] = [warm] if warm > policy.point_budget_seconds else []  # too long to repeat
-    while len(times) < policy.max_reps:
+    while len(times) < policy.max_reps and warm <= 3 * policy.point_budget_seconds:
         times.append(_once(call, inner))
         elapsed = time.perf_counter() - t_start
         if len(times) >= policy.min_reps and stable(times, policy.rel_tol):

@@ -22,11 +22,12 @@ def blis() -> Backend:
         raise BackendUnavailable("blis not installed (pip install blis)") from exc
 
     def gemm(alpha, a, b, beta, c, trans_a=False, trans_b=False):
-        # blis.py wants C-contiguous arrays: compute c^T = op(b)^T op(a)^T on the transposes
-        # (free for Fortran-ordered operands; strided views are copied, as a caller would have to).
+        # blis.py wants C-contiguous arrays and mishandles its transpose flags (blis 1.3.4): compute
+        # c^T = op(b)^T op(a)^T on C-contiguous transposes (free for Fortran-ordered operands,
+        # copies for strided views or transposed operands, as any caller of this package must).
         ct = c.T
         out = _c_contiguous(ct)
-        py.gemm(_c_contiguous(b.T), _c_contiguous(a.T), out=out, trans1=trans_b, trans2=trans_a,
+        py.gemm(_c_contiguous(b if trans_b else b.T), _c_contiguous(a if trans_a else a.T), out=out,
                 alpha=alpha, beta=beta)
         if out is not ct:
             ct[...] = out

@@ -54,8 +54,9 @@ class ForeignMachine(DatabaseError):
 
 
 def record_key(row) -> tuple:
-    """Identity of a measured point (independent of its timing values)."""
-    return tuple(row[f].item() if hasattr(row[f], "item") else row[f] for f in KEY_FIELDS)
+    """Identity of a measured point (independent of its timing values), as Python str/int/float."""
+    values = (row[f].item() if hasattr(row[f], "item") else row[f] for f in KEY_FIELDS)
+    return tuple(v.decode() if isinstance(v, bytes) else v for v in values)
 
 
 @dataclass

@@ -1,0 +1,257 @@
+"""SP lookup: exact values, log-log interpolation, clamping, params, misses and fallbacks."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune.db import RECORD_DTYPE, Database, SPTable, SystemParameters, default_k
+
+BE = "scipy-openblas"
+
+
+def records(points, *, routine="gemm", backend=BE, threads=1, pattern="square", dtype="float64"):
+    """Records for ``points``: iterable of (x, k) or (x, param, k)."""
+    rows = []
+    for pt in points:
+        x, param, k = (pt[0], 0.0, pt[1]) if len(pt) == 2 else pt
+        rows.append((routine, backend, threads, dtype, pattern, param, x, 1.0, k, k, k, k, 1, 0.0, k, "r"))
+    return np.array(rows, dtype=RECORD_DTYPE)
+
+
+def table(*groups) -> SPTable:
+    return SPTable(np.concatenate(groups))
+
+
+def loglog(x, x0, k0, x1, k1):
+    """Hand-computed log-log interpolation between (x0, k0) and (x1, k1)."""
+    w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return math.exp((1 - w) * math.log(k0) + w * math.log(k1))
+
+
+XS = [10, 100, 1000]
+KS = [1e-9, 4e-10, 2e-10]
+
+
+@pytest.fixture
+def tab() -> SPTable:
+    return table(records(zip(XS, KS, strict=True)))
+
+
+# -- one series ---------------------------------------------------------------------------------
+
+def test_exact_at_measured_points(tab):
+    for x, k in zip(XS, KS, strict=True):
+        assert tab.k("gemm", BE, 1, x) == pytest.approx(k, rel=1e-12)
+    np.testing.assert_allclose(tab.k("gemm", BE, 1, XS), KS, rtol=1e-12)
+
+
+def test_loglog_interpolation_between_points(tab):
+    # geometric midpoint of x gives the geometric mean of k
+    assert tab.k("gemm", BE, 1, math.sqrt(10 * 100)) == pytest.approx(math.sqrt(1e-9 * 4e-10), rel=1e-12)
+    # x = 20: w = log 2 / log 10
+    w = math.log(2) / math.log(10)
+    expected = math.exp((1 - w) * math.log(1e-9) + w * math.log(4e-10))
+    assert tab.k("gemm", BE, 1, 20) == pytest.approx(expected, rel=1e-12)
+    # x = 500, second segment
+    assert tab.k("gemm", BE, 1, 500) == pytest.approx(loglog(500, 100, 4e-10, 1000, 2e-10), rel=1e-12)
+    # strictly between the neighbours
+    assert 4e-10 < float(tab.k("gemm", BE, 1, 50)) < 1e-9
+
+
+def test_clamps_outside_measured_range(tab):
+    for x in (0, 1, 2, 9, 9.99):
+        assert tab.k("gemm", BE, 1, x) == pytest.approx(1e-9, rel=1e-12), x
+    for x in (1001, 10**4, 10**9):
+        assert tab.k("gemm", BE, 1, x) == pytest.approx(2e-10, rel=1e-12), x
+
+
+def test_vectorised_sizes_keep_shape(tab):
+    xs = np.array([[1, 10, 20], [100, 500, 10**6]])
+    out = tab.k("gemm", BE, 1, xs)
+    assert out.shape == xs.shape
+    expected = [[1e-9, 1e-9, loglog(20, 10, 1e-9, 100, 4e-10)],
+                [4e-10, loglog(500, 100, 4e-10, 1000, 2e-10), 2e-10]]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+    # element-wise equals scalar calls
+    for x, v in zip(xs.ravel(), out.ravel(), strict=True):
+        assert float(tab.k("gemm", BE, 1, int(x))) == pytest.approx(v, rel=1e-14)
+    # lists work too
+    np.testing.assert_allclose(tab.k("gemm", BE, 1, [10, 100]), [1e-9, 4e-10], rtol=1e-12)
+
+
+def test_unsorted_records_are_sorted():
+    tab = table(records([(1000, 2e-10), (10, 1e-9), (100, 4e-10)]))
+    assert tab.k("gemm", BE, 1, 20) == pytest.approx(loglog(20, 10, 1e-9, 100, 4e-10), rel=1e-12)
+
+
+def test_single_point_series_is_constant():
+    tab = table(records([(64, 3e-10)]))
+    np.testing.assert_allclose(tab.k("gemm", BE, 1, [1, 64, 10**5]), [3e-10] * 3, rtol=1e-12)
+
+
+def test_series_are_kept_apart():
+    tab = table(records([(10, 1e-9), (100, 1e-10)]),
+                records([(10, 5e-9), (100, 5e-10)], threads=2),
+                records([(10, 7e-9), (100, 7e-10)], backend="numpy-openblas"),
+                records([(10, 3e-9), (100, 3e-10)], routine="syrk"))
+    assert tab.k("gemm", BE, 1, 10) == pytest.approx(1e-9)
+    assert tab.k("gemm", BE, 2, 10) == pytest.approx(5e-9)
+    assert tab.k("gemm", "numpy-openblas", 1, 100) == pytest.approx(7e-10)
+    assert tab.k("syrk", BE, 1, 100) == pytest.approx(3e-10)
+    assert tab.has("gemm", BE, 2) and not tab.has("gemm", BE, 4)
+    assert ("gemm", BE, 2, "square", "float64") in tab.keys()
+
+
+# -- params -------------------------------------------------------------------------------------
+
+@pytest.fixture
+def panel() -> SPTable:
+    # param 4: k = 1e-9 flat; param 16: k = 4e-9 flat
+    return table(records([(10, 4.0, 1e-9), (100, 4.0, 1e-9), (10, 16.0, 4e-9), (100, 16.0, 4e-9)],
+                         pattern="panel"))
+
+
+def test_param_interpolation_in_log_param(panel):
+    # param 8 is the geometric midpoint of 4 and 16: geometric mean of k
+    assert panel.k("gemm", BE, 1, 50, "panel", 8.0) == pytest.approx(2e-9, rel=1e-12)
+    w = math.log(6 / 4) / math.log(16 / 4)
+    expected = math.exp((1 - w) * math.log(1e-9) + w * math.log(4e-9))
+    assert panel.k("gemm", BE, 1, 50, "panel", 6.0) == pytest.approx(expected, rel=1e-12)
+    assert panel.k("gemm", BE, 1, 50, "panel", 4.0) == pytest.approx(1e-9, rel=1e-12)
+    assert panel.k("gemm", BE, 1, 50, "panel", 16.0) == pytest.approx(4e-9, rel=1e-12)
+
+
+def test_param_clamps_outside_measured_params(panel):
+    for p in (0.0, 1.0, 3.99):
+        assert panel.k("gemm", BE, 1, 50, "panel", p) == pytest.approx(1e-9, rel=1e-12), p
+    for p in (16.01, 64.0, 1e6):
+        assert panel.k("gemm", BE, 1, 50, "panel", p) == pytest.approx(4e-9, rel=1e-12), p
+
+
+def test_param_and_size_interpolate_together():
+    # different size grids per param; value = log-param blend of each curve's log-log value
+    tab = table(records([(10, 4.0, 1e-9), (100, 4.0, 1e-10), (20, 16.0, 8e-9), (200, 16.0, 8e-10)],
+                        pattern="panel"))
+    x = 50
+    lo = loglog(x, 10, 1e-9, 100, 1e-10)
+    hi = loglog(x, 20, 8e-9, 200, 8e-10)
+    expected = math.sqrt(lo * hi)  # param 8 halfway (in log) between 4 and 16
+    assert tab.k("gemm", BE, 1, x, "panel", 8.0) == pytest.approx(expected, rel=1e-12)
+    out = tab.k("gemm", BE, 1, np.array([5, 50, 5000]), "panel", 8.0)
+    np.testing.assert_allclose(out, [math.sqrt(1e-9 * 8e-9), expected, math.sqrt(1e-10 * 8e-10)], rtol=1e-12)
+
+
+def test_three_params_pick_the_right_bracket():
+    tab = table(records([(10, 2.0, 1e-9), (10, 8.0, 2e-9), (10, 32.0, 8e-9)], pattern="panel"))
+    assert tab.k("gemm", BE, 1, 10, "panel", 4.0) == pytest.approx(math.sqrt(2) * 1e-9, rel=1e-12)
+    assert tab.k("gemm", BE, 1, 10, "panel", 16.0) == pytest.approx(4e-9, rel=1e-12)
+
+
+# -- misses -------------------------------------------------------------------------------------
+
+def test_sptable_unknown_key_raises_keyerror(tab):
+    with pytest.raises(KeyError):
+        tab.k("gemm", "numpy-openblas", 1, 10)
+    with pytest.raises(KeyError):
+        tab.k("gemm", BE, 2, 10)
+    with pytest.raises(KeyError):
+        tab.k("gemm", BE, 1, 10, "panel", 4.0)
+    with pytest.raises(KeyError):
+        tab.k("syrk", BE, 1, 10)
+    with pytest.raises(KeyError):
+        tab.k("gemm", BE, 1, 10, dtype="float32")
+
+
+def _calls_warned(fn, times=2):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [fn() for _ in range(times)]
+    return results, [w for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_system_parameters_unknown_key_falls_back_with_one_warning(tab):
+    sp = SystemParameters(Database(records=records(zip(XS, KS, strict=True)), backends={}))
+    assert sp.source == "database"
+    assert sp.k("gemm", BE, 1, 100) == pytest.approx(4e-10)
+    results, warned = _calls_warned(lambda: sp.k("potrf", BE, 2, 100))
+    assert len(warned) == 1, [str(w.message) for w in warned]
+    assert "potrf" in str(warned[0].message)
+    for r in results:
+        assert float(r) == default_k("potrf", 2)
+    assert default_k("potrf", 2) == pytest.approx(1 / (20e9 * 2))
+    # vectorised fallback keeps the shape; another cause warns again, once
+    out, warned = _calls_warned(lambda: sp.k("gemv", BE, 1, np.array([10, 20, 30])))
+    assert len(warned) == 1
+    assert out[0].shape == (3,)
+    np.testing.assert_array_equal(out[0], np.full(3, default_k("gemv", 1)))
+    # the original cause stays silent
+    _, warned = _calls_warned(lambda: sp.k("potrf", BE, 2, 100))
+    assert warned == []
+
+
+def test_system_parameters_without_database_uses_defaults():
+    sp = SystemParameters(None, reason="no database at /nowhere")
+    assert sp.source == "defaults"
+    results, warned = _calls_warned(lambda: sp.k("gemm", BE, 4, [1, 2]), times=3)
+    assert len(warned) == 1 and "/nowhere" in str(warned[0].message)
+    for r in results:
+        np.testing.assert_array_equal(r, [default_k("gemm", 4)] * 2)
+    assert default_k("gemm", 4) == pytest.approx(1 / (20e9 * 4))
+    assert default_k("axpy", 1) == pytest.approx(1 / 1e9)
+    assert default_k("gemv", 1) == pytest.approx(1 / 2e9)
+
+
+# -- properties ---------------------------------------------------------------------------------
+
+k_values = st.floats(min_value=1e-13, max_value=1e-5, allow_nan=False, allow_infinity=False)
+sizes = st.lists(st.integers(1, 10**6), min_size=1, max_size=8, unique=True).map(sorted)
+queries = st.lists(st.floats(min_value=0.0, max_value=1e8, allow_nan=False), min_size=1, max_size=20)
+REL = 1e-12  # exp(log(.)) round-off
+
+
+@st.composite
+def series(draw):
+    xs = draw(sizes)
+    ks = draw(st.lists(k_values, min_size=len(xs), max_size=len(xs)))
+    return xs, ks
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(series(), queries)
+def test_property_interpolated_value_within_measured_range(data, qs):
+    xs, ks = data
+    out = table(records(zip(xs, ks, strict=True))).k("gemm", BE, 1, np.array(qs))
+    assert out.shape == (len(qs),)
+    assert np.all(np.isfinite(out))
+    assert np.all(out >= min(ks) * (1 - REL))
+    assert np.all(out <= max(ks) * (1 + REL))
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(series(), queries, st.booleans())
+def test_property_monotone_data_stays_monotone(data, qs, increasing):
+    xs, ks = data
+    ks = sorted(ks, reverse=not increasing)
+    qs = np.sort(np.array(qs))
+    out = table(records(zip(xs, ks, strict=True))).k("gemm", BE, 1, qs)
+    steps = np.diff(out)
+    tol = REL * np.maximum(out[:-1], out[1:])
+    if increasing:
+        assert np.all(steps >= -tol)
+    else:
+        assert np.all(steps <= tol)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(series(), series(), st.floats(min_value=0.0, max_value=1e3, allow_nan=False), queries)
+def test_property_param_blend_within_range(lo, hi, param, qs):
+    pts = [(x, 2.0, k) for x, k in zip(*lo, strict=True)] + [(x, 32.0, k) for x, k in zip(*hi, strict=True)]
+    out = table(records(pts, pattern="panel")).k("gemm", BE, 1, np.array(qs), "panel", param)
+    allk = lo[1] + hi[1]
+    assert np.all(out >= min(allk) * (1 - REL))
+    assert np.all(out <= max(allk) * (1 + REL))
