@@ -1,10 +1,14 @@
 """autotune: auto-tuned dense linear algebra driven by measured system parameters.
 
-Architecture: ``install_probe`` (measure) -> ``db`` (store, look up) -> models -> selection ->
-dispatch -> ``kernels``/``backends``. Importing this package loads neither MPI nor any BLAS
-backend; they load on first use.
+Architecture: ``install_probe`` (measure) -> ``db`` (store, look up) -> ``models`` (predict) ->
+``select`` (rank, cache) -> ``dispatch`` (layout, threads) -> ``kernels``/``backends`` (compute).
+Importing this package loads neither MPI nor any BLAS backend; they load on first use.
 """
 from ._version import __version__
+from .api import describe, tuned_cholesky, tuned_gemm
+from .config import get_options, options, set_options
 from .db import load_sp
+from .select import Candidate
 
-__all__ = ["__version__", "load_sp"]
+__all__ = ["Candidate", "__version__", "describe", "get_options", "load_sp", "options", "set_options",
+           "tuned_cholesky", "tuned_gemm"]

@@ -1,4 +1,4 @@
-"""``autotune``: inspect the system-parameter database (``autotune show``)."""
+"""``autotune``: inspect the database (``autotune show``) and the selector's choices (``autotune explain``)."""
 from __future__ import annotations
 
 import argparse
@@ -116,6 +116,61 @@ def cmd_show(args) -> int:
     return 0
 
 
+def cmd_explain(args) -> int:
+    """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
+    from autotune.config import options
+    from autotune.db import load_sp
+    from autotune.select import rank
+
+    dims = tuple(args.dims)
+    if args.routine == "gemm" and len(dims) == 1:
+        dims = dims * 3
+    if (args.routine == "gemm" and len(dims) != 3) or (args.routine == "cholesky" and len(dims) != 1):
+        print("autotune explain: gemm takes N or M K N; cholesky takes N", file=sys.stderr)
+        return 2
+    if min(dims) < 1:
+        print(f"autotune explain: sizes must be positive, got {dims}", file=sys.stderr)
+        return 2
+    with options(threads=args.threads, allow_strassen=args.strassen, db=args.db) as opts:
+        sp = load_sp(opts.db)
+        if sp.table is None:
+            print(f"autotune explain: no usable database ({sp.reason}); tuned calls fall back to numpy/scipy",
+                  file=sys.stderr)
+            return 1
+        from autotune.api import describe
+
+        dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+        print(describe(dec, top=args.top))
+        if args.run:
+            _run_once(args.routine, dims, dec.chosen)
+    return 0
+
+
+def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
+    """Time the tuned call on random operands (median of 3) against the prediction."""
+    import time
+
+    from autotune.api import tuned_cholesky, tuned_gemm
+
+    rng = np.random.default_rng(0)
+    if routine == "gemm":
+        m, k, n = dims
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        call = lambda: tuned_gemm(a, b)  # noqa: E731
+    else:
+        (n,) = dims
+        g = rng.standard_normal((n, n))
+        a = g @ g.T + n * np.eye(n)
+        call = lambda: tuned_cholesky(a)  # noqa: E731
+    call()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    print(f"ran tuned_{routine} {'x'.join(map(str, dims))} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autotune", description="autotune: auto-tuned dense linear algebra")
     sub = p.add_subparsers(dest="command", required=True)
@@ -124,6 +179,15 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--plot", metavar="FILE.png", help="also draw GFLOP/s against size")
     show.add_argument("--json", action="store_true", help="machine-readable summary")
     show.set_defaults(func=cmd_show)
+    exp = sub.add_parser("explain", help="rank the candidate configurations for a problem")
+    exp.add_argument("routine", choices=["gemm", "cholesky"])
+    exp.add_argument("dims", type=int, nargs="+", help="gemm: N or M K N; cholesky: N")
+    exp.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
+    exp.add_argument("--strassen", action="store_true", help="allow Strassen (changes rounding error)")
+    exp.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    exp.add_argument("--top", type=int, default=12, help="how many ranked candidates to print")
+    exp.add_argument("--run", action="store_true", help="also run the tuned call once and time it")
+    exp.set_defaults(func=cmd_explain)
     return p
 
 

@@ -12,3 +12,16 @@ def add(double[:, :] a, double[:, :] b, double[:, :] c, double beta=1.0, Py_ssiz
             for j in range(n):
                 for i in range(m):
                     c[i, j] = a[i, j] + beta * b[i, j]
+
+
+def zero_triangle(double[:, :] a, bint upper):
+    """Zero the strictly upper (``upper``) or strictly lower triangle of a square view in place."""
+    cdef Py_ssize_t n = a.shape[0], i, j
+    with nogil:
+        for j in range(n):
+            if upper:
+                for i in range(j):
+                    a[i, j] = 0.0
+            else:
+                for i in range(j + 1, n):
+                    a[i, j] = 0.0

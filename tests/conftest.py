@@ -38,3 +38,35 @@ def _private_default_db(tmp_path, monkeypatch):
     path = tmp_path / "default-db" / "system_parameters.h5"
     monkeypatch.setenv(location.ENV_VAR, str(path))
     return path
+
+
+TINY_PROFILE = {
+    "name": "tiny-runtime",
+    "description": "just enough for every runtime candidate to be ranked (tests only)",
+    "backends": ["numpy-openblas", "scipy-openblas", "numba-reference"],
+    "threads": [1, 2],
+    "timing": {"min_reps": 1, "max_reps": 2, "rel_tol": 0.5, "min_sample_seconds": 0.0001,
+               "point_budget_seconds": 0.02},
+    "measure": [
+        {"routines": ["gemm", "potrf", "potf2", "syrk", "axpy"], "pattern": "square", "sizes": [16, 64, 256],
+         "backends": ["numpy-openblas", "scipy-openblas"]},
+        {"routines": ["gemm"], "pattern": "square", "sizes": [64], "backends": ["numba-reference"]},
+        {"routines": ["trsm", "syrk", "gemm"], "pattern": "panel", "sizes": [64, 256], "params": [16, 32],
+         "backends": ["numpy-openblas", "scipy-openblas"]},
+        {"routines": ["gemv"], "pattern": "segment", "sizes": [64, 256], "params": [0.125, 0.375, 0.625, 0.875],
+         "backends": ["numpy-openblas", "scipy-openblas"]},
+        {"routines": ["add"], "pattern": "view", "sizes": [16, 64], "backends": ["numba-reference"]},
+    ],
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_db(tmp_path_factory):
+    """A real probe run (seconds) giving every runtime candidate something measured to rank on."""
+    from autotune.install_probe.profile import parse_profile
+    from autotune.install_probe.runner import run_probe
+
+    path = tmp_path_factory.mktemp("tinydb") / "sp.h5"
+    result = run_probe(parse_profile(TINY_PROFILE, "tiny-runtime"), path, progress=False)
+    assert result.complete
+    return path

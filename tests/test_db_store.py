@@ -120,7 +120,10 @@ def test_default_path_comes_from_env(tmp_path, _private_default_db):
     assert sp.k("gemm", BE, 1, 3) == pytest.approx(3e-10)
 
 
-def test_load_sp_picks_up_rewritten_database(tmp_path):
+def test_load_sp_picks_up_rewritten_database(tmp_path, monkeypatch):
+    from autotune.db import lookup
+
+    monkeypatch.setattr(lookup, "RECHECK_SECONDS", 0.0)
     path = tmp_path / "db.h5"
     save(make_db(k=1e-10, n=5), path)
     assert load_sp(path).k("gemm", BE, 1, 3) == pytest.approx(1e-10)

@@ -8,6 +8,7 @@ key never measured) falls back to nominal defaults with one warning, never an er
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections import defaultdict
 
@@ -33,6 +34,7 @@ class SPTable:
                    r["pattern"].decode(), r["dtype"].decode())
             grouped[key][float(r["param"])].append((float(r["x"]), float(r["k"])))
         self._curves: dict[tuple, tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = {}
+        self._merged: dict[tuple, tuple[np.ndarray, ...]] = {}
         for key, by_param in grouped.items():
             params = np.array(sorted(by_param))
             curves = []
@@ -40,6 +42,7 @@ class SPTable:
                 pts = sorted(by_param[p])
                 curves.append((np.log([x for x, _ in pts]), np.log([k for _, k in pts])))
             self._curves[key] = (params, curves)
+            self._merged[key] = _merge(curves)
 
     def keys(self) -> list[tuple]:
         """(routine, backend, threads, pattern, dtype) combinations present."""
@@ -49,19 +52,52 @@ class SPTable:
             dtype: str = "float64") -> bool:
         return (routine, backend, threads, pattern, dtype) in self._curves
 
+    def params(self, routine: str, backend: str, threads: int, pattern: str,
+               dtype: str = "float64") -> tuple[float, ...]:
+        """Parameter values (blocks, fractions, ...) measured for a series; () if none."""
+        entry = self._curves.get((routine, backend, int(threads), pattern, dtype))
+        return tuple(float(p) for p in entry[0]) if entry else ()
+
     def k(self, routine: str, backend: str, threads: int, x, pattern: str = "square",
           param: float = 0.0, dtype: str = "float64") -> np.ndarray:
         """Seconds per flop at sizes ``x`` (array-like); KeyError if the series was never measured."""
         params, curves = self._curves[(routine, backend, int(threads), pattern, dtype)]
         lx = np.log(np.maximum(np.asarray(x, dtype=float), 1.0))
+        if isinstance(param, np.ndarray) and param.ndim:     # one parameter per size
+            idx = np.minimum(np.searchsorted(params, param), len(params) - 1)
+            if np.array_equal(params[idx], param):           # all measured: one interpolation
+                offset, lo, hi, xs, ks = self._merged[(routine, backend, int(threads), pattern, dtype)]
+                return np.exp(np.interp(np.clip(lx, lo[idx], hi[idx]) + offset[idx], xs, ks))
+            out = np.empty(lx.shape)
+            for p in np.unique(param):
+                sel = param == p
+                out[sel] = self._at(params, curves, lx[sel], float(p))
+            return out
+        return self._at(params, curves, lx, float(param))
+
+    @staticmethod
+    def _at(params: np.ndarray, curves: list, lx: np.ndarray, param: float) -> np.ndarray:
         if len(params) == 1 or param <= params[0]:
-            return np.exp(_interp(lx, *curves[0]))
+            return np.exp(np.interp(lx, *curves[0]))
         if param >= params[-1]:
-            return np.exp(_interp(lx, *curves[-1]))
+            return np.exp(np.interp(lx, *curves[-1]))
         hi = int(np.searchsorted(params, param))
         lo = hi - 1
         w = (np.log(param) - np.log(params[lo])) / (np.log(params[hi]) - np.log(params[lo]))
         return np.exp((1 - w) * _interp(lx, *curves[lo]) + w * _interp(lx, *curves[hi]))
+
+
+_SPAN = 1000.0   # log sizes are < 50: curves placed this far apart never overlap
+
+
+def _merge(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """All parameter curves on one axis (curve i shifted by i * _SPAN) for a single np.interp."""
+    offset = np.arange(len(curves)) * _SPAN
+    lo = np.array([c[0][0] for c in curves])
+    hi = np.array([c[0][-1] for c in curves])
+    xs = np.concatenate([c[0] + off for c, off in zip(curves, offset)])
+    ks = np.concatenate([c[1] for c in curves])
+    return offset, lo, hi, xs, ks
 
 
 def _interp(lx: np.ndarray, xs: np.ndarray, ks: np.ndarray) -> np.ndarray:
@@ -117,13 +153,22 @@ class SystemParameters:
 
 
 _CACHE: dict[tuple, SystemParameters] = {}
+_RECENT: dict[tuple, tuple[float, SystemParameters]] = {}
+# A tuned call re-checks the database file's mtime at most this often (seconds).
+RECHECK_SECONDS = 1.0
 
 
 def load_sp(path: str | os.PathLike | None = None, *, refresh: bool = False) -> SystemParameters:
     """System parameters from ``path`` (default location if None); a bad database is a miss.
 
-    Cached per (path, mtime), so a database rewritten by the probe is picked up on next load.
+    Cached per (path, mtime), so a database rewritten by the probe is picked up on next load;
+    the file is stat'ed at most once per RECHECK_SECONDS per path (tuned calls stay cheap).
     """
+    recent_key = (path, os.environ.get(location.ENV_VAR))
+    now = time.monotonic()
+    hit = _RECENT.get(recent_key)
+    if hit is not None and not refresh and now - hit[0] < RECHECK_SECONDS:
+        return hit[1]
     p = location.resolve(path)
     try:
         mtime = p.stat().st_mtime_ns
@@ -135,4 +180,5 @@ def load_sp(path: str | os.PathLike | None = None, *, refresh: bool = False) -> 
             _CACHE[key] = SystemParameters(load(p))
         except DatabaseError as exc:
             _CACHE[key] = SystemParameters(None, reason=str(exc))
+    _RECENT[recent_key] = (now, _CACHE[key])
     return _CACHE[key]

@@ -1,0 +1,164 @@
+"""Public entry points: ``tuned_gemm`` (drop-in for ``a @ b``) and ``tuned_cholesky`` (for scipy's).
+
+Tuned domain: 2-D float64 operands (what the probe measures). Everything else keeps numpy's or
+scipy's exact behaviour by deferring to them. With no usable database both functions warn once
+and run numpy/scipy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from autotune import backends
+from autotune.config import get_options
+from autotune.db import load_sp
+from autotune.dispatch import run_cholesky, run_gemm
+from autotune.select import Candidate, Decision, as_candidate, choose, rank
+
+_F64 = np.dtype(np.float64)
+# Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
+MIN_TUNED_SIZE = 32
+
+
+def _decide(family: str, dims: tuple[int, ...], config, explain: bool) -> tuple[Candidate, Decision | None]:
+    """The candidate to run (forced ``config`` or the selector's choice); None when untuned."""
+    opts = get_options()
+    if config is not None:
+        return as_candidate(config, family), None
+    sp = load_sp(opts.db)
+    if sp.table is None:
+        sp.k("gemm", "numpy-openblas", 1, 1)   # warns once: no usable database
+        return None, None
+    if explain:
+        dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+        print(describe(dec))
+        return dec.chosen, dec
+    try:
+        dec = choose(family, dims, sp, opts.thread_budget, opts.allow_strassen)
+    except LookupError:
+        return None, None
+    return dec.chosen, dec
+
+
+def describe(dec: Decision, top: int = 12) -> str:
+    """Human-readable decision: choice, ranked candidates with predicted times, SP values used."""
+    lines = [f"{dec.family} {'x'.join(map(str, dec.dims))}, thread budget {dec.threads}: chose {dec.chosen}"]
+    lines += [f"  note: {n}" for n in dec.notes]
+    best = dec.ranking[0].seconds
+    for i, r in enumerate(dec.ranking[:top], 1):
+        lines.append(f"  {i:2d}. {str(r.candidate):42s} {r.seconds * 1e3:10.3f} ms  x{r.seconds / best:5.2f}")
+        lines += [f"        {t}" for t in r.terms]
+    if len(dec.ranking) > top:
+        lines.append(f"  ... {len(dec.ranking) - top} more candidates")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- gemm
+
+def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False,
+               out=None, config=None, explain: bool = False):
+    """``alpha op(a) op(b) + beta c`` with the measured-fastest configuration; ``a @ b`` by default.
+
+    Accepts what ``numpy.matmul`` accepts and returns the same values, dtypes and errors; only
+    2-D float64 products are tuned (others defer to numpy). ``c`` is read only when ``beta != 0``;
+    pass ``out=c`` to update it in place, BLAS style. ``config`` forces a candidate (a
+    ``Candidate`` or dict of its fields); ``explain=True`` prints the ranked candidates.
+    """
+    plain = c is None and not trans_a and not trans_b and alpha == 1.0 and beta == 0.0
+    if not (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
+            and a.dtype == _F64 and b.dtype == _F64):
+        return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
+        return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    cand, _ = _decide("gemm", (m, k, n), config, explain)
+    if cand is None:
+        return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    direct = out is None or _direct_target(out, a, b, (m, n))
+    if plain and (not direct or (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
+                                 and backends.get(cand.backend).get_threads() == cand.threads)):
+        return np.matmul(a, b, out=out)     # numpy's own call (this very candidate), or numpy's out rules
+    if c is not None and np.shape(c) != (m, n):
+        raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
+    target = out if (direct and out is not None) else np.empty((m, n))
+    if c is not None and beta != 0.0 and c is not target:
+        np.copyto(target, c)
+    run_gemm(cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
+    if out is None or target is out:
+        return target
+    return _copy_out(target, out)
+
+
+def _direct_target(out, a, b, shape) -> bool:
+    """Can BLAS write straight into ``out``? (float64, right shape, contiguous, not aliasing a or b)."""
+    return (type(out) is np.ndarray and out.dtype == _F64 and out.shape == shape and out.flags.writeable
+            and (out.flags.c_contiguous or out.flags.f_contiguous)
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
+
+
+def _copy_out(res: np.ndarray, out):
+    """numpy's rules for ``out=``: an ndarray of the result's shape, same-kind casting."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError("return arrays must be of ArrayType")
+    if out.shape != res.shape:
+        raise ValueError(f"out has shape {out.shape}, expected {res.shape}")
+    np.copyto(out, res, casting="same_kind")
+    return out
+
+
+def _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out):
+    """BLAS-style extras for what is not tuned (any dtype, 2-D): numpy does the arithmetic."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError("alpha/beta/c/trans_a/trans_b need 2-D operands")
+    res = np.matmul(a.T if trans_a else a, b.T if trans_b else b)
+    if alpha != 1.0:
+        res = alpha * res
+    if c is not None and beta != 0.0:
+        c = np.asarray(c)
+        if c.shape != res.shape:
+            raise ValueError(f"c has shape {c.shape}, expected {res.shape}")
+        res = res + beta * c
+    return res if out is None else _copy_out(res, out)
+
+
+# ------------------------------------------------------------------------------------------ cholesky
+
+def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, *,
+                   config=None, explain: bool = False):
+    """Cholesky factor with the contract of ``scipy.linalg.cholesky``, tuned for 2-D float64.
+
+    Returns upper ``U`` with ``a = U^H U`` (or lower ``L`` with ``a = L L^H``), the other triangle
+    zeroed. Raises LinAlgError for a matrix that is not positive definite, ValueError for a
+    non-square or (with ``check_finite``) non-finite input. Other dtypes and stacks go to scipy.
+    """
+    from scipy import linalg
+
+    a1 = np.asarray(a)
+    if a1.ndim != 2 or not (a1.dtype == _F64 or a1.dtype.kind in "biu") or a1.shape[0] == 0 \
+            or a1.shape[0] != a1.shape[1]:
+        return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    if check_finite and not np.isfinite(a1).all():
+        raise ValueError("array must not contain infs or NaNs")
+    n = a1.shape[0]
+    cand = None
+    if n >= MIN_TUNED_SIZE or config is not None:
+        cand, _ = _decide("cholesky", (n,), config, explain)
+    if cand is None:
+        cand = Candidate("potrf", "scipy-openblas", 1)
+        if n >= MIN_TUNED_SIZE:
+            return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=False)
+    in_place = overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and (
+        a1.flags.f_contiguous or a1.flags.c_contiguous)
+    w = a1 if in_place else np.array(a1, dtype=_F64, order="F")
+    # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
+    wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
+    info = run_cholesky(cand, wf, lo)
+    if info > 0:
+        raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    if info < 0:
+        raise ValueError(f"LAPACK reported an illegal value in {-info}-th argument on entry to \"POTRF\".")
+    from autotune.kernels._matadd import zero_triangle
+
+    zero_triangle(wf, lo)
+    return w

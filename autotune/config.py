@@ -1,0 +1,70 @@
+"""Run-time options: thread budget, whether Strassen may be used, which database to read.
+
+Set globally with ``set_options(...)`` or for a block with ``with options(...):`` (like
+threadpoolctl's ``threadpool_limits``). The selector caches decisions per option values.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+
+def available_cores() -> int:
+    """Cores this process may run on (affinity-aware)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Options:
+    """``threads``: most threads a tuned call may use (default: all available cores).
+    ``allow_strassen``: Strassen changes rounding error, so it is opt-in.
+    ``db``: database path (None: $AUTOTUNE_DB or the per-user default)."""
+
+    threads: int | None = None
+    allow_strassen: bool = False
+    db: str | None = None
+
+    @property
+    def thread_budget(self) -> int:
+        return self.threads if self.threads is not None else available_cores()
+
+
+_current = Options()
+
+
+def get_options() -> Options:
+    return _current
+
+
+def set_options(**changes) -> Options:
+    """Change options for the rest of the process; returns the previous ones."""
+    global _current
+    previous = _current
+    _current = _validated(replace(_current, **changes))
+    return previous
+
+
+@contextlib.contextmanager
+def options(**changes) -> Iterator[Options]:
+    """Temporarily change options: ``with autotune.options(threads=1, allow_strassen=True): ...``."""
+    previous = set_options(**changes)
+    try:
+        yield _current
+    finally:
+        _restore(previous)
+
+
+def _restore(previous: Options) -> None:
+    global _current
+    _current = previous
+
+
+def _validated(opts: Options) -> Options:
+    if opts.threads is not None and (not isinstance(opts.threads, int) or opts.threads < 1):
+        raise ValueError(f"threads must be a positive integer or None, got {opts.threads!r}")
+    return opts

@@ -1,0 +1,5 @@
+"""Dispatch: run a chosen candidate on the user's arrays (layout, threads, kernels)."""
+from .cholesky import run_cholesky
+from .gemm import run_gemm
+
+__all__ = ["run_cholesky", "run_gemm"]

@@ -1,0 +1,48 @@
+"""GEMM family, one process: BLAS gemm per (library, threads) and sequential Strassen (001 §3.3.6)."""
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.routines import flops
+
+# Element passes per Strassen level of ``autotune.kernels.strassen`` (eq. 3.18's 3-temporary
+# schedule with fused additions): 5 on quadrants of A (S1), 5 on quadrants of B (T1), and on
+# quadrants of C 5 passes (C22 = M1 - M2 + M3; two two-target accumulations) plus 2 more for M6,
+# M7 unless the level's products are leaves (then gemm accumulates them with beta = 1).
+ADDS_A, ADDS_B, ADDS_C_LEAF, ADDS_C_INNER = 5, 5, 5, 7
+
+
+def lookup_size(m: float, k: float, n: float) -> np.ndarray:
+    """Square size whose measured k3_gemm stands for an m x k by k x n product (geometric mean)."""
+    return np.cbrt(np.asarray(m, float) * np.asarray(k, float) * np.asarray(n, float))
+
+
+def blas(m: int, k: int, n: int, backend: str, threads: int, sp) -> float:
+    """``2mkn * k3_gemm(backend, threads, size)``."""
+    kk = sp.k("gemm", backend, threads, lookup_size(m, k, n))
+    return float(flops("gemm", {"m": m, "n": n, "k": k}) * kk)
+
+
+def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
+             add_backend: str = "numba-reference", add_threads: int = 1) -> np.ndarray:
+    """Strassen with ``levels`` recursion levels (array), leaves on ``backend``'s gemm (eq. 3.19).
+
+    Leaves: ``7^l 2 (m/2^l)(k/2^l)(n/2^l) k3_gemm(leaf size)``. Additions: at level i the
+    passes above act on quadrants of size ``/2^i``, each costed with k2_add measured on quadrant
+    views of that size (DESIGN §4: "better: k2_add at the size of each level").
+    """
+    levels = np.atleast_1d(np.asarray(levels, dtype=int))
+    scale = 2.0 ** levels
+    lm, lk, ln = m / scale, k / scale, n / scale
+    k3 = sp.k("gemm", backend, threads, lookup_size(lm, lk, ln))
+    leaves = 7.0 ** levels * 2.0 * lm * lk * ln * k3
+    lmax = int(levels.max(initial=0))
+    if lmax == 0:
+        return leaves
+    i = np.arange(1, lmax + 1)
+    qm, qk, qn = m / 2.0 ** i, k / 2.0 ** i, n / 2.0 ** i
+    ab = ADDS_A * qm * qk + ADDS_B * qk * qn
+    k2 = sp.k("add", add_backend, add_threads, np.sqrt((ab + ADDS_C_INNER * qm * qn) / 18.0), pattern="view")
+    adds = np.array([np.sum(7.0 ** (i[:lv] - 1) * k2[:lv] * (ab[:lv] + qm[:lv] * qn[:lv] * np.where(
+        i[:lv] == lv, ADDS_C_LEAF, ADDS_C_INNER))) for lv in levels])
+    return leaves + adds

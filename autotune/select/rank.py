@@ -1,0 +1,160 @@
+"""Evaluate every candidate's model over the measured AP space, rank, and cache the decision."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.models import cholesky as chol_models
+from autotune.models import gemm as gemm_models
+
+from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS, Candidate
+
+# Keep the library's own default (numpy's matmul / scipy's potrf at the full budget) unless an
+# alternative is predicted faster by more than this fraction: model error must not cost speed.
+INCUMBENT_MARGIN = 0.03
+# Backend whose add kernel performs Strassen's additions (the Numba fused loops).
+STRASSEN_ADD_BACKEND = "numba-reference"
+_CACHE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Ranked:
+    candidate: Candidate
+    seconds: float
+    terms: tuple[str, ...] = ()
+
+
+@dataclass
+class Decision:
+    """The ranking for one problem (best first) and the candidate chosen from it."""
+
+    family: str
+    dims: tuple[int, ...]
+    threads: int
+    ranking: list[Ranked]
+    chosen: Candidate
+    incumbent: Candidate | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def predicted(self, cand: Candidate) -> float:
+        for r in self.ranking:
+            if r.candidate == cand:
+                return r.seconds
+        raise KeyError(str(cand))
+
+
+class _Recorder:
+    """An SP view that remembers each lookup (for ``explain``)."""
+
+    def __init__(self, sp):
+        self.sp, self.log = sp, []
+
+    def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+        out = self.sp.k(routine, backend, threads, x, pattern, param, dtype)
+        xs, ks = np.atleast_1d(x), np.atleast_1d(out)
+        where = f"{routine}/{pattern}" + (f"[{param:g}]" if param else "")
+        if xs.size == 1:
+            self.log.append(f"k_{where}({float(xs[0]):.0f}) = {1e-9 / float(ks[0]):.2f} GF/s")
+        else:
+            self.log.append(f"k_{where} over {xs.size} sizes {float(xs.min()):.0f}..{float(xs.max()):.0f}: "
+                            f"{1e-9 / float(ks.max()):.2f}..{1e-9 / float(ks.min()):.2f} GF/s")
+        return out
+
+
+def _threads(table, routine: str, backend: str, budget: int, pattern: str = "square") -> list[int]:
+    return [t for t in range(1, budget + 1) if table.has(routine, backend, t, pattern)]
+
+
+def _backends(table) -> list[str]:
+    return sorted({key[1] for key in table.keys()})
+
+
+Evaluation = tuple[str, str, int, tuple[int, ...], int, Callable]
+
+
+def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
+    m, k, n = dims
+    levels = tuple(lv for lv in STRASSEN_LEVELS if min(m, k, n) / 2**lv >= MIN_STRASSEN_LEAF)
+    can_add = table.has("add", STRASSEN_ADD_BACKEND, 1, "view")
+    for be in _backends(table):
+        for t in _threads(table, "gemm", be, budget):
+            yield "blas", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp)]
+            if allow_strassen and levels and can_add:
+                yield "strassen", be, t, levels, 0, lambda sp, p, v, be=be, t=t: gemm_models.strassen(
+                    m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND)
+
+
+def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
+    (n,) = dims
+    for be in _backends(table):
+        for t in _threads(table, "potrf", be, budget):
+            yield "potrf", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [chol_models.potrf(n, be, t, sp)]
+        if be not in DRIVER_BACKENDS or n < 2:
+            continue
+        for t in _threads(table, "trsm", be, budget, "panel"):
+            blocks = tuple(int(b) for b in table.params("trsm", be, t, "panel") if b < n)
+            if blocks and table.has("syrk", be, t, "panel") and table.has("potf2", be, t):
+                fn = (lambda sp, p, v, be=be, t=t: chol_models.blocked(n, p, v, be, t, sp))
+                yield "blocked", be, t, blocks, 0, fn
+                if table.has("gemm", be, t, "panel") and table.has("syrk", be, t):
+                    yield "blocked", be, t, blocks, 1, fn
+        for t in _threads(table, "gemv", be, budget, "segment"):
+            yield "gemv", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp)]
+        for t in _threads(table, "axpy", be, budget):
+            yield "axpy", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)]
+
+
+GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups}
+INCUMBENTS = {"gemm": ("blas", "numpy-openblas"), "cholesky": ("potrf", "scipy-openblas")}
+
+
+def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
+         explain: bool = False) -> Decision:
+    """Evaluate every candidate for ``family`` on ``dims`` within a ``threads`` budget."""
+    if sp.table is None:
+        raise LookupError("no system parameters: nothing to rank")
+    ranking: list[Ranked] = []
+    for alg, be, t, params, variant, fn in GROUPS[family](dims, sp.table, threads, allow_strassen):
+        view = _Recorder(sp) if explain else sp
+        times = np.atleast_1d(np.asarray(fn(view, np.asarray(params), variant), dtype=float))
+        terms = tuple(view.log) if explain else ()
+        ranking += [Ranked(Candidate(alg, be, t, int(p), variant), float(s), terms) for p, s in zip(params, times)]
+    if not ranking:
+        raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
+    ranking.sort(key=lambda r: r.seconds)
+    chosen, incumbent, notes = _apply_margin(family, ranking)
+    return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes)
+
+
+def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
+    """Best candidate, unless the library default is within INCUMBENT_MARGIN of it."""
+    alg, be = INCUMBENTS[family]
+    defaults = [r for r in ranking if r.candidate.algorithm == alg and r.candidate.backend == be]
+    best = ranking[0]
+    if not defaults:
+        return best.candidate, None, []
+    inc = max(defaults, key=lambda r: r.candidate.threads)   # the library's default: all budget threads
+    if inc.seconds <= best.seconds * (1 + INCUMBENT_MARGIN):
+        note = [] if inc is best else [f"kept the default {inc.candidate}: within {INCUMBENT_MARGIN:.0%} of {best.candidate}"]
+        return inc.candidate, inc.candidate, note
+    return best.candidate, inc.candidate, []
+
+
+_CACHE: dict[tuple, Decision] = {}
+
+
+def choose(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False) -> Decision:
+    """``rank`` with the decision cached per (family, dims, budget, Strassen allowed, SP source)."""
+    key = (family, dims, threads, allow_strassen, id(sp))
+    dec = _CACHE.get(key)
+    if dec is None:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        dec = _CACHE[key] = rank(family, dims, sp, threads, allow_strassen)
+    return dec
+
+
+def clear_cache() -> None:
+    _CACHE.clear()

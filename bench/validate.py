@@ -1,0 +1,179 @@
+"""Validation against exhaustive search: run every candidate, compare with the models' predictions.
+
+For each problem (square sizes on and off the probe grid, rectangular gemm shapes, thread
+budgets 1 and 2) every ranked candidate is forced with ``config=`` and timed (median of
+repeated runs; Cholesky factors a fresh copy in place so only the algorithm is timed). Reports
+the absolute percentage error of each prediction and the regret t(chosen) / t(best measured).
+Candidates predicted slower than ``--max-ratio`` x the best are not run (listed as skipped).
+
+    python bench/validate.py --out bench/results/validate.json --markdown bench/results/validate.md \
+        --plot bench/results/validate.png
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+import autotune
+from autotune.select import rank
+
+GEMM = [(n, n, n) for n in (200, 384, 700, 1024, 1500, 2048, 3000)] + [
+    (2000, 200, 2000), (4000, 1000, 500), (500, 3000, 500), (3000, 64, 3000)]
+CHOL = [(n,) for n in (100, 256, 500, 1000, 1500, 2048, 3000, 4000)]
+SMOKE_GEMM, SMOKE_CHOL = [(64, 64, 64)], [(64,)]
+
+
+def _timer(routine: str, dims, cand, rng):
+    if routine == "gemm":
+        m, k, n = dims
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        out = np.empty((m, n))
+        return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
+    (n,) = dims
+    g = rng.standard_normal((n, n))
+    a = np.asfortranarray(g @ g.T + n * np.eye(n))
+    work = np.empty_like(a, order="F")
+
+    def run():
+        work[...] = a
+        return _once(lambda: autotune.tuned_cholesky(work, overwrite_a=True, check_finite=False, config=cand))
+    return run
+
+
+def _once(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(fn, budget: float, reps: int) -> tuple[float, float]:
+    """Median and relative spread (IQR / median) of up to ``reps`` runs within ``budget`` seconds."""
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget):
+        times.append(fn())
+    q1, med, q3 = np.percentile(times, [25, 50, 75])
+    return float(med), float((q3 - q1) / med)
+
+
+def validate(routine: str, dims, threads: int, args, rng) -> dict:
+    sp = autotune.load_sp(args.db)
+    dec = rank(routine, dims, sp, threads, allow_strassen=args.strassen)
+    best_pred = dec.ranking[0].seconds
+    rows = []
+    for r in dec.ranking:
+        row = {"candidate": str(r.candidate), "config": r.candidate.as_dict(), "predicted": r.seconds}
+        if r.seconds > args.max_ratio * best_pred and r.candidate != dec.chosen:
+            row["skipped"] = True
+        else:
+            row["measured"], row["spread"] = measure(_timer(routine, dims, r.candidate, rng), args.seconds, args.reps)
+            row["ape"] = abs(r.seconds - row["measured"]) / row["measured"] * 100
+        rows.append(row)
+    ran = [x for x in rows if "measured" in x]
+    best = min(ran, key=lambda x: x["measured"])
+    chosen = next(x for x in rows if x["config"] == dec.chosen.as_dict())
+    return {"routine": routine, "dims": list(dims), "threads": threads, "chosen": chosen["candidate"],
+            "best": best["candidate"], "regret": chosen["measured"] / best["measured"], "candidates": rows}
+
+
+def summarise(results: list[dict], min_seconds: float = 1e-3) -> dict:
+    apes = np.array([c["ape"] for r in results for c in r["candidates"]
+                     if "ape" in c and c["predicted"] >= min_seconds])
+    regrets = np.array([r["regret"] for r in results])
+    return {"problems": len(results), "candidates_scored": int(apes.size),
+            "ape_median": float(np.median(apes)) if apes.size else None,
+            "ape_p90": float(np.percentile(apes, 90)) if apes.size else None,
+            "within_5pct": float(np.mean(regrets <= 1.05)), "regret_mean": float(regrets.mean()),
+            "regret_max": float(regrets.max())}
+
+
+def markdown(results: list[dict], summary: dict) -> str:
+    lines = [f"Problems: {summary['problems']}; candidates scored (predicted >= 1 ms): "
+             f"{summary['candidates_scored']}; APE median {summary['ape_median']:.1f}%, "
+             f"p90 {summary['ape_p90']:.1f}%; within 5% of best: {summary['within_5pct']:.0%}; "
+             f"mean regret {summary['regret_mean']:.3f} (max {summary['regret_max']:.3f})", "",
+             "| problem | threads | chosen | best measured | regret | median APE |", "|---|---:|---|---|---:|---:|"]
+    for r in results:
+        apes = [c["ape"] for c in r["candidates"] if "ape" in c]
+        lines.append(f"| {r['routine']} {'x'.join(map(str, r['dims']))} | {r['threads']} | {r['chosen']} | "
+                     f"{r['best']} | {r['regret']:.3f} | {np.median(apes):.1f}% |")
+    return "\n".join(lines)
+
+
+def plot(results: list[dict], filename: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    for routine, colour in (("gemm", "C0"), ("cholesky", "C1")):
+        pts = [(c["predicted"], c["measured"]) for r in results if r["routine"] == routine
+               for c in r["candidates"] if "measured" in c]
+        if pts:
+            p, m = np.array(pts).T
+            ax1.loglog(m, p, ".", color=colour, label=routine, alpha=0.6)
+    lim = ax1.get_xlim()
+    ax1.plot(lim, lim, "k-", lw=0.8)
+    ax1.set_xlabel("measured (s)")
+    ax1.set_ylabel("predicted (s)")
+    ax1.set_title("every candidate: predicted vs measured")
+    ax1.legend()
+    labels = [f"{r['routine'][:4]} {'x'.join(map(str, r['dims']))} t{r['threads']}" for r in results]
+    ax2.bar(range(len(results)), [r["regret"] for r in results], color="C2")
+    ax2.axhline(1.05, color="r", lw=0.8, ls="--")
+    ax2.set_xticks(range(len(results)), labels, rotation=90, fontsize=6)
+    ax2.set_ylim(0.95, max(1.2, max(r["regret"] for r in results) + 0.02))
+    ax2.set_ylabel("regret t(chosen)/t(best)")
+    ax2.set_title("regret per problem")
+    fig.tight_layout()
+    fig.savefig(filename, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--routines", nargs="+", default=["gemm", "cholesky"])
+    p.add_argument("--db", default=None)
+    p.add_argument("--strassen", action="store_true", help="include Strassen candidates")
+    p.add_argument("--max-ratio", type=float, default=6.0, help="skip candidates predicted slower than this x best")
+    p.add_argument("--seconds", type=float, default=1.0, help="time budget per candidate")
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--out")
+    p.add_argument("--markdown")
+    p.add_argument("--plot")
+    args = p.parse_args(argv)
+    problems = {"gemm": SMOKE_GEMM if args.smoke else GEMM, "cholesky": SMOKE_CHOL if args.smoke else CHOL}
+    if args.smoke:
+        args.seconds, args.reps = 0.0, 3
+    rng = np.random.default_rng(0)
+    results = []
+    for t in args.threads:
+        for routine in args.routines:
+            for dims in problems[routine]:
+                r = validate(routine, dims, t, args, rng)
+                results.append(r)
+                apes = [c["ape"] for c in r["candidates"] if "ape" in c]
+                print(f"{routine} {'x'.join(map(str, dims))} t={t}: chose {r['chosen']}, best {r['best']}, "
+                      f"regret {r['regret']:.3f}, median APE {np.median(apes):.1f}%", flush=True)
+    summary = summarise(results)
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump({"summary": summary, "results": results}, fh, indent=2)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(markdown(results, summary) + "\n")
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

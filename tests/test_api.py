@@ -1,0 +1,272 @@
+"""tuned_gemm / tuned_cholesky keep numpy's and scipy's contracts, on every candidate."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg as sl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import autotune
+from autotune import Candidate, tuned_cholesky, tuned_gemm
+from autotune.db import load_sp
+from autotune.select import choose, clear_cache, rank
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture
+def db(tiny_db):
+    """Tuned calls read the tiny test database."""
+    clear_cache()
+    with autotune.options(db=str(tiny_db)):
+        yield tiny_db
+
+
+def _layout(x: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "C":
+        return np.ascontiguousarray(x)
+    if kind == "F":
+        return np.asfortranarray(x)
+    big = np.zeros((x.shape[0] * 2, x.shape[1] * 2), dtype=x.dtype)   # strided view
+    big[::2, ::2] = x
+    return big[::2, ::2]
+
+
+def _rand(rng, shape, dtype):
+    x = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        x = x + 1j * rng.standard_normal(shape)
+    if np.dtype(dtype).kind in "iu":
+        x = np.round(x * 4)
+    return x.astype(dtype)
+
+
+def _tol(dtype, k):
+    eps = np.finfo(np.result_type(dtype, np.float32)).eps
+    return 8 * eps * max(k, 1) if np.dtype(dtype).kind in "fc" else 0
+
+
+layouts = st.sampled_from(["C", "F", "strided"])
+dims = st.integers(1, 72)
+
+
+@SETTINGS
+@given(m=dims, k=dims, n=dims, la=layouts, lb=layouts,
+       dtype=st.sampled_from([np.float64, np.float32, np.complex128, np.int64]))
+def test_gemm_matches_matmul(db, m, k, n, la, lb, dtype):
+    rng = np.random.default_rng(m * 10007 + k * 101 + n)
+    a, b = _layout(_rand(rng, (m, k), dtype), la), _layout(_rand(rng, (k, n), dtype), lb)
+    got, want = tuned_gemm(a, b), np.matmul(a, b)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=_tol(dtype, k), atol=_tol(dtype, k) * np.abs(want).max(initial=1))
+
+
+@SETTINGS
+@given(m=dims, k=dims, n=dims, ta=st.booleans(), tb=st.booleans(), lc=layouts,
+       alpha=st.sampled_from([1.0, -0.5, 2.0]), beta=st.sampled_from([0.0, 1.0, -3.0]),
+       dtype=st.sampled_from([np.float64, np.float32, np.complex128]))
+def test_gemm_blas_style(db, m, k, n, ta, tb, lc, alpha, beta, dtype):
+    rng = np.random.default_rng(m + 7 * k + 31 * n)
+    a = _rand(rng, (k, m) if ta else (m, k), dtype)
+    b = _rand(rng, (n, k) if tb else (k, n), dtype)
+    c = _layout(_rand(rng, (m, n), dtype), lc)
+    want = alpha * ((a.T if ta else a) @ (b.T if tb else b)) + beta * c
+    got = tuned_gemm(a, b, alpha=alpha, beta=beta, c=c, trans_a=ta, trans_b=tb)
+    np.testing.assert_allclose(got, want, rtol=_tol(dtype, k) * 4, atol=_tol(dtype, k) * 4 * np.abs(want).max())
+
+
+def test_gemm_beta_zero_ignores_nan_c_and_out_in_place(db):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 40)), rng.standard_normal((40, 50))
+    c = np.full((64, 50), np.nan)
+    got = tuned_gemm(a, b, c=c, beta=0.0)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12)
+    c = np.ones((64, 50), order="F")
+    out = tuned_gemm(a, b, c=c, beta=2.0, out=c)
+    assert out is c
+    np.testing.assert_allclose(c, a @ b + 2.0, rtol=1e-12)
+
+
+def test_gemm_out_and_aliasing(db):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((48, 48))
+    want = a @ a
+    out = np.empty((48, 48))
+    assert tuned_gemm(a, a, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-12)
+    assert tuned_gemm(a, a, out=a) is a                        # out aliases an input
+    np.testing.assert_allclose(a, want, rtol=1e-12)
+    out32 = np.empty((48, 48), dtype=np.float32)
+    tuned_gemm(want, want, out=out32)                          # same-kind cast, like numpy
+    np.testing.assert_allclose(out32, want @ want, rtol=1e-5)
+    for bad in (np.empty((48, 48), dtype=np.int64), [1.0], np.empty((48, 47))):
+        with pytest.raises(Exception) as expected:
+            np.matmul(want, want, out=bad)
+        with pytest.raises(type(expected.value)):
+            tuned_gemm(want, want, out=bad)
+        with pytest.raises((TypeError, ValueError)):
+            tuned_gemm(want, want, out=bad, alpha=2.0)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    (np.ones((3, 4)), np.ones((5, 6))),            # core dimension mismatch
+    (np.ones((40, 40)), np.ones((41, 40))),
+    (np.ones(3), np.ones(4)),
+    (np.ones((2, 3)), 5.0),                         # scalar operand
+])
+def test_gemm_errors_like_numpy(db, a, b):
+    with pytest.raises(Exception) as want:
+        np.matmul(a, b)
+    with pytest.raises(type(want.value)) as got:
+        tuned_gemm(a, b)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    (np.arange(6).reshape(2, 3), np.arange(12).reshape(3, 4)),     # integers stay exact
+    (np.ones(3), np.ones(3)),                                      # 1-D dot
+    (np.ones((2, 3, 4)), np.ones((2, 4, 5))),                      # stacks
+    (np.ones((40, 40), dtype=bool), np.ones((40, 40), dtype=bool)),
+    ([[1.0, 2.0]], [[3.0], [4.0]]),                                 # lists
+])
+def test_gemm_untuned_domain_defers_to_numpy(db, a, b):
+    want, got = np.matmul(a, b), tuned_gemm(a, b)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gemm_every_candidate_is_correct(db):
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((96, 70)), rng.standard_normal((70, 80))
+    with autotune.options(allow_strassen=True):
+        dec = rank("gemm", (96, 70, 80), load_sp(str(db)), 2, allow_strassen=True)
+    assert {r.candidate.backend for r in dec.ranking} >= {"numpy-openblas", "scipy-openblas"}
+    for r in dec.ranking:
+        np.testing.assert_allclose(tuned_gemm(a, b, config=r.candidate), a @ b, rtol=1e-10, atol=1e-10)
+
+
+def _spd(rng, n, dtype=np.float64):
+    g = _rand(rng, (n, n), dtype)
+    return (g @ g.conj().T + n * np.eye(n)).astype(dtype)
+
+
+@SETTINGS
+@given(n=st.integers(0, 90), lower=st.booleans(), layout=layouts,
+       dtype=st.sampled_from([np.float64, np.float32, np.complex128, np.int64]))
+def test_cholesky_matches_scipy(db, n, lower, layout, dtype):
+    rng = np.random.default_rng(n)
+    a = _spd(rng, n, np.float64 if dtype == np.int64 else dtype)
+    if dtype == np.int64:
+        a = np.round(a).astype(np.int64) + n * np.eye(n, dtype=np.int64)
+    a = _layout(a, layout) if n else a
+    want = sl.cholesky(a, lower=lower)
+    got = tuned_cholesky(a, lower=lower)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=_tol(dtype, n) * 10, atol=_tol(dtype, n) * 10 * np.abs(want).max(initial=1))
+
+
+def test_cholesky_every_candidate(db):
+    rng = np.random.default_rng(3)
+    a = _spd(rng, 150)
+    for lower in (False, True):
+        want = sl.cholesky(a, lower=lower)
+        for order in ("C", "F"):
+            dec = rank("cholesky", (150,), load_sp(str(db)), 2)
+            algs = {r.candidate.algorithm for r in dec.ranking}
+            assert algs >= {"potrf", "blocked", "gemv", "axpy"}, algs
+            for r in dec.ranking:
+                got = tuned_cholesky(np.array(a, order=order), lower=lower, config=r.candidate)
+                np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10, err_msg=str(r.candidate))
+
+
+@pytest.mark.parametrize("algorithm", ["potrf", "blocked", "gemv", "axpy"])
+def test_cholesky_not_positive_definite(db, algorithm):
+    a = np.eye(40)
+    a[17, 17] = -1.0
+    cand = Candidate(algorithm, "scipy-openblas", 1, 16 if algorithm == "blocked" else 0)
+    with pytest.raises(np.linalg.LinAlgError) as want:
+        sl.cholesky(a)
+    with pytest.raises(np.linalg.LinAlgError) as got:
+        tuned_cholesky(a, config=cand)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("a", [np.ones((3, 4)), np.ones((40, 41)), np.ones(5), np.array([[np.nan, 0], [0, 1.0]]),
+                               np.full((40, 40), np.inf)])
+def test_cholesky_value_errors_like_scipy(db, a):
+    with pytest.raises(ValueError) as want:
+        sl.cholesky(a)
+    with pytest.raises(ValueError) as got:
+        tuned_cholesky(a)
+    assert str(got.value) == str(want.value)
+
+
+def test_cholesky_check_finite_false_skips_the_check(db):
+    a = np.eye(40)
+    tuned_cholesky(a, check_finite=False)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_cholesky_overwrite_a(db, order):
+    rng = np.random.default_rng(4)
+    a = np.array(_spd(rng, 64), order=order)
+    want = sl.cholesky(a)
+    got = tuned_cholesky(a, overwrite_a=True)
+    assert got is a
+    np.testing.assert_allclose(a, want, rtol=1e-10, atol=1e-10)
+    b = np.array(_spd(rng, 64), order=order)
+    keep = b.copy()
+    tuned_cholesky(b)
+    np.testing.assert_array_equal(b, keep)
+
+
+def test_cholesky_empty_and_1x1(db):
+    assert tuned_cholesky(np.zeros((0, 0))).shape == (0, 0)
+    np.testing.assert_array_equal(tuned_cholesky(np.array([[4.0]])), [[2.0]])
+    with pytest.raises(np.linalg.LinAlgError):
+        tuned_cholesky(np.array([[-4.0]]))
+
+
+def test_decisions_are_cached_per_problem(db):
+    sp = load_sp(str(db))
+    first = choose("cholesky", (500,), sp, 2)
+    assert choose("cholesky", (500,), sp, 2) is first
+    assert choose("cholesky", (500,), sp, 1) is not first
+    assert all(r.candidate.threads == 1 for r in choose("cholesky", (500,), sp, 1).ranking)
+
+
+def test_forced_config_errors(db):
+    a = np.eye(40)
+    with pytest.raises(ValueError, match="not a cholesky algorithm"):
+        tuned_cholesky(a, config={"algorithm": "strassen", "backend": "scipy-openblas", "threads": 1})
+    with pytest.raises(ValueError, match="unknown backend"):
+        tuned_gemm(a, a, config=Candidate("blas", "nope", 1))
+    with pytest.raises(ValueError, match="unknown keys"):
+        tuned_gemm(a, a, config={"algorithm": "blas", "backend": "mkl", "threads": 1, "block": 3})
+
+
+def test_without_database_warns_once_and_matches(tmp_path):
+    clear_cache()
+    rng = np.random.default_rng(5)
+    a = _spd(rng, 64)
+    with autotune.options(db=str(tmp_path / "missing.h5")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r1 = tuned_gemm(a, a)
+            r2 = tuned_cholesky(a)
+            tuned_gemm(a, a)
+    np.testing.assert_array_equal(r1, a @ a)
+    np.testing.assert_array_equal(r2, sl.cholesky(a))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "autotune-install" in msgs[0], msgs
+
+
+def test_explain_prints_choice_and_sp(db, capsys):
+    rng = np.random.default_rng(6)
+    a = _spd(rng, 100)
+    tuned_cholesky(a, explain=True)
+    text = capsys.readouterr().out
+    assert "chose" in text and "GF/s" in text and "potrf" in text
