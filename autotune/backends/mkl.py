@@ -21,7 +21,7 @@ def _mkl_rt() -> tuple[ctypes.CDLL, str]:
 
 def mkl() -> Backend:
     """MKL's dgemm & co. via function pointers; threads via MKL_Set_Num_Threads."""
-    from autotune.kernels._blas_lp64 import BlasTable
+    from autotune.kernels._blas_lp64 import DRIVERS, BlasTable
 
     lib, path = _mkl_rt()
     table = BlasTable(symbol_addresses(lib, "{}_"))
@@ -30,6 +30,6 @@ def mkl() -> Backend:
     lib.MKL_Set_Num_Threads.argtypes = [ctypes.c_int]
     info = {"name": "mkl", "library": os.path.realpath(path), "version": buf.value.decode(),
             "corename": "", **package_info("mkl")}
-    ops = {r: getattr(table, r) for r in table.addresses}
+    ops = {r: getattr(table, r) for r in (*table.addresses, *DRIVERS)}
     return Backend("mkl", ops, info, lib.MKL_Set_Num_Threads, lib.MKL_Get_Max_Threads,
                    native_repeat=True)

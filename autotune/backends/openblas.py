@@ -46,11 +46,11 @@ def _numpy_add(a, b, c, beta=1.0, repeat=1):
 
 def numpy_openblas() -> Backend:
     """numpy's OpenBLAS (ILP64, ``scipy_*64_`` symbols) called directly; add is numpy's ufunc."""
-    from autotune.kernels._blas_ilp64 import BlasTable
+    from autotune.kernels._blas_ilp64 import DRIVERS, BlasTable
 
     path = _numpy_lib_path()
     table = BlasTable(symbol_addresses(ctypes.CDLL(path), "scipy_{}_64_"))
-    ops = {r: getattr(table, r) for r in table.addresses}
+    ops = {r: getattr(table, r) for r in (*table.addresses, *DRIVERS)}
     ops["add"] = _numpy_add
     setter, getter = threadpool_setter(path)
     info = _openblas_info("numpy-openblas", path, "scipy_{}64_")
@@ -60,11 +60,11 @@ def numpy_openblas() -> Backend:
 
 def scipy_openblas() -> Backend:
     """scipy's OpenBLAS through cython_blas/cython_lapack; add is the fused Cython loop."""
-    from autotune.kernels._blas_lp64 import BlasTable
+    from autotune.kernels._blas_lp64 import DRIVERS, BlasTable
     from autotune.kernels._matadd import add
 
     table = BlasTable(scipy_addresses())
-    ops = {r: getattr(table, r) for r in table.addresses}
+    ops = {r: getattr(table, r) for r in (*table.addresses, *DRIVERS)}
     ops["add"] = add
     path = _scipy_lib_path()
     setter, getter = threadpool_setter(path)
