@@ -168,7 +168,8 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    print(f"ran tuned_{routine} {'x'.join(map(str, dims))} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
+    shape = "x".join(map(str, dims))
+    print(f"ran tuned_{routine} {shape} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -44,9 +44,11 @@ def _rand(rng, shape, dtype):
     return x.astype(dtype)
 
 
-def _tol(dtype, k):
-    eps = np.finfo(np.result_type(dtype, np.float32)).eps
-    return 8 * eps * max(k, 1) if np.dtype(dtype).kind in "fc" else 0
+def _tol(dtype, k, exact_ints=True):
+    if np.dtype(dtype).kind in "iub" and exact_ints:
+        return 0
+    eps = np.finfo(np.result_type(dtype, np.float32) if np.dtype(dtype).kind in "fc" else np.float64).eps
+    return 8 * eps * max(k, 1)
 
 
 layouts = st.sampled_from(["C", "F", "strided"])
@@ -165,7 +167,8 @@ def test_cholesky_matches_scipy(db, n, lower, layout, dtype):
     want = sl.cholesky(a, lower=lower)
     got = tuned_cholesky(a, lower=lower)
     assert got.dtype == want.dtype and got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=_tol(dtype, n) * 10, atol=_tol(dtype, n) * 10 * np.abs(want).max(initial=1))
+    tol = _tol(dtype, n, exact_ints=False) * 10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max(initial=1))
 
 
 def test_cholesky_every_candidate(db):
@@ -270,3 +273,28 @@ def test_explain_prints_choice_and_sp(db, capsys):
     tuned_cholesky(a, explain=True)
     text = capsys.readouterr().out
     assert "chose" in text and "GF/s" in text and "potrf" in text
+
+
+@pytest.mark.parametrize("levels", [1, 2, 3])
+@pytest.mark.parametrize(("ta", "tb", "alpha", "beta"), [(False, False, 1.0, 0.0), (True, False, 2.0, 1.5),
+                                                         (False, True, -1.0, 0.0)])
+def test_forced_strassen_within_its_bound(db, levels, ta, tb, alpha, beta):
+    from autotune.kernels.strassen import strassen_error_bound
+
+    rng = np.random.default_rng(levels)
+    m, k, n = 130, 101, 90
+    a = rng.standard_normal((k, m) if ta else (m, k))
+    b = rng.standard_normal((n, k) if tb else (k, n))
+    c = rng.standard_normal((m, n))
+    got = tuned_gemm(a, b, alpha=alpha, beta=beta, c=c, trans_a=ta, trans_b=tb,
+                     config=Candidate("strassen", "scipy-openblas", 1, levels))
+    want = alpha * ((a.T if ta else a) @ (b.T if tb else b)) + beta * c
+    bound = strassen_error_bound(k, levels) * abs(alpha) * np.abs(a).max() * np.abs(b).max()
+    assert np.abs(got - want).max() <= bound + 1e-13 * np.abs(want).max()
+
+
+def test_strassen_only_when_allowed(db):
+    sp = load_sp(str(db))
+    assert all(r.candidate.algorithm != "strassen" for r in rank("gemm", (512, 512, 512), sp, 2).ranking)
+    allowed = rank("gemm", (512, 512, 512), sp, 2, allow_strassen=True).ranking
+    assert {r.candidate.param for r in allowed if r.candidate.algorithm == "strassen"} == {1, 2, 3}

@@ -95,7 +95,7 @@ def _merge(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...
     offset = np.arange(len(curves)) * _SPAN
     lo = np.array([c[0][0] for c in curves])
     hi = np.array([c[0][-1] for c in curves])
-    xs = np.concatenate([c[0] + off for c, off in zip(curves, offset)])
+    xs = np.concatenate([c[0] + off for c, off in zip(curves, offset, strict=True)])
     ks = np.concatenate([c[1] for c in curves])
     return offset, lo, hi, xs, ks
 

@@ -59,7 +59,7 @@ def unblocked_gemv(n: int, backend: str, threads: int, sp) -> float:
     if n < 2:
         return float(n * sp.k("axpy", backend, threads, 1))
     t = 0.0
-    for f, w in zip(SEGMENT_FRACTIONS, SEGMENT_WEIGHTS):
+    for f, w in zip(SEGMENT_FRACTIONS, SEGMENT_WEIGHTS, strict=True):
         t += w / 96.0 * n**3 * float(sp.k("gemv", backend, threads, n, "segment", f)[()])
     return t + _column_work(n, backend, threads, sp)
 

@@ -54,7 +54,8 @@ class _Recorder:
     def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
         out = self.sp.k(routine, backend, threads, x, pattern, param, dtype)
         xs, ks = np.atleast_1d(x), np.atleast_1d(out)
-        where = f"{routine}/{pattern}" + (f"[{param:g}]" if param else "")
+        ps = sorted({float(p) for p in np.atleast_1d(param) if p})
+        where = f"{routine}/{pattern}" + (f"[{','.join(f'{p:g}' for p in ps)}]" if ps else "")
         if xs.size == 1:
             self.log.append(f"k_{where}({float(xs[0]):.0f}) = {1e-9 / float(ks[0]):.2f} GF/s")
         else:
@@ -96,7 +97,8 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator
         for t in _threads(table, "trsm", be, budget, "panel"):
             blocks = tuple(int(b) for b in table.params("trsm", be, t, "panel") if b < n)
             if blocks and table.has("syrk", be, t, "panel") and table.has("potf2", be, t):
-                fn = (lambda sp, p, v, be=be, t=t: chol_models.blocked(n, p, v, be, t, sp))
+                def fn(sp, p, v, be=be, t=t):
+                    return chol_models.blocked(n, p, v, be, t, sp)
                 yield "blocked", be, t, blocks, 0, fn
                 if table.has("gemm", be, t, "panel") and table.has("syrk", be, t):
                     yield "blocked", be, t, blocks, 1, fn
@@ -120,7 +122,8 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
         view = _Recorder(sp) if explain else sp
         times = np.atleast_1d(np.asarray(fn(view, np.asarray(params), variant), dtype=float))
         terms = tuple(view.log) if explain else ()
-        ranking += [Ranked(Candidate(alg, be, t, int(p), variant), float(s), terms) for p, s in zip(params, times)]
+        ranking += [Ranked(Candidate(alg, be, t, int(p), variant), float(s), terms)
+                    for p, s in zip(params, times, strict=True)]
     if not ranking:
         raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
     ranking.sort(key=lambda r: r.seconds)
@@ -137,7 +140,8 @@ def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candid
         return best.candidate, None, []
     inc = max(defaults, key=lambda r: r.candidate.threads)   # the library's default: all budget threads
     if inc.seconds <= best.seconds * (1 + INCUMBENT_MARGIN):
-        note = [] if inc is best else [f"kept the default {inc.candidate}: within {INCUMBENT_MARGIN:.0%} of {best.candidate}"]
+        note = [] if inc is best else [
+            f"kept the default {inc.candidate}: within {INCUMBENT_MARGIN:.0%} of {best.candidate}"]
         return inc.candidate, inc.candidate, note
     return best.candidate, inc.candidate, []
 
