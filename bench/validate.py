@@ -92,9 +92,10 @@ def summarise(results: list[dict], min_seconds: float = 1e-3) -> dict:
 
 
 def markdown(results: list[dict], summary: dict) -> str:
+    ape = ("no candidate predicted >= 1 ms" if summary["ape_median"] is None else
+           f"APE median {summary['ape_median']:.1f}%, p90 {summary['ape_p90']:.1f}%")
     lines = [f"Problems: {summary['problems']}; candidates scored (predicted >= 1 ms): "
-             f"{summary['candidates_scored']}; APE median {summary['ape_median']:.1f}%, "
-             f"p90 {summary['ape_p90']:.1f}%; within 5% of best: {summary['within_5pct']:.0%}; "
+             f"{summary['candidates_scored']}; {ape}; within 5% of best: {summary['within_5pct']:.0%}; "
              f"mean regret {summary['regret_mean']:.3f} (max {summary['regret_max']:.3f})", "",
              "| problem | threads | chosen | best measured | regret | median APE |", "|---|---:|---|---|---:|---:|"]
     for r in results:

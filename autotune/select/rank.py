@@ -13,10 +13,16 @@ from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS, Can
 
 # Keep the library's own default (numpy's matmul / scipy's potrf at the full budget) unless an
 # alternative is predicted faster by more than this fraction: model error must not cost speed.
-INCUMBENT_MARGIN = 0.03
+# 10%: two standard probe runs on this machine differ by about that much (run-to-run noise).
+INCUMBENT_MARGIN = 0.10
 # Backend whose add kernel performs Strassen's additions (the Numba fused loops).
 STRASSEN_ADD_BACKEND = "numba-reference"
 _CACHE_LIMIT = 4096
+# Two libraries' thread pools on the same cores fight: a pool keeps spinning after its call, so a
+# multi-threaded call on a library other than the caller's default runs on a contended core.
+# bench/regress.py measured ~2x (mkl 2t after numpy's 2t dgemm: 0.51x; numpy-openblas 2t Cholesky
+# next to scipy's: 0.74x). Until the probe measures contention, such candidates pay this factor.
+POOL_CONTENTION = 2.0
 
 
 @dataclass(frozen=True)
@@ -126,9 +132,18 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
                     for p, s in zip(params, times, strict=True)]
     if not ranking:
         raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
+    ranking = [_contended(family, r) for r in ranking]
     ranking.sort(key=lambda r: r.seconds)
     chosen, incumbent, notes = _apply_margin(family, ranking)
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes)
+
+
+def _contended(family: str, r: Ranked) -> Ranked:
+    """Charge POOL_CONTENTION to multi-threaded candidates off the default library."""
+    if r.candidate.threads == 1 or r.candidate.backend == INCUMBENTS[family][1]:
+        return r
+    note = (f"x{POOL_CONTENTION:g} thread-pool contention (multi-threaded, not {INCUMBENTS[family][1]})",)
+    return Ranked(r.candidate, r.seconds * POOL_CONTENTION, r.terms + note if r.terms else ())
 
 
 def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
