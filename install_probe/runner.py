@@ -14,12 +14,16 @@ from autotune.backends import BACKENDS
 from autotune.db import RECORD_DTYPE, Database, DatabaseError, DatabaseMissing, load, resolve, save
 from autotune.routines import ROUTINES
 
+from . import operands
 from .operands import build
 from .plan import Task, expand
 from .profile import Profile
 from .timing import measure
 
 CHECKPOINT_SECONDS = 5.0
+# After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
+# and Intel OpenMP workers busy-wait ~0.1-0.2 s) so it does not steal a core from the next group.
+SETTLE_SECONDS = 0.3
 
 
 class ProbeError(ValueError):
@@ -76,11 +80,39 @@ def _start(path: Path, profile: Profile, resume: bool) -> tuple[Database, str, s
     return db, run["run_id"], db.keys(run["run_id"])
 
 
-def _row(task: Task, sample, t_call: float, run_id: str) -> tuple:
+def _row(task: Task, sample, t_call: float, run_id: str, ref: float = 0.0) -> tuple:
     fl = task.flops
     work = max(sample.median - t_call, 0.5 * sample.median)  # never let noise make k vanish
     return (task.routine, task.backend, task.threads, task.dtype, task.pattern, task.param, task.x, fl,
-            sample.median, sample.minimum, sample.q1, sample.q3, sample.reps, t_call, work / fl, run_id)
+            sample.median, sample.minimum, sample.q1, sample.q3, sample.reps, t_call, work / fl, run_id, ref)
+
+
+class DriftReference:
+    """Re-times a fixed gemm on the current backend every INTERVAL seconds (see drift_corrected_k)."""
+
+    INTERVAL = 2.0
+    SIZE = 384
+    REPS = 5
+
+    def __init__(self, rng):
+        self.rng, self.calls, self.last = rng, {}, {}
+
+    def value(self, be, threads: int) -> float:
+        """Median time of the reference call, re-measured when the last one is older than INTERVAL."""
+        key = (be.name, threads)
+        now = time.perf_counter()
+        if key not in self.last or now - self.last[key][0] > self.INTERVAL:
+            if key not in self.calls:
+                self.calls[key] = operands.build(be, "gemm", "square", self.SIZE, 0.0, self.rng)
+            call = self.calls[key]
+            call.run(1)
+            times = []
+            for _ in range(self.REPS):
+                t0 = time.perf_counter()
+                call.run(1)
+                times.append(time.perf_counter() - t0)
+            self.last[key] = (time.perf_counter(), float(np.median(times)))
+        return self.last[key][1]
 
 
 def call_overhead(be, routine: str, timing, rng) -> float:
@@ -102,6 +134,7 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     save(db, path)
     rng, rows, t0, last = np.random.default_rng(seed), [], time.perf_counter(), time.perf_counter()
     bar, failures, overheads = _bar(tasks, profile, progress), {}, {}
+    drift = DriftReference(rng)
     try:
         for (name, threads), group in _groups(tasks):
             be = backends[name]
@@ -118,13 +151,16 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
                         # Python dispatch is in the timing only when calls were not looped natively.
                         in_timing = call.restore is not None or not be.native_repeat
                         t_call = overheads[(name, threads, task.routine)] if in_timing else 0.0
-                        rows.append(_row(task, measure(call, profile.timing), t_call, run_id))
+                        ref = drift.value(be, threads) if be.supports("gemm") else 0.0
+                        rows.append(_row(task, measure(call, profile.timing), t_call, run_id, ref))
                     except Exception as exc:  # a broken routine must not cost the rest of the run
                         failures[task.key] = f"{type(exc).__name__}: {exc}"
                     bar.update(task.eta_weight(profile.timing.min_reps))
                     if time.perf_counter() - last > CHECKPOINT_SECONDS:
                         _checkpoint(db, rows, path)
                         rows, last = [], time.perf_counter()
+            if threads > 1:
+                time.sleep(SETTLE_SECONDS)
     except KeyboardInterrupt:
         _checkpoint(db, rows, path)
         bar.close()

@@ -19,7 +19,7 @@ def records(points, *, routine="gemm", backend=BE, threads=1, pattern="square", 
     rows = []
     for pt in points:
         x, param, k = (pt[0], 0.0, pt[1]) if len(pt) == 2 else pt
-        rows.append((routine, backend, threads, dtype, pattern, param, x, 1.0, k, k, k, k, 1, 0.0, k, "r"))
+        rows.append((routine, backend, threads, dtype, pattern, param, x, 1.0, k, k, k, k, 1, 0.0, k, "r", 0.0))
     return np.array(rows, dtype=RECORD_DTYPE)
 
 
@@ -255,3 +255,23 @@ def test_property_param_blend_within_range(lo, hi, param, qs):
     allk = lo[1] + hi[1]
     assert np.all(out >= min(allk) * (1 - REL))
     assert np.all(out <= max(allk) * (1 + REL))
+
+
+def test_drift_correction_divides_out_a_slow_spell():
+    from autotune.db import RECORD_DTYPE
+    from autotune.db.lookup import SPTable, drift_corrected_k
+
+    rec = np.zeros(11, RECORD_DTYPE)
+    rec["routine"], rec["backend"], rec["threads"] = b"gemm", b"mkl", 1
+    rec["dtype"], rec["pattern"] = b"float64", b"square"
+    rec["x"] = 2 ** np.arange(5, 16)
+    rec["run_id"] = b"r1"
+    rec["ref"] = [1.0] * 7 + [1.5] * 3 + [0.0]      # the machine ran 1.5x slow for points 7-9
+    rec["k"] = [1.0] * 7 + [1.5] * 3 + [2.0]        # ... which slowed them by the same factor
+    want = [1.0] * 10 + [2.0]                        # ref 0: no reference, left unchanged
+    np.testing.assert_allclose(drift_corrected_k(rec), want)
+    np.testing.assert_allclose(SPTable(rec).k("gemm", "mkl", 1, rec["x"][7:10]), 1.0)
+    rec["run_id"][:5] = b"r0"                      # separate runs are normalised separately
+    np.testing.assert_allclose(drift_corrected_k(rec), want)
+    rec["backend"][:5] = b"blis"
+    np.testing.assert_allclose(drift_corrected_k(rec), want)

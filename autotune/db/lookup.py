@@ -24,15 +24,36 @@ from .store import Database, DatabaseError, load
 DEFAULT_RATE = {3: 20e9, 2: 2e9, 1: 1e9}
 
 
+# Drift correction normalises each reference series to this low percentile of itself (the machine
+# at its least disturbed, robust to the reference's own timing noise).
+DRIFT_PERCENTILE = 10
+
+
+def drift_corrected_k(records: np.ndarray) -> np.ndarray:
+    """k of each record scaled by (quiet reference / reference near the point).
+
+    The probe re-times a fixed reference call (its backend's gemm, same thread count) every few
+    seconds; a machine that slows down for a while (other tenants, clocks) slows the reference by
+    the same factor, so dividing it out makes runs taken at different moments agree.
+    """
+    k = records["k"].astype(float).copy()
+    ref = records["ref"]
+    keys = np.char.add(np.char.add(records["run_id"], records["backend"]), records["threads"].astype("S4"))
+    for key in np.unique(keys[ref > 0]):
+        sel = (keys == key) & (ref > 0)
+        k[sel] *= np.percentile(ref[sel], DRIFT_PERCENTILE) / ref[sel]
+    return k
+
+
 class SPTable:
-    """Measured k values indexed for fast, vectorised interpolation."""
+    """Measured (drift-corrected) k values indexed for fast, vectorised interpolation."""
 
     def __init__(self, records: np.ndarray):
         grouped: dict[tuple, dict[float, list]] = defaultdict(lambda: defaultdict(list))
-        for r in records:
+        for r, k in zip(records, drift_corrected_k(records), strict=True):
             key = (r["routine"].decode(), r["backend"].decode(), int(r["threads"]),
                    r["pattern"].decode(), r["dtype"].decode())
-            grouped[key][float(r["param"])].append((float(r["x"]), float(r["k"])))
+            grouped[key][float(r["param"])].append((float(r["x"]), float(k)))
         self._curves: dict[tuple, tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = {}
         self._merged: dict[tuple, tuple[np.ndarray, ...]] = {}
         for key, by_param in grouped.items():

@@ -22,13 +22,14 @@ import numpy as np
 
 from . import fingerprint as fp
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: per-point drift reference ("ref")
 
 RECORD_DTYPE = np.dtype([
     ("routine", "S8"), ("backend", "S24"), ("threads", "i4"), ("dtype", "S8"),
     ("pattern", "S8"), ("param", "f8"), ("x", "i8"), ("flops", "f8"),
     ("t_median", "f8"), ("t_min", "f8"), ("t_q1", "f8"), ("t_q3", "f8"), ("reps", "i4"),
     ("t_call", "f8"), ("k", "f8"), ("run_id", "S16"),
+    ("ref", "f8"),   # drift reference: the backend's own reference gemm time near this point (0: none)
 ])
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
 
