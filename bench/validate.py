@@ -80,7 +80,7 @@ def validate(routine: str, dims, threads: int, args, rng) -> dict:
                 time.sleep(SETTLE_SECONDS)       # let the last library's thread pool go idle
             previous_threads = r.candidate.threads
             row["measured"], row["spread"] = measure(_timer(routine, dims, r.candidate, rng), args.seconds, args.reps)
-            row["ape"] = abs(r.seconds - row["measured"]) / row["measured"] * 100
+            row["ape"] = abs(r.predicted - row["measured"]) / row["measured"] * 100
         rows.append(row)
     ran = [x for x in rows if "measured" in x]
     best = min(ran, key=lambda x: x["measured"])

@@ -24,6 +24,8 @@ CHECKPOINT_SECONDS = 5.0
 # After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
 # and Intel OpenMP workers busy-wait ~0.1-0.2 s) so it does not steal a core from the next group.
 SETTLE_SECONDS = 0.3
+# Points faster than this (seconds per call) are timed a second time, in reverse order.
+RECHECK_SECONDS = 0.1
 
 
 class ProbeError(ValueError):
@@ -122,7 +124,12 @@ def call_overhead(be, routine: str, timing, rng) -> float:
 
 def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, resume: bool = False,
               progress: bool | None = None, seed: int = 0) -> ProbeResult:
-    """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file."""
+    """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file.
+
+    Two passes: every point once, then the cheap ones (median < RECHECK_SECONDS) again in reverse
+    order, keeping the faster of the two: a point caught by a passing disturbance is re-timed at
+    another moment for little cost.
+    """
     _check_only(only)
     path = resolve(db_path)
     names = list(profile.backends) + [b for m in profile.measures for b in (m.backends or ())]
@@ -132,45 +139,80 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     db.run = {"profile": profile.name, "run_id": run_id, "complete": False, "started": time.time()}
     tasks = [t for t in expand(profile, backends, only) if t.key not in done]
     save(db, path)
-    rng, rows, t0, last = np.random.default_rng(seed), [], time.perf_counter(), time.perf_counter()
-    bar, failures, overheads = _bar(tasks, profile, progress), {}, {}
-    drift = DriftReference(rng)
+    session = _Session(profile, backends, db, path, run_id, _bar(tasks, profile, progress), seed)
     try:
+        first = session.run_pass(tasks)
+        again = [t for t in reversed(tasks) if t.key in first and first[t.key] < RECHECK_SECONDS]
+        session.bar.total += sum(t.eta_weight(profile.timing.min_reps) for t in again)
+        session.run_pass(again, keep_faster=first)
+    except KeyboardInterrupt:
+        session.checkpoint()
+        session.bar.close()
+        print(f"\nautotune-install: interrupted; {len(db.keys(run_id))} points kept in {path}. "
+              "Run again with --resume to finish.", file=sys.stderr)
+        return ProbeResult(path, len(db.keys(run_id)), skipped, False, session.elapsed, session.failures)
+    session.bar.close()
+    db.run["complete"] = True
+    session.checkpoint()
+    return ProbeResult(path, len(db.keys(run_id)), skipped, True, session.elapsed, session.failures)
+
+
+class _Session:
+    """One probe run's state: measures task lists, checkpoints every CHECKPOINT_SECONDS."""
+
+    def __init__(self, profile: Profile, backends: dict, db: Database, path: Path, run_id: str, bar, seed: int):
+        self.profile, self.backends, self.db, self.path, self.run_id, self.bar = (
+            profile, backends, db, path, run_id, bar)
+        self.rng = np.random.default_rng(seed)
+        self.rows, self.failures, self.overheads = [], {}, {}
+        self.drift = DriftReference(self.rng)
+        self.t0 = self.last = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def checkpoint(self) -> None:
+        _checkpoint(self.db, self.rows, self.path)
+        self.rows, self.last = [], time.perf_counter()
+
+    def run_pass(self, tasks: list[Task], keep_faster: dict | None = None) -> dict[tuple, float]:
+        """Measure ``tasks``; with ``keep_faster`` (key -> earlier median) keep only faster results."""
+        medians = {}
         for (name, threads), group in _groups(tasks):
-            be = backends[name]
+            be = self.backends[name]
             if "warm_up" in be.extra:
                 be.extra["warm_up"]()
             with be.threads(threads):
                 for task in group:
-                    bar.set_postfix_str(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
-                    try:
-                        call = build(be, task.routine, task.pattern, task.x, task.param, rng)
-                        if (name, threads, task.routine) not in overheads:
-                            overheads[(name, threads, task.routine)] = call_overhead(
-                                be, task.routine, profile.timing, rng)
-                        # Python dispatch is in the timing only when calls were not looped natively.
-                        in_timing = call.restore is not None or not be.native_repeat
-                        t_call = overheads[(name, threads, task.routine)] if in_timing else 0.0
-                        ref = drift.value(be, threads) if be.supports("gemm") else 0.0
-                        rows.append(_row(task, measure(call, profile.timing), t_call, run_id, ref))
-                    except Exception as exc:  # a broken routine must not cost the rest of the run
-                        failures[task.key] = f"{type(exc).__name__}: {exc}"
-                    bar.update(task.eta_weight(profile.timing.min_reps))
-                    if time.perf_counter() - last > CHECKPOINT_SECONDS:
-                        _checkpoint(db, rows, path)
-                        rows, last = [], time.perf_counter()
+                    self.bar.set_postfix_str(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
+                    row = self._measure(be, task)
+                    if row is not None:
+                        medians[task.key] = row[8]
+                        if keep_faster is None or row[8] < keep_faster.get(task.key, np.inf):
+                            self.rows.append(row)
+                    self.bar.update(task.eta_weight(self.profile.timing.min_reps))
+                    if time.perf_counter() - self.last > CHECKPOINT_SECONDS:
+                        self.checkpoint()
             if threads > 1:
                 time.sleep(SETTLE_SECONDS)
-    except KeyboardInterrupt:
-        _checkpoint(db, rows, path)
-        bar.close()
-        print(f"\nautotune-install: interrupted; {len(db.keys(run_id))} points kept in {path}. "
-              "Run again with --resume to finish.", file=sys.stderr)
-        return ProbeResult(path, len(db.keys(run_id)), skipped, False, time.perf_counter() - t0, failures)
-    bar.close()
-    db.run["complete"] = True
-    _checkpoint(db, rows, path)
-    return ProbeResult(path, len(db.keys(run_id)), skipped, True, time.perf_counter() - t0, failures)
+        return medians
+
+    def _measure(self, be, task: Task) -> tuple | None:
+        """One point's record, or None (failure recorded) if the routine raised."""
+        try:
+            call = build(be, task.routine, task.pattern, task.x, task.param, self.rng)
+            key = (be.name, task.threads, task.routine)
+            if key not in self.overheads:
+                self.overheads[key] = call_overhead(be, task.routine, self.profile.timing, self.rng)
+            # Python dispatch is in the timing only when calls were not looped natively.
+            in_timing = call.restore is not None or not be.native_repeat
+            t_call = self.overheads[key] if in_timing else 0.0
+            ref = self.drift.value(be, task.threads) if be.supports("gemm") else 0.0
+            return _row(task, measure(call, self.profile.timing), t_call, self.run_id, ref)
+        except Exception as exc:  # a broken routine must not cost the rest of the run
+            self.failures[task.key] = f"{type(exc).__name__}: {exc}"
+            return None
 
 
 def _checkpoint(db: Database, rows: list, path: Path) -> None:

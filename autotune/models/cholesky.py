@@ -58,10 +58,9 @@ def unblocked_gemv(n: int, backend: str, threads: int, sp) -> float:
     """Left-looking unblocked Cholesky, one gemv per column on (n-i) x i (segment pattern)."""
     if n < 2:
         return float(n * sp.k("axpy", backend, threads, 1))
-    t = 0.0
-    for f, w in zip(SEGMENT_FRACTIONS, SEGMENT_WEIGHTS, strict=True):
-        t += w / 96.0 * n**3 * float(sp.k("gemv", backend, threads, n, "segment", f)[()])
-    return t + _column_work(n, backend, threads, sp)
+    fractions = np.array(SEGMENT_FRACTIONS)
+    k2 = sp.k("gemv", backend, threads, np.full(4, float(n)), "segment", fractions)
+    return float(np.dot(SEGMENT_WEIGHTS, k2)) / 96.0 * n**3 + _column_work(n, backend, threads, sp)
 
 
 def unblocked_axpy(n: int, backend: str, threads: int, sp) -> float:

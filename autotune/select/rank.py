@@ -23,6 +23,10 @@ _CACHE_LIMIT = 4096
 # bench/regress.py measured ~2x (mkl 2t after numpy's 2t dgemm: 0.51x; numpy-openblas 2t Cholesky
 # next to scipy's: 0.74x). Until the probe measures contention, such candidates pay this factor.
 POOL_CONTENTION = 2.0
+# A single-threaded call on another library than the default still loses its warm code and data
+# to the default library's calls around it: bench/regress.py measured 0.89-0.93x for such choices
+# predicted >10% faster (numpy-openblas potrf at n = 128/256 next to scipy's). Charge it too.
+LIBRARY_SWITCH = 1.15
 # Composed models (a sum of many separately measured calls) err more than a library routine timed
 # whole: bench/validate.py found blocked/unblocked Cholesky predictions 15-25% optimistic (warm
 # caches in the probe). Rank them by their prediction times this factor until remodelling
@@ -152,11 +156,13 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
 
 
 def _contended(family: str, r: Ranked) -> Ranked:
-    """Charge POOL_CONTENTION to multi-threaded candidates off the default library."""
-    if r.candidate.threads == 1 or r.candidate.backend == INCUMBENTS[family][1]:
+    """Charge candidates off the default library: POOL_CONTENTION if threaded, else LIBRARY_SWITCH."""
+    if r.candidate.backend == INCUMBENTS[family][1]:
         return r
-    note = (f"x{POOL_CONTENTION:g} thread-pool contention (multi-threaded, not {INCUMBENTS[family][1]})",)
-    return Ranked(r.candidate, r.seconds * POOL_CONTENTION, r.terms + note if r.terms else (), r.seconds)
+    factor, why = ((POOL_CONTENTION, "thread-pool contention") if r.candidate.threads > 1
+                   else (LIBRARY_SWITCH, "library switch"))
+    note = (f"x{factor:g} {why} (not {INCUMBENTS[family][1]})",)
+    return Ranked(r.candidate, r.seconds * factor, r.terms + note if r.terms else (), r.seconds)
 
 
 def _risk(r: Ranked) -> Ranked:
