@@ -70,8 +70,10 @@ class Database:
     run: dict = field(default_factory=dict)
 
     def merge(self, rows: np.ndarray) -> None:
-        """Add rows, replacing earlier rows with the same key."""
-        new = {record_key(r) for r in rows}
+        """Add rows, replacing earlier rows with the same key (the last of duplicate new rows wins)."""
+        last = {record_key(r): i for i, r in enumerate(rows)}
+        rows = rows[sorted(last.values())]
+        new = set(last)
         keep = np.array([record_key(r) not in new for r in self.records], dtype=bool)
         self.records = np.concatenate([self.records[keep], rows.astype(RECORD_DTYPE)])
 
