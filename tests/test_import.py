@@ -54,3 +54,16 @@ def test_import_with_database(tmp_path):
     source, value = proc.stdout.split()
     assert source == "database"
     assert abs(float(value) - 1e-10) < 1e-22
+
+
+def test_every_subpackage_is_packaged():
+    """A subpackage missing from pyproject's list works in an editable install and breaks `pip install .`."""
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"autotune." + p.parent.relative_to(root / "autotune").as_posix().replace("/", ".")
+             for p in (root / "autotune").rglob("__init__.py") if p.parent != root / "autotune"}
+    assert found <= listed, f"not in pyproject [tool.setuptools] packages: {sorted(found - listed)}"
