@@ -6,6 +6,8 @@ and run numpy/scipy.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from autotune import backends
@@ -15,8 +17,35 @@ from autotune.dispatch import run_cholesky, run_gemm
 from autotune.select import Candidate, Decision, as_candidate, choose, rank
 
 _F64 = np.dtype(np.float64)
+_ND = np.ndarray
+_matmul = np.matmul
 # Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
 MIN_TUNED_SIZE = 32
+# How long a remembered "numpy's own call" decision is trusted before options, database and
+# thread settings are looked at again (the same period as the database re-stat).
+FAST_PATH_SECONDS = 1.0
+
+
+class _NumpyShapes:
+    """Shapes ``a.shape + b.shape`` whose tuned choice is exactly ``np.matmul`` under the current
+    options: a hit skips the selector, database check and thread query, so small products pay
+    about one set lookup. Forgotten when options change or FAST_PATH_SECONDS pass."""
+
+    def __init__(self) -> None:
+        self.shapes: set[tuple[int, ...]] = set()
+        self.opts = None
+        self.expiry = 0.0
+
+    def hit(self, shape: tuple[int, ...]) -> bool:
+        if shape in self.shapes and self.opts is get_options() and time.monotonic() < self.expiry:
+            return True
+        if self.opts is not get_options() or time.monotonic() >= self.expiry:
+            self.shapes.clear()
+            self.opts, self.expiry = get_options(), time.monotonic() + FAST_PATH_SECONDS
+        return False
+
+
+_numpy_shapes = _NumpyShapes()
 
 
 def _decide(family: str, dims: tuple[int, ...], config, explain: bool) -> tuple[Candidate, Decision | None]:
@@ -63,6 +92,14 @@ def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, tran
     pass ``out=c`` to update it in place, BLAS style. ``config`` forces a candidate (a
     ``Candidate`` or dict of its fields); ``explain=True`` prints the ranked candidates.
     """
+    if (type(a) is _ND and type(b) is _ND and a.dtype is _F64 and b.dtype is _F64 and c is None
+            and out is None and config is None and alpha == 1.0 and beta == 0.0
+            and not (trans_a or trans_b or explain) and _numpy_shapes.hit(a.shape + b.shape)):
+        return _matmul(a, b)    # the remembered choice is numpy's own call: skip everything else
+    return _tuned_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain)
+
+
+def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config, explain: bool):
     plain = c is None and not trans_a and not trans_b and alpha == 1.0 and beta == 0.0
     if not (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
             and a.dtype == _F64 and b.dtype == _F64):
@@ -71,12 +108,16 @@ def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, tran
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
     if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
     cand, _ = _decide("gemm", (m, k, n), config, explain)
     if cand is None:
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
-    if plain and (not direct or (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
-                                 and backends.get(cand.backend).get_threads() == cand.threads)):
+    own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
+           and backends.get(cand.backend).get_threads() == cand.threads)
+    if plain and (own or not direct):
+        if own and hot:
+            _numpy_shapes.shapes.add(a.shape + b.shape)
         return np.matmul(a, b, out=out)     # numpy's own call (this very candidate), or numpy's out rules
     if c is not None and np.shape(c) != (m, n):
         raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
@@ -148,6 +189,9 @@ def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_fini
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:
             return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=False)
+    elif (not overwrite_a and cand.algorithm == "potrf" and cand.backend == "scipy-openblas"
+          and backends.get(cand.backend).get_threads() == cand.threads):
+        return linalg.cholesky(a1, lower=lower, check_finite=False)   # scipy's own call: this very candidate
     in_place = overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and (
         a1.flags.f_contiguous or a1.flags.c_contiguous)
     w = a1 if in_place else np.array(a1, dtype=_F64, order="F")

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+_cores: list = [0, 0.0]     # cached core count and when to look again (it is asked on every call)
+
 
 def available_cores() -> int:
-    """Cores this process may run on (affinity-aware)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+    """Cores this process may run on (affinity-aware; re-read at most once a second)."""
+    now = time.monotonic()
+    if now > _cores[1]:
+        try:
+            _cores[0] = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - non-Linux
+            _cores[0] = os.cpu_count() or 1
+        _cores[1] = now + 1.0
+    return _cores[0]
 
 
 @dataclass(frozen=True)

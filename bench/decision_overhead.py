@@ -15,14 +15,16 @@ import autotune
 from autotune.select import choose, clear_cache
 
 
-def first_decisions(family: str, dims_list, sp, threads: int, strassen: bool) -> np.ndarray:
-    out = []
-    for dims in dims_list:
-        clear_cache()
-        t0 = time.perf_counter()
-        choose(family, dims, sp, threads, strassen)
-        out.append(time.perf_counter() - t0)
-    return np.array(out) * 1e6
+def first_decisions(family: str, dims_list, sp, threads: int, strassen: bool, repeats: int = 5) -> np.ndarray:
+    """Per shape, the median over ``repeats`` of a decision taken with an empty cache (noise-robust)."""
+    out = np.empty((repeats, len(dims_list)))
+    for r in range(repeats):
+        for i, dims in enumerate(dims_list):
+            clear_cache()
+            t0 = time.perf_counter()
+            choose(family, dims, sp, threads, strassen)
+            out[r, i] = time.perf_counter() - t0
+    return np.median(out, axis=0) * 1e6
 
 
 def cached_decision(family: str, dims, threads: int, strassen: bool, reps: int = 20000) -> float:

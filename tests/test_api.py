@@ -298,3 +298,18 @@ def test_strassen_only_when_allowed(db):
     assert all(r.candidate.algorithm != "strassen" for r in rank("gemm", (512, 512, 512), sp, 2).ranking)
     allowed = rank("gemm", (512, 512, 512), sp, 2, allow_strassen=True).ranking
     assert {r.candidate.param for r in allowed if r.candidate.algorithm == "strassen"} == {1, 2, 3}
+
+
+def test_gemm_fast_path_follows_options(db):
+    """A shape remembered as numpy's own call is forgotten when the options change."""
+    from autotune import api
+
+    a = np.random.default_rng(0).standard_normal((64, 64))
+    np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
+    np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
+    remembered = api._numpy_shapes.hit(a.shape + a.shape)
+    with autotune.options(threads=1):
+        assert not api._numpy_shapes.hit(a.shape + a.shape)
+        np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
+    assert remembered == (choose("gemm", (64, 64, 64), load_sp(str(db)), autotune.get_options().thread_budget)
+                          .chosen.backend == "numpy-openblas")

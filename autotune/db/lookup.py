@@ -7,6 +7,7 @@ key never measured) falls back to nominal defaults with one warning, never an er
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -56,6 +57,7 @@ class SPTable:
             grouped[key][float(r["param"])].append((float(r["x"]), float(k)))
         self._curves: dict[tuple, tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = {}
         self._merged: dict[tuple, tuple[np.ndarray, ...]] = {}
+        self._kmin: dict[tuple, float] = {}
         for key, by_param in grouped.items():
             params = np.array(sorted(by_param))
             curves = []
@@ -69,9 +71,22 @@ class SPTable:
         """(routine, backend, threads, pattern, dtype) combinations present."""
         return sorted(self._curves)
 
+    @functools.cached_property
+    def backends(self) -> tuple[str, ...]:
+        """Backends with at least one measurement, sorted."""
+        return tuple(sorted({key[1] for key in self._curves}))
+
     def has(self, routine: str, backend: str, threads: int, pattern: str = "square",
             dtype: str = "float64") -> bool:
         return (routine, backend, threads, pattern, dtype) in self._curves
+
+    def k_min(self, routine: str, backend: str, threads: int, pattern: str = "square",
+              dtype: str = "float64") -> float:
+        """Fastest k measured in a series (any size and parameter): a bound for pruning."""
+        key = (routine, backend, int(threads), pattern, dtype)
+        if key not in self._kmin:
+            self._kmin[key] = float(np.exp(min(ks.min() for _, ks in self._curves[key][1])))
+        return self._kmin[key]
 
     def params(self, routine: str, backend: str, threads: int, pattern: str,
                dtype: str = "float64") -> tuple[float, ...]:
@@ -82,13 +97,14 @@ class SPTable:
     def k(self, routine: str, backend: str, threads: int, x, pattern: str = "square",
           param: float = 0.0, dtype: str = "float64") -> np.ndarray:
         """Seconds per flop at sizes ``x`` (array-like); KeyError if the series was never measured."""
-        params, curves = self._curves[(routine, backend, int(threads), pattern, dtype)]
-        lx = np.log(np.maximum(np.asarray(x, dtype=float), 1.0))
+        key = (routine, backend, int(threads), pattern, dtype)
+        params, curves = self._curves[key]
+        lx = np.log(np.maximum(x, 1.0))                     # float64 for any real x
         if isinstance(param, np.ndarray) and param.ndim:     # one parameter per size
-            idx = np.minimum(np.searchsorted(params, param), len(params) - 1)
-            if np.array_equal(params[idx], param):           # all measured: one interpolation
-                offset, lo, hi, xs, ks = self._merged[(routine, backend, int(threads), pattern, dtype)]
-                return np.exp(np.interp(np.clip(lx, lo[idx], hi[idx]) + offset[idx], xs, ks))
+            idx = np.minimum(params.searchsorted(param), len(params) - 1)
+            if (params[idx] == param).all():                  # all measured: one interpolation
+                offset, lo, hi, xs, ks = self._merged[key]
+                return np.exp(np.interp(np.minimum(np.maximum(lx, lo[idx]), hi[idx]) + offset[idx], xs, ks))
             out = np.empty(lx.shape)
             for p in np.unique(param):
                 sel = param == p
@@ -99,7 +115,8 @@ class SPTable:
     @staticmethod
     def _at(params: np.ndarray, curves: list, lx: np.ndarray, param: float) -> np.ndarray:
         if len(params) == 1 or param <= params[0]:
-            return np.exp(np.interp(lx, *curves[0]))
+            xs, ks = curves[0]
+            return np.exp(np.interp(lx, xs, ks))
         if param >= params[-1]:
             return np.exp(np.interp(lx, *curves[-1]))
         hi = int(np.searchsorted(params, param))

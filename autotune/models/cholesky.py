@@ -20,11 +20,17 @@ def potrf(n: int, backend: str, threads: int, sp) -> float:
 
 
 def blocked(n: int, blocks, variant: int, backend: str, threads: int, sp) -> np.ndarray:
-    """Right-looking blocked Cholesky with block b (array), summed step by step.
+    """Right-looking blocked Cholesky, one variant, per block b (see ``blocked_variants``)."""
+    return blocked_variants(n, blocks, (variant,), backend, threads, sp)[0]
+
+
+def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp) -> np.ndarray:
+    """Right-looking blocked Cholesky per (variant, block b): array of shape (variants, blocks).
 
     Each step j: potf2 on the b x b diagonal block, trsm on the (x x b) panel below it
     (x = n - j - b), then the trailing update: one syrk of order x and rank b (variant 0), or
-    (variant 1, eq. 3.30) per trailing block column a b x b syrk plus an (rows below) x b x b gemm.
+    (variant 1, eq. 3.30) per trailing block column a b x b syrk plus an (rows below) x b x b gemm
+    (these gemms summed by shape, ``_below_diagonal_gemms``).
     The k of every call is the one measured on that call's shape (panel pattern). All blocks are
     evaluated together: one lookup per routine over the concatenated steps of every b.
     """
@@ -37,21 +43,35 @@ def blocked(n: int, blocks, variant: int, backend: str, threads: int, sp) -> np.
     cost = chol_flops(widths) * sp.k("potf2", backend, threads, widths)
     live = x > 0
     xl, bl = x[live], bb[live]
-    upd = np.zeros_like(x)
-    upd[live] = xl * bl * bl * sp.k("trsm", backend, threads, xl, "panel", bl)
-    if variant == 0:
-        upd[live] += xl * (xl + 1) * bl * sp.k("syrk", backend, threads, xl, "panel", bl)
-    else:
-        nblk = np.ceil(xl / bl)
-        upd[live] += nblk * bl * (bl + 1) * bl * sp.k("syrk", backend, threads, bl)
-        counts = (nblk - 1).astype(int)                     # gemm calls below the diagonal blocks
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        j = np.arange(counts.sum()) - first + 1
-        rows = np.repeat(xl, counts) - np.repeat(bl, counts) * j
-        gb = np.repeat(bl, counts)
-        g = 2.0 * rows * gb * gb * sp.k("gemm", backend, threads, rows, "panel", gb)
-        upd[live] += np.bincount(np.repeat(np.arange(xl.size), counts), weights=g, minlength=xl.size)
-    return np.bincount(owner, weights=cost + upd, minlength=len(blocks))
+    cost[live] += xl * bl * bl * sp.k("trsm", backend, threads, xl, "panel", bl)
+    common = np.bincount(owner, weights=cost, minlength=len(blocks))
+    out = []
+    for variant in variants:
+        upd = np.zeros_like(x)
+        if variant == 0:
+            upd[live] = xl * (xl + 1) * bl * sp.k("syrk", backend, threads, xl, "panel", bl)
+        else:
+            full = np.floor(xl / bl)                    # full b x b diagonal blocks, then a w x w one
+            w = xl - full * bl
+            ks = sp.k("syrk", backend, threads, np.concatenate([bl, np.maximum(w, 1.0)]))
+            upd[live] = (full * (bl + 1) * ks[:bl.size] + w * (w + 1) / bl * ks[bl.size:]) * bl * bl
+        total = common + np.bincount(owner, weights=upd, minlength=len(blocks))
+        out.append(total + (_below_diagonal_gemms(n, blocks, backend, threads, sp) if variant == 1 else 0.0))
+    return np.array(out)
+
+
+def _below_diagonal_gemms(n: int, blocks: np.ndarray, backend: str, threads: int, sp) -> np.ndarray:
+    """Variant 1's gemm calls grouped by shape: an (n - i b) x b x b product occurs i - 1 times
+    (once per earlier block column), so each block needs n/b lookups instead of (n/b)^2 / 2."""
+    idx = [np.arange(2, -(-n // b)) for b in blocks]
+    owner = np.repeat(np.arange(len(blocks)), [len(i) for i in idx])
+    i = np.concatenate(idx).astype(float)
+    if i.size == 0:                                  # n <= 2b: no block column has rows below it
+        return np.zeros(len(blocks))
+    b = blocks[owner].astype(float)
+    rows = n - i * b
+    g = (i - 1) * 2.0 * rows * b * b * sp.k("gemm", backend, threads, rows, "panel", b)
+    return np.bincount(owner, weights=g, minlength=len(blocks))
 
 
 def unblocked_gemv(n: int, backend: str, threads: int, sp) -> float:

@@ -79,6 +79,8 @@ class _Recorder:
         xs, ks = np.atleast_1d(x), np.atleast_1d(out)
         ps = sorted({float(p) for p in np.atleast_1d(param) if p})
         where = f"{routine}/{pattern}" + (f"[{','.join(f'{p:g}' for p in ps)}]" if ps else "")
+        if xs.size == 0:
+            return out
         if xs.size == 1:
             self.log.append(f"k_{where}({float(xs[0]):.0f}) = {1e-9 / float(ks[0]):.2f} GF/s")
         else:
@@ -91,11 +93,21 @@ def _threads(table, routine: str, backend: str, budget: int, pattern: str = "squ
     return [t for t in range(1, budget + 1) if table.has(routine, backend, t, pattern)]
 
 
-def _backends(table) -> list[str]:
-    return sorted({key[1] for key in table.keys()})
+def _backends(table) -> tuple[str, ...]:
+    return table.backends
 
 
-Evaluation = tuple[str, str, int, tuple[int, ...], int, Callable]
+# (algorithm, backend, threads, AP values, variants, model, floor): the model returns one time
+# per (variant, AP value), variant-major (variants evaluated together share their common terms);
+# floor is a cheap lower bound on all of them (seconds; 0 for none), used to prune.
+Evaluation = tuple[str, str, int, tuple[int, ...], tuple[int, ...], Callable, float]
+# Lower bounds are total flops times the fastest k the series ever showed, times this slack.
+FLOOR_SLACK = 0.8
+
+
+def _floor(table, flop: float, routines, backend: str, threads: int) -> float:
+    """A lower bound on a model summing ``flop`` flops over calls of ``routines`` ((routine, pattern))."""
+    return FLOOR_SLACK * flop * min(table.k_min(r, backend, threads, pat) for r, pat in routines)
 
 
 def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
@@ -104,31 +116,37 @@ def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Eva
     can_add = table.has("add", STRASSEN_ADD_BACKEND, 1, "view")
     for be in _backends(table):
         for t in _threads(table, "gemm", be, budget):
-            yield "blas", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp)]
+            yield "blas", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp)], 0.0
             if allow_strassen and levels and can_add:
-                yield "strassen", be, t, levels, 0, lambda sp, p, v, be=be, t=t: gemm_models.strassen(
-                    m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND)
+                leaf_flops = 2.0 * m * k * n * (7 / 8) ** max(levels)
+                yield "strassen", be, t, levels, (0,), lambda sp, p, v, be=be, t=t: gemm_models.strassen(
+                    m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND), \
+                    _floor(table, leaf_flops, [("gemm", "square")], be, t)
 
 
 def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
     (n,) = dims
+    total = float(chol_models.chol_flops(n))
     for be in _backends(table):
         for t in _threads(table, "potrf", be, budget):
-            yield "potrf", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [chol_models.potrf(n, be, t, sp)]
+            yield "potrf", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.potrf(n, be, t, sp)], 0.0
         if be not in DRIVER_BACKENDS or n < 2:
             continue
         for t in _threads(table, "trsm", be, budget, "panel"):
             blocks = tuple(int(b) for b in table.params("trsm", be, t, "panel") if b < n)
             if blocks and table.has("syrk", be, t, "panel") and table.has("potf2", be, t):
-                def fn(sp, p, v, be=be, t=t):
-                    return chol_models.blocked(n, p, v, be, t, sp)
-                yield "blocked", be, t, blocks, 0, fn
-                if table.has("gemm", be, t, "panel") and table.has("syrk", be, t):
-                    yield "blocked", be, t, blocks, 1, fn
+                both = table.has("gemm", be, t, "panel") and table.has("syrk", be, t)
+                calls = [("potf2", "square"), ("trsm", "panel"), ("syrk", "panel")]
+                calls += [("gemm", "panel"), ("syrk", "square")] if both else []
+                yield "blocked", be, t, blocks, (0, 1) if both else (0,), \
+                    lambda sp, p, v, be=be, t=t: chol_models.blocked_variants(n, p, v, be, t, sp), \
+                    _floor(table, total, calls, be, t)
         for t in _threads(table, "gemv", be, budget, "segment"):
-            yield "gemv", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp)]
+            yield "gemv", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp)], \
+                _floor(table, total, [("gemv", "segment")], be, t)
         for t in _threads(table, "axpy", be, budget):
-            yield "axpy", be, t, (0,), 0, lambda sp, p, v, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)]
+            yield "axpy", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)], \
+                _floor(table, total, [("axpy", "square")], be, t)
 
 
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups}
@@ -136,42 +154,61 @@ INCUMBENTS = {"gemm": ("blas", "numpy-openblas"), "cholesky": ("potrf", "scipy-o
 
 
 def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
-         explain: bool = False) -> Decision:
-    """Evaluate every candidate for ``family`` on ``dims`` within a ``threads`` budget."""
+         explain: bool = False, prune: bool = False) -> Decision:
+    """Evaluate every candidate for ``family`` on ``dims`` within a ``threads`` budget.
+
+    ``prune``: skip groups whose lower bound (with charges) already exceeds a ranked candidate
+    (branch and bound: the choice is unchanged, the ranking shorter; ``choose`` prunes).
+    """
     if sp.table is None:
         raise LookupError("no system parameters: nothing to rank")
     ranking: list[Ranked] = []
-    for alg, be, t, params, variant, fn in GROUPS[family](dims, sp.table, threads, allow_strassen):
+    groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen))
+    if prune:
+        groups.sort(key=lambda g: g[6] * _charge(family, g[0], g[1], g[2])[0])
+    best, skipped = np.inf, 0
+    for alg, be, t, params, variants, fn, floor in groups:
+        if prune and floor * _charge(family, alg, be, t)[0] > best:
+            skipped += len(params) * len(variants)
+            continue
         view = _Recorder(sp) if explain else sp
-        times = np.atleast_1d(np.asarray(fn(view, np.asarray(params), variant), dtype=float))
+        times = np.asarray(fn(view, np.asarray(params), variants), dtype=float).ravel()
         terms = tuple(view.log) if explain else ()
-        ranking += [Ranked(Candidate(alg, be, t, int(p), variant), float(s), terms)
-                    for p, s in zip(params, times, strict=True)]
+        labels = [(v, p) for v in variants for p in params]
+        ranking += [_charged(family, Candidate(alg, be, t, int(p), v), float(s), terms, explain)
+                    for (v, p), s in zip(labels, times, strict=True)]
+        best = min(best, min(r.seconds for r in ranking[-len(labels):]))
     if not ranking:
         raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
-    ranking = [_risk(_contended(family, r)) for r in ranking]
     ranking.sort(key=lambda r: r.seconds)
     chosen, incumbent, notes = _apply_margin(family, ranking)
+    if skipped:
+        notes.append(f"{skipped} candidates pruned by their lower bound")
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes)
 
 
-def _contended(family: str, r: Ranked) -> Ranked:
-    """Charge candidates off the default library: POOL_CONTENTION if threaded, else LIBRARY_SWITCH."""
-    if r.candidate.backend == INCUMBENTS[family][1]:
-        return r
-    factor, why = ((POOL_CONTENTION, "thread-pool contention") if r.candidate.threads > 1
-                   else (LIBRARY_SWITCH, "library switch"))
-    note = (f"x{factor:g} {why} (not {INCUMBENTS[family][1]})",)
-    return Ranked(r.candidate, r.seconds * factor, r.terms + note if r.terms else (), r.seconds)
-
-
-def _risk(r: Ranked) -> Ranked:
-    """Charge COMPOSED_RISK to candidates whose prediction is a composition of many calls."""
-    factor = COMPOSED_RISK.get(r.candidate.algorithm, 1.0)
+def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...], explain: bool) -> Ranked:
+    """Rank by the model time times the selection charges; the pure prediction stays in
+    ``model_seconds``."""
+    factor, notes = _charge(family, cand.algorithm, cand.backend, cand.threads)
     if factor == 1.0:
-        return r
-    note = (f"x{factor:g} composed-model risk",)
-    return Ranked(r.candidate, r.seconds * factor, r.terms + note if r.terms else (), r.predicted)
+        return Ranked(cand, seconds, terms)
+    return Ranked(cand, seconds * factor, terms + tuple(notes) if explain else (), seconds)
+
+
+def _charge(family: str, algorithm: str, backend: str, threads: int) -> tuple[float, list[str]]:
+    """Selection charge factor and its reasons: library switch or pool contention off the default
+    library, composed-model risk."""
+    factor, notes = 1.0, []
+    if backend != INCUMBENTS[family][1]:
+        f, why = ((POOL_CONTENTION, "thread-pool contention") if threads > 1 else (LIBRARY_SWITCH, "library switch"))
+        factor *= f
+        notes.append(f"x{f:g} {why} (not {INCUMBENTS[family][1]})")
+    risk = COMPOSED_RISK.get(algorithm, 1.0)
+    if risk != 1.0:
+        factor *= risk
+        notes.append(f"x{risk:g} composed-model risk")
+    return factor, notes
 
 
 def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
@@ -199,7 +236,7 @@ def choose(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen:
     if dec is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
-        dec = _CACHE[key] = rank(family, dims, sp, threads, allow_strassen)
+        dec = _CACHE[key] = rank(family, dims, sp, threads, allow_strassen, prune=True)
     return dec
 
 
