@@ -84,14 +84,21 @@ def describe(dec: Decision, top: int = 12) -> str:
 # ---------------------------------------------------------------------------------------------- gemm
 
 def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False,
-               out=None, config=None, explain: bool = False):
+               out=None, config=None, explain: bool = False, comm=None, root: int = 0):
     """``alpha op(a) op(b) + beta c`` with the measured-fastest configuration; ``a @ b`` by default.
 
     Accepts what ``numpy.matmul`` accepts and returns the same values, dtypes and errors; only
     2-D float64 products are tuned (others defer to numpy). ``c`` is read only when ``beta != 0``;
     pass ``out=c`` to update it in place, BLAS style. ``config`` forces a candidate (a
     ``Candidate`` or dict of its fields); ``explain=True`` prints the ranked candidates.
+
+    With ``comm`` (an mpi4py communicator) the call is collective: the ``root`` rank passes a and
+    b and receives the result, the other ranks pass None and get None; the plan (algorithm,
+    processes, grid, block, threads per rank) is chosen from measured communication costs, or
+    forced with ``config=`` (a ``Plan`` or dict of its fields).
     """
+    if comm is not None:
+        return _distributed_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root)
     if (type(a) is _ND and type(b) is _ND and a.dtype is _F64 and b.dtype is _F64 and c is None
             and out is None and config is None and alpha == 1.0 and beta == 0.0
             and not (trans_a or trans_b or explain) and _numpy_shapes.hit(a.shape + b.shape)):
@@ -130,6 +137,27 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
     return _copy_out(target, out)
 
 
+def _distributed_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root):
+    """Collective product over ``comm``; the BLAS-style extras are applied on the root."""
+    from autotune.distributed.api import distributed_gemm
+
+    is_root = comm.rank == root
+    if is_root and a is not None and b is not None:
+        a, b = np.asarray(a), np.asarray(b)
+        a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+    res = distributed_gemm(a if is_root else None, b if is_root else None, comm, root=root, config=config,
+                           explain=explain)
+    if not is_root:
+        return None
+    if alpha != 1.0:
+        res = res * alpha
+    if c is not None and beta != 0.0:
+        if np.shape(c) != res.shape:
+            raise ValueError(f"c has shape {np.shape(c)}, expected {res.shape}")
+        res = res + beta * np.asarray(c)
+    return res if out is None else _copy_out(res, out)
+
+
 def _direct_target(out, a, b, shape) -> bool:
     """Can BLAS write straight into ``out``? (float64, right shape, contiguous, not aliasing a or b)."""
     return (type(out) is np.ndarray and out.dtype == _F64 and out.shape == shape and out.flags.writeable
@@ -166,13 +194,20 @@ def _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out):
 # ------------------------------------------------------------------------------------------ cholesky
 
 def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, *,
-                   config=None, explain: bool = False):
+                   config=None, explain: bool = False, comm=None, root: int = 0):
     """Cholesky factor with the contract of ``scipy.linalg.cholesky``, tuned for 2-D float64.
 
     Returns upper ``U`` with ``a = U^H U`` (or lower ``L`` with ``a = L L^H``), the other triangle
     zeroed. Raises LinAlgError for a matrix that is not positive definite, ValueError for a
     non-square or (with ``check_finite``) non-finite input. Other dtypes and stacks go to scipy.
+
+    With ``comm`` the call is collective (see ``tuned_gemm``): the root passes ``a`` and gets the
+    factor, other ranks pass None and get None; errors are raised on every rank.
     """
+    if comm is not None:
+        from autotune.distributed.api import distributed_cholesky
+
+        return distributed_cholesky(a, comm, lower=lower, root=root, config=config, explain=explain)
     from scipy import linalg
 
     a1 = np.asarray(a)

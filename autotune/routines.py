@@ -89,6 +89,10 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Pattern("stripe", "row-block striped product over p processes: (x/p) x x times x x x", {
         "gemm": lambda x, p: {"m": _i(x / p), "n": x, "k": x},
     }, needs_param=True),
+    Pattern("rankb", "distributed rank-b update (SUMMA step, parallel Cholesky trailing update): "
+            "x-by-b times b-by-x", {
+        "gemm": lambda x, b: {"m": x, "n": x, "k": _i(b)},
+    }, needs_param=True),
     Pattern("segment", "unblocked Cholesky step at column i = f*x: gemv on (x-i) x i", {
         "gemv": lambda x, f: {"m": _i(x * (1 - f)), "n": _i(x * f)},
     }, needs_param=True),

@@ -151,7 +151,7 @@ def _getrf(be, d, rng):
 
 _BUILDERS = {
     ("gemm", "square"): _gemm_square, ("gemm", "panel"): _gemm_panel,
-    ("gemm", "stripe"): _gemm_square,
+    ("gemm", "stripe"): _gemm_square, ("gemm", "rankb"): _gemm_square,
     ("syrk", "square"): _syrk_square, ("syrk", "panel"): _syrk_panel,
     ("trsm", "square"): _trsm_square, ("trsm", "panel"): _trsm_panel,
     ("gemv", "square"): _gemv_square, ("gemv", "segment"): _gemv_segment,

@@ -1,0 +1,38 @@
+"""Control-path helpers every distributed routine uses: agree on errors, share small metadata.
+
+Ranks must raise the same error together, never leave others waiting in a collective: each
+rank checks its own inputs, then ``agree`` gathers the verdicts and every rank raises the first
+problem found (same type and message everywhere). Only small Python objects cross here.
+"""
+from __future__ import annotations
+
+_ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "LinAlgError": None}
+
+
+def agree(comm, error: Exception | None) -> None:
+    """Raise on every rank if any rank reported an error (the lowest rank's error wins)."""
+    verdicts = comm.allgather(None if error is None else (type(error).__name__, str(error)))
+    for rank, verdict in enumerate(verdicts):
+        if verdict is not None:
+            name, message = verdict
+            raise _error_type(name)(f"rank {rank}: {message}" if comm.size > 1 else message)
+
+
+def _error_type(name: str) -> type[Exception]:
+    if name == "LinAlgError":
+        import numpy as np
+
+        return np.linalg.LinAlgError
+    return _ERRORS.get(name) or ValueError
+
+
+def run_checked(comm, fn, *args, **kwargs):
+    """``fn(*args)`` on every rank; an exception on any rank is raised on all (via ``agree``)."""
+    try:
+        out, err = fn(*args, **kwargs), None
+    except (ValueError, TypeError) as exc:
+        out, err = None, exc
+    except Exception as exc:   # LinAlgError and the like keep their type through _error_type
+        out, err = None, exc
+    agree(comm, err)
+    return out

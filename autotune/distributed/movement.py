@@ -1,0 +1,136 @@
+"""Move matrices between a root and a layout, and between two layouts (mpi4py buffer API).
+
+All three are collective over ``comm``. Pieces are packed column-major with the Numba kernels of
+``autotune.kernels.pack`` into one contiguous buffer and moved with Scatterv / Gatherv /
+Alltoallv: no pickling on the data path. Any dtype numpy and MPI share works.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.kernels.pack import as_index, put, take_flat
+
+from .layout import Layout
+
+
+def _mpi_type(dtype: np.dtype):
+    from mpi4py.util.dtlib import from_numpy_dtype
+
+    return from_numpy_dtype(np.dtype(dtype))
+
+
+def _counts(layout: Layout, size: int) -> tuple[np.ndarray, np.ndarray]:
+    counts = np.array([int(np.prod(layout.local_shape(r))) for r in range(size)], dtype=np.int64)
+    return counts, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def _check_fits(layout: Layout, comm) -> None:
+    if layout.size > comm.size:
+        raise ValueError(f"layout on {layout.grid[0]}x{layout.grid[1]} needs {layout.size} ranks, "
+                         f"communicator has {comm.size}")
+
+
+def scatter(a: np.ndarray | None, layout: Layout, comm, root: int = 0) -> np.ndarray:
+    """Root's ``a`` (ignored elsewhere) -> this rank's local piece of ``layout`` (Fortran order)."""
+    _check_fits(layout, comm)
+    dtype = np.dtype(comm.bcast(np.asarray(a).dtype.str if comm.rank == root else None, root=root))
+    counts, displs = _counts(layout, comm.size)
+    mtype = _mpi_type(dtype)
+    send = None
+    if comm.rank == root:
+        if np.shape(a) != layout.shape:
+            raise ValueError(f"matrix of shape {np.shape(a)} does not match layout {layout.shape}")
+        buf = np.empty(int(counts.sum()), dtype=dtype)
+        for r in range(comm.size):
+            rows, cols = layout.local_indices(r)
+            take_flat(np.asarray(a), as_index(rows), as_index(cols), buf, int(displs[r]))
+        send = [buf, (counts, displs), mtype]
+    recv = np.empty(int(counts[comm.rank]), dtype=dtype)
+    comm.Scatterv(send, [recv, mtype], root=root)
+    return recv.reshape(layout.local_shape(comm.rank), order="F")
+
+
+def gather(local: np.ndarray, layout: Layout, comm, root: int = 0, order: str = "C") -> np.ndarray | None:
+    """This rank's piece -> the whole matrix on ``root`` (None elsewhere)."""
+    _check_fits(layout, comm)
+    counts, displs = _counts(layout, comm.size)
+    mtype = _mpi_type(local.dtype)
+    flat = np.asfortranarray(local).reshape(-1, order="F") if local.size else np.empty(0, local.dtype)
+    if comm.rank != root:
+        comm.Gatherv([flat, mtype], None, root=root)
+        return None
+    buf = np.empty(int(counts.sum()), dtype=local.dtype)
+    comm.Gatherv([flat, mtype], [buf, (counts, displs), mtype], root=root)
+    out = np.empty(layout.shape, dtype=local.dtype, order=order)
+    for r in range(comm.size):
+        rows, cols = layout.local_indices(r)
+        piece = buf[displs[r]:displs[r] + counts[r]].reshape((rows.size, cols.size), order="F")
+        put(out, as_index(rows), as_index(cols), piece)
+    return out
+
+
+def _overlap(mine: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions in ``mine`` and in ``theirs`` of the indices both hold (both ascending)."""
+    _, pm, pt = np.intersect1d(mine, theirs, assume_unique=True, return_indices=True)
+    return as_index(pm), as_index(pt)
+
+
+def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm) -> np.ndarray:
+    """This rank's piece of ``src`` -> its piece of ``dst`` (same global matrix), via Alltoallv."""
+    _check_fits(src, comm)
+    _check_fits(dst, comm)
+    if src.shape != dst.shape:
+        raise ValueError(f"cannot redistribute {src.shape} into {dst.shape}")
+    me, size = comm.rank, comm.size
+    my_rows, my_cols = src.local_indices(me)
+    new_rows, new_cols = dst.local_indices(me)
+    send_parts, recv_parts = [], []
+    for other in range(size):
+        o_rows, o_cols = dst.local_indices(other)
+        send_parts.append((_overlap(my_rows, o_rows)[0], _overlap(my_cols, o_cols)[0]))
+        s_rows, s_cols = src.local_indices(other)
+        recv_parts.append((_overlap(new_rows, s_rows)[0], _overlap(new_cols, s_cols)[0]))
+    scounts = np.array([r.size * c.size for r, c in send_parts], dtype=np.int64)
+    rcounts = np.array([r.size * c.size for r, c in recv_parts], dtype=np.int64)
+    sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(np.int64)
+    rdispl = np.concatenate([[0], np.cumsum(rcounts)[:-1]]).astype(np.int64)
+    sbuf = np.empty(int(scounts.sum()), dtype=local.dtype)
+    for d, (r, c) in enumerate(send_parts):
+        take_flat(local, r, c, sbuf, int(sdispl[d]))
+    rbuf = np.empty(int(rcounts.sum()), dtype=local.dtype)
+    mtype = _mpi_type(local.dtype)
+    comm.Alltoallv([sbuf, (scounts, sdispl), mtype], [rbuf, (rcounts, rdispl), mtype])
+    out = dst.empty_local(me, local.dtype)
+    for s, (r, c) in enumerate(recv_parts):
+        if r.size and c.size:
+            put(out, r, c, rbuf[rdispl[s]:rdispl[s] + rcounts[s]].reshape((r.size, c.size), order="F"))
+    return out
+
+
+@dataclass
+class DistMatrix:
+    """A matrix spread over ``comm`` by ``layout``: this rank's piece plus where the rest lives."""
+
+    local: np.ndarray
+    layout: Layout
+    comm: object
+
+    @classmethod
+    def from_root(cls, a: np.ndarray | None, layout: Layout, comm, root: int = 0) -> DistMatrix:
+        return cls(scatter(a, layout, comm, root), layout, comm)
+
+    def to_root(self, root: int = 0, order: str = "C") -> np.ndarray | None:
+        return gather(self.local, self.layout, self.comm, root, order)
+
+    def redistribute(self, layout: Layout) -> DistMatrix:
+        return DistMatrix(redistribute(self.local, self.layout, layout, self.comm), layout, self.comm)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.layout.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.local.dtype

@@ -1,0 +1,131 @@
+"""Distributed speed at P ranks against one-process numpy/scipy and dask, side by side in one run.
+
+Run under ``mpiexec -n P``. Per round (A/B interleaved): the distributed call (the model's best
+plan with P ranks and one BLAS thread per rank, root-held data to gathered result, decision
+included), then on the root only — the other ranks sleep-wait so they steal no core — numpy's
+matmul / scipy's cholesky with P threads, and dask.array (threaded scheduler, P workers, one BLAS
+thread each, chunks of each ``--chunks`` size). Reports medians, quartiles and ratios.
+
+    mpiexec -n 2 python bench/mpi_speed.py --n 4096 --rounds 5 --out bench/results/mpi-speed-P2.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from autotune.config import options
+from autotune.distributed.plan import Plan
+
+
+def _wait_quietly(comm) -> None:
+    """Barrier that sleeps instead of spinning (the root is timing one-process baselines)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def best_plan(family: str, n: int, comm, db) -> Plan:
+    """The model's best plan that uses every rank with one BLAS thread each."""
+    from autotune.db.comm import load_comm
+
+    from autotune.config import available_cores
+    from autotune.db import load_sp
+    from autotune.select.distributed import rank_plans
+
+    plan = None
+    if comm.rank == 0:
+        dims = (n, n, n) if family == "gemm" else (n,)
+        dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size), available_cores())
+        plan = next(r.plan for r in dec.ranking if r.plan.p == comm.size and r.plan.threads == 1)
+    return comm.bcast(plan, root=0)
+
+
+def baselines(family: str, a, b, P: int, chunks) -> dict[str, float]:
+    import dask
+    import dask.array as da
+    import scipy.linalg as sl
+
+    out = {}
+    with threadpool_limits(P):
+        out["numpy" if family == "gemm" else "scipy"] = _timed(
+            (lambda: a @ b) if family == "gemm" else (lambda: sl.cholesky(a, lower=True)))
+    with threadpool_limits(1), dask.config.set(scheduler="threads", num_workers=P):
+        for ch in chunks:
+            if family == "gemm":
+                x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=ch)
+                out[f"dask{ch}"] = _timed(lambda x=x, y=y: (x @ y).compute())
+            else:
+                x = da.from_array(a, chunks=ch)
+                out[f"dask{ch}"] = _timed(lambda x=x: da.linalg.cholesky(x, lower=True).compute())
+    return out
+
+
+def main(argv=None) -> int:
+    from mpi4py import MPI
+
+    from autotune.distributed.api import distributed_cholesky, distributed_gemm
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
+    p.add_argument("--n", type=int, default=4096)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--chunks", type=int, nargs="+", default=[1024, 2048])
+    p.add_argument("--db", default=None)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    comm, P = MPI.COMM_WORLD, MPI.COMM_WORLD.size
+    rng = np.random.default_rng(0)
+    n = args.n
+    a = b = None
+    if comm.rank == 0:
+        a = rng.standard_normal((n, n))
+        if args.family == "gemm":
+            b = rng.standard_normal((n, n))
+        else:
+            a = a @ a.T + n * np.eye(n)
+    with options(db=args.db):
+        plan = best_plan(args.family, n, comm, args.db)
+        times: dict[str, list[float]] = {}
+        for _ in range(args.rounds + 1):                  # round 0 warms up (JIT, pools)
+            comm.Barrier()
+            t0 = time.perf_counter()
+            if args.family == "gemm":
+                distributed_gemm(a, b, comm, config=plan)
+            else:
+                distributed_cholesky(a, comm, lower=True, config=plan)
+            dist = time.perf_counter() - t0
+            if comm.rank == 0:
+                res = {"autotune": dist, **baselines(args.family, a, b, P, args.chunks)}
+                for k, v in res.items():
+                    times.setdefault(k, []).append(v)
+            _wait_quietly(comm)
+    if comm.rank == 0:
+        times = {k: v[1:] for k, v in times.items()}
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        base = "numpy" if args.family == "gemm" else "scipy"
+        dask_best = min(v for k, v in med.items() if k.startswith("dask"))
+        report = {"family": args.family, "n": n, "P": P, "plan": str(plan), "median_s": med,
+                  "quartiles_s": {k: np.percentile(v, [25, 75]).tolist() for k, v in times.items()},
+                  f"speedup_vs_{base}": med[base] / med["autotune"],
+                  "speedup_vs_dask_best": dask_best / med["autotune"],
+                  f"dask_vs_{base}": med[base] / dask_best}
+        print(json.dumps(report, indent=1))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

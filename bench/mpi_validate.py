@@ -1,0 +1,168 @@
+"""Distributed validation: run every plan (exhaustive), compare phases and totals with the models.
+
+Run collectively under mpiexec; the root ranks the plans for each problem, every plan is forced
+and timed (median of ``--reps`` runs; each run from root-held matrices to the gathered result),
+per-phase times are the maximum over ranks. Reports the absolute percentage error per phase and
+for the total, and per problem the best measured plan, the model's choice and the deviation
+t(choice) / t(best) - 1 (the layout of 001 tables 3.44-3.45). Output JSON and Markdown.
+
+    mpiexec -n 2 python bench/mpi_validate.py --family gemm --sizes 1024 2048 4096 \
+        --out bench/results/mpi-validate-gemm-P2.json --markdown bench/results/mpi-validate-gemm-P2.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from autotune.config import available_cores, options
+from autotune.distributed.plan import PHASES, Phases, Plan
+
+SMOKE_SIZES = (48,)
+
+
+def _problem(family: str, n: int, rng) -> tuple:
+    if family == "gemm":
+        return rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    g = rng.standard_normal((n, n))
+    return (g @ g.T + n * np.eye(n),)
+
+
+def _run_once(family: str, plan: Plan, args: tuple, comm) -> tuple[float, dict[str, float]]:
+    """One collective run of ``plan``: root wall time and the per-phase max over ranks."""
+    from autotune.distributed.api import distributed_cholesky, distributed_gemm
+
+    phases = Phases()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    if family == "gemm":
+        distributed_gemm(*args, comm, config=plan, phases=phases)
+    else:
+        distributed_cholesky(*args, comm, config=plan, phases=phases)
+    wall = time.perf_counter() - t0
+    wall = comm.bcast(wall, root=0)
+    mine = np.array([phases.seconds.get(p, 0.0) for p in PHASES])
+    worst = np.empty_like(mine)
+    comm.Allreduce(mine, worst, op=_max())
+    return wall, dict(zip(PHASES, worst.tolist(), strict=True))
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def measure(family: str, plan: Plan, n: int, comm, reps: int, rng) -> dict:
+    args = _problem(family, n, rng) if comm.rank == 0 else ((None,) * (2 if family == "gemm" else 1))
+    runs = [_run_once(family, plan, args, comm) for _ in range(reps + 1)][1:]   # first run warms up
+    walls = np.array([w for w, _ in runs])
+    med = int(np.argsort(walls)[len(walls) // 2])
+    return {"total": float(np.median(walls)), "spread": float(np.subtract(*np.percentile(walls, [75, 25])) /
+                                                              np.median(walls)),
+            **{p: runs[med][1][p] for p in PHASES}}
+
+
+def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None) -> list[dict]:
+    from autotune.db.comm import load_comm
+
+    from autotune.db import load_sp
+    from autotune.select.distributed import rank_plans
+
+    rng = np.random.default_rng(0)
+    results = []
+    for n in sizes:
+        dims = (n, n, n) if family == "gemm" else (n,)
+        ranked = None
+        if comm.rank == 0:
+            dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size),
+                             available_cores(), allow_strassen=True)
+            best = dec.ranking[0].seconds
+            ranked = [(r.plan, r.phases) for r in dec.ranking if r.seconds <= max_ratio * best]
+        ranked = comm.bcast(ranked, root=0)
+        rows = []
+        for plan, predicted in ranked:
+            measured = measure(family, plan, n, comm, reps, rng)
+            rows.append({"plan": str(plan), "predicted": predicted, "measured": measured})
+            if comm.rank == 0:
+                print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
+                      f"predicted {predicted['total'] * 1e3:.1f} ms", flush=True)
+        results.append({"family": family, "n": n, "nprocs": comm.size, "rows": rows})
+    return results
+
+
+def _ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas * 100.0 if meas > 0 else float("nan")
+
+
+def summarise(results: list[dict]) -> dict:
+    """APE per phase and total (phases with a measured time > 1 ms) and the selection table."""
+    ape = {p: [] for p in (*PHASES, "total")}
+    table = []
+    for prob in results:
+        rows = prob["rows"]
+        for r in rows:
+            for p in ape:
+                if r["measured"][p] > 1e-3:
+                    ape[p].append(_ape(r["predicted"][p], r["measured"][p]))
+        best = min(rows, key=lambda r: r["measured"]["total"])
+        chosen = rows[0]                                   # ranked: the model's choice first
+        table.append({"n": prob["n"], "best": best["plan"], "best_ms": best["measured"]["total"] * 1e3,
+                      "chosen": chosen["plan"], "chosen_ms": chosen["measured"]["total"] * 1e3,
+                      "deviation_pct": (chosen["measured"]["total"] / best["measured"]["total"] - 1) * 100})
+    within = np.mean([t["deviation_pct"] <= 10.0 for t in table]) * 100 if table else float("nan")
+    return {"ape_median": {p: float(np.median(v)) if v else None for p, v in ape.items()},
+            "ape_count": {p: len(v) for p, v in ape.items()}, "selection": table,
+            "within_10pct": float(within)}
+
+
+def markdown(results: list[dict], summary: dict) -> str:
+    nprocs = results[0]["nprocs"] if results else 0
+    lines = [f"# Distributed validation, P = {nprocs}", "",
+             "Median absolute percentage error (phases with a measured time > 1 ms):", "",
+             "| phase | APE median | points |", "|---|---|---|"]
+    for p, v in summary["ape_median"].items():
+        lines.append(f"| {p} | {'-' if v is None else f'{v:.1f}%'} | {summary['ape_count'][p]} |")
+    lines += ["", f"Selection: model's choice within 10% of the best measured in {summary['within_10pct']:.0f}% "
+              "of problems.", "", "| n | best measured | time (ms) | model's choice | time (ms) | deviation |",
+              "|---|---|---|---|---|---|"]
+    for t in summary["selection"]:
+        lines.append(f"| {t['n']} | {t['best']} | {t['best_ms']:.1f} | {t['chosen']} | {t['chosen_ms']:.1f} | "
+                     f"{t['deviation_pct']:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    from mpi4py import MPI
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
+    p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--max-ratio", type=float, default=3.0, help="run plans predicted within this x the best")
+    p.add_argument("--db", default=None)
+    p.add_argument("--out", default=None)
+    p.add_argument("--markdown", default=None)
+    p.add_argument("--smoke", action="store_true", help="one tiny problem, one rep (harness check)")
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    sizes, reps = (SMOKE_SIZES, 1) if args.smoke else (args.sizes, args.reps)
+    with options(db=args.db):
+        results = validate(args.family, sizes, comm, reps, args.max_ratio, args.db)
+    if comm.rank == 0:
+        summary = summarise(results)
+        print(json.dumps({"ape_median": summary["ape_median"], "within_10pct": summary["within_10pct"]}))
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump({"results": results, "summary": summary}, f, indent=1)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write(markdown(results, summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

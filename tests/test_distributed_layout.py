@@ -1,0 +1,102 @@
+"""Layouts own every element exactly once; scatter, gather and redistribution move them exactly."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mpi_helpers import run_mpi
+
+from autotune.distributed.layout import Axis, block_2d, block_cyclic, row_block
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 300), parts=st.integers(1, 7), block=st.one_of(st.none(), st.integers(1, 40)))
+def test_axis_partitions_the_indices(n, parts, block):
+    ax = Axis(n, parts, block)
+    owned = [ax.indices(p) for p in range(parts)]
+    assert [len(o) for o in owned] == [ax.count(p) for p in range(parts)]
+    allidx = np.concatenate(owned)
+    np.testing.assert_array_equal(np.sort(allidx), np.arange(n))
+    for p, idx in enumerate(owned):
+        assert np.all(np.diff(idx) > 0)
+        np.testing.assert_array_equal(ax.owner(idx), p)
+        np.testing.assert_array_equal(ax.local_index(idx), np.arange(idx.size))
+    if block is None and n:
+        sizes = [len(o) for o in owned]
+        assert max(sizes) - min(sizes) <= 1
+
+
+def test_block_cyclic_matches_scalapack_numroc():
+    # numroc(n=10, nb=3, iproc, isrcproc=0, nprocs=3): 4, 3, 3 ; (n=11): 5, 3, 3
+    assert [Axis(10, 3, 3).count(p) for p in range(3)] == [4, 3, 3]
+    assert [Axis(11, 3, 3).count(p) for p in range(3)] == [5, 3, 3]
+    np.testing.assert_array_equal(Axis(10, 3, 3).indices(0), [0, 1, 2, 9])
+
+
+def test_layout_ranks_outside_the_grid_own_nothing():
+    lay = block_cyclic(10, 7, 2, 1, 3)
+    assert lay.size == 2 and lay.coords(2) is None and lay.local_shape(3) == (0, 0)
+    assert row_block(10, 4, 3).local_shape(0) == (4, 4)
+    assert block_2d(9, 9, 2, 2).local_shape(3) == (4, 4)
+    with pytest.raises(ValueError):
+        Axis(5, 0)
+
+
+MOVE = """
+import numpy as np
+from mpi4py import MPI
+from autotune.distributed import DistMatrix, block_2d, block_cyclic, row_block
+comm = MPI.COMM_WORLD
+P = comm.size
+rng = np.random.default_rng(0)
+shapes = [(1, 1), (7, 5), (13, 29), (64, 3), (0, 4)]
+for m, n in shapes:
+    for dtype in (np.float64, np.float32, np.complex128):
+        a = rng.standard_normal((m, n)) + (1j * rng.standard_normal((m, n)) if dtype == np.complex128 else 0)
+        a = a.astype(dtype)
+        a = np.asfortranarray(a) if (m + n) % 2 else a
+        layouts = [row_block(m, n, P), block_2d(m, n, 1, P), block_cyclic(m, n, P, 1, 2),
+                   block_cyclic(m, n, 1, P, 3, 2)]
+        if P == 4:
+            layouts += [block_2d(m, n, 2, 2), block_cyclic(m, n, 2, 2, 3, 5)]
+        if P >= 3:
+            layouts += [block_cyclic(m, n, 2, 1, 4)]          # rank 2.. hold nothing
+        dm = None
+        for lay in layouts:
+            d = DistMatrix.from_root(a if comm.rank == 0 else None, lay, comm)
+            assert d.local.shape == lay.local_shape(comm.rank) and d.local.flags.f_contiguous
+            back = d.to_root()
+            if comm.rank == 0:
+                np.testing.assert_array_equal(back, a)
+            if dm is not None:
+                moved = dm.redistribute(lay)
+                np.testing.assert_array_equal(moved.local, d.local)
+            dm = d
+print("OK", comm.rank)
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_scatter_gather_redistribute(tmp_path, nprocs):
+    out = run_mpi(MOVE, nprocs, tmp_path)
+    assert out.stdout.count("OK") == nprocs
+
+
+AGREE = """
+import numpy as np
+from mpi4py import MPI
+from autotune.distributed.collective import agree
+comm = MPI.COMM_WORLD
+err = ValueError("bad shape here") if comm.rank == comm.size - 1 else None
+try:
+    agree(comm, err)
+except ValueError as exc:
+    print("RAISED", comm.rank, exc)
+"""
+
+
+def test_ranks_agree_on_errors(tmp_path):
+    out = run_mpi(AGREE, 3, tmp_path)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RAISED")]
+    assert len(lines) == 3 and all("rank 2: bad shape here" in ln for ln in lines)
