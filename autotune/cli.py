@@ -98,24 +98,171 @@ def plot(db, filename: str) -> None:
 
 def cmd_show(args) -> int:
     path = resolve(args.db)
+    platforms = _comm_platforms(path)
     try:
         db = load(path, check_machine=False)
     except DatabaseError as exc:
-        print(f"autotune show: {exc}", file=sys.stderr)
-        return 1
+        if not platforms:
+            print(f"autotune show: {exc}", file=sys.stderr)
+            return 1
+        db, blas_error = None, str(exc)
     if args.json:
-        print(json.dumps({"fingerprint": db.fingerprint, "backends": db.backends, "run": db.run,
-                          "points": len(db.records)}, indent=2, sort_keys=True))
+        out = {"fingerprint": db.fingerprint, "backends": db.backends, "run": db.run,
+               "points": len(db.records)} if db is not None else {"error": blas_error}
+        if platforms:
+            out["comm"] = [comm_json(q) for q in platforms]
+        print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     print(f"Database: {path}")
-    diff = mismatches(db.fingerprint, machine_fingerprint())
-    if diff:
-        print("NOTE: measured on another machine or stack; the runtime will not use it (" + "; ".join(diff) + ")")
-    print("\n".join(summary(db) + gflops_tables(db)))
+    if db is not None:
+        diff = mismatches(db.fingerprint, machine_fingerprint())
+        if diff:
+            print("NOTE: measured on another machine or stack; the runtime will not use it (" + "; ".join(diff) + ")")
+        print("\n".join(summary(db) + gflops_tables(db)))
+    else:
+        print(f"BLAS/LAPACK: {blas_error}")
+    if platforms:
+        print("\n" + "\n".join(comm_summary(platforms)))
     if args.plot:
-        plot(db, args.plot)
-        print(f"\nplot written to {args.plot}")
+        if db is not None:
+            plot(db, args.plot)
+            print(f"\nplot written to {args.plot}")
+        if platforms:
+            comm_file = _comm_plot_name(args.plot)
+            plot_comm(platforms, comm_file)
+            print(f"communication plot written to {comm_file}")
     return 0
+
+
+# -- MPI communication parameters (autotune.db.comm) ----------------------------------------------
+
+def _comm_platforms(path) -> list:
+    """The file's communication platforms; [] when it has none or cannot be read."""
+    from autotune.db.comm import read_platforms
+
+    try:
+        return sorted(read_platforms(path), key=lambda q: (q.P, q.key))
+    except Exception:
+        return []
+
+
+def _comm_plot_name(filename: str) -> str:
+    from pathlib import Path
+
+    p = Path(filename)
+    return str(p.with_name(f"{p.stem}-comm{p.suffix or '.png'}"))
+
+
+def _curves(fits: np.ndarray) -> dict[tuple, np.ndarray]:
+    """(primitive, p, r, c) -> its fit rows, in primitive order."""
+    from autotune.db.comm import PRIMITIVES
+
+    keys = {(f["primitive"].decode(), int(f["p"]), int(f["r"]), int(f["c"])) for f in fits}
+    order = sorted(keys, key=lambda k: (PRIMITIVES.index(k[0]) if k[0] in PRIMITIVES else 99, k[1:]))
+    out = {}
+    for k in order:
+        sel = ((fits["primitive"] == k[0].encode()) & (fits["p"] == k[1]) & (fits["r"] == k[2])
+               & (fits["c"] == k[3]))
+        out[k] = np.sort(fits[sel], order="regime")
+    return out
+
+
+def _bytes(x: float) -> str:
+    if not np.isfinite(x):
+        return "inf"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if x >= size:
+            return f"{x / size:.4g} {unit}"
+    return f"{x:.0f} B"
+
+
+def comm_summary(platforms) -> list[str]:
+    """Per platform, per primitive and p (grid): regimes with ts, bandwidth 1/tw, breakpoints and
+    held-out error (median/max of the relative error on the sizes left out of the check fit)."""
+    from autotune.db.comm import library_id, loggp_lines
+
+    lines = [f"MPI communication parameters ({len(platforms)} platform{'s' * (len(platforms) != 1)}):"]
+    for q in platforms:
+        info = q.info
+        lines.append(f"  {q.key}: {library_id(info.get('library', ''))}")
+        cores = "oversubscribed" if info.get("oversubscribed") else "dedicated cores"
+        lines.append(f"    P={info.get('P')} ({cores}), "
+                     f"{info.get('hosts', '?')} host(s), profile {info.get('profile', '?')!r}, {len(q.points)} points, "
+                     f"measured {info.get('updated', '?')} in {info.get('seconds', 0):.0f} s")
+        if q.loggp:
+            lines += ["    " + x for x in loggp_lines(q.loggp)]
+        for (prim, p, r, c), rows in _curves(q.fits).items():
+            grid = f" grid {r}x{c}" if r else ""
+            bps = ", ".join(_bytes(b) for b in rows["lo"][1:]) or "none"
+            lines.append(f"    {prim} p={p}{grid}: {len(rows)} regime{'s' * (len(rows) != 1)}, breakpoints {bps}")
+            for f in rows:
+                bw = f"{1e-9 / f['tw']:8.2f} GB/s" if f["tw"] > 0 else f"{'inf':>8s} GB/s"
+                err = (f"held-out err med {100 * f['err_med']:5.1f}% max {100 * f['err_max']:5.1f}% "
+                       f"({f['n_heldout']} sizes){'  (> 10%)' if f['err_max'] > 0.10 else ''}"
+                       if f["n_heldout"] else "held-out err -")
+                lines.append(f"      [{_bytes(f['lo']):>9s}, {_bytes(f['hi']):>9s}): ts {f['ts'] * 1e6:8.3f} us, "
+                             f"tw {bw}; {err}")
+    return lines
+
+
+def comm_json(q) -> dict:
+    loggp = {k: v for k, v in q.loggp.items() if k not in ("o_s", "g_s", "sizes")} if q.loggp else None
+    return {"key": q.key, "platform": q.info, "points": len(q.points), "loggp": loggp,
+            "fits": [{"primitive": f["primitive"].decode(), "p": int(f["p"]), "grid": [int(f["r"]), int(f["c"])],
+                      "regime": int(f["regime"]), "lo": float(f["lo"]),
+                      "hi": float(f["hi"]) if np.isfinite(f["hi"]) else None,
+                      "ts": float(f["ts"]), "tw": float(f["tw"]),
+                      "heldout_err_median": None if np.isnan(f["err_med"]) else float(f["err_med"]),
+                      "heldout_err_max": None if np.isnan(f["err_max"]) else float(f["err_max"])}
+                     for f in q.fits]}
+
+
+def plot_comm(platforms, filename: str) -> None:
+    """Time against message size per primitive: measured medians (markers) and fitted regimes (lines)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.db.comm import PRIMITIVES
+
+    prims = [x for x in PRIMITIVES if any((q.points["primitive"] == x.encode()).any() for q in platforms)]
+    cols = min(4, max(len(prims), 1))
+    rows = (len(prims) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    for ax, prim in zip(axes.flat, prims, strict=False):
+        n = 0
+        for qi, q in enumerate(platforms):
+            for (pr, p, r, c), fits in _curves(q.fits).items():
+                if pr != prim:
+                    continue
+                sel = ((q.points["primitive"] == prim.encode()) & (q.points["p"] == p) & (q.points["r"] == r)
+                       & (q.points["c"] == c))
+                pts = np.sort(q.points[sel], order="nbytes")
+                colour = f"C{n % 10}"
+                n += 1
+                label = f"P={q.P}{'*' if q.info.get('oversubscribed') else ''} p={p}" + (f" {r}x{c}" if r else "")
+                ax.plot(pts["nbytes"], pts["t_median"] * 1e6, "o", ms=2.5, color=colour, label=label)
+                lo, hi = float(pts["nbytes"].min()), float(pts["nbytes"].max())
+                for f in fits:
+                    a, b = max(f["lo"], lo), min(f["hi"], hi)
+                    if a <= b:
+                        xs = np.geomspace(max(a, 1.0), b, 20)
+                        ax.plot(xs, (f["ts"] + f["tw"] * xs) * 1e6, styles[qi % 4], color=colour, lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(prim)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("us")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(prims):]:
+        ax.set_visible(False)
+    fig.suptitle("MPI: measured time (markers) and Hockney fits per regime (lines); * oversubscribed")
+    fig.tight_layout()
+    fig.savefig(filename, dpi=110)
+    plt.close(fig)
 
 
 def cmd_explain(args) -> int:
@@ -179,7 +326,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     show = sub.add_parser("show", help="print what the system-parameter database holds")
     show.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
-    show.add_argument("--plot", metavar="FILE.png", help="also draw GFLOP/s against size")
+    show.add_argument("--plot", metavar="FILE.png",
+                      help="also draw GFLOP/s against size (and MPI time against size into FILE-comm.png)")
     show.add_argument("--json", action="store_true", help="machine-readable summary")
     show.set_defaults(func=cmd_show)
     exp = sub.add_parser("explain", help="rank the candidate configurations for a problem")

@@ -1,4 +1,5 @@
 """System-parameter database: location, fingerprint, storage and lookup."""
+from .comm import CommParams, load_comm
 from .location import default_path, resolve
 from .lookup import SPTable, SystemParameters, default_k, load_sp
 from .store import (
@@ -14,6 +15,6 @@ from .store import (
     save,
 )
 
-__all__ = ["RECORD_DTYPE", "SCHEMA_VERSION", "Database", "DatabaseCorrupt", "DatabaseError",
+__all__ = ["CommParams", "RECORD_DTYPE", "SCHEMA_VERSION", "Database", "DatabaseCorrupt", "DatabaseError",
            "DatabaseMissing", "ForeignMachine", "SPTable", "SchemaMismatch", "SystemParameters",
-           "default_k", "default_path", "load", "load_sp", "resolve", "save"]
+           "default_k", "default_path", "load", "load_comm", "load_sp", "resolve", "save"]

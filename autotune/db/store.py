@@ -8,6 +8,12 @@ timed on 1x1 operands otherwise); ``k = (t_median - t_call) / flops`` excludes i
 compiled driver is charged ``flops * k`` and a Python caller ``flops * k + calls * t_call``.
 Writers take ``PATH.lock`` and replace the file atomically, so a reader sees either the old
 or the new file, never a torn one, and never waits for the lock.
+
+Communication parameters (``autotune.db.comm``) live in the same file under the group
+``/comm`` (one subgroup per MPI platform, with its own ``comm_schema`` attribute): ``save``
+carries that group over unchanged, and ``replace_group`` rewrites one group while carrying
+everything else over, so neither kind of writer deletes the other's records. A file holding
+only ``/comm`` (no ``/k``) reads as DatabaseMissing for the BLAS side.
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ RECORD_DTYPE = np.dtype([
     ("t_call", "f8"), ("k", "f8"), ("run_id", "S16"),
     ("ref", "f8"),   # drift reference: the backend's own reference gemm time near this point (0: none)
 ])
+COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across BLAS saves
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
 
 
@@ -92,6 +99,8 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
     try:
         with h5py.File(path, "r", locking=False) as f:
             version = int(f.attrs.get("schema_version", -1))
+            if "k" not in f and COMM_GROUP in f:
+                raise DatabaseMissing(f"no BLAS measurements in {path} (only communication parameters)")
             if version != SCHEMA_VERSION:
                 raise SchemaMismatch(f"{path}: schema version {version}, this autotune reads {SCHEMA_VERSION}")
             db = Database(records=np.asarray(f["k"][...]).astype(RECORD_DTYPE),
@@ -123,6 +132,7 @@ def save(db: Database, path: str | os.PathLike) -> None:
         try:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a database is an ordinary file
             _write(db, tmp)
+            _carry_over(path, tmp, {COMM_GROUP})
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
@@ -148,3 +158,82 @@ def _write(db: Database, tmp: str) -> None:
         f.create_dataset("k", data=db.records.astype(RECORD_DTYPE), maxshape=(None,))
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
+
+
+# -- groups written by other parts (communication parameters) -------------------------------------
+
+def _carry_over(path: Path, tmp: str, names: set[str]) -> None:
+    """Copy the groups ``names`` of the current file at ``path`` (if readable) into ``tmp``."""
+    import h5py
+
+    try:
+        src = h5py.File(path, "r", locking=False)
+    except Exception:  # missing or damaged: nothing to keep
+        return
+    with src, h5py.File(tmp, "r+", locking=False) as dst:
+        copied = False
+        for name in names:
+            if name in src and name not in dst:
+                src.copy(src[name], dst, name)
+                copied = True
+    if copied:
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+
+
+def replace_group(path: str | os.PathLike, group: str, member: str, write) -> None:
+    """Atomically (re)write ``/group/member`` of the database at ``path``, keeping everything else.
+
+    ``write(h5py.Group)`` fills the new, empty member group. Everything else in the file (the BLAS
+    records, root attributes, other members of ``group``) is copied over unchanged. A missing or
+    unreadable file is replaced by one holding only the root attributes of an empty database plus
+    this group (the BLAS side then reads it as DatabaseMissing). Same lock and temporary-file +
+    os.replace protocol as ``save``.
+    """
+    import h5py
+    from filelock import FileLock
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(path.parent, os.W_OK):
+        raise PermissionError(f"cannot write the database: directory {path.parent} is not writable")
+    with FileLock(str(path) + ".lock", timeout=60):
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())
+            try:
+                src = h5py.File(path, "r", locking=False) if path.is_file() else None
+            except Exception:  # damaged: start afresh (it was unusable anyway)
+                src = None
+            with h5py.File(tmp, "w", locking=False) as dst:
+                if src is None:
+                    db = Database()
+                    dst.attrs["schema_version"] = SCHEMA_VERSION
+                    dst.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
+                    dst.attrs["digest"] = fp.digest(db.fingerprint)
+                    dst.attrs["backends"] = json.dumps({})
+                    dst.attrs["run"] = json.dumps({})
+                    dst.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                else:
+                    with src:
+                        for key, value in src.attrs.items():
+                            dst.attrs[key] = value
+                        for name in src:
+                            if name != group:
+                                src.copy(src[name], dst, name)
+                            else:
+                                g = dst.create_group(group)
+                                for key, value in src[group].attrs.items():
+                                    g.attrs[key] = value
+                                for sub in src[group]:
+                                    if sub != member:
+                                        src.copy(src[group][sub], g, sub)
+                g = dst.require_group(group)
+                write(g.create_group(member))
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)

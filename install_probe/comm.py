@@ -1,0 +1,634 @@
+"""MPI communication probe: time every primitive the models use, fit Hockney regimes, store them.
+
+Run collectively (every rank runs this module)::
+
+    mpiexec -n P python -m autotune.install_probe.comm [--db PATH] [--profile quick|standard|FILE.yaml]
+
+For p = 2..P (sub-communicators of COMM_WORLD made by Split; the ranks outside a group wait,
+sleeping, on a non-blocking barrier) it measures, with mpi4py's buffer API on numpy arrays:
+ping-pong Send/Recv (ranks 0 and 1, one-way = round trip / 2), Bcast, Sendrecv ring shift,
+Allgather, Allgatherv, Reduce, Allreduce, Scatterv, Gatherv, Alltoallv (root 0, equal counts),
+row and column broadcasts in every r x c grid with r*c <= P, and ping-pong sends of derived
+datatypes (a strided column block, Create_vector; a block-cyclic local piece, Create_darray);
+at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) for LoOgGP.
+``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
+each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
+
+Timing per point: warm-up, then repetitions, each preceded by ``rewarm`` untimed calls (the
+bookkeeping between repetitions evicts MPI's state from the caches: without them a single
+small bcast reads 2-3x slower) and a Barrier; a repetition times
+``inner`` back-to-back calls (enough to last ``min_sample_seconds``; 1 for large messages) and
+its time is the maximum over the ranks (collective completion), all ranks getting the same
+value by an Allreduce(MAX) outside the timed region, so they also agree on when to stop: once
+the median is stable within +-rel_tol (install_probe.timing.stable), at max_reps, or when the
+point's budget is used. Median, min and quartiles are kept. Rooted collectives (bcast, reduce,
+scatterv, gatherv, grid broadcasts) time one call per repetition: back-to-back calls would
+overlap. The whole plan is swept ``passes`` times (alternately backwards) and each point keeps
+its fastest pass, so one caught by another program's burst is timed again at another moment.
+Rank 0 fits and writes the database.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+BUILTIN = ("quick", "standard")
+ALL_PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
+                  "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray")
+PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
+GROUP = ("bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv",
+         "alltoallv")                                       # on each p-rank sub-communicator
+ROUND_TRIP = ("pingpong", "send_vector", "send_subarray")    # one-way time = round trip / 2
+# Per-process buffer bytes as a multiple of nbytes (send + receive) for the memory cap.
+FOOTPRINT = {"allgather": lambda p: 1 + p, "allgatherv": lambda p: 1 + p, "scatterv": lambda p: 1 + p,
+             "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}
+VECTOR_WIDTH = 8    # doubles per row of the strided column block
+VECTOR_STRIDE = 4   # the block is 1/VECTOR_STRIDE of the matrix width
+DARRAY_BLOCK = 8    # block-cyclic block size (elements) of the darray piece
+
+
+class CommProfileError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class CommTiming:
+    warmup: int = 2                  # calls before anything is timed
+    warmup_seconds: float = 0.002    # then more untimed calls, about this long
+    rewarm: int = 2                  # untimed calls before each repetition
+    min_reps: int = 3
+    max_reps: int = 15
+    rel_tol: float = 0.02
+    min_sample_seconds: float = 1e-4
+    point_budget_seconds: float = 0.3
+    max_inner: int = 1000
+
+
+@dataclass(frozen=True)
+class CommProfile:
+    name: str
+    sizes: tuple[int, ...]
+    procs: str | tuple[int, ...] = "all"       # all | ends (2 and P) | explicit list
+    grids: str = "all"                         # all (r*c <= P) | full (r*c == P) | none
+    primitives: tuple[str, ...] = ALL_PRIMITIVES
+    timing: CommTiming = field(default_factory=CommTiming)
+    max_buffer_bytes: int = 256 << 20          # skip sizes whose per-process buffers exceed this
+    max_regimes: int = 3
+    passes: int = 2                            # sweeps over the whole plan; per point the fastest kept
+    loggp: bool = True                         # also the PRTT series for LoOgGP (p = 2, sizes <= loggp_max_bytes)
+    loggp_messages: int = 8
+    loggp_max_bytes: int = 1 << 20
+    source: str = ""
+
+    def p_values(self, world: int) -> list[int]:
+        if world < 2:
+            return []
+        if self.procs == "all":
+            return list(range(2, world + 1))
+        if self.procs == "ends":
+            return sorted({2, world})
+        return sorted({p for p in self.procs if 2 <= p <= world})
+
+    def grid_values(self, world: int) -> list[tuple[int, int]]:
+        if self.grids == "none" or "bcast_row" not in self.primitives and "bcast_col" not in self.primitives:
+            return []
+        out = [(r, c) for r in range(1, world + 1) for c in range(1, world + 1) if 2 <= r * c <= world]
+        if self.grids == "full":
+            out = [(r, c) for r, c in out if r * c == world]
+        return sorted(out, key=lambda g: (g[0] * g[1], g))
+
+
+def _sizes(spec, source: str) -> tuple[int, ...]:
+    """Sizes in bytes: ``powers: [lo, hi]`` (2^lo..2^hi) with ``step``, plus ``extra``: a list of
+    sizes and/or ``{from: B, to: B, per_octave: k}`` ranges (log-spaced, rounded to 64 B)."""
+    if isinstance(spec, list):
+        sizes = [int(s) for s in spec]
+    elif isinstance(spec, dict):
+        lo, hi = spec.get("powers", [3, 24])
+        sizes = [2 ** e for e in range(int(lo), int(hi) + 1, int(spec.get("step", 1)))]
+        extra = spec.get("extra", [])
+        for item in extra if isinstance(extra, list) else [extra]:
+            if isinstance(item, dict):
+                a, b, k = float(item["from"]), float(item["to"]), int(item.get("per_octave", 3))
+                octaves = math.log2(b / a)
+                pts = [a * 2 ** (i / (k + 1)) for i in range(int(round(octaves * (k + 1))) + 1)]
+                sizes += [int(round(x / 64.0)) * 64 for x in pts]
+            else:
+                sizes.append(int(item))
+    else:
+        raise CommProfileError(f"{source}: sizes must be a list or a mapping")
+    sizes = sorted({s for s in sizes if s >= 8})
+    if not sizes or any(s % 8 for s in sizes):
+        raise CommProfileError(f"{source}: sizes must be multiples of 8 bytes (>= 8), got {sizes}")
+    return tuple(sizes)
+
+
+def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
+    allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
+               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes"}
+    unknown = set(data) - allowed
+    if unknown:
+        raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
+    prims = data.get("primitives", "all")
+    prims = ALL_PRIMITIVES if prims == "all" else tuple(prims)
+    bad = sorted(set(prims) - set(ALL_PRIMITIVES))
+    if bad:
+        raise CommProfileError(f"{source}: unknown primitive(s) {bad}")
+    procs = data.get("procs", "all")
+    if not (procs in ("all", "ends") or isinstance(procs, list)):
+        raise CommProfileError(f"{source}: procs must be all, ends or a list")
+    grids = data.get("grids", "all")
+    if grids not in ("all", "full", "none"):
+        raise CommProfileError(f"{source}: grids must be all, full or none")
+    try:
+        timing = CommTiming(**(data.get("timing") or {}))
+    except TypeError as exc:
+        raise CommProfileError(f"{source}: timing: {exc}") from exc
+    return CommProfile(name=str(data.get("name", Path(source).stem)), sizes=_sizes(data.get("sizes", {}), source),
+                       procs=procs if isinstance(procs, str) else tuple(int(p) for p in procs), grids=grids,
+                       primitives=prims, timing=timing,
+                       max_buffer_bytes=int(data.get("max_buffer_bytes", 256 << 20)),
+                       max_regimes=int(data.get("max_regimes", 3)), passes=max(1, int(data.get("passes", 2))),
+                       loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
+                       loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)), source=source)
+
+
+def load_comm_profile(name_or_path: str) -> CommProfile:
+    """``quick``/``standard`` (configs/comm-NAME.yaml) or a YAML file."""
+    import yaml
+
+    if name_or_path in BUILTIN:
+        text = resources.files("autotune.configs").joinpath(f"comm-{name_or_path}.yaml").read_text()
+        source = f"built-in comm profile {name_or_path!r}"
+    else:
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise CommProfileError(f"comm profile {name_or_path!r}: no such built-in profile "
+                                   f"({', '.join(BUILTIN)}) or file")
+        text, source = path.read_text(), str(path)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CommProfileError(f"{source}: malformed YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CommProfileError(f"{source}: expected a mapping at top level")
+    return parse_comm_profile(data, source)
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+@dataclass
+class Point:
+    median: float
+    minimum: float
+    q1: float
+    q3: float
+    reps: int
+    inner: int
+
+
+def time_point(comm, op, timing: CommTiming, *, batch: bool = True) -> Point:
+    """Collective timing of ``op`` over ``comm`` (every member calls this with its own ``op``)."""
+    from mpi4py import MPI
+
+    from .timing import stable
+
+    red = np.zeros(2)
+    out = np.zeros(2)
+
+    def maxed(a: float, b: float) -> tuple[float, float]:
+        red[0], red[1] = a, b
+        comm.Allreduce(red, out, op=MPI.MAX)
+        return float(out[0]), float(out[1])
+
+    start = MPI.Wtime()
+    for _ in range(max(1, timing.warmup)):
+        op()
+    comm.Barrier()
+    t0 = MPI.Wtime()
+    op()
+    single, _ = maxed(MPI.Wtime() - t0, 0.0)
+    for _ in range(min(timing.max_inner, int(timing.warmup_seconds / max(single, 1e-7)))):
+        op()
+    inner = 1
+    if batch and single < timing.min_sample_seconds:
+        inner = int(min(timing.max_inner, max(1, math.ceil(timing.min_sample_seconds / max(single, 1e-9)))))
+    times: list[float] = []
+    while True:
+        for _ in range(timing.rewarm):   # untimed: the bookkeeping below evicted MPI's state from the caches
+            op()
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(inner):
+            op()
+        t, wall = maxed((MPI.Wtime() - t0) / inner, MPI.Wtime() - start)
+        times.append(t)
+        if len(times) >= timing.min_reps and stable(times, timing.rel_tol):
+            break
+        if len(times) >= timing.max_reps or (wall > timing.point_budget_seconds and len(times) >= 2):
+            break
+    arr = np.asarray(times)
+    q1, med, q3 = np.percentile(arr, [25, 50, 75])
+    return Point(float(med), float(arr.min()), float(q1), float(q3), len(times), inner)
+
+
+# -- the operations -------------------------------------------------------------------------------
+
+class Buffers:
+    """Send/receive arrays sized for the largest message, touched once (no page faults timed)."""
+
+    def __init__(self, nbytes: int):
+        self.n = nbytes
+        self.send = np.ones(nbytes, dtype=np.uint8)
+        self.recv = np.ones(nbytes, dtype=np.uint8)
+
+
+def _vector_type(m: int):
+    """A strided column block of a row-major matrix: rows x VECTOR_WIDTH doubles, stride 4x wider."""
+    from mpi4py import MPI
+
+    nd = max(1, m // 8)
+    width = min(VECTOR_WIDTH, nd)
+    rows = max(1, nd // width)
+    dt = MPI.DOUBLE.Create_vector(rows, width, width * VECTOR_STRIDE).Commit()
+    return dt, rows * width * VECTOR_STRIDE, rows * width
+
+
+def _darray_type(m: int):
+    """Rank 0's piece of a matrix distributed block-cyclically on a 2 x 2 grid (blocks of DARRAY_BLOCK)."""
+    from mpi4py import MPI
+
+    nd = max(1, m // 8)
+    rows = 2 ** int(math.floor(math.log2(math.sqrt(nd))))
+    cols = max(1, nd // rows)
+    gsizes = [2 * rows, 2 * cols]
+    dargs = [min(DARRAY_BLOCK, rows), min(DARRAY_BLOCK, cols)]
+    dt = MPI.DOUBLE.Create_darray(4, 0, gsizes, [MPI.DISTRIBUTE_CYCLIC] * 2, dargs, [2, 2], MPI.ORDER_C).Commit()
+    return dt, gsizes[0] * gsizes[1], dt.Get_size() // 8
+
+
+def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
+    """(op, payload bytes, cleanup) for one call of ``prim`` moving ``m`` bytes on ``comm``."""
+    from mpi4py import MPI
+
+    p, rank = comm.Get_size(), comm.Get_rank()
+    B = MPI.BYTE
+    s, r = bufs.send, bufs.recv
+    counts = np.full(p, m, dtype=np.int64)
+    displs = np.arange(p, dtype=np.int64) * m
+    nothing = lambda: None  # noqa: E731
+    if prim == "pingpong":
+        sb, rb = [s[:m], B], [r[:m], B]
+        if rank == 0:
+            def op():
+                comm.Send(sb, 1, 7)
+                comm.Recv(rb, 1, 7)
+        else:
+            def op():
+                comm.Recv(rb, 0, 7)
+                comm.Send(sb, 0, 7)
+        return op, m, nothing
+    if prim in ("send_vector", "send_subarray"):
+        dt, elements, payload = (_vector_type if prim == "send_vector" else _darray_type)(m)
+        mat = np.ones(elements, dtype=np.float64)
+        flat = np.ones(payload, dtype=np.float64)
+        if rank == 0:
+            def op():
+                comm.Send([mat, 1, dt], 1, 8)
+                comm.Recv([mat, 1, dt], 1, 8)
+        else:
+            def op():
+                comm.Recv([flat, payload, MPI.DOUBLE], 0, 8)
+                comm.Send([flat, payload, MPI.DOUBLE], 0, 8)
+        return op, payload * 8, dt.Free
+    if prim in ("bcast", "bcast_row", "bcast_col"):
+        c = {"bcast": comm, "bcast_row": row, "bcast_col": col}[prim]
+        buf = [s[:m], B]
+        return (lambda: c.Bcast(buf, 0)), m, nothing
+    if prim == "sendrecv":
+        sb, rb = [s[:m], B], [r[:m], B]
+        right, left = (rank + 1) % p, (rank - 1) % p
+        return (lambda: comm.Sendrecv(sb, right, 9, rb, left, 9)), m, nothing
+    if prim == "allgather":
+        sb, rb = [s[:m], B], [r[:p * m], B]
+        return (lambda: comm.Allgather(sb, rb)), m, nothing
+    if prim == "allgatherv":
+        sb, rb = [s[:m], B], [r[:p * m], (counts, displs), B]
+        return (lambda: comm.Allgatherv(sb, rb)), m, nothing
+    if prim in ("reduce", "allreduce"):
+        nd = m // 8
+        sd = s[:nd * 8].view(np.float64)
+        rd = r[:nd * 8].view(np.float64)
+        sb, rb = [sd, MPI.DOUBLE], [rd, MPI.DOUBLE]
+        if prim == "reduce":
+            return (lambda: comm.Reduce(sb, rb, MPI.SUM, 0)), nd * 8, nothing
+        return (lambda: comm.Allreduce(sb, rb, MPI.SUM)), nd * 8, nothing
+    if prim == "scatterv":
+        sb, rb = [s[:p * m], (counts, displs), B], [r[:m], B]
+        return (lambda: comm.Scatterv(sb, rb, 0)), m, nothing
+    if prim == "gatherv":
+        sb, rb = [s[:m], B], [r[:p * m], (counts, displs), B]
+        return (lambda: comm.Gatherv(sb, rb, 0)), m, nothing
+    if prim == "alltoallv":
+        sb, rb = [s[:p * m], (counts, displs), B], [r[:p * m], (counts, displs), B]
+        return (lambda: comm.Alltoallv(sb, rb)), m, nothing
+    raise ValueError(f"unknown primitive {prim!r}")
+
+
+def make_prtt(comm, m: int, n: int, delay: float, bufs: Buffers):
+    """PRTT(n, d, s) (Kielmann et al.; Hoefler et al.'s LoOgGP): rank 0 sends n messages of s
+    bytes, waiting ``delay`` seconds (busy) after each but the last; rank 1 receives them all and
+    answers with one message of s bytes."""
+    from mpi4py import MPI
+
+    sb, rb = [bufs.send[:m], MPI.BYTE], [bufs.recv[:m], MPI.BYTE]
+    clock = time.perf_counter
+    if comm.Get_rank() == 0:
+        def op():
+            for i in range(n):
+                comm.Send(sb, 1, 11)
+                if delay and i < n - 1:
+                    until = clock() + delay
+                    while clock() < until:
+                        pass
+            comm.Recv(rb, 1, 12)
+    else:
+        def op():
+            for _ in range(n):
+                comm.Recv(rb, 0, 11)
+            comm.Send(sb, 0, 12)
+    return op
+
+
+# Rooted, non-synchronising collectives: back-to-back calls would overlap (pipelining), so each
+# repetition times a single call.
+SINGLE_CALL = ("bcast", "reduce", "scatterv", "gatherv", "bcast_row", "bcast_col")
+
+
+def _footprint(prim: str, p: int, m: int) -> int:
+    return m * FOOTPRINT.get(prim, lambda _p: 2)(p)
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+def _idle_wait(world) -> None:
+    """Wait for every rank of ``world`` without spinning (ranks outside a group sleep here)."""
+    req = world.Ibarrier()
+    while not req.Test():
+        time.sleep(0.0005)
+
+
+def platform_info(world) -> dict:
+    """MPI library, world size, hosts, oversubscription (collective over ``world``)."""
+    from mpi4py import MPI
+
+    from autotune.db import comm as dbc
+
+    hw = dbc.hardware()
+    host = MPI.Get_processor_name() or socket.gethostname()
+    everyone = world.allgather((host, int(hw["physical_cores"])))
+    per_host: dict[str, list[int]] = {}
+    for h, cores in everyone:
+        per_host.setdefault(h, []).append(cores)
+    oversubscribed = any(len(cores) > cores[0] for cores in per_host.values())  # ranks on a host > its cores
+    import mpi4py
+
+    return {"library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+            "library_version": MPI.Get_library_version().strip(),
+            "mpi_standard": "{}.{}".format(*MPI.Get_version()),
+            "P": world.Get_size(), "oversubscribed": bool(oversubscribed), "hosts": len(per_host),
+            "ranks_per_host": max(len(v) for v in per_host.values()),
+            "physical_cores": int(hw["physical_cores"]), "hardware": hw, "dist": dbc.mpi_distributions(),
+            "mpi4py": mpi4py.__version__}
+
+
+@dataclass
+class _Run:
+    world: object
+    profile: CommProfile
+    verbose: bool
+    rows: list = field(default_factory=list)
+    prtt_rows: list = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+    reverse: bool = False
+
+    def log(self, msg: str) -> None:
+        if self.verbose and self.world.Get_rank() == 0:
+            print(f"[comm probe {time.perf_counter() - self.t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+    def curve(self, prim: str, comm, p: int, grid: tuple[int, int], bufs: Buffers, **comms) -> None:
+        """Every size of one primitive on ``comm`` (its members only)."""
+        pf = self.profile
+        for m in (pf.sizes[::-1] if self.reverse else pf.sizes):
+            if _footprint(prim, p, m) > pf.max_buffer_bytes:
+                continue
+            op, payload, cleanup = make_op(prim, comm, m, bufs, **comms)
+            try:
+                pt = time_point(comm, op, pf.timing, batch=prim not in SINGLE_CALL)
+            finally:
+                cleanup()
+            div = 2.0 if prim in ROUND_TRIP else 1.0
+            self.rows.append((prim, p, grid[0], grid[1], payload, pt.median / div, pt.minimum / div,
+                              pt.q1 / div, pt.q3 / div, pt.reps, pt.inner))
+
+    def prtt(self, comm, bufs: Buffers) -> None:
+        """PRTT(1,0,s), PRTT(n,0,s) and PRTT(n,d,s) with d = PRTT(1,0,s) (>= the gap) for LoOgGP."""
+        pf = self.profile
+        n = pf.loggp_messages
+        sizes = [m for m in pf.sizes if m <= min(pf.loggp_max_bytes, bufs.n)]
+        for m in (sizes[::-1] if self.reverse else sizes):
+            one = time_point(comm, make_prtt(comm, m, 1, 0.0, bufs), pf.timing).median
+            delay = max(one, 1e-6)
+            many = time_point(comm, make_prtt(comm, m, n, 0.0, bufs), pf.timing).median
+            spaced = time_point(comm, make_prtt(comm, m, n, delay, bufs), pf.timing).median
+            self.prtt_rows.append((m, one, many, spaced, n, delay))
+
+    def best_prtt(self) -> list:
+        """Per size, each PRTT's fastest pass (the delay of the pass with the fastest PRTT(1,0,s))."""
+        best: dict[int, list] = {}
+        for m, one, many, spaced, n, delay in self.prtt_rows:
+            if m not in best:
+                best[m] = [m, one, many, spaced, n, delay]
+            else:
+                b = best[m]
+                if one < b[1]:
+                    b[1], b[5] = one, delay
+                b[2], b[3] = min(b[2], many), min(b[3], spaced)
+        return [tuple(best[m]) for m in sorted(best)]
+
+    def buffers(self, prims, p: int) -> Buffers:
+        pf = self.profile
+        need = max([_footprint(pr, p, m) // 2 for pr in prims for m in pf.sizes
+                    if _footprint(pr, p, m) <= pf.max_buffer_bytes]
+                   + [m for m in pf.sizes if pf.loggp and p == 2 and m <= pf.loggp_max_bytes] + [8])
+        return Buffers(need)
+
+    def run(self) -> None:
+        """``passes`` sweeps, alternately forwards and backwards: a point caught by a passing
+        disturbance (another program on the machine) is timed again at another moment."""
+        for i in range(self.profile.passes):
+            self.reverse = bool(i % 2)
+            self.sweep()
+
+    def best_rows(self) -> list:
+        """Per point, the row with the smallest median over the passes."""
+        best: dict[tuple, tuple] = {}
+        for row in self.rows:
+            key = row[:5]
+            if key not in best or row[5] < best[key][5]:
+                best[key] = row
+        return sorted(best.values(), key=lambda r: (ALL_PRIMITIVES.index(r[0]), r[1], r[2], r[3], r[4]))
+
+    def sweep(self) -> None:
+        P = self.world.Get_size()
+        groups = [(p, None) for p in self.profile.p_values(P)] + [(r * c, (r, c)) for r, c in
+                                                                   self.profile.grid_values(P)]
+        for p, grid in (groups[::-1] if self.reverse else groups):
+            if grid is None:
+                self.group(p)
+            else:
+                self.grid(*grid)
+
+    def group(self, p: int) -> None:
+        """The non-grid primitives on ranks 0..p-1 (pairs only at p = 2); the others wait."""
+        from mpi4py import MPI
+
+        world, pf = self.world, self.profile
+        prims = [x for x in pf.primitives if x in GROUP or (p == 2 and x in PAIR)]
+        sub = world.Split(0 if world.Get_rank() < p else MPI.UNDEFINED, world.Get_rank())
+        if sub != MPI.COMM_NULL:
+            bufs = self.buffers(prims, p)
+            for prim in prims:
+                self.curve(prim, sub, p, (0, 0), bufs)
+                self.log(f"{prim} p={p}")
+            if p == 2 and pf.loggp:
+                self.prtt(sub, bufs)
+                self.log("PRTT (LoOgGP) p=2")
+            sub.Free()
+        _idle_wait(world)
+
+    def grid(self, r: int, c: int) -> None:
+        """Row and column broadcasts (all rows / all columns at once) of an r x c grid on ranks 0..rc-1."""
+        from mpi4py import MPI
+
+        world, pf = self.world, self.profile
+        p = r * c
+        prims = [x for x in ("bcast_row", "bcast_col") if x in pf.primitives and (c if x == "bcast_row" else r) >= 2]
+        if not prims:
+            return
+        sub = world.Split(0 if world.Get_rank() < p else MPI.UNDEFINED, world.Get_rank())
+        if sub != MPI.COMM_NULL:
+            me = sub.Get_rank()
+            row = sub.Split(me // c, me % c)   # the c members of my grid row
+            col = sub.Split(me % c, me // c)   # the r members of my grid column
+            bufs = self.buffers(prims, p)
+            for prim in prims:
+                self.curve(prim, sub, p, (r, c), bufs, row=row, col=col)
+                self.log(f"{prim} {r}x{c}")
+            row.Free()
+            col.Free()
+            sub.Free()
+        _idle_wait(world)
+
+
+def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:
+    """Measure, fit and store (rank 0). Collective; returns the summary on rank 0, None elsewhere."""
+    from autotune.db import comm as dbc
+    from autotune.db import resolve
+
+    t_start = time.perf_counter()
+    info = platform_info(world)
+    run = _Run(world, profile, verbose)
+    run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
+            f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
+    run.run()
+    measured = time.perf_counter() - t_start
+    result, error = None, ""
+    if world.Get_rank() == 0:
+        try:
+            points = np.array(run.best_rows(), dtype=dbc.POINT_DTYPE)
+            fits = dbc.fit_points(points, max_regimes=profile.max_regimes)
+            prtt = np.array(run.best_prtt(), dtype=dbc.PRTT_DTYPE)
+            loggp = dbc.fit_loggp(prtt, fits) if len(prtt) else None
+            info.update({"profile": profile.name, "seconds": round(time.perf_counter() - t_start, 3),
+                         "measure_seconds": round(measured, 3), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                         "timing": vars(profile.timing)})
+            path = resolve(db_path)
+            key = dbc.write_platform(path, info, points, fits, prtt=prtt, loggp=loggp)
+            result = {"path": str(path), "key": key, "info": info, "points": points, "fits": fits,
+                      "loggp": loggp, "seconds": time.perf_counter() - t_start}
+        except Exception as exc:  # report on every rank, exit non-zero together
+            error = f"{type(exc).__name__}: {exc}"
+    error = world.bcast(error, root=0)
+    if error:
+        raise RuntimeError(f"comm probe: could not fit/store the results: {error}")
+    return result
+
+
+def summary_lines(fits: np.ndarray) -> list[str]:
+    """One line per regime: primitive, p/grid, range, ts, bandwidth 1/tw, held-out error."""
+    lines = []
+    for f in fits:
+        grid = f" {f['r']}x{f['c']}" if f["r"] else ""
+        hi = "inf" if not math.isfinite(f["hi"]) else f"{f['hi']:.0f}"
+        bw = (1e-9 / f["tw"]) if f["tw"] > 0 else math.inf
+        err = (f"held-out err med {100 * f['err_med']:5.1f}% max {100 * f['err_max']:5.1f}% ({f['n_heldout']})"
+               if f["n_heldout"] else "held-out err -")
+        flag = "  > 10%" if f["n_heldout"] and f["err_max"] > 0.10 else ""
+        lines.append(f"{f['primitive'].decode():14s} p={f['p']}{grid:5s} regime {f['regime'] + 1}/{f['n_regimes']} "
+                     f"[{f['lo']:.0f}, {hi}) B: ts {f['ts'] * 1e6:8.2f} us, {bw:7.2f} GB/s; {err}{flag}")
+    return lines
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m autotune.install_probe.comm", description=__doc__.split("\n")[0])
+    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or the user data dir)")
+    p.add_argument("--profile", default="standard", help="quick | standard | PATH.yaml (default: standard)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        profile = load_comm_profile(args.profile)
+    except CommProfileError as exc:
+        print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
+        return 2
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    if world.Get_size() < 2:
+        if world.Get_rank() == 0:
+            print("autotune-install --mpi: error: run under mpiexec with at least 2 processes "
+                  "(or use autotune-install --mpi --np P)", file=sys.stderr)
+        return 2
+    try:
+        result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
+    except (RuntimeError, PermissionError) as exc:
+        if world.Get_rank() == 0:
+            print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
+        return 1
+    if result is not None:
+        info = result["info"]
+        print("\n".join(summary_lines(result["fits"])))
+        if result["loggp"]:
+            from autotune.db.comm import loggp_lines
+
+            print("\n".join(loggp_lines(result["loggp"])))
+        print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
+              f"for {info['library']} P={info['P']}{' oversubscribed' if info['oversubscribed'] else ''} "
+              f"in {result['path']} [{result['key']}] ({result['seconds']:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

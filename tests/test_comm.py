@@ -1,0 +1,477 @@
+"""MPI communication parameters: Hockney fits with breakpoints, held-out error, storage next to the
+BLAS records, lookup with nearest/defaults, the probe under mpiexec (-n 2, -n 3), the CLI."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+from mpi_helpers import mpi_command, mpi_env
+
+from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, load, load_sp, save
+from autotune.db import comm as dbc
+from autotune.db.comm import CommParams, load_comm
+
+STANDARD_SIZES = sorted({2 ** e for e in range(3, 25)} | {int(round(1024 * 2 ** (i / 4) / 64)) * 64 for i in range(25)})
+
+
+def noisy(times, rel=0.02, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.asarray(times) * np.exp(rel * rng.standard_normal(len(times)))
+
+
+# -- fitting ----------------------------------------------------------------------------------------
+
+def test_breakpoint_and_ts_tw_recovered_from_noisy_data():
+    m = np.array(STANDARD_SIZES, dtype=float)
+    truth = [(1.5e-6, 1 / 3e9), (4.0e-6, 1 / 12e9)]     # eager below 4 KiB, rendezvous above
+    t = np.where(m < 4096, truth[0][0] + m * truth[0][1], truth[1][0] + m * truth[1][1])
+    fit = dbc.fit_hockney(m, noisy(t, 0.02))
+    assert len(fit.regimes) == 2
+    assert fit.breakpoints == (4096.0,)
+    for reg, (ts, tw) in zip(fit.regimes, truth, strict=True):
+        assert reg.ts == pytest.approx(ts, rel=0.1)
+        assert reg.tw == pytest.approx(tw, rel=0.1)
+    assert np.all(np.abs(fit.predict(m) / t - 1) < 0.1)
+
+
+def test_three_regimes_and_one_regime_chosen_by_criterion():
+    m = np.array(STANDARD_SIZES, dtype=float)
+    t3 = np.select([m < 4096, m < 2 ** 20], [1.5e-6 + m / 3e9, 4e-6 + m / 15e9], 2e-5 + m / 6e9)
+    fit3 = dbc.fit_hockney(m, noisy(t3, 0.02, seed=1))
+    assert len(fit3.regimes) == 3
+    assert fit3.breakpoints[0] == 4096.0
+    assert 2 ** 19 < fit3.breakpoints[1] <= 2 ** 20
+    one = dbc.fit_hockney(m, noisy(2e-6 + m / 10e9, 0.01, seed=2))
+    assert len(one.regimes) == 1
+    assert one.regimes[0].ts == pytest.approx(2e-6, rel=0.05)
+    assert one.regimes[0].tw == pytest.approx(1e-10, rel=0.05)
+    assert one.regimes[0].lo == 0 and math.isinf(one.regimes[0].hi)
+
+
+def test_max_regimes_and_tiny_inputs():
+    m = np.array(STANDARD_SIZES, dtype=float)
+    t = np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
+    assert len(dbc.fit_hockney(m, t, max_regimes=1).regimes) == 1
+    two = dbc.fit_hockney([8, 64], [1e-6, 1.2e-6])
+    assert len(two.regimes) == 1 and two.regimes[0].ts > 0
+    single = dbc.fit_hockney([1024], [3e-6])
+    assert single.predict(1024) == pytest.approx(3e-6)
+    flat = dbc.fit_hockney([8, 16, 32, 64, 128], [2e-6] * 5)   # no size dependence: tw = 0, never negative
+    assert flat.regimes[0].tw >= 0 and flat.predict(64) == pytest.approx(2e-6, rel=1e-6)
+
+
+def test_heldout_fits_every_other_size_and_checks_the_rest():
+    m = np.array([8, 16, 32, 64, 128, 256, 512, 1024, 2048], dtype=float)
+    t = 1e-6 + m * 1e-10
+    t_bad = t.copy()
+    t_bad[3] *= 1.2                          # a held-out size (index 3) off the line by 20%
+    half, hm, err = dbc.heldout(m, t_bad)
+    assert list(hm) == [16, 64, 256, 1024]   # odd indices; the largest (2048) is always fitted
+    assert err[1] == pytest.approx(0.2 / 1.2, rel=1e-6)
+    assert np.delete(err, 1) == pytest.approx(0, abs=1e-9)
+    m10 = np.arange(1, 11) * 64.0
+    _, hm10, _ = dbc.heldout(m10, 1e-6 + m10 * 1e-10)
+    assert 640 not in hm10 and list(hm10) == [128, 256, 384, 512]
+    assert dbc.heldout(m[:3], t[:3])[0] is None
+
+
+def test_fit_curve_groups_heldout_error_by_regime():
+    m = np.array(STANDARD_SIZES, dtype=float)
+    t = noisy(np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9), 0.02, seed=3)
+    cf = dbc.fit_curve(m, t)
+    assert len(cf.err_med) == len(cf.fit.regimes) == 2
+    assert sum(cf.n_heldout) == len(m) // 2 - (1 if len(m) % 2 == 0 else 0)
+    assert max(cf.err_max) < 0.10 and all(e <= x for e, x in zip(cf.err_med, cf.err_max, strict=True))
+
+
+def test_loggp_from_prtt_recovers_o_O_g_G():
+    s = np.array([8, 64, 512, 2048, 4096, 16384, 65536, 262144], dtype=float)
+    n, o, o_per_b, g, g_per_b = 8, 0.8e-6, 0.05e-9, 0.5e-6, 0.1e-9
+    o2, o2_per_b, g2, g2_per_b = 3e-6, 0.08e-9, 3.5e-6, 0.09e-9   # another regime from 4 KiB on
+    big = s >= 4096
+    o_s = np.where(big, o2 + o2_per_b * (s - 1), o + o_per_b * (s - 1))
+    g_s = np.where(big, g2 + g2_per_b * (s - 1), g + g_per_b * (s - 1))
+    prtt1 = 2 * (1.2e-6 + s * 1e-10)
+    delay = prtt1.copy()
+    rows = np.zeros(len(s), dbc.PRTT_DTYPE)
+    rows["nbytes"], rows["prtt1"], rows["n"], rows["delay"] = s, prtt1, n, delay
+    rows["prttn"] = prtt1 + (n - 1) * g_s
+    rows["prttnd"] = prtt1 + (n - 1) * (delay + o_s)
+    fits = np.zeros(2, dbc.FIT_DTYPE)
+    fits["primitive"], fits["p"], fits["regime"], fits["lo"] = b"pingpong", 2, [0, 1], [0, 4096]
+    lg = dbc.fit_loggp(rows, fits)
+    assert lg["L"] == pytest.approx(prtt1[0] / 2) and lg["n"] == n
+    assert [r["lo"] for r in lg["regimes"]] == [0, 4096]
+    for r, want in zip(lg["regimes"], [(o, o_per_b, g, g_per_b), (o2, o2_per_b, g2, g2_per_b)], strict=True):
+        assert (r["o"], r["O"], r["g"], r["G"]) == pytest.approx(want, rel=1e-6)
+    assert "LoOgGP" in dbc.loggp_lines(lg)[0]
+
+
+# -- storage and lookup (synthetic platforms) ---------------------------------------------------------
+
+def curve_points(prim, p, r=0, c=0, scale=1.0, sizes=STANDARD_SIZES):
+    m = np.array(sizes, dtype=float)
+    t = scale * np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
+    rows = [(prim, p, r, c, int(x), y, y, y, y, 5, 1) for x, y in zip(m, t, strict=True)]
+    return rows
+
+
+def platform_info(P, oversubscribed=False, **extra):
+    info = {"library": "Open MPI v9.9.9, package: test", "P": P, "oversubscribed": oversubscribed, "hosts": 1,
+            "dist": dbc.mpi_distributions(), "hardware": dbc.hardware(), "profile": "synthetic",
+            "updated": "2026-01-01T00:00:00", "seconds": 1.0}
+    info.update(extra)
+    return info
+
+
+def write_synthetic(path, P, prims=dbc.PRIMITIVES, scale=1.0, **extra):
+    rows = []
+    for prim in prims:
+        if prim in dbc.GRID_PRIMITIVES:
+            for r, c in [(1, 2), (2, 1), (2, 2), (1, 4), (4, 1)]:
+                if r * c <= P and (c if prim == "bcast_row" else r) >= 2:
+                    rows += curve_points(prim, r * c, r, c, scale * (r * c) / 2)
+        elif prim in dbc.PAIR_PRIMITIVES:
+            rows += curve_points(prim, 2, scale=scale)
+        else:
+            for p in range(2, P + 1):
+                rows += curve_points(prim, p, scale=scale * p / 2)
+    return dbc.write_platform(path, platform_info(P, **extra), np.array(rows, dtype=dbc.POINT_DTYPE))
+
+
+def blas_db() -> Database:
+    rec = np.zeros(7, RECORD_DTYPE)
+    rec["routine"], rec["backend"], rec["threads"], rec["dtype"] = b"gemm", b"scipy-openblas", 1, b"float64"
+    rec["pattern"], rec["x"], rec["k"], rec["run_id"] = b"square", np.arange(1, 8) * 16, 1e-10, b"r"
+    return Database(records=rec, backends={"scipy-openblas": {"version": "x"}}, run={"profile": "t", "complete": True})
+
+
+@pytest.fixture
+def comm_db(tmp_path):
+    path = tmp_path / "sp.h5"
+    write_synthetic(path, 4)
+    return path
+
+
+def test_lookup_measured_sizes_regimes_and_vectorised(comm_db):
+    cp = load_comm(comm_db, nprocs=4)
+    assert cp.available and cp.platform["P"] == 4 and cp.platform["oversubscribed"] is False
+    assert set(cp.primitives()) == set(dbc.PRIMITIVES)
+    m = np.array([8, 1024, 4096, 65536, 1 << 20])
+    want = np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
+    got = cp.time("pingpong", 2, m)
+    assert got.shape == m.shape
+    np.testing.assert_allclose(got, want, rtol=1e-3)
+    assert cp.time("pingpong", 2, m.reshape(5, 1)).shape == (5, 1)
+    assert np.ndim(cp.time("pingpong", 2, 100)) == 0
+    ts, tw = cp.ts_tw("pingpong", 2, 1000)
+    assert ts == pytest.approx(1.5e-6, rel=1e-3) and tw == pytest.approx(1 / 3e9, rel=1e-3)
+    ts, tw = cp.ts_tw("pingpong", 2, 4096)                 # the switch itself: rendezvous
+    assert ts == pytest.approx(4e-6, rel=1e-3) and tw == pytest.approx(1 / 12e9, rel=1e-3)
+    # outside the measured range: the nearest regime's line
+    assert cp.time("pingpong", 2, 1 << 30) == pytest.approx(4e-6 + 2 ** 30 / 12e9, rel=1e-3)
+    assert cp.time("pingpong", 2, 1) == pytest.approx(1.5e-6 + 1 / 3e9, rel=1e-3)
+
+
+def test_lookup_nearest_p_and_grids(comm_db):
+    cp = load_comm(comm_db, nprocs=4)
+    at = 65536.0
+    base = 4e-6 + at / 12e9
+    assert cp.time("bcast", 3, at) == pytest.approx(1.5 * base, rel=1e-3)      # measured p
+    assert cp.time("bcast", 8, at) == pytest.approx(2.0 * base, rel=1e-3)      # beyond: nearest (4)
+    assert cp.time("allgather", 1, at) == 0.0                                   # one process: free
+    assert cp.time("pingpong", 4, at) == pytest.approx(base, rel=1e-3)         # pairs: p = 2 only
+    assert cp.time("bcast_row", 4, at, grid=(2, 2)) == pytest.approx(2 * base, rel=1e-3)
+    assert cp.time("bcast_row", 4, at, grid=(1, 4)) == pytest.approx(2 * base, rel=1e-3)
+    assert cp.time("bcast_col", 2, at, grid=(2, 1)) == pytest.approx(base, rel=1e-3)
+    assert cp.time("bcast_col", 4, at, grid=(1, 4)) == 0.0                      # a column of one
+    assert cp.time("bcast_row", 6, at, grid=(3, 2)) == pytest.approx(2 * base, rel=1e-3)   # nearest: 2x2 rows
+    assert cp.time("bcast_row", 4, at) == pytest.approx(2 * base, rel=1e-3)    # no grid: 1 x p
+    with pytest.raises(ValueError, match="unknown communication primitive"):
+        cp.time("bogus", 2, 8)
+
+
+def test_platform_choice_by_world_size(tmp_path):
+    path = tmp_path / "sp.h5"
+    write_synthetic(path, 2, scale=1.0)
+    write_synthetic(path, 4, scale=2.0, oversubscribed=True)
+    write_synthetic(path, 3, scale=3.0, oversubscribed=True)
+    assert {q.P for q in dbc.read_platforms(path)} == {2, 3, 4}
+    assert load_comm(path, nprocs=2).platform["P"] == 2
+    assert load_comm(path, nprocs=3).platform["P"] == 3
+    assert load_comm(path, nprocs=1).platform["P"] == 2       # nearest larger
+    assert load_comm(path, nprocs=16).platform["P"] == 4      # else the largest
+    assert load_comm(path, nprocs=4).platform["oversubscribed"] is True
+    assert load_comm(path).platform["P"] == 2                 # not under mpiexec: largest dedicated
+    # rewriting one platform keeps the others
+    write_synthetic(path, 3, scale=5.0, oversubscribed=True)
+    assert sorted(q.P for q in dbc.read_platforms(path)) == [2, 3, 4]
+    assert load_comm(path, nprocs=3).time("pingpong", 2, 8) == pytest.approx(5 * (1.5e-6 + 8 / 3e9), rel=1e-3)
+
+
+def test_other_mpi_library_or_machine_is_not_used(tmp_path):
+    path = tmp_path / "sp.h5"
+    write_synthetic(path, 2, dist={"mpich": "0.1"})
+    write_synthetic(path, 3, hardware={"cpu_model": "elsewhere", "logical_cpus": 1, "physical_cores": 1})
+    cp = load_comm(path, nprocs=2)
+    assert not cp.available
+    assert "mpich" in cp.reason and "other hardware" in cp.reason
+
+
+def assert_defaults_with_one_warning(cp: CommParams):
+    assert not cp.available and cp.platform["source"] == "defaults"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        a = cp.time("pingpong", 2, [8, 1 << 20])
+        b = cp.ts_tw("bcast", 4, 1000)
+        c = cp.time("allreduce", 8, 4096)
+        d = cp.time("bcast_row", 4, 4096, grid=(2, 2))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1, msgs
+    assert "autotune-install --mpi" in msgs[0]
+    np.testing.assert_allclose(a, [dbc.DEFAULT_TS + 8 * dbc.DEFAULT_TW, dbc.DEFAULT_TS + 2 ** 20 * dbc.DEFAULT_TW])
+    assert b == dbc.default_ts_tw("bcast", 4)
+    assert float(c) > 0 and float(d) > 0
+
+
+def test_missing_database_falls_back_with_one_warning(tmp_path):
+    assert_defaults_with_one_warning(load_comm(tmp_path / "nothing.h5", nprocs=2))
+
+
+def test_default_location_missing_falls_back():
+    cp = load_comm(nprocs=4)                    # $AUTOTUNE_DB points at an absent file (conftest)
+    assert "no database" in cp.reason
+    assert_defaults_with_one_warning(cp)
+
+
+@pytest.mark.parametrize("damage", ["random", "truncated", "empty", "directory", "bad_group"])
+def test_damaged_database_falls_back_with_one_warning(tmp_path, damage):
+    path = tmp_path / "sp.h5"
+    if damage == "random":
+        path.write_bytes(np.random.default_rng(0).bytes(4096))
+    elif damage == "truncated":
+        write_synthetic(path, 2)
+        size = path.stat().st_size
+        with open(path, "r+b") as fh:
+            fh.truncate(size // 2)
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "directory":
+        path.mkdir()
+    else:
+        write_synthetic(path, 2)
+        with h5py.File(path, "r+") as f:
+            key = next(iter(f["comm"]))
+            del f["comm"][key]["fits"]
+    cp = load_comm(path, nprocs=2)
+    assert_defaults_with_one_warning(cp)
+
+
+def test_blas_only_database_has_no_comm_data(tmp_path):
+    path = tmp_path / "sp.h5"
+    save(blas_db(), path)
+    cp = load_comm(path, nprocs=2)
+    assert "no communication parameters" in cp.reason
+    assert_defaults_with_one_warning(cp)
+
+
+def test_comm_and_blas_records_share_the_file(tmp_path):
+    path = tmp_path / "sp.h5"
+    # comm first: the file reads as "no BLAS measurements" for the BLAS side
+    write_synthetic(path, 2)
+    with pytest.raises(DatabaseMissing, match="only communication"):
+        load(path)
+    assert load_sp(path).table is None
+    # a BLAS save keeps the comm group; the comm data keeps loading
+    db = blas_db()
+    save(db, path)
+    back = load(path)
+    assert np.array_equal(back.records, db.records) and back.run == db.run
+    assert load_comm(path, nprocs=2).available
+    # a comm write keeps the BLAS records and attributes byte for byte
+    with h5py.File(path, "r") as f:
+        before = (f["k"][...].tobytes(), dict(f.attrs))
+    write_synthetic(path, 3, oversubscribed=True)
+    with h5py.File(path, "r") as f:
+        assert f["k"][...].tobytes() == before[0]
+        assert {k: v for k, v in f.attrs.items()} == before[1]
+    assert sorted(q.P for q in dbc.read_platforms(path)) == [2, 3]
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]   # no temporary files left
+
+
+def test_comm_write_replaces_a_damaged_file(tmp_path):
+    path = tmp_path / "sp.h5"
+    path.write_bytes(b"not hdf5 at all")
+    write_synthetic(path, 2)
+    assert load_comm(path, nprocs=2).available
+
+
+def test_import_does_not_load_mpi4py():
+    code = ("import autotune, autotune.db.comm, sys\n"
+            "cp = autotune.db.comm.load_comm(nprocs=2)\n"
+            "cp.platform\n"
+            "assert 'mpi4py' not in sys.modules, 'mpi4py imported'\n"
+            "import autotune.install_probe.comm, autotune.install_probe.cli\n"
+            "assert 'mpi4py' not in sys.modules, 'mpi4py imported by the probe module'\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+# -- profiles ------------------------------------------------------------------------------------------
+
+def test_builtin_profiles_and_errors(tmp_path):
+    from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
+
+    quick, std = load_comm_profile("quick"), load_comm_profile("standard")
+    assert std.sizes[0] == 8 and std.sizes[-1] == 16 << 20
+    assert sum(1024 < s < 65536 for s in std.sizes) > sum(1024 < s < 65536 for s in (2 ** e for e in range(25)))
+    assert len(quick.sizes) < len(std.sizes)
+    assert quick.p_values(4) == [2, 4] and std.p_values(4) == [2, 3, 4]
+    assert std.grid_values(4) == [(1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1)]
+    assert quick.grid_values(4) == [(1, 4), (2, 2), (4, 1)]
+    with pytest.raises(CommProfileError, match="unknown key"):
+        parse_comm_profile({"sizes": [8], "bogus": 1})
+    with pytest.raises(CommProfileError, match="multiples of 8"):
+        parse_comm_profile({"sizes": [12]})
+    with pytest.raises(CommProfileError, match="unknown primitive"):
+        parse_comm_profile({"sizes": [8], "primitives": ["telepathy"]})
+    with pytest.raises(CommProfileError, match="no such"):
+        load_comm_profile(str(tmp_path / "absent.yaml"))
+
+
+# -- the real probe under mpiexec -------------------------------------------------------------------------
+
+TINY = {
+    "name": "tiny-test",
+    "sizes": [8, 64, 512, 2048, 4096, 8192, 32768, 131072],
+    "procs": "all",
+    "grids": "all",
+    "timing": {"warmup": 1, "warmup_seconds": 0.0, "rewarm": 1, "min_reps": 2, "max_reps": 3, "rel_tol": 0.5,
+               "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
+    "passes": 1,
+}
+MPI_TIMEOUT = 60
+
+
+def expected_curves(P: int) -> set[tuple]:
+    """(primitive, p, r, c) the tiny profile measures at world size P."""
+    out = {(x, 2, 0, 0) for x in dbc.PAIR_PRIMITIVES}
+    out |= {(x, p, 0, 0) for x in dbc.PRIMITIVES if x not in dbc.PAIR_PRIMITIVES + dbc.GRID_PRIMITIVES
+            for p in range(2, P + 1)}
+    for r in range(1, P + 1):
+        for c in range(1, P + 1):
+            if 2 <= r * c <= P:
+                if c >= 2:
+                    out.add(("bcast_row", r * c, r, c))
+                if r >= 2:
+                    out.add(("bcast_col", r * c, r, c))
+    return out
+
+
+def run(cmd, cwd, timeout=MPI_TIMEOUT):
+    """Run from ``cwd`` (not the source tree, whose autotune/ lacks the mapped subpackages)."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"timed out after {timeout} s: {cmd}\n{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    """BLAS records, then the probe at -n 2 (module) and -n 3 (autotune-install --mpi under mpiexec)."""
+    d = tmp_path_factory.mktemp("comm")
+    path, prof = d / "sp.h5", d / "tiny.yaml"
+    prof.write_text(yaml.safe_dump(TINY))
+    save(blas_db(), path)
+    with h5py.File(path, "r") as f:
+        blas = (f["k"][...].tobytes(), dict(f.attrs))
+    out2 = run(mpi_command(2, [sys.executable, "-m", "autotune.install_probe.comm", "--db", str(path),
+                               "--profile", str(prof)]), d)
+    out3 = run(mpi_command(3, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--db", str(path),
+                               "--profile", str(prof)]), d)
+    return path, blas, out2, out3
+
+
+def test_probe_writes_every_primitive_for_each_world_size(probed):
+    path, _, out2, out3 = probed
+    assert "complete" in out2.stdout and "P=2" in out2.stdout
+    assert "P=3 oversubscribed" in out3.stdout          # 3 ranks on this 2-core machine
+    platforms = {q.P: q for q in dbc.read_platforms(path)}
+    assert set(platforms) == {2, 3}
+    for P, q in platforms.items():
+        curves = {(r["primitive"].decode(), int(r["p"]), int(r["r"]), int(r["c"])) for r in q.points}
+        assert curves == expected_curves(P)
+        assert {(f["primitive"].decode(), int(f["p"]), int(f["r"]), int(f["c"])) for f in q.fits} == curves
+        assert (q.points["t_median"] > 0).all() and (q.points["t_q3"] >= q.points["t_q1"]).all()
+        assert (q.points["t_min"] <= q.points["t_median"]).all()
+        assert q.info["P"] == P and q.info["hosts"] == 1 and "Open MPI" in q.info["library"]
+        assert q.info["dist"] == dbc.mpi_distributions()
+        assert (q.fits["ts"] >= 0).all() and (q.fits["tw"] >= 0).all()
+        assert q.loggp["L"] > 0 and q.loggp["regimes"] and len(q.prtt) == len(TINY["sizes"])
+        assert all(r[k] >= 0 for r in q.loggp["regimes"] for k in ("o", "O", "g", "G"))
+    # derived datatypes: the payload actually sent (the vector of 8-double rows, the darray piece)
+    pts = platforms[2].points
+    assert set(pts[pts["primitive"] == b"send_vector"]["nbytes"]) == set(TINY["sizes"])
+
+
+def test_probed_database_loads_and_keeps_blas_records(probed):
+    path, blas, _, _ = probed
+    with h5py.File(path, "r") as f:
+        assert f["k"][...].tobytes() == blas[0]
+        assert dict(f.attrs) == blas[1]
+    assert len(load(path).records) == 7
+    for nprocs, P in ((2, 2), (3, 3), (4, 3), (None, 2)):
+        cp = load_comm(path, nprocs=nprocs)
+        assert cp.available and cp.platform["P"] == P
+        assert set(cp.primitives()) == set(dbc.PRIMITIVES)
+        for prim in dbc.PRIMITIVES:
+            grid = (1, 2) if prim == "bcast_row" else (2, 1) if prim == "bcast_col" else None
+            t = cp.time(prim, 2, [8, 4096, 1 << 20], grid=grid)
+            assert np.all(np.isfinite(t)) and np.all(t > 0)
+        assert cp.time("bcast_col", 3, 4096, grid=(3, 1)) > 0
+
+
+def test_show_lists_comm_fits_and_plots(probed, tmp_path, capsys):
+    from autotune import cli
+
+    path = probed[0]
+    png = tmp_path / "sp.png"
+    assert cli.main(["show", "--db", str(path), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "MPI communication parameters (2 platforms)" in out
+    assert "pingpong p=2" in out and "bcast_row p=3 grid 1x3" in out and "GB/s" in out
+    assert "held-out err med" in out and "breakpoints" in out and "LoOgGP" in out
+    assert (tmp_path / "sp-comm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli.main(["show", "--db", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["points"] == 7 and {c["platform"]["P"] for c in data["comm"]} == {2, 3}
+
+
+def test_cli_launches_mpiexec_itself(tmp_path):
+    path, prof = tmp_path / "cli.h5", tmp_path / "tiny.yaml"
+    prof.write_text(yaml.safe_dump(dict(TINY, procs=[2], grids="none")))
+    proc = run([sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--np", "2", "--profile", str(prof),
+                "--db", str(path), "--no-progress", "--timeout", "50"], tmp_path)
+    assert "MPI probe on 2 processes complete" in proc.stdout
+    cp = load_comm(path, nprocs=2)
+    assert cp.available and cp.platform["P"] == 2 and cp.loggp is not None
+    assert "bcast_row" not in cp.primitives() and "pingpong" in cp.primitives()
+
+
+def test_cli_rejects_bad_mpi_arguments(tmp_path, capsys):
+    from autotune.install_probe import cli
+
+    assert cli.main(["--mpi", "--np", "2", "--profile", "full"]) == 2
+    assert "no such built-in profile" in capsys.readouterr().err
+    assert cli.main(["--mpi", "--np", "1", "--profile", "quick"]) == 2
+    assert cli.main(["--mpi", "--resume"]) == 2
