@@ -286,12 +286,30 @@ def cmd_explain(args) -> int:
             print(f"autotune explain: no usable database ({sp.reason}); tuned calls fall back to numpy/scipy",
                   file=sys.stderr)
             return 1
+        if args.np is not None:
+            return _explain_distributed(args, dims, sp, opts)
         from autotune.api import describe
 
         dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
         print(describe(dec, top=args.top))
         if args.run:
             _run_once(args.routine, dims, dec.chosen)
+    return 0
+
+
+def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
+    """Rank distributed plans on up to ``--np`` ranks (models only: nothing is launched)."""
+    from autotune.config import available_cores
+    from autotune.db.comm import load_comm
+    from autotune.select.distributed import describe, rank_plans
+
+    if args.np < 1:
+        print(f"autotune explain: --np must be positive, got {args.np}", file=sys.stderr)
+        return 2
+    cp = load_comm(opts.db, nprocs=args.np)
+    dec = rank_plans(args.routine, dims, args.np, sp, cp, args.threads or available_cores(), opts.allow_strassen)
+    print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")
+    print(describe(dec, top=args.top))
     return 0
 
 
@@ -338,6 +356,8 @@ def parser() -> argparse.ArgumentParser:
     exp.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     exp.add_argument("--top", type=int, default=12, help="how many ranked candidates to print")
     exp.add_argument("--run", action="store_true", help="also run the tuned call once and time it")
+    exp.add_argument("--np", type=int, default=None,
+                     help="rank distributed plans for up to NP MPI ranks (cores per node: --threads)")
     exp.set_defaults(func=cmd_explain)
     return p
 
