@@ -22,6 +22,11 @@ def parser() -> argparse.ArgumentParser:
                    help="measure only these routines and/or backends (e.g. --only gemm potrf mkl)")
     p.add_argument("--resume", action="store_true", help="finish an interrupted run of the same profile")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    val = p.add_argument_group("validation (issue 5): check models on off-grid sizes, store fitted ones where needed")
+    val.add_argument("--validate", action="store_true",
+                     help="run only the validation step on the existing database (--profile quick|standard|FILE)")
+    val.add_argument("--with-validate", action="store_true", help="after measuring, run the validation step")
+    val.add_argument("--tol", type=float, default=3.0, help="validation tolerance, median APE in percent (default 3)")
     mpi = p.add_argument_group("MPI communication probe (ts, tw per primitive, p and message size)")
     mpi.add_argument("--mpi", action="store_true",
                      help="measure MPI communication instead of BLAS: run collectively under mpiexec, "
@@ -38,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.mpi:
         return main_mpi(args)
+    if args.validate:
+        return main_validate(args)
     try:
         profile = load_profile(args.profile)
         only = {t for tok in args.only for t in tok.split(",") if t} if args.only else None
@@ -52,7 +59,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune-install: failed {key}: {why}", file=sys.stderr)
     state = "complete" if result.complete else "interrupted"
     print(f"autotune-install: {state}: {result.measured} points in {result.path} ({result.seconds:.1f} s)")
+    if result.complete and args.with_validate:
+        return main_validate(args)
     return 0 if result.complete else 130
+
+
+def main_validate(args) -> int:
+    """``--validate``: time the candidates on check points, store fitted models where the analytical ones fail."""
+    from .validate import validate
+
+    try:
+        report = validate(args.db, args.profile, tol=args.tol, progress=not args.no_progress)
+    except (ValueError, LookupError, PermissionError) as exc:
+        print(f"autotune-install: error: {exc}", file=sys.stderr)
+        return 2
+    print(report.text())
+    return 0
 
 
 

@@ -151,9 +151,10 @@ def default_k(routine: str, threads: int) -> float:
 class SystemParameters:
     """What models consult: the measured table when usable, defaults (with one warning) otherwise."""
 
-    def __init__(self, db: Database | None, reason: str = ""):
+    def __init__(self, db: Database | None, reason: str = "", path: str | os.PathLike | None = None):
         self.db = db
         self.reason = reason
+        self.path = path
         self._warned: set[str] = set()
         self.stale = stale_backends(db.backends) if db is not None else {}
         self.table = SPTable(self._usable(db.records)) if db is not None else None
@@ -165,6 +166,15 @@ class SystemParameters:
         self._warn("ignoring measurements of changed backends: "
                    + "; ".join(f"{b} ({why})" for b, why in self.stale.items()))
         return records[~np.isin(records["backend"], [b.encode() for b in self.stale])]
+
+    @functools.cached_property
+    def fitted(self):
+        """Fitted models (``autotune.models.fitted.FittedModels``) stored in the same file, loaded on first use."""
+        from autotune.models.fitted import FittedModels, load_fitted
+
+        if self.db is None or self.path is None:   # no usable (or a foreign) database: nor its fitted models
+            return FittedModels(reason=self.reason or "no database path")
+        return load_fitted(self.path)
 
     @property
     def source(self) -> str:
@@ -215,8 +225,8 @@ def load_sp(path: str | os.PathLike | None = None, *, refresh: bool = False) -> 
     key = (str(p), mtime)
     if refresh or key not in _CACHE:
         try:
-            _CACHE[key] = SystemParameters(load(p))
+            _CACHE[key] = SystemParameters(load(p), path=p)
         except DatabaseError as exc:
-            _CACHE[key] = SystemParameters(None, reason=str(exc))
+            _CACHE[key] = SystemParameters(None, reason=str(exc), path=p)
     _RECENT[recent_key] = (now, _CACHE[key])
     return _CACHE[key]

@@ -38,6 +38,9 @@ RECORD_DTYPE = np.dtype([
     ("ref", "f8"),   # drift reference: the backend's own reference gemm time near this point (0: none)
 ])
 COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across BLAS saves
+# Groups other parts write into the same file, carried over when the BLAS records are rewritten:
+# communication parameters, fitted models (autotune.models.fitted), learned corrections (autotune.learn).
+KEPT_GROUPS = frozenset({COMM_GROUP, "fitted", "learned"})
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
 
 
@@ -99,7 +102,7 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
     try:
         with h5py.File(path, "r", locking=False) as f:
             version = int(f.attrs.get("schema_version", -1))
-            if "k" not in f and COMM_GROUP in f:
+            if "k" not in f and KEPT_GROUPS & set(f):
                 raise DatabaseMissing(f"no BLAS measurements in {path} (only communication parameters)")
             if version != SCHEMA_VERSION:
                 raise SchemaMismatch(f"{path}: schema version {version}, this autotune reads {SCHEMA_VERSION}")
@@ -132,7 +135,7 @@ def save(db: Database, path: str | os.PathLike) -> None:
         try:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a database is an ordinary file
             _write(db, tmp)
-            _carry_over(path, tmp, {COMM_GROUP})
+            _carry_over(path, tmp, KEPT_GROUPS)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -1,0 +1,401 @@
+"""Validation step of ``autotune-install`` (issue 5): check every candidate's model on check points, remodel if needed.
+
+For each family and check size (off the probe grid) the selector's candidates are timed with a
+forced ``config=`` (median of a few runs, thread pools settled between libraries, as
+bench/validate.py) and compared with their analytical prediction. A candidate series (same
+algorithm, backend, threads, parameter, variant) whose median absolute percentage error (APE)
+exceeds ``tol``, or that the analytical model mis-ranks against another candidate of the same
+problem, gets a fitted polynomial in ``n`` (terms by AICc, coefficients by the FI-ME..VA-LS cascade)
+from separate fitting sizes; it is put in use when its check-point APE is lower. Every fitted entry
+is stored (``autotune.models.fitted``) with both models' errors and the reason.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+import numpy as np
+
+from autotune.models.fitted import FittedEntry, save_fitted
+from autotune.models.fitting import METHODS, Samples, TermSet, median_ape, phi_err, remodel, select_terms
+from autotune.select.candidates import Candidate
+
+FAMILIES = ("gemm", "cholesky")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the validation measures: check and fitting sizes (disjoint), thread budgets, timing and tolerances."""
+
+    name: str
+    check: dict[str, tuple[int, ...]]
+    fit: dict[str, tuple[int, ...]]
+    budgets: tuple[int, ...] = (1, 2)
+    reps: int = 3                 # timed runs per point (after one warm-up), fewer if over ``seconds``
+    seconds: float = 0.5          # time budget per point once 2 runs are in
+    max_ratio: float = 3.0        # skip candidates predicted slower than this x the best of their budget
+    settle: float = 0.3           # pause when switching library or thread count with a pool involved
+    margin: float = 0.05          # measured gap beyond which a reversed predicted order is a mis-ranking
+    min_seconds: float = 0.01     # the summary APE counts check points predicted at least this long
+    strassen: bool = False
+    families: tuple[str, ...] = FAMILIES
+    methods: tuple[str, ...] = METHODS
+
+
+SPECS = {
+    "quick": Spec("quick", check={"gemm": (176, 352, 608), "cholesky": (176, 352, 608)},
+                  fit={"gemm": (128, 224, 288, 416, 512, 704), "cholesky": (128, 224, 288, 416, 512, 704)},
+                  reps=3, seconds=0.2),
+    "standard": Spec("standard", check={"gemm": (200, 700, 1500, 2500), "cholesky": (200, 700, 1500, 3000)},
+                     fit={"gemm": (160, 320, 500, 900, 1200, 1800, 2200),
+                          "cholesky": (160, 320, 500, 900, 1200, 2000, 2500, 3200)},
+                     reps=3, seconds=0.5, strassen=True),
+}
+SPECS["full"] = replace(SPECS["standard"], name="full", reps=5, seconds=1.0)
+
+
+def load_spec(name_or_spec) -> Spec:
+    """A Spec from itself, a built-in name, a mapping (over quick's values), or a YAML file.
+
+    A YAML file may hold the spec's keys at top level or under ``validate:``; a probe profile
+    without them (any other file) validates with the quick spec.
+    """
+    if isinstance(name_or_spec, Spec):
+        return name_or_spec
+    if isinstance(name_or_spec, dict):
+        return _from_mapping(name_or_spec)
+    if name_or_spec in SPECS:
+        return SPECS[name_or_spec]
+    path = Path(name_or_spec)
+    if not path.is_file():
+        raise ValueError(f"validation spec {name_or_spec!r}: not one of {', '.join(SPECS)} nor a file")
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    if isinstance(data, dict) and isinstance(data.get("validate"), dict):
+        return _from_mapping(data["validate"])
+    if isinstance(data, dict) and "check" in data:
+        return _from_mapping(data)
+    return SPECS["quick"]
+
+
+def _from_mapping(data: dict) -> Spec:
+    """Spec fields from a mapping (lists become tuples), quick's values for the rest; ValueError on unknown keys."""
+    known = {f.name for f in fields(Spec)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"validation spec: unknown key(s) {sorted(unknown)} (known: {', '.join(sorted(known))})")
+    kw = {k: ({f: tuple(int(x) for x in v) for f, v in val.items()} if k in ("check", "fit")
+              else tuple(val) if isinstance(val, list) else val) for k, val in data.items()}
+    spec = replace(SPECS["quick"], **{"name": "custom", **kw})
+    for fam in spec.families:
+        overlap = set(spec.check.get(fam, ())) & set(spec.fit.get(fam, ()))
+        if overlap:
+            raise ValueError(f"validation spec: {fam} check and fitting sizes overlap at {sorted(overlap)}")
+    return spec
+
+
+# ----------------------------------------------------------------------------- timing
+
+def _runner(family: str, n: int, cand: Candidate, rng) -> Callable[[], float]:
+    """One timed call of ``cand`` on a fresh n x n problem (Cholesky factors a copy in place)."""
+    import autotune
+
+    if family == "gemm":
+        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+        out = np.empty((n, n))
+        return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
+    g = rng.standard_normal((n, n))
+    spd = np.asfortranarray(g @ g.T + n * np.eye(n))
+    work = np.empty_like(spd, order="F")
+
+    def run() -> float:
+        work[...] = spd
+        return _once(lambda: autotune.tuned_cholesky(work, overwrite_a=True, check_finite=False, config=cand))
+    return run
+
+
+def _once(fn) -> float:
+    """Seconds of one call."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def time_point(fn: Callable[[], float], reps: int, seconds: float) -> float:
+    """Median of up to ``reps`` runs after a warm-up (at least 2, fewer than ``reps`` once over ``seconds``)."""
+    fn()
+    times, start = [], time.perf_counter()
+    while len(times) < reps and (len(times) < 2 or time.perf_counter() - start < seconds):
+        times.append(fn())
+    return float(np.median(times))
+
+
+class Timer:
+    """Times (family, n, candidate) points once each, settling thread pools when the library or threads change."""
+
+    def __init__(self, spec: Spec, seed: int = 0):
+        self.spec, self.rng, self.cache = spec, np.random.default_rng(seed), {}
+        self.last: tuple[str, int] | None = None
+        self.runs, self.seconds = 0, 0.0
+
+    def __call__(self, family: str, n: int, cand: Candidate) -> float:
+        key = (family, int(n), cand)
+        if key not in self.cache:
+            group = (cand.backend, cand.threads)
+            if self.last is not None and group != self.last and max(cand.threads, self.last[1]) > 1:
+                time.sleep(self.spec.settle)      # the previous library's pool spins for a while
+            self.last = group
+            t0 = time.perf_counter()
+            self.cache[key] = time_point(_runner(family, int(n), cand, self.rng), self.spec.reps, self.spec.seconds)
+            self.runs, self.seconds = self.runs + 1, self.seconds + time.perf_counter() - t0
+        return self.cache[key]
+
+    def many(self, points: list[tuple[str, int, Candidate]]) -> dict:
+        """Time points grouped by (threads, backend) so that pools settle as rarely as possible."""
+        for p in sorted(points, key=lambda p: (p[2].threads, p[2].backend, p[0], p[1], p[2])):
+            self(*p)
+        return {p: self.cache[(p[0], int(p[1]), p[2])] for p in points}
+
+
+# ----------------------------------------------------------------------------- check points
+
+@dataclass
+class Point:
+    """One candidate at one check size: analytical prediction and measured time."""
+
+    family: str
+    n: int
+    cand: Candidate
+    predicted: float
+    measured: float = math.nan
+
+
+def _candidates(family: str, n: int, sp, spec: Spec) -> list[tuple[Candidate, float]]:
+    """Candidates the selector ranks at size n, with predictions, minus those > max_ratio x the best of a budget."""
+    from autotune.select import rank
+
+    dims = (n, n, n) if family == "gemm" else (n,)
+    ranking = rank(family, dims, sp, max(spec.budgets), allow_strassen=spec.strassen).ranking
+    keep: dict[Candidate, float] = {}
+    for budget in spec.budgets:
+        within = [r for r in ranking if r.candidate.threads <= budget]
+        if within:
+            best = min(r.predicted for r in within)
+            keep.update({r.candidate: r.predicted for r in within if r.predicted <= spec.max_ratio * best})
+    return sorted(keep.items(), key=lambda kv: kv[1])
+
+
+def _misranked(points: list[Point], spec: Spec) -> dict[Candidate, str]:
+    """Candidates in a pair whose predicted order is the reverse of a measured gap > margin, per problem."""
+    out: dict[Candidate, str] = {}
+    for budget in spec.budgets:
+        within = [p for p in points if p.cand.threads <= budget]
+        for i, a in enumerate(within):
+            for b in within[i + 1:]:
+                if a.predicted < b.predicted and b.measured * (1 + spec.margin) < a.measured:
+                    why = f"analytical mis-ranks {a.cand} vs {b.cand} at n={a.n} (budget {budget})"
+                    out.setdefault(a.cand, why)
+                    out.setdefault(b.cand, why)
+                elif b.predicted < a.predicted and a.measured * (1 + spec.margin) < b.measured:
+                    why = f"analytical mis-ranks {b.cand} vs {a.cand} at n={a.n} (budget {budget})"
+                    out.setdefault(a.cand, why)
+                    out.setdefault(b.cand, why)
+    return out
+
+
+# ----------------------------------------------------------------------------- fitting
+
+def _key(cand: Candidate) -> tuple[str, str, int, int, int]:
+    return (cand.algorithm, cand.backend, cand.threads, cand.param, cand.variant)
+
+
+def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndarray, fit: Samples, tol: float,
+               reason: str, methods: Sequence[str] = METHODS) -> FittedEntry:
+    """Fit a polynomial in n to ``fit`` (terms by AICc, coefficients by the remodel cascade); score both models."""
+    full = TermSet.polynomial(range(4))
+    try:
+        termset = select_terms(fit.n, None, fit.t, full).best.termset
+    except ValueError:                       # too few points for AICc: the leading term alone
+        termset = full.subset([full.leading])
+    rem = remodel(fit, (float(fit.n.min()), float(fit.n.max())), None, termset, check, tol, methods=methods)
+    model = rem.model
+    f_ape, f_phi = median_ape(model, check.n, None, check.t), phi_err(model, check.n, None, check.t)
+    a_ape = float(np.median(np.abs(analytical - check.t) / check.t) * 100)
+    a_phi = float((1 - analytical.sum() / check.t.sum()) * 100)
+    in_use = f_ape < a_ape
+    why = f"{reason}; fitted APE {f_ape:.1f}% " + ("< analytical" if in_use else ">= analytical: not used")
+    return FittedEntry.from_model(family, _key(cand), model, fitted_ape=f_ape, fitted_phi=f_phi, analytical_ape=a_ape,
+                                  analytical_phi=a_phi, reason=why, in_use=in_use, check_n=check.n,
+                                  check_t=check.t, check_analytical=analytical, fit_n=fit.n, fit_t=fit.t)
+
+
+# ----------------------------------------------------------------------------- report
+
+@dataclass
+class Report:
+    """Per candidate series: errors of both models and the one in use; overall APE of the models in use."""
+
+    db: str
+    spec: str
+    tol: float
+    min_seconds: float = 0.01
+    rows: list[dict] = field(default_factory=list)
+    entries: list[FittedEntry] = field(default_factory=list)
+    ape_in_use: float | None = None        # median APE over check points predicted >= spec.min_seconds
+    points_scored: int = 0
+    runs: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """The acceptance criterion: median APE of the models in use within ``tol``."""
+        return self.ape_in_use is None or self.ape_in_use <= self.tol
+
+    def summary(self) -> dict:
+        """Plain-data summary (stored with the entries)."""
+        fitted = sum(e.in_use for e in self.entries)
+        return {"spec": self.spec, "tol": self.tol, "series": len(self.rows), "fitted_in_use": fitted,
+                "fitted_stored": len(self.entries), "ape_in_use": self.ape_in_use,
+                "points_scored": self.points_scored, "runs": self.runs, "seconds": round(self.seconds, 2)}
+
+    def text(self) -> str:
+        """Human-readable table: one line per series, then the overall figure."""
+        lines = [f"{'routine':<10} {'candidate':<44} {'APE analytical':>14} {'APE fitted':>10}  in use"]
+        for r in self.rows:
+            fitted = "-" if r["fitted_ape"] is None else f"{r['fitted_ape']:.1f}%"
+            lines.append(f"{r['family']:<10} {r['candidate']:<44} {r['analytical_ape']:>13.1f}% {fitted:>10}  "
+                         f"{r['in_use']}")
+        overall = (f"no check point predicted >= {self.min_seconds * 1e3:g} ms" if self.ape_in_use is None else
+                   f"median APE of the models in use {self.ape_in_use:.1f}% over {self.points_scored} check points "
+                   f"predicted >= {self.min_seconds * 1e3:g} ms")
+        lines.append(f"{overall} (tol {self.tol:g}%); {sum(e.in_use for e in self.entries)} fitted models in use; "
+                     f"{self.runs} points timed in {self.seconds:.1f} s")
+        return "\n".join(lines)
+
+
+def _summarise(report: Report, series: dict, entries: dict, spec: Spec) -> None:
+    """Fill the report's rows and the overall APE of the model in use on check points predicted >= min_seconds."""
+    apes = []
+    for cand, pts in sorted(series.items(), key=lambda kv: (kv[1][0].family, str(kv[0]))):
+        n = np.array([p.n for p in pts], float)
+        t = np.array([p.measured for p in pts])
+        pred = np.array([p.predicted for p in pts])
+        e = entries.get(cand)
+        use = e.predict(n) if e is not None and e.in_use else pred
+        apes += [abs(u - m) / m * 100 for u, m in zip(use, t, strict=True) if u >= spec.min_seconds]
+        report.rows.append({"family": pts[0].family, "candidate": str(cand), "config": cand.as_dict(),
+                            "analytical_ape": float(np.median(np.abs(pred - t) / t) * 100),
+                            "fitted_ape": None if e is None else e.fitted_ape,
+                            "in_use": "fitted" if e is not None and e.in_use else "analytical",
+                            "reason": "" if e is None else e.reason})
+    report.points_scored = len(apes)
+    report.ape_in_use = float(np.median(apes)) if apes else None
+
+
+# ----------------------------------------------------------------------------- the step
+
+def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, progress: bool = True,
+             sp=None, save: bool = True) -> Report:
+    """Time the selector's candidates on check points, remodel the series the analytical model gets wrong, store.
+
+    ``sp`` replaces the system parameters read from ``db_path`` (tests pass a deliberately wrong
+    one); entries are written to ``/fitted/default`` of ``db_path`` unless ``save=False``.
+    """
+    from autotune.db import load_sp, resolve
+    from autotune.select import clear_cache
+
+    spec = load_spec(profile_name_or_spec)
+    path = resolve(db_path)
+    sp = load_sp(path, refresh=True) if sp is None else sp
+    if sp.table is None:
+        raise LookupError(f"no usable system parameters in {path} ({getattr(sp, 'reason', '')}): run the probe first")
+    t0 = time.perf_counter()
+    timer = Timer(spec)
+    say = (lambda msg: print(f"autotune-install: validate: {msg}", file=sys.stderr, flush=True)) if progress \
+        else (lambda msg: None)
+    problems = _check(spec, sp, timer, say)
+    series: dict[Candidate, list[Point]] = defaultdict(list)
+    for pts in problems.values():
+        for p in pts:
+            series[p.cand].append(p)
+    flagged = _flag(problems, series, spec, tol)
+    say(f"{len(series)} candidate series checked, {len(flagged)} to remodel")
+    entries = _remodel_all({c: series[c] for c in flagged}, flagged, spec, tol, timer)
+    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()))
+    _summarise(report, series, entries, spec)
+    report.runs, report.seconds = timer.runs, time.perf_counter() - t0
+    if save:
+        save_fitted(path, report.entries, info=report.summary())
+    clear_cache()                               # decisions taken before were ranked without these models
+    say(report.text().splitlines()[-1])
+    return report
+
+
+def _check(spec: Spec, sp, timer: Timer, say) -> dict[tuple[str, int], list[Point]]:
+    """Every (family, check size) problem's candidates, predicted and measured."""
+    problems: dict[tuple[str, int], list[Point]] = {}
+    for fam in spec.families:
+        for n in spec.check.get(fam, ()):
+            try:
+                problems[fam, n] = [Point(fam, n, c, pred) for c, pred in _candidates(fam, n, sp, spec)]
+            except LookupError as exc:          # nothing measured for this family
+                say(f"skipping {fam} n={n}: {exc}")
+    todo = [(p.family, p.n, p.cand) for pts in problems.values() for p in pts]
+    say(f"timing {len(todo)} candidate check points ({spec.name})")
+    measured = timer.many(todo)
+    for pts in problems.values():
+        for p in pts:
+            p.measured = measured[(p.family, p.n, p.cand)]
+    return problems
+
+
+def _flag(problems: dict, series: dict, spec: Spec, tol: float) -> dict[Candidate, str]:
+    """Series to remodel and why: analytical APE above ``tol``, or a mis-ranking."""
+    flagged: dict[Candidate, str] = {}
+    for cand, pts in series.items():
+        ape = float(np.median([abs(p.predicted - p.measured) / p.measured * 100 for p in pts]))
+        if ape > tol:
+            flagged[cand] = f"analytical APE {ape:.1f}% > tol {tol:g}%"
+    for pts in problems.values():
+        for cand, why in _misranked(pts, spec).items():
+            flagged.setdefault(cand, why)
+    return flagged
+
+
+def _fit_sizes(pts: list[Point], spec: Spec) -> list[int]:
+    """Fitting sizes of a series: the spec's, minus any of its check sizes."""
+    return [n for n in spec.fit.get(pts[0].family, ()) if n not in {p.n for p in pts}]
+
+
+def _remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str], spec: Spec, tol: float,
+                 timer: Timer) -> dict[Candidate, FittedEntry]:
+    """Time every flagged series' fitting sizes in one batch (pools settle once per group), then fit each."""
+    timer.many([(pts[0].family, n, c) for c, pts in series.items() for n in _fit_sizes(pts, spec)])
+    out = {}
+    for cand, pts in series.items():
+        entry = _remodel(cand, pts, why[cand], spec, tol, timer)
+        if entry is not None:
+            out[cand] = entry
+    return out
+
+
+def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float, timer: Timer) -> FittedEntry | None:
+    """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted."""
+    family, sizes = pts[0].family, _fit_sizes(pts, spec)
+    if len(sizes) < 2:
+        return None
+    fit = Samples(np.array(sizes, float), None, np.array([timer(family, n, cand) for n in sizes]))
+    check = Samples(np.array([p.n for p in pts], float), None, np.array([p.measured for p in pts]))
+    try:
+        return fit_series(family, cand, check, np.array([p.predicted for p in pts]), fit, tol, why, spec.methods)
+    except ValueError:
+        return None
+
+
+__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "load_spec", "time_point", "validate"]

@@ -1,0 +1,151 @@
+"""Fitted models (issue 5): storage round trip, never-raising load, selector override, validation step."""
+from __future__ import annotations
+
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from autotune.db import load, load_sp
+from autotune.models.fitted import FittedEntry, FittedModels, load_fitted, override, save_fitted
+from autotune.models.fitting import TermSet, fi_ls
+from autotune.select import Candidate
+
+TINY_SPEC = {"name": "tiny", "check": {"gemm": [48, 80], "cholesky": [48, 80]},
+             "fit": {"gemm": [32, 40, 56, 72, 96, 112], "cholesky": [32, 40, 56, 72, 96, 112]},
+             "budgets": [1], "reps": 2, "seconds": 0.01, "settle": 0.0, "min_seconds": 0.0}
+
+
+def entry(in_use: bool = True, backend: str = "numpy-openblas", scale: float = 1e-9) -> FittedEntry:
+    """A cubic gemm entry T(n) = scale n^3 on [32, 128]."""
+    return FittedEntry("gemm", "blas", backend, 1, 0, 0, ((3, 0), (0, 0)), np.array([[scale, 0.0]]),
+                       np.array([32.0, 128.0]), "FI-LS", 1.0, 0.5, 40.0, -30.0, "analytical APE 40% > tol 3%",
+                       in_use, check_n=np.array([48.0, 80.0]), check_t=np.array([1e-4, 5e-4]),
+                       check_analytical=np.array([2e-4, 1e-3]), fit_n=np.array([32.0, 64.0]),
+                       fit_t=np.array([3e-5, 2.6e-4]))
+
+
+@pytest.fixture
+def db(tiny_db, tmp_path):
+    """A private copy of the tiny probe database (tests here write to it)."""
+    path = tmp_path / "sp.h5"
+    shutil.copy(tiny_db, path)
+    return path
+
+
+def test_round_trip(db):
+    entries = [entry(True), entry(False, "scipy-openblas")]
+    save_fitted(db, entries, info={"spec": "test"})
+    got = load_fitted(db)
+    assert len(got) == 2 and got.info == {"spec": "test"}
+    for a, b in zip(entries, got.entries, strict=True):
+        assert (a.key, a.terms, a.method, a.reason, a.in_use, a.timestamp) == (b.key, b.terms, b.method, b.reason,
+                                                                                b.in_use, b.timestamp)
+        np.testing.assert_array_equal(a.coefficients, b.coefficients)
+        np.testing.assert_array_equal(a.check_t, b.check_t)
+        assert (a.fitted_ape, a.analytical_ape, a.analytical_phi) == (b.fitted_ape, b.analytical_ape, b.analytical_phi)
+    assert got.predict(("blas", "numpy-openblas", 1, 0, 0), (64, 64, 64)) == pytest.approx(1e-9 * 64 ** 3)
+    assert len(load(db).records) > 0                      # the BLAS records are kept
+
+
+def test_entry_from_model_and_noncanonical_terms():
+    n = np.linspace(40, 120, 9)
+    model = fi_ls((n, None, 2e-9 * n ** 3 + 1e-6), TermSet(((3, 0), (0, 0))), (40, 120))
+    e = FittedEntry.from_model("gemm", ("blas", "mkl", 2, 0, 0), model, fitted_ape=0.0, fitted_phi=0.0,
+                               analytical_ape=9.0, analytical_phi=9.0, reason="x", in_use=True)
+    np.testing.assert_allclose(e.predict(n), model.predict(n))
+    swapped = FittedEntry("gemm", "blas", "mkl", 2, 0, 0, ((0, 0), (3, 0)), e.coefficients[:, ::-1], e.edges,
+                          "FI-LS", 0, 0, 9, 9, "x", True)
+    np.testing.assert_allclose(swapped.predict(n), model.predict(n))
+    assert swapped.predict_one(80.0) == pytest.approx(float(model.predict(80.0)))
+
+
+def test_missing_and_damaged_give_empty(tmp_path, db):
+    assert len(load_fitted(tmp_path / "nothing.h5")) == 0
+    assert len(load_fitted(db)) == 0                       # no /fitted group yet
+    bad = tmp_path / "bad.h5"
+    bad.write_bytes(b"not an hdf5 file")
+    with pytest.warns(RuntimeWarning, match="fitted models unusable"):
+        assert len(load_fitted(bad)) == 0
+    save_fitted(db, [entry()])
+    with h5py.File(db, "r+") as f:
+        del f["fitted/default/0000/coefficients"]
+    with pytest.warns(RuntimeWarning, match="fitted models unusable"):
+        assert len(load_fitted(db)) == 0
+
+
+def test_override_only_in_use(db):
+    save_fitted(db, [entry(True), entry(False, "scipy-openblas")])
+    sp = load_sp(db, refresh=True)
+    used, unused = Candidate("blas", "numpy-openblas", 1), Candidate("blas", "scipy-openblas", 1)
+    assert override(used, (64, 64, 64), 1.0, sp) == (pytest.approx(1e-9 * 64 ** 3), "fitted")
+    assert override(unused, (64, 64, 64), 1.0, sp) == (1.0, "analytical")
+    assert override(Candidate("blas", "numpy-openblas", 2), (64, 64, 64), 1.0, sp) == (1.0, "analytical")
+    assert override(used, (4000, 4000, 4000), 1.0, sp) == (1.0, "analytical")    # far outside the fit range
+    assert override(used, (64, 64, 64), 1.0, object()) == (1.0, "analytical")
+    assert FittedModels().predict(("blas", "numpy-openblas", 1, 0, 0), (64,)) is None
+
+
+class Scaled:
+    """System parameters ``factor`` times too slow: a deliberately wrong analytical model."""
+
+    def __init__(self, sp, factor: float = 10.0):
+        self.sp, self.table, self.factor = sp, sp.table, factor
+
+    def k(self, *args, **kw):
+        return self.factor * self.sp.k(*args, **kw)
+
+
+def test_validate_replaces_a_wrong_model(db):
+    from autotune.install_probe.validate import validate
+
+    spec = {**TINY_SPEC, "families": ["gemm"]}
+    report = validate(db, spec, sp=Scaled(load_sp(db, refresh=True)), progress=False)
+    used = [e for e in report.entries if e.in_use]
+    assert used, report.text()
+    for e in used:
+        assert e.fitted_ape < e.analytical_ape and e.analytical_ape > 30
+    stored = load_fitted(db)
+    assert {e.key for e in stored.in_use} == {e.key for e in used}
+    key = used[0].key
+    cand = Candidate(*key)
+    seconds, source = override(cand, (80, 80, 80), 1.0, load_sp(db, refresh=True))
+    assert source == "fitted" and seconds == pytest.approx(used[0].predict_one(80.0))
+    assert report.ape_in_use is not None and report.points_scored > 0
+
+
+def test_cli_validate_end_to_end(db, tmp_path, capsys):
+    from autotune.install_probe.cli import main
+
+    before = load(db).records.copy()
+    spec_file = tmp_path / "tiny-validate.yaml"
+    spec_file.write_text(yaml.safe_dump({"validate": TINY_SPEC}))
+    assert main(["--validate", "--db", str(db), "--profile", str(spec_file), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "median APE of the models in use" in out
+    after = load(db)
+    np.testing.assert_array_equal(np.sort(after.records, order=["routine", "backend", "x"]),
+                                  np.sort(before, order=["routine", "backend", "x"]))
+    with h5py.File(db, "r") as f:
+        assert "fitted/default" in f and "info" in f["fitted/default"].attrs
+
+
+def test_cli_validate_without_database(tmp_path, capsys):
+    from autotune.install_probe.cli import main
+
+    assert main(["--validate", "--db", str(tmp_path / "none.h5"), "--profile", "quick", "--no-progress"]) == 2
+    assert "run the probe first" in capsys.readouterr().err
+
+
+def test_spec_rejects_overlap_and_unknown_keys():
+    from autotune.install_probe.validate import SPECS, load_spec
+
+    for name, spec in SPECS.items():
+        for fam in spec.families:
+            assert not set(spec.check[fam]) & set(spec.fit[fam]), name
+    with pytest.raises(ValueError, match="overlap"):
+        load_spec({"check": {"gemm": [64]}, "fit": {"gemm": [64, 128]}})
+    with pytest.raises(ValueError, match="unknown"):
+        load_spec({"sizes": [1]})
