@@ -1,0 +1,558 @@
+"""Distributed Cholesky: right-looking, 2-D block-cyclic, with look-ahead (001 alg. 3.5, ScaLAPACK
+pdpotrf; overlap as in 004 / DESIGN §6).
+
+Block b on an r x c grid. Per block column k (width w): the owner of the diagonal block factors it
+(``potrf``) and sends it down its process column; the process column owning panel k solves its
+rows below the diagonal (``trsm``, A_ik L_kk^-T); then every member (i, pc_k) of that column sends,
+point-to-point in one stage, what each rank needs for its trailing update: its whole panel piece to
+the ranks of its process row (the "row broadcast", L_ik for the rows a rank owns) and, to every
+other rank (i', q), the rows whose block index J has J % c == q (the "transposed" column pieces,
+L_jk for the columns (i', q) owns). Each rank then updates its trailing matrix one local block
+column at a time, only on and below the diagonal: ``syrk`` on a diagonal block it owns, one
+``gemm`` on the local rows below (the staircase; no flops spent above the diagonal). Every message
+starts with the panel's LAPACK ``info``, so a matrix that is not positive definite is known to all
+ranks at the same step and they leave the loop together.
+
+Look-ahead: the process column owning panel k+1 first updates just block column k+1 with panel k,
+factors panel k+1 and posts its sends (Isend), and only then does the rest of its step-k update,
+testing the outstanding requests between block columns so the messages progress while it
+computes; receivers post their Irecvs for panel k+1 before their own step-k update. Without
+look-ahead, panel k+1 is factored after the whole step-k update (everyone waits for it).
+
+The upper factor (A = U^T U) is the lower algorithm run on the transposed problem: the local piece
+viewed as its transpose on the transposed c x r grid. A local piece seen in C order (the upper
+case of a Fortran piece, or the lower case of a C-ordered one) is handled by ``_Blas``, which
+calls BLAS on the transposes, so every operand is a column-major view (no copies).
+
+``cholesky`` moves the root's matrix without packing on 1-D grids: on 1 x c every rank's piece is
+a set of whole column blocks, contiguous in a Fortran-ordered matrix, on r x 1 a set of whole row
+blocks, contiguous in a C-ordered one; each block goes straight from the root's matrix into the
+receiver's local piece (and back into the result), one message per block. The root picks the
+matrix or its transpose (factor of the other triangle, result transposed back) so that this
+holds without a copy. On 2-D grids the pieces are packed (``movement.scatter`` / ``gather``), the
+transpose being used for a C-ordered matrix so that packing reads memory in order.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+import numpy as np
+
+from .collective import agree
+from .grid import ProcessGrid
+from .layout import Axis, block_cyclic
+from .movement import DistMatrix
+from .plan import Phases, Plan
+
+# Point-to-point tags: 2 per panel (diagonal block, panel pieces), cycled (at most 2 panels in flight).
+_TAG_CYCLE = 8192
+# Tag of the root <-> ranks block moves of the 1-D grids (before and after the loop, never during it).
+_MOVE_TAG = 3 * _TAG_CYCLE
+
+
+class _Blas:
+    """The backend's BLAS on row-major views as if they were column-major (``t``), else as is."""
+
+    def __init__(self, be, transposed: bool):
+        self.be, self.t = be, transposed
+
+    def potrf(self, a: np.ndarray) -> int:
+        """Lower Cholesky of ``a`` in place; LAPACK's info."""
+        return int(self.be.potrf(a.T, False) if self.t else self.be.potrf(a, True))
+
+    def trsm(self, d: np.ndarray, p: np.ndarray) -> None:
+        """p = p d^-T, d lower triangular."""
+        if self.t:
+            self.be.trsm(1.0, d.T, p.T, False, False, True)
+        else:
+            self.be.trsm(1.0, d, p, True, True, True)
+
+    def syrk(self, a: np.ndarray, c: np.ndarray) -> None:
+        """Lower triangle of c -= a a^T."""
+        if self.t:
+            self.be.syrk(-1.0, a.T, 1.0, c.T, False, True)
+        else:
+            self.be.syrk(-1.0, a, 1.0, c, True, False)
+
+    def gemm(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        """c -= a b^T."""
+        if self.t:
+            self.be.gemm(-1.0, b.T, a.T, 1.0, c.T, True, False)
+        else:
+            self.be.gemm(-1.0, a, b, 1.0, c, False, True)
+
+
+class _Factor:
+    """One lower factorization of the local piece ``x`` (lower-view coordinates: rows over ``nr``
+    process rows, columns over ``nc`` process columns; ``rank_of(i, j)`` is the rank at (i, j))."""
+
+    def __init__(self, x, n, b, nr, nc, myr, myc, rank_of, comm, blas, lookahead, order):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.x, self.n, self.b = x, n, b
+        self.nr, self.nc, self.myr, self.myc = nr, nc, myr, myc
+        self.rank_of, self.comm, self.blas = rank_of, comm, blas
+        self.lookahead, self.order = lookahead, order
+        self.N = -(-n // b) if n else 0
+        self.last = n - (self.N - 1) * b if n else 0
+        self.mloc, self.nloc = x.shape
+        self.sends: list = []          # (request, buffer) pairs still in flight
+        self.recvs: dict[int, tuple] = {}  # panel -> (requests, buffers, sources)
+        self.own_info: dict[int, int] = {}
+        self.seconds = {"compute": 0.0, "communication": 0.0}
+
+    # -- index arithmetic (block-cyclic, first block on part 0; only the last block is short) --
+    def size(self, J: int) -> int:
+        return self.b if J < self.N - 1 else self.last
+
+    def lr(self, J: int) -> int:
+        """First local row whose global block is >= J."""
+        return min(max(0, -(-(J - self.myr) // self.nr)) * self.b, self.mloc)
+
+    def lc(self, J: int) -> int:
+        return min(max(0, -(-(J - self.myc) // self.nc)) * self.b, self.nloc)
+
+    def blocks(self, start: int, i: int, q: int | None) -> np.ndarray:
+        """Global blocks J >= start owned by process row i (and process column q if given)."""
+        first = start + (i - start) % self.nr
+        J = np.arange(first, self.N, self.nr)
+        return J if q is None else J[J % self.nc == q]
+
+    def rows_of(self, J: np.ndarray) -> int:
+        return int(J.size * self.b - (self.b - self.last if J.size and J[-1] == self.N - 1 else 0))
+
+    def tag(self, K: int, kind: int) -> int:
+        return 2 * (K % _TAG_CYCLE) + kind
+
+    # -- communication ---------------------------------------------------------------------
+    def post_recv(self, K: int) -> None:
+        """Irecv the pieces of panel K this rank needs (header-only when empty or failed)."""
+        pcK = K % self.nc
+        reqs, bufs, srcs = [], [], []
+        w = self.size(K)
+        for i in range(self.nr):
+            if i == self.myr and self.myc == pcK:
+                continue
+            rows = (self.mloc - self.lr(K + 1)) if i == self.myr else self.rows_of(self.blocks(K + 1, i, self.myc))
+            buf = np.empty(1 + rows * w)
+            reqs.append(self.comm.Irecv([buf, self.MPI.DOUBLE], self.rank_of(i, pcK), self.tag(K, 1)))
+            bufs.append(buf)
+            srcs.append(i)
+        self.recvs[K] = (reqs, bufs, srcs)
+
+    def wait_panel(self, K: int) -> tuple[int, np.ndarray | None, dict[int, np.ndarray]]:
+        """(info, L rows of my process row, {source row: its column pieces}) of panel K."""
+        t0 = time.perf_counter()
+        reqs, bufs, srcs = self.recvs.pop(K)
+        self.MPI.Request.Waitall(reqs)
+        info = self.own_info.pop(K, 0)
+        for buf in bufs:
+            info = max(info, int(buf[0]))
+        w, it = self.size(K), self.lr(K + 1)
+        lrow, pieces = None, {}
+        if info == 0:
+            if self.myc == K % self.nc:
+                pc = self.lc(K)
+                lrow = self.x[it:, pc:pc + w]
+            for i, buf in zip(srcs, bufs, strict=True):
+                data = buf[1:].reshape((-1, w), order=self.order)
+                if i == self.myr:
+                    lrow = data
+                else:
+                    pieces[i] = data
+        self.seconds["communication"] += time.perf_counter() - t0
+        return info, lrow, pieces
+
+    def send(self, buf: np.ndarray, i: int, j: int, tag: int) -> None:
+        self.sends.append((self.comm.Isend([buf, self.MPI.DOUBLE], self.rank_of(i, j), tag), buf))
+
+    def poll(self) -> None:
+        """Let outstanding messages progress while computing; drop completed sends."""
+        if self.sends and self.MPI.Request.Testall([r for r, _ in self.sends]):
+            self.sends = []
+        for reqs, _, _ in self.recvs.values():
+            self.MPI.Request.Testall(reqs)
+
+    def finish(self) -> None:
+        t0 = time.perf_counter()
+        self.MPI.Request.Waitall([r for r, _ in self.sends])
+        self.sends = []
+        for reqs, _, _ in self.recvs.values():   # only after an early exit: none are posted then
+            self.MPI.Request.Waitall(reqs)
+        self.recvs = {}
+        self.seconds["communication"] += time.perf_counter() - t0
+
+    # -- panel factorization (process column K % nc) ------------------------------------------
+    def factor(self, K: int) -> None:
+        """potrf on the diagonal block, send it down the column, trsm below, send the pieces."""
+        x, w, order = self.x, self.size(K), self.order
+        pc, d0, it = self.lc(K), self.lr(K), self.lr(K + 1)
+        t0 = time.perf_counter()
+        comm_t = 0.0
+        if self.myr == K % self.nr:
+            diag = x[d0:d0 + w, pc:pc + w]
+            info = self.blas.potrf(diag)
+            info = K * self.b + info if info else 0
+            if self.nr > 1:
+                t1 = time.perf_counter()
+                buf = np.empty(1 + (0 if info else w * w))
+                buf[0] = info
+                if not info:
+                    buf[1:].reshape((w, w), order=order)[...] = diag
+                for i in range(self.nr):
+                    if i != self.myr:
+                        self.send(buf, i, self.myc, self.tag(K, 0))
+                comm_t += time.perf_counter() - t1
+        else:
+            t1 = time.perf_counter()
+            buf = np.empty(1 + w * w)
+            self.comm.Recv([buf, self.MPI.DOUBLE], self.rank_of(K % self.nr, self.myc), self.tag(K, 0))
+            info = int(buf[0])
+            diag = buf[1:].reshape((w, w), order=order)
+            comm_t += time.perf_counter() - t1
+        panel = x[it:, pc:pc + w]
+        if info == 0 and panel.shape[0]:
+            self.blas.trsm(diag, panel)
+        t1 = time.perf_counter()
+        self._send_pieces(K, info, panel)
+        self.own_info[K] = info
+        comm_t += time.perf_counter() - t1
+        self.seconds["communication"] += comm_t
+        self.seconds["compute"] += time.perf_counter() - t0 - comm_t
+
+    def _send_pieces(self, K: int, info: int, panel: np.ndarray) -> None:
+        w, order, tag = self.size(K), self.order, self.tag(K, 1)
+        header = np.array([float(info)])
+        whole = None
+        if self.nc > 1 or self.nr > 1:
+            if info:
+                whole = header
+            else:
+                whole = np.empty(1 + panel.size)
+                whole[0] = 0.0
+                whole[1:].reshape(panel.shape, order=order)[...] = panel
+        for q in range(self.nc):
+            if q != self.myc:
+                self.send(whole, self.myr, q, tag)
+        if self.nr == 1:
+            return
+        it = self.lr(K + 1)
+        for q in range(self.nc):
+            if info:
+                sub = header
+            elif self.nc == 1:
+                sub = whole
+            else:
+                J = self.blocks(K + 1, self.myr, q)
+                sub = np.empty(1 + self.rows_of(J) * w)
+                sub[0] = 0.0
+                data = sub[1:].reshape((-1, w), order=order)
+                pos = 0
+                for blk in J:
+                    r0 = ((blk - self.myr) // self.nr) * self.b - it
+                    h = self.size(int(blk))
+                    data[pos:pos + h] = panel[r0:r0 + h]
+                    pos += h
+            for i in range(self.nr):
+                if i != self.myr:
+                    self.send(sub, i, q, tag)
+
+    # -- trailing update ----------------------------------------------------------------------
+    def update(self, k: int, lrow: np.ndarray, pieces: dict[int, np.ndarray], hook=None) -> None:
+        """Trailing update with panel k, block column by block column (staircase); ``hook`` runs
+        right after the first local block column (the look-ahead panel factorization)."""
+        x, blas, b, nr = self.x, self.blas, self.b, self.nr
+        it = self.lr(k + 1)
+        first = k + 1 + (self.myc - k - 1) % self.nc
+        offsets = dict.fromkeys(pieces, 0)
+        hooked = hook is None
+        for J in range(first, self.N, self.nc):
+            t0 = time.perf_counter()
+            wJ, c0, i0 = self.size(J), (J // self.nc) * b, self.lr(J)
+            src = J % nr
+            if src == self.myr:
+                y = lrow[i0 - it:i0 - it + wJ]
+                blas.syrk(y, x[i0:i0 + wJ, c0:c0 + wJ])
+                g0 = i0 + wJ
+            else:
+                o = offsets[src]
+                y = pieces[src][o:o + wJ]
+                offsets[src] = o + wJ
+                g0 = i0
+            if g0 < self.mloc:
+                blas.gemm(lrow[g0 - it:], y, x[g0:, c0:c0 + wJ])
+            self.seconds["compute"] += time.perf_counter() - t0
+            if not hooked:
+                hook()
+                hooked = True
+            else:
+                self.poll()
+        if not hooked:
+            hook()
+
+    def zero_upper(self) -> None:
+        """Zero the strict upper triangle (lower view), as scipy returns the factor."""
+        x, b = self.x, self.b
+        for J in range(self.myc, self.N, self.nc):
+            c0, wJ, i0 = (J // self.nc) * b, self.size(J), self.lr(J)
+            x[:i0, c0:c0 + wJ] = 0.0
+            if J % self.nr == self.myr:
+                d = x[i0:i0 + wJ, c0:c0 + wJ]
+                d[np.triu_indices(wJ, 1)] = 0.0
+
+    def run(self) -> int:
+        """The factorization loop; returns the global LAPACK-style info (0: success)."""
+        N, info = self.N, 0
+        if N == 0:
+            return 0
+        self.post_recv(0)
+        if self.myc == 0:
+            self.factor(0)
+        for k in range(N):
+            info, lrow, pieces = self.wait_panel(k)
+            if info or k == N - 1:
+                break
+            K = k + 1
+            self.post_recv(K)
+            mine = self.myc == K % self.nc
+            if self.lookahead and mine:
+                self.update(k, lrow, pieces, hook=lambda K=K: self.factor(K))
+            else:
+                self.update(k, lrow, pieces)
+                if mine:
+                    self.factor(K)
+        self.finish()
+        return info
+
+
+def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False, lookahead: bool = True,
+                  *, backend: str = "numpy-openblas", threads: int | None = None, overwrite_a: bool = False,
+                  check_finite: bool = True, phases: Phases | None = None) -> DistMatrix:
+    """Collective Cholesky factor of a block-cyclic (block b, ``grid``) symmetric matrix.
+
+    Local pieces may be Fortran- or C-ordered (the factor keeps the order). Returns the factor in
+    the same layout, the other triangle zeroed (``scipy.linalg.cholesky``'s
+    result, distributed). Only the ``lower`` (or upper) triangle of A is read. ``threads``: BLAS
+    threads per rank (None: leave the library's setting). Not positive definite: LinAlgError with
+    scipy's message on every rank; bad input: ValueError on every rank of ``A.comm``.
+    """
+    from mpi4py import MPI
+
+    from autotune import backends
+
+    comm = A.comm
+    err = None
+    try:
+        n = A.layout.shape[0]
+        if A.layout.shape[0] != A.layout.shape[1]:
+            raise ValueError(f"Input array is expected to be square but has the shape: {A.layout.shape}.")
+        if b < 1:
+            raise ValueError(f"block size must be >= 1, got {b}")
+        if A.layout != block_cyclic(n, n, grid.r, grid.c, b):
+            raise ValueError(f"layout {A.layout.describe()} is not block-cyclic {b}x{b} on the "
+                             f"{grid.r}x{grid.c} grid")
+        if MPI.Comm.Compare(comm, grid.comm) not in (MPI.IDENT, MPI.CONGRUENT):
+            raise ValueError("the matrix and the grid live on different communicators")
+        if A.local.dtype != np.float64:
+            raise ValueError(f"distributed Cholesky takes float64, got {A.local.dtype}")
+        if A.local.shape != A.layout.local_shape(comm.rank):
+            raise ValueError(f"local piece {A.local.shape} does not match the layout")
+        if check_finite and not np.isfinite(A.local).all():
+            raise ValueError("array must not contain infs or NaNs")
+        be = backends.get(backend)
+        if threads is not None and not 1 <= threads <= be.max_threads:
+            raise ValueError(f"threads per rank must be in 1..{be.max_threads}, got {threads}")
+    except (ValueError, TypeError, backends.BackendUnavailable) as exc:
+        err = exc if not isinstance(exc, backends.BackendUnavailable) else ValueError(str(exc))
+    agree(comm, err)
+    # Every rank must see its piece in the same memory order (pieces travel packed in it); a piece
+    # that is both (one row or column) takes the others' order.
+    f_ok, c_ok = A.local.flags.f_contiguous, A.local.flags.c_contiguous
+    orders = set(comm.allgather("" if f_ok and c_ok else "F" if f_ok else "C" if c_ok else "X"))
+    mem = "C" if orders <= {"", "C"} and "C" in orders else "F"
+    fits = f_ok if mem == "F" else c_ok
+    local = A.local if overwrite_a and fits else np.array(A.local, order=mem)
+    info = 0
+    if grid.inside:
+        if lower:
+            x, nr, nc, myr, myc = local, grid.r, grid.c, grid.pr, grid.pc
+
+            def rank_of(i: int, j: int) -> int:
+                return i * grid.c + j
+        else:                                   # U = L^T of the transposed problem on a c x r grid
+            x, nr, nc, myr, myc = local.T, grid.c, grid.r, grid.pc, grid.pr
+
+            def rank_of(i: int, j: int) -> int:
+                return j * grid.c + i
+        order = mem if lower else {"F": "C", "C": "F"}[mem]   # a C-ordered x: BLAS on its transposes
+        f = _Factor(x, n, b, nr, nc, myr, myc, rank_of, comm, _Blas(be, order == "C"), lookahead, order)
+        with be.threads(threads) if threads else nullcontext():
+            info = f.run()
+            t0 = time.perf_counter()
+            if not info:
+                f.zero_upper()
+            f.seconds["compute"] += time.perf_counter() - t0
+        if phases is not None:
+            for name, sec in f.seconds.items():
+                phases.seconds[name] += sec
+    if comm.size > grid.r * grid.c:          # ranks outside the grid learn the verdict too
+        info = comm.bcast(info, root=0)
+    if info:
+        raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    return DistMatrix(local, A.layout, comm)
+
+
+def _check_root_matrix(a) -> np.ndarray:
+    """The root's matrix as float64 (scipy's errors for what no rank can factor)."""
+    if a is None:
+        raise ValueError("the root rank must pass the matrix (other ranks may pass None)")
+    arr = np.asarray(a)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"Input array is expected to be square but has the shape: {arr.shape}.")
+    if np.iscomplexobj(arr):
+        raise ValueError("distributed Cholesky factors real matrices only")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"unsupported dtype {arr.dtype}")
+    arr = arr.astype(np.float64, copy=False)
+    if not (np.isfinite(arr.sum()) or np.isfinite(arr).all()):   # one pass unless the sum overflows
+        raise ValueError("array must not contain infs or NaNs")
+    return arr
+
+
+def _blocks_of(n: int, parts: int, b: int):
+    """(block, owner, global start, width, local start) of each column block, block-cyclic."""
+    for J in range(-(-n // b)):
+        j0 = J * b
+        yield J, J % parts, j0, min(b, n - j0), (J // parts) * b
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    """A Fortran-contiguous array as a 1-D view (an MPI buffer without a copy)."""
+    assert x.flags.f_contiguous, "block moves need contiguous blocks"
+    return x.reshape(-1, order="F")
+
+
+def _scatter_blocks(src: np.ndarray | None, n: int, parts: int, b: int, comm, root: int) -> np.ndarray:
+    """Column-cyclic pieces (block b over ``parts`` ranks) of the root's Fortran-ordered n x n
+    ``src``: each whole column block (contiguous) goes straight into the owner's piece."""
+    from mpi4py import MPI
+
+    me = comm.rank
+    local = np.empty((n, Axis(n, parts, b).count(me)), order="F")
+    reqs = []
+    for _, q, j0, w, l0 in _blocks_of(n, parts, b):
+        if me == root:
+            if q == me:
+                local[:, l0:l0 + w] = src[:, j0:j0 + w]
+            else:
+                reqs.append(comm.Isend([_flat(src[:, j0:j0 + w]), MPI.DOUBLE], q, _MOVE_TAG))
+        elif q == me:
+            reqs.append(comm.Irecv([_flat(local[:, l0:l0 + w]), MPI.DOUBLE], root, _MOVE_TAG))
+    MPI.Request.Waitall(reqs)
+    return local
+
+
+def _gather_blocks(local: np.ndarray, n: int, parts: int, b: int, comm, root: int) -> np.ndarray | None:
+    """The reverse of ``_scatter_blocks``: the whole Fortran-ordered matrix on the root."""
+    from mpi4py import MPI
+
+    me = comm.rank
+    out = np.empty((n, n), order="F") if me == root else None
+    reqs = []
+    for _, q, j0, w, l0 in _blocks_of(n, parts, b):
+        if me == root:
+            if q == me:
+                out[:, j0:j0 + w] = local[:, l0:l0 + w]
+            else:
+                reqs.append(comm.Irecv([_flat(out[:, j0:j0 + w]), MPI.DOUBLE], q, _MOVE_TAG))
+        elif q == me:
+            reqs.append(comm.Isend([_flat(local[:, l0:l0 + w]), MPI.DOUBLE], root, _MOVE_TAG))
+    MPI.Request.Waitall(reqs)
+    return out
+
+
+def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, root: int = 0,
+             phases: Phases | None = None, lookahead: bool = True) -> np.ndarray | None:
+    """Collective ``scipy.linalg.cholesky(a, lower=lower)`` on ranks 0..plan.p-1 (grid plan.r x plan.c,
+    block plan.b): the root passes a and receives the factor; others get None. The factor may come
+    back in the other memory order than scipy's (Fortran): the root moves a or its transpose,
+    whichever needs no packing (1-D grids) or packs in memory order (2-D grids), see the module doc.
+
+    Bad input (root passing None, not square, not finite, a plan that does not fit): ValueError on
+    every rank of ``comm``. Not positive definite: LinAlgError on every rank of the plan (ranks
+    >= plan.p have already returned None).
+    """
+    from mpi4py import MPI
+
+    t0 = time.perf_counter()
+    err, arr = None, None
+    try:
+        if not 0 <= root < comm.size:
+            raise ValueError(f"root {root} outside the communicator (size {comm.size})")
+        if plan.p > comm.size:
+            raise ValueError(f"plan needs {plan.p} ranks, communicator has {comm.size}")
+        if root >= plan.p:
+            raise ValueError(f"root {root} is not among the plan's ranks 0..{plan.p - 1}")
+        if plan.b < 1:
+            raise ValueError(f"distributed Cholesky needs a block size b >= 1, plan has b={plan.b}")
+        if comm.rank == root:
+            arr = _check_root_matrix(a)
+    except (ValueError, TypeError) as exc:
+        err = exc
+    agree(comm, err)
+    # Factor S = a or S = a^T (flip): lower factor of a = (upper factor of a^T)^T, the same
+    # triangle read. S is chosen Fortran-ordered for 1 x c and 2-D grids, C-ordered for r x 1.
+    direct = plan.r == 1 or plan.c == 1
+    src, flip = arr, False
+    if comm.rank == root:
+        want = "C" if plan.r > 1 and plan.c == 1 else "F"
+        f_ok, c_ok = arr.flags.f_contiguous, arr.flags.c_contiguous
+        if not (f_ok if want == "F" else c_ok):
+            if f_ok or c_ok:
+                src, flip = arr.T, True
+            elif direct:
+                src = np.asarray(arr, order=want)
+    n, flip = comm.bcast((arr.shape[0], flip) if comm.rank == root else None, root=root)
+    if n == 0:
+        return np.empty((0, 0), order="F") if comm.rank == root else None
+    sub = comm.Split(0 if comm.rank < plan.p else MPI.UNDEFINED, comm.rank)
+    if comm.rank >= plan.p:
+        return None
+    try:
+        grid = ProcessGrid(sub, plan.r, plan.c)
+        try:
+            layout = block_cyclic(n, n, plan.r, plan.c, plan.b)
+            if not direct:
+                dist = DistMatrix.from_root(src, layout, sub, root)
+            elif plan.r == 1:
+                dist = DistMatrix(_scatter_blocks(src, n, plan.c, plan.b, sub, root), layout, sub)
+            else:
+                dist = DistMatrix(_scatter_blocks(None if src is None else src.T, n, plan.r, plan.b,
+                                                  sub, root).T, layout, sub)
+            if phases is not None:
+                phases.seconds["distribution"] += time.perf_counter() - t0
+            out = cholesky_dist(dist, grid, plan.b, lower=lower != flip, lookahead=lookahead,
+                                backend=plan.backend, threads=plan.threads, overwrite_a=True,
+                                check_finite=False, phases=phases)
+            t0 = time.perf_counter()
+            if not direct:
+                res = out.to_root(root, order="F")
+            elif plan.r == 1:
+                res = _gather_blocks(out.local, n, plan.c, plan.b, sub, root)
+            else:
+                res = _gather_blocks(out.local.T, n, plan.r, plan.b, sub, root)
+                res = None if res is None else res.T
+            if phases is not None:
+                phases.seconds["collection"] += time.perf_counter() - t0
+            return res.T if flip and res is not None else res
+        finally:
+            grid.free()
+    finally:
+        sub.Free()
+
+
+ALGORITHMS = {"cholesky": cholesky}
+
+__all__ = ["ALGORITHMS", "cholesky", "cholesky_dist"]

@@ -1,0 +1,203 @@
+"""Phase model of the distributed block-cyclic Cholesky with look-ahead (``autotune.distributed.cholesky``).
+
+Starting point: 001 eqs. 3.31 (compute) and 3.32 (communication), but summed step by step over
+the block columns with each rank's real local sizes, and the k of every call looked up on the
+shape the implementation really calls:
+
+- ``potrf`` (square) on the w x w diagonal block, w = b (the last block may be short);
+- ``trsm`` "panel" (param b) on each process row's local panel height m_i (rows below the block);
+- trailing update, one local block column J at a time: ``syrk`` on a diagonal block the rank owns
+  (a b x b syrk of rank b: the "square" series at b, the same shape as "panel" at x = b, measured
+  down to small sizes) and ``gemm`` on the rows below it, an (h x b) times (b x b) product: the
+  "panel" gemm series (param b) at each call's height h (the rows of process row i below block
+  J, the same at every step, so r x N lookups cover all (N^2/2c) calls). (The "rankb" series,
+  x-by-b times b-by-x, is the shape of a single gemm over the whole local trailing piece; the
+  implementation does not do that: it would spend half its flops above the diagonal.)
+  Plus the memory traffic of the update, which the hot-operand probe timings leave out: each
+  step reads and writes every element of the rank's local trailing triangle, at 2/3 of the
+  ``add`` series' time per element (looked up at the square root of that element count), added
+  to the flop time. Measured on this machine it is what makes small blocks slow (b = 64:
+  +25% at n = 4096 on 2 ranks).
+
+Communication per panel k (fits of ``cp`` at the real message sizes, 8-byte words): the diagonal
+block down the owner's process column, ``bcast_col`` of 8 w^2 bytes (r > 1); the panel piece of
+each process row to that row, ``bcast_row`` of 8 m_i w bytes (c > 1); the transposed pieces, of
+which rank (i, j) receives 8 w n_j (r-1)/r bytes (n_j its trailing columns), ``bcast_col`` (r > 1).
+A receiver gets the row and column parts one after the other (their sum).
+
+Combination (``total``): a per-rank clock recurrence over the steps, the critical path of the
+implementation. Step k on rank (i, j) starts when both its own previous work is done and panel k
+has arrived (panel ready on its column + its message time). With look-ahead, the column owning
+panel k+1 first updates block column k+1 (L), factors panel k+1 (diagonal potrf, diagonal
+message, trsm) and sends it, then finishes its step-k update; everyone else just updates. So
+per step the others see max(their update U, L + potrf + diag + trsm + panel message) and the
+owner column U + its panel work: per step, max(communication, compute) where they overlap.
+Without look-ahead the panel is factored after the whole update and everyone waits for it
+(serial). ``total`` = distribution + max over ranks of the final clock + collection.
+Reported phases are those of the rank finishing last (the busiest of them if several tie, as
+every step synchronises the ranks): ``compute`` its busy time (BLAS),
+``communication`` the rest of its loop time (message costs not hidden behind its computation and
+waits for late panels), so total = sum of the phases and >= each of them.
+
+``distribution`` / ``collection``, with S = n^2 x k_add(n) (one pass over the matrix, the
+``add`` series at n, one thread): on 1-D grids (1 x c, r x 1) the blocks move unpacked, so
+0.5 S (the root's finiteness check, resp. first touch of the result) + max(root's own blocks
+S/p, the ceil(N/p) block messages of 8 n b bytes each one receiver gets, ``pingpong`` one-way
+time); on 2-D grids 1.5 S (check or first touch, and packing or unpacking) + ``scatterv`` /
+``gatherv`` of the 8 n^2/p byte blocks.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .cholesky import chol_flops
+
+WORD = 8   # bytes per float64
+# The trailing update reads and writes each element of the local trailing triangle once per step
+# (16 bytes), which the probe's gemm timing, repeated on the same hot operands, leaves out; an
+# ``add`` moves 24 bytes per element (two reads, one write), so the update's memory time per
+# element is 2/3 of an add's.
+MEMORY_SHARE = 2.0 / 3.0
+
+
+def _suffix(x: np.ndarray) -> np.ndarray:
+    """Suffix sums along the last axis, with a trailing 0: out[..., J] = sum(x[..., J:])."""
+    out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,))
+    out[..., :-1] = np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+    return out
+
+
+def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
+    p, grid = r * c, (r, c)
+    b = max(1, min(int(b), n))
+    N = -(-n // b)
+    J = np.arange(N)
+    s = np.full(N, float(b))
+    s[-1] = n - (N - 1) * b
+    rowm = (J[None, :] % r == np.arange(r)[:, None]).astype(float)      # (r, N) block J on process row i
+    colm = (J[None, :] % c == np.arange(c)[:, None]).astype(float)      # (c, N)
+    M = _suffix(rowm * s)                                               # (r, N+1) rows of blocks >= J
+    Nc = _suffix(colm * s)                                              # (c, N+1) columns of blocks >= J
+    # Trailing update of step k (panel k, width w_k) on rank (i, j): blocks J >= k+1 of column j.
+    # The gemm of block column J always has the M[i, J+1] local rows below block J, whatever the
+    # step: one k per (process row, block), looked up at that call's height.
+    height = M[:, 1:]                                                   # (r, N)
+    kg = np.asarray(sp.k("gemm", backend, threads, height.ravel(), "panel", b), float).reshape(height.shape)
+    per_w = s * height * kg                                             # gemm seconds / (2 w) per block
+    GS = _suffix(colm[None, :, :] * per_w[:, None, :])                  # (r, c, N+1)
+    YS = _suffix(rowm[:, None, :] * colm[None, :, :] * (s * (s + 1)))   # owned diagonal blocks
+    steps = N - 1
+    w = s[:steps]
+    ks = float(np.asarray(sp.k("syrk", backend, threads, b)).reshape(-1)[0])
+    if steps:
+        U = 2.0 * w * GS[:, :, 1:N] + w * YS[:, :, 1:N] * ks             # (r, c, steps)
+        K = J[1:]                                                       # block column K = k + 1
+        L = 2.0 * w * per_w[:, K] + w * rowm[:, K] * s[K] * (s[K] + 1) * ks
+        # Memory: each step streams the rank's trailing triangle (read + write, 16 B per element).
+        touched = s * M[:, :N]                                          # (r, N) elements of column J
+        ES = _suffix(colm[None, :, :] * touched[:, None, :])[:, :, 1:N]  # (r, c, steps)
+        kmem = MEMORY_SHARE * np.asarray(sp.k("add", backend, threads, np.sqrt(np.maximum(ES.ravel(), 1.0))),
+                                         float).reshape(ES.shape)
+        U = U + ES * kmem
+        L = L + touched[:, K] * kmem[np.arange(r)[:, None], (K % c)[None, :], K - 1]
+    else:
+        U = np.zeros((r, c, 0))
+        L = np.zeros((r, 0))
+    D = chol_flops(s) * np.asarray(sp.k("potrf", backend, threads, s), float)
+    below = M[:, 1:]                                                    # (r, N) panel rows below block K
+    S = below * s * s * np.asarray(sp.k("trsm", backend, threads, below.ravel(), "panel", b),
+                                   float).reshape(below.shape)
+    # Messages of panel K: diagonal (column), then the pieces each rank receives.
+    Cd = np.zeros(N)
+    C = np.zeros((N, r, c))
+    if r > 1:
+        Cd = np.asarray(cp.time("bcast_col", p, WORD * s * s, grid=grid), float).reshape(N)
+        col_bytes = WORD * s[:, None] * Nc[:, 1:].T * (r - 1) / r        # (N, c)
+        C += np.asarray(cp.time("bcast_col", p, col_bytes.ravel(), grid=grid), float).reshape(N, 1, c)
+    if c > 1:
+        row_bytes = WORD * s[:, None] * M[:, 1:].T                       # (N, r)
+        row_t = np.asarray(cp.time("bcast_row", p, row_bytes.ravel(), grid=grid), float).reshape(N, r, 1)
+        not_owner = (np.arange(c)[None, :] != (J % c)[:, None])          # (N, c)
+        C += row_t * not_owner[:, None, :]
+    # Clock recurrence over the steps.
+    t = np.zeros((r, c))
+    busy = np.zeros((r, c))
+
+    def factor(Kb: int, start: np.ndarray) -> np.ndarray:
+        iK, jK = Kb % r, Kb % c
+        done = start[iK] + D[Kb]
+        diag = np.full(r, done + Cd[Kb])
+        diag[iK] = done
+        busy[iK, jK] += D[Kb]
+        busy[:, jK] += S[:, Kb]
+        return np.maximum(start, diag) + S[:, Kb]
+
+    ready = factor(0, t[:, 0])
+    t[:, 0] = ready
+    arrive = ready.max() + C[0]
+    for k in range(N):
+        t = np.maximum(t, arrive)
+        if k == N - 1:
+            break
+        Kb, jK = k + 1, (k + 1) % c
+        Uk = U[:, :, k]
+        busy += Uk
+        if lookahead:
+            ready = factor(Kb, t[:, jK] + L[:, k])
+            rest = Uk[:, jK] - L[:, k]
+            t = t + Uk
+            t[:, jK] = ready + rest
+        else:
+            t = t + Uk
+            ready = factor(Kb, t[:, jK])
+            t[:, jK] = ready
+        arrive = ready.max() + C[Kb]
+    loop = float(t.max())
+    compute = float(busy[t >= loop * (1.0 - 1e-9)].max())   # the busiest of the ranks finishing last
+    dist, coll = _moves(n, r, c, b, N, p, sp, cp, backend)
+    waits = loop - compute if loop - compute > 1e-12 * loop else 0.0   # rounding of the clock sums
+    out = {"distribution": dist, "communication": waits, "compute": compute,
+           "collection": coll}
+    out["total"] = dist + loop + coll
+    return out
+
+
+def _moves(n: int, r: int, c: int, b: int, N: int, p: int, sp, cp, backend: str) -> tuple[float, float]:
+    """(distribution, collection) seconds: root-side passes over n^2 elements plus the messages."""
+    sweep = n * n * float(np.asarray(sp.k("add", backend, 1, n)).reshape(-1)[0])   # one n^2 copy
+    if r == 1 or c == 1:
+        # Whole blocks moved unpacked: the root's own blocks are copied while the receivers pull
+        # theirs (ceil(N/p) messages of 8 n b bytes each), overlapped.
+        own = sweep / p
+        msgs = 0.0
+        if p > 1:
+            msgs = -(-N // p) * float(np.asarray(cp.time("pingpong", 2, WORD * n * min(b, n))).reshape(-1)[0])
+        move = max(own, msgs)
+        return 0.5 * sweep + move, 0.5 * sweep + move
+    blk = WORD * n * n / p
+    dist = 1.5 * sweep + float(np.asarray(cp.time("scatterv", p, blk)).reshape(-1)[0])
+    coll = 1.5 * sweep + float(np.asarray(cp.time("gatherv", p, blk)).reshape(-1)[0])
+    return dist, coll
+
+
+def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True) -> dict[str, float] | dict[str, np.ndarray]:
+    """Predicted seconds per phase (and "total") of ``cholesky(a, comm, plan)`` for an n x n matrix.
+
+    ``b``: candidate block sizes (array) to evaluate instead of ``plan.b``; then every value is an
+    array over them. ``lookahead=False`` models the run without look-ahead.
+    """
+    n = int(n)
+    bs = plan.b if b is None else b
+    arr = np.atleast_1d(np.asarray(bs, dtype=int))
+    if n < 1:
+        zero = {k: np.zeros(arr.shape) for k in ("distribution", "communication", "compute", "collection", "total")}
+        return zero if np.ndim(bs) else {k: 0.0 for k in zero}
+    if (arr < 1).any():
+        raise ValueError(f"block sizes must be >= 1, got {bs}")
+    rows = [_one(n, plan.r, plan.c, int(v), plan.backend, plan.threads, sp, cp, lookahead) for v in arr]
+    if np.ndim(bs) == 0:
+        return rows[0]
+    return {k: np.array([row[k] for row in rows]) for k in rows[0]}
+
+
+MODELS = {"cholesky": model}
