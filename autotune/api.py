@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from autotune import backends
+from autotune import backends, learn
 from autotune.config import get_options
 from autotune.db import load_sp
 from autotune.dispatch import run_cholesky, run_gemm
@@ -116,22 +116,28 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
     if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
-    cand, _ = _decide("gemm", (m, k, n), config, explain)
+    cand, dec = _decide("gemm", (m, k, n), config, explain)
     if cand is None:
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
            and backends.get(cand.backend).get_threads() == cand.threads)
     if plain and (own or not direct):
-        if own and hot:
+        if own and hot and not learn.enabled():
             _numpy_shapes.shapes.add(a.shape + b.shape)
+        if dec is not None and learn.enabled():
+            return _observed(dec, lambda: np.matmul(a, b, out=out))
         return np.matmul(a, b, out=out)     # numpy's own call (this very candidate), or numpy's out rules
     if c is not None and np.shape(c) != (m, n):
         raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
     target = out if (direct and out is not None) else np.empty((m, n))
     if c is not None and beta != 0.0 and c is not target:
         np.copyto(target, c)
-    run_gemm(cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
+    args = (cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
+    if dec is not None and learn.enabled():
+        _observed(dec, lambda: run_gemm(*args))
+    else:
+        run_gemm(*args)
     if out is None or target is out:
         return target
     return _copy_out(target, out)
@@ -156,6 +162,14 @@ def _distributed_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, expla
             raise ValueError(f"c has shape {np.shape(c)}, expected {res.shape}")
         res = res + beta * np.asarray(c)
     return res if out is None else _copy_out(res, out)
+
+
+def _observed(dec: Decision, work):
+    """Run ``work()`` timing it for on-line refinement (opt-in: ``AUTOTUNE_LEARN=1``); O(1) record."""
+    t0 = time.perf_counter()
+    result = work()
+    learn.observe(dec, time.perf_counter() - t0, get_options().db)
+    return result
 
 
 def _direct_target(out, a, b, shape) -> bool:
@@ -217,22 +231,27 @@ def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_fini
     if check_finite and not np.isfinite(a1).all():
         raise ValueError("array must not contain infs or NaNs")
     n = a1.shape[0]
-    cand = None
+    cand = dec = None
     if n >= MIN_TUNED_SIZE or config is not None:
-        cand, _ = _decide("cholesky", (n,), config, explain)
+        cand, dec = _decide("cholesky", (n,), config, explain)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:
             return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=False)
     elif (not overwrite_a and cand.algorithm == "potrf" and cand.backend == "scipy-openblas"
           and backends.get(cand.backend).get_threads() == cand.threads):
+        if dec is not None and learn.enabled():
+            return _observed(dec, lambda: linalg.cholesky(a1, lower=lower, check_finite=False))
         return linalg.cholesky(a1, lower=lower, check_finite=False)   # scipy's own call: this very candidate
     in_place = overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and (
         a1.flags.f_contiguous or a1.flags.c_contiguous)
     w = a1 if in_place else np.array(a1, dtype=_F64, order="F")
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
     wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
-    info = run_cholesky(cand, wf, lo)
+    if dec is not None and learn.enabled():
+        info = _observed(dec, lambda: run_cholesky(cand, wf, lo))
+    else:
+        info = run_cholesky(cand, wf, lo)
     if info > 0:
         raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     if info < 0:

@@ -339,6 +339,34 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
     print(f"ran tuned_{routine} {shape} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
 
 
+
+def cmd_refit(args) -> int:
+    """Fit per-candidate corrections from the learning log into ``/learned`` of the database."""
+    from autotune.learn import refit
+
+    summary = refit(args.db)
+    if "error" in summary:
+        print(f"autotune refit: {summary['error']} at {summary['db']}", file=sys.stderr)
+        return 1
+    print(f"{summary['db']}: {summary['observations']} logged observations, {summary['series']} candidate series")
+    for c in summary["corrections"]:
+        form = c["ratio_model"] or "scale"
+        print(f"  {c['family']:8s} {c['candidate']:42s} {c['points']:4d} points  measured/predicted "
+              f"x{c['scale']:.3f}  ({form})")
+    if not summary["corrections"]:
+        print("  nothing to refit (too few observations per candidate): database unchanged")
+    return 0
+
+
+def cmd_report(args) -> int:
+    """Write the HTML model report with its plots."""
+    from autotune.report import write_report
+
+    page = write_report(args.out, db=args.db, validation=args.validation)
+    print(f"report written to {page}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autotune", description="autotune: auto-tuned dense linear algebra")
     sub = p.add_subparsers(dest="command", required=True)
@@ -359,6 +387,15 @@ def parser() -> argparse.ArgumentParser:
     exp.add_argument("--np", type=int, default=None,
                      help="rank distributed plans for up to NP MPI ranks (cores per node: --threads)")
     exp.set_defaults(func=cmd_explain)
+    ref = sub.add_parser("refit", help="fold the on-line learning log (AUTOTUNE_LEARN=1) into the database")
+    ref.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    ref.set_defaults(func=cmd_refit)
+    rep = sub.add_parser("report", help="write an HTML report of the models and the choices they make")
+    rep.add_argument("--out", required=True, metavar="DIR", help="directory for index.html and the PNGs")
+    rep.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    rep.add_argument("--validation", default=None, metavar="FILE.json",
+                     help="bench/validate.py output (predicted vs measured per candidate)")
+    rep.set_defaults(func=cmd_report)
     return p
 
 

@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune import learn
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
+from autotune.models.fitted import override
 
 from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS, Candidate
 
@@ -164,6 +166,8 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
         raise LookupError("no system parameters: nothing to rank")
     ranking: list[Ranked] = []
     groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen))
+    ev = _Evidence.of(sp, tuple(dims))
+    prune = prune and not ev.any       # measured corrections may undercut the analytical floors
     if prune:
         groups.sort(key=lambda g: g[6] * _charge(family, g[0], g[1], g[2])[0])
     best, skipped = np.inf, 0
@@ -175,7 +179,7 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
         times = np.asarray(fn(view, np.asarray(params), variants), dtype=float).ravel()
         terms = tuple(view.log) if explain else ()
         labels = [(v, p) for v in variants for p in params]
-        ranking += [_charged(family, Candidate(alg, be, t, int(p), v), float(s), terms, explain)
+        ranking += [_charged(family, Candidate(alg, be, t, int(p), v), float(s), terms, explain, ev)
                     for (v, p), s in zip(labels, times, strict=True)]
         best = min(best, min(r.seconds for r in ranking[-len(labels):]))
     if not ranking:
@@ -187,13 +191,47 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes)
 
 
-def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...], explain: bool) -> Ranked:
-    """Rank by the model time times the selection charges; the pure prediction stays in
-    ``model_seconds``."""
-    factor, notes = _charge(family, cand.algorithm, cand.backend, cand.threads)
-    if factor == 1.0:
+@dataclass(frozen=True)
+class _Evidence:
+    """What measurements add to the analytical models for one problem: fitted models in use
+    (``autotune-install --validate``) and learned factors (on-line refinement, ``autotune refit``)."""
+
+    sp: object
+    dims: tuple[int, ...]
+    fitted: bool
+    learned: dict
+
+    @classmethod
+    def of(cls, sp, dims: tuple[int, ...]) -> _Evidence:
+        fitted = getattr(sp, "fitted", None)
+        path = getattr(sp, "path", None)
+        return cls(sp, dims, bool(fitted is not None and fitted.in_use),
+                   learn.load_learned(path) if path is not None else {})
+
+    @property
+    def any(self) -> bool:
+        return self.fitted or bool(self.learned) or learn.active()
+
+
+def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...], explain: bool,
+             ev: _Evidence) -> Ranked:
+    """Rank by the model time (fitted where one is in use) times the selection charges, or times a
+    measured factor where on-line refinement has one; the pure prediction stays in ``model_seconds``."""
+    notes: list[str] = []
+    if ev.fitted:
+        seconds, source = override(cand, ev.dims, seconds, ev.sp)
+        if source == "fitted":
+            notes.append("fitted model in use (validation step)")
+    factor, why = _charge(family, cand.algorithm, cand.backend, cand.threads)
+    ranked = seconds * factor
+    if ev.learned or learn.active():
+        measured = learn.ranked_seconds(cand, seconds, ranked, ev.dims, ev.learned)
+        if measured != ranked:
+            ranked, why = measured, [f"x{measured / seconds:.2f} measured factor (on-line refinement)"]
+    notes += why
+    if ranked == seconds and not notes:
         return Ranked(cand, seconds, terms)
-    return Ranked(cand, seconds * factor, terms + tuple(notes) if explain else (), seconds)
+    return Ranked(cand, ranked, terms + tuple(notes) if explain else (), seconds)
 
 
 def _charge(family: str, algorithm: str, backend: str, threads: int) -> tuple[float, list[str]]:
@@ -231,7 +269,7 @@ _CACHE: dict[tuple, Decision] = {}
 
 def choose(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False) -> Decision:
     """``rank`` with the decision cached per (family, dims, budget, Strassen allowed, SP source)."""
-    key = (family, dims, threads, allow_strassen, id(sp))
+    key = (family, dims, threads, allow_strassen, id(sp), learn.version())
     dec = _CACHE.get(key)
     if dec is None:
         if len(_CACHE) >= _CACHE_LIMIT:

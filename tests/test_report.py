@@ -1,0 +1,68 @@
+"""Model report: HTML page and PNGs from the tiny database and a synthetic validation JSON."""
+from __future__ import annotations
+
+import json
+
+from autotune.cli import main
+from autotune.report import write_report
+
+
+def _validation(path):
+    def cand(alg, be, pred, meas):
+        return {"candidate": f"{alg} [{be}, 1t]", "config": {"algorithm": alg, "backend": be, "threads": 1,
+                                                             "param": 0, "variant": 0},
+                "predicted": pred, "ranked_by": pred, "measured": meas}
+
+    results = [{"routine": "gemm", "dims": [n, n, n], "threads": 1, "chosen": "x", "best": "x", "regret": 1.0,
+                "candidates": [cand("blas", "numpy-openblas", 1e-9 * n**3, 1.1e-9 * n**3),
+                               cand("blas", "scipy-openblas", 1e-9 * n**3, 0.9e-9 * n**3),
+                               {**cand("blas", "blis", 1.0, 1.0), "skipped": True}]}
+               for n in (64, 128)]
+    results.append({"routine": "cholesky", "dims": [128], "threads": 1, "chosen": "x", "best": "x", "regret": 1.0,
+                    "candidates": [cand("potrf", "scipy-openblas", 1e-4, 1.3e-4)]})
+    path.write_text(json.dumps({"summary": {}, "results": results}))
+    return path
+
+
+def test_report_on_tiny_db(tiny_db, tmp_path):
+    out = tmp_path / "report"
+    page = write_report(out, db=tiny_db, validation=_validation(tmp_path / "v.json"))
+    text = page.read_text()
+    assert page == out / "index.html"
+    for png in ("pred_vs_measured.png", "residuals.png", "map_gemm.png", "map_cholesky.png"):
+        assert (out / png).stat().st_size > 1000
+        assert png in text
+    assert "Models in use" in text and "analytical" in text
+    assert "no MPI communication parameters" in text
+    assert "Akaike weights" in text and "<script" not in text
+
+
+def test_report_without_validation(tiny_db, tmp_path):
+    text = write_report(tmp_path / "r", db=tiny_db).read_text()
+    assert "no validation results given" in text
+    assert not (tmp_path / "r" / "pred_vs_measured.png").exists()
+
+
+def test_report_without_db(tmp_path, capsys):
+    assert main(["report", "--out", str(tmp_path / "r"), "--db", str(tmp_path / "missing.h5")]) == 0
+    text = (tmp_path / "r" / "index.html").read_text()
+    assert "no database at" in text and "choice maps are skipped" in text
+    assert "report written" in capsys.readouterr().out
+
+
+def test_report_with_fitted_entries(tiny_db, tmp_path):
+    """Fitted models in use (stored by the validation step) show up with their reason."""
+    import shutil
+
+    import numpy as np
+
+    from autotune.models.fitted import FittedEntry, save_fitted
+
+    db = tmp_path / "db.h5"
+    shutil.copy(tiny_db, db)
+    entry = FittedEntry("cholesky", "blocked", "scipy-openblas", 1, 32, 0, ((3, 0), (0, 0)),
+                        np.array([[1e-10, 1e-6]]), np.array([64.0, 2048.0]), "FI-LS", 1.0, 0.5, 14.0, 9.0,
+                        "analytical erred 14% > 3%", True)
+    save_fitted(db, [entry])
+    text = write_report(tmp_path / "r", db=db).read_text()
+    assert "fitted" in text and "analytical erred 14%" in text
