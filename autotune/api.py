@@ -245,7 +245,7 @@ def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_fini
         return linalg.cholesky(a1, lower=lower, check_finite=False)   # scipy's own call: this very candidate
     in_place = overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and (
         a1.flags.f_contiguous or a1.flags.c_contiguous)
-    w = a1 if in_place else np.array(a1, dtype=_F64, order="F")
+    w = a1 if in_place else np.array(a1, dtype=_F64, order="C" if a1.flags.c_contiguous else "F")
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
     wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
     if dec is not None and learn.enabled():

@@ -104,7 +104,11 @@ def local_phases(family: str, dims: tuple[int, ...], sp, cores: int) -> tuple[Pl
     best = next(r for r in dec.ranking if r.candidate == dec.chosen)
     plan = Plan("local", 1, 1, 1, threads=dec.chosen.threads, backend=dec.chosen.backend)
     phases = dict.fromkeys(PHASES, 0.0)
-    phases["compute"] = phases["total"] = best.predicted
+    phases["compute"] = best.predicted
+    if family == "cholesky":     # the working copy and the finiteness check: two passes over n^2 words
+        (n,) = dims
+        phases["distribution"] = 2.0 * n * n * float(sp.k("add", "numba-reference", 1, n, "view"))
+    phases["total"] = phases["compute"] + phases["distribution"]
     return plan, phases
 
 

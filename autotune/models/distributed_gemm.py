@@ -1,0 +1,300 @@
+"""Distributed GEMM family models (DESIGN §4, 001 §3.3.3-§3.3.8): seconds per phase and total.
+
+Each ``model(m, k, n, plan, sp, cp) -> dict`` predicts the run of the same-named algorithm in
+``autotune.distributed.gemm`` (root-held data, from the first scatter to the gathered C): keys
+``distribution``, ``communication``, ``compute``, ``collection`` (``autotune.distributed.plan.PHASES``)
+and ``total``. Communication uses the primitive each phase really calls, with its message size in
+bytes (``cp.time(primitive, p, nbytes, grid)``, per message for bcast/sendrecv/pingpong, per
+process block for scatterv/gatherv/allgatherv; a collective among one process costs nothing).
+Compute uses ``sp.k("gemm", backend, threads, x, pattern, param)`` at the per-rank shapes:
+``stripe`` (param p) for BSR, ``square`` at the geometric-mean size for CBSR/Cannon blocks
+(``models.gemm.lookup_size``), ``rankb`` (param b) for SUMMA updates; Strassen additions use
+``k2_add`` (pattern ``view``) at each level's per-rank quadrant size. The times are those of the
+slowest rank (largest block: ceil splits, block-cyclic part 0).
+
+The root's packing and unpacking of pieces that are not contiguous in its matrices is charged as
+one memory pass per element at ``k2_add`` (``PACK_BACKEND``), in distribution and collection.
+Operands are assumed row-major (numpy's default), as the runs then are: BSR sends A's bands and
+gathers C's straight from/into the matrices; SUMMA and parallel Strassen multiply ``C^T = B^T A^T``
+on the transposed ``c x r`` grid (so the A panel travels along the columns of that grid).
+
+``total`` is the sum of the phases, except for ``strassen_ms`` whose phases overlap (workers
+multiply while the root forms, sends and accumulates): its total is the makespan of the simulated
+round-robin schedule, see ``strassen_ms``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
+from autotune.models.gemm import strassen as strassen_seq
+
+__all__ = ["ALGORITHM_NAMES", "MODELS", "bsr", "cannon", "cbsr", "plan_error", "predict", "strassen_ms",
+           "strassen_summa", "summa"]
+
+ITEM = 8                            # bytes per float64
+PHASES = ("distribution", "communication", "compute", "collection")
+PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
+ALGORITHM_NAMES = ("bsr", "cbsr", "cannon", "summa", "strassen_summa", "strassen_ms")
+MAX_LEVEL = 12
+
+
+def plan_error(plan) -> str | None:
+    """Why ``plan`` cannot run its algorithm (None if it can); pure, shared with the runs."""
+    alg = plan.algorithm
+    if alg not in ALGORITHM_NAMES:
+        return f"unknown distributed gemm algorithm {alg!r}; known: {', '.join(ALGORITHM_NAMES)}"
+    if plan.threads < 1:
+        return f"threads must be >= 1, got {plan.threads}"
+    if alg == "cannon" and plan.r != plan.c:
+        return f"cannon needs a square grid (p = q^2), got {plan.r}x{plan.c}"
+    if alg in ("summa", "strassen_summa") and plan.b < 1:
+        return f"{alg} needs a block size b >= 1, got {plan.b}"
+    if not 0 <= plan.level <= MAX_LEVEL:
+        return f"recursion level must be in 0..{MAX_LEVEL}, got {plan.level}"
+    if alg == "strassen_ms" and plan.p > 1 and plan.level < 1:
+        return "strassen_ms on more than one process needs level >= 1"
+    return None
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+def _ceil(a: int, b: int) -> int:
+    return -(-int(a) // int(b))
+
+
+def _numroc0(n: int, parts: int, block: int) -> int:
+    """Indices part 0 (the largest) owns of n split block-cyclically (ScaLAPACK numroc)."""
+    nblocks, last = divmod(int(n), int(block))
+    full, extra = divmod(nblocks, int(parts))
+    return full * block + (block if extra > 0 else last)
+
+
+def _coll(cp, primitive: str, members: int, nbytes, p: int | None = None, grid=None) -> float:
+    """Seconds of a collective among ``members`` processes (0 alone), summed over message sizes."""
+    if members <= 1:
+        return 0.0
+    return float(np.sum(cp.time(primitive, p if p is not None else members, np.asarray(nbytes, float), grid)))
+
+
+def _k(sp, routine: str, backend: str, threads: int, x: float, pattern: str, param: float = 0.0) -> float:
+    """``sp.k`` at one size; a pattern the database never measured falls back to ``square``
+    (same routine, size x) rather than to the nominal default."""
+    table = getattr(sp, "table", None)
+    if pattern != "square" and table is not None and not table.has(routine, backend, int(threads), pattern):
+        pattern, param = "square", 0.0
+    return float(np.asarray(sp.k(routine, backend, threads, max(float(x), 1.0), pattern, param)))
+
+
+def _k3(sp, plan, x, pattern: str = "square", param: float = 0.0) -> float:
+    return _k(sp, "gemm", plan.backend, plan.threads, x, pattern, param)
+
+
+def _k2_add(sp, x: float) -> float:
+    return _k(sp, "add", PACK_BACKEND, 1, x, "view")
+
+
+def _passes(sp, elems: float) -> float:
+    """Seconds of one memory pass (copy/addition) over ``elems`` float64 elements."""
+    if elems <= 0:
+        return 0.0
+    return float(elems) * _k2_add(sp, math.sqrt(elems))
+
+
+def _result(distribution=0.0, communication=0.0, compute=0.0, collection=0.0, total=None) -> dict[str, float]:
+    out = {"distribution": float(distribution), "communication": float(communication),
+           "compute": float(compute), "collection": float(collection)}
+    out["total"] = float(sum(out.values()) if total is None else total)
+    return out
+
+
+def _local(m, k, n, plan, sp) -> dict[str, float]:
+    """One process: the runs do one local gemm."""
+    return _result(compute=blas(m, k, n, plan.backend, plan.threads, sp))
+
+
+# -- the models ------------------------------------------------------------------------------------
+
+def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """Scatterv of A's row bands (ts + (m/p) k tw), Bcast of B (ts + kn tw), gemm on the
+    (m/p) x k by k x n stripe (pattern ``stripe``, param p), Gatherv of C's bands."""
+    p = plan.p
+    if p == 1:
+        return _local(m, k, n, plan, sp)
+    mi = _ceil(m, p)
+    dist = _coll(cp, "scatterv", p, ITEM * mi * k) + _coll(cp, "bcast", p, ITEM * k * n)
+    comp = 2.0 * mi * k * n * _k3(sp, plan, lookup_size(m, k, n), "stripe", p)
+    return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n))
+
+
+def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """Row panels to process column 0 (Scatterv among r), blocks along rows (Scatterv among c,
+    after packing the band into blocks when c > 1), Bcast of B; Allgatherv of the blocks along rows (communication);
+    c gemms of (m/r) x (k/c) by (k/c) x (n/c) (square at the geometric mean); Gatherv of C."""
+    p, r, c = plan.p, plan.r, plan.c
+    if p == 1:
+        return _local(m, k, n, plan, sp)
+    mi, kj, nj = _ceil(m, r), _ceil(k, c), _ceil(n, c)
+    dist = (_coll(cp, "scatterv", r, ITEM * mi * k) + (_passes(sp, mi * k) if c > 1 else 0.0)
+            + _coll(cp, "scatterv", c, ITEM * mi * kj) + _coll(cp, "bcast", p, ITEM * k * n))
+    comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
+    comp = c * 2.0 * mi * kj * nj * _k3(sp, plan, lookup_size(mi, kj, nj))
+    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
+    return _result(dist, comm, comp, coll)
+
+
+def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """Scatterv of A's and B's q x q blocks (packed on the root), skew + q - 1 shifts of both
+    (2q Sendrecv: 2 sqrt(p) ts + sqrt(p) (mk + kn)/p tw), q block gemms (square at the geometric
+    mean of the block), Gatherv of C's blocks (unpacked on the root)."""
+    p, q = plan.p, plan.r
+    if p == 1:
+        return _local(m, k, n, plan, sp)
+    mi, kl, nj = _ceil(m, q), _ceil(k, q), _ceil(n, q)
+    dist = (_coll(cp, "scatterv", p, ITEM * mi * kl) + _coll(cp, "scatterv", p, ITEM * kl * nj)
+            + _passes(sp, m * k + k * n))
+    comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
+    comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
+    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
+    return _result(dist, comm, comp, coll)
+
+
+def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
+    """The product the block-cyclic runs compute for row-major operands: C^T = B^T A^T on c x r."""
+    return n, k, m, plan.c, plan.r
+
+
+def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp, cp) -> tuple[float, float]:
+    """(communication, compute) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
+    bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R, a
+    rank-w update (pattern ``rankb``, param b, at the local size sqrt(mloc nloc))."""
+    mloc, nloc = _numroc0(mm, R, b), _numroc0(nn, C, b)
+    full, rest = divmod(kk, b)
+    widths = np.array([b] * (full > 0) + [rest] * (rest > 0), dtype=float)
+    counts = np.array([full] * (full > 0) + [1] * (rest > 0), dtype=float)
+    if widths.size == 0:
+        return 0.0, 0.0
+    p = R * C
+    comm = 0.0
+    if C > 1:
+        comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))))
+    if R > 1:
+        comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))))
+    k3 = _k3(sp, plan, math.sqrt(max(mloc * nloc, 1)), "rankb", b)
+    comp = float(np.dot(counts, 2.0 * mloc * widths * nloc)) * k3
+    return comm, comp
+
+
+def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """Scatterv of the block-cyclic operands (packed on the root), per k-panel a row and a column
+    broadcast and a rank-b update (``_summa_steps``), Gatherv of C (unpacked on the root)."""
+    p, b = plan.p, plan.b
+    if p == 1:
+        return _local(m, k, n, plan, sp)
+    mm, kk, nn, R, C = _oriented(m, k, n, plan)
+    dist = (_coll(cp, "scatterv", p, ITEM * _numroc0(mm, R, b) * _numroc0(kk, C, b))
+            + _coll(cp, "scatterv", p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
+            + _passes(sp, m * k + k * n))
+    comm, comp = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
+    coll = _coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b)) + _passes(sp, m * n)
+    return _result(dist, comm, comp, coll)
+
+
+def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """StPBLAS (eqs. 3.20-3.21 with measured SPs): sizes padded to multiples of 2^l; 7^l SUMMA
+    leaf products (communication and gemm as ``_summa_steps`` at leaf size); at level i,
+    7^(i-1) nodes each sweep their per-rank quadrant pieces (4^(l-i) leaves) with the fused
+    passes of the 3-temporary schedule (``models.gemm.ADDS_*``) at ``k2_add`` of that size."""
+    p, b, lv = plan.p, plan.b, plan.level
+    g = 2 ** lv
+    mm, kk, nn, R, C = _oriented(m, k, n, plan)
+    ml, kl, nl = _ceil(mm, g), _ceil(kk, g), _ceil(nn, g)
+    xm, xk = _numroc0(ml, R, b), _numroc0(kl, C, b)
+    yk, yn = _numroc0(kl, R, b), _numroc0(nl, C, b)
+    dist = (_coll(cp, "scatterv", p, ITEM * g * g * xm * xk) + _coll(cp, "scatterv", p, ITEM * g * g * yk * yn)
+            + _passes(sp, g * g * (ml * kl + kl * nl)))
+    comm, comp = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
+    comm, comp = 7.0 ** lv * comm, 7.0 ** lv * comp
+    for i in range(1, lv + 1):
+        leaves = 4.0 ** (lv - i)
+        ea, eb, ec = leaves * xm * xk, leaves * yk * yn, leaves * xm * yn
+        nc = ADDS_C_LEAF if i == lv else ADDS_C_INNER
+        size = math.sqrt(max((ADDS_A * ea + ADDS_B * eb + nc * ec) / (ADDS_A + ADDS_B + nc), 1.0))
+        k2 = _k2_add(sp, size)
+        comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
+    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _passes(sp, m * n)
+    return _result(dist, comm, comp, coll)
+
+
+# Per level-1 product of StMS: root passes to accumulate it into C's quadrants.
+MS_ACC_PASSES = (2, 2, 2, 2, 2, 1, 1)
+
+
+def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """StMS (eqs. 3.22-3.25 generalised): the schedule of the run, simulated.
+
+    Product t goes to worker ``1 + t mod (p-1)``. The root, per product: forms the two operands
+    (one pass each over an (m/2) x (k/2) and a (k/2) x (n/2) quadrant), receives that worker's
+    previous product if it has one (waiting for it), sends the operands (``pingpong`` per
+    message), then accumulates the received product (``MS_ACC_PASSES``); after the first round
+    it fixes up odd sizes. A worker multiplies (BLAS, or ``level - 1`` local Strassen levels,
+    ``models.gemm``) as soon as its operands arrived. Phases: distribution = the root's forming and
+    sending, compute = the busiest worker's products plus the root's fix-ups, collection = the
+    root's receiving and accumulating (waiting excluded); total = the simulated makespan (phases
+    overlap, and the root also waits for products).
+    """
+    p, lv = plan.p, plan.level
+    if p == 1:
+        t = (blas(m, k, n, plan.backend, plan.threads, sp) if lv == 0 else
+             float(strassen_seq(m, k, n, [lv], plan.backend, plan.threads, sp)[0]))
+        return _result(compute=t)
+    if min(m, k, n) < 2:
+        return _local(m, k, n, plan, sp)
+    m2, k2, n2 = m // 2, k // 2, n // 2
+    workers = p - 1
+    form = _passes(sp, m2 * k2) + _passes(sp, k2 * n2)
+    send = float(np.sum(cp.time("pingpong", 2, np.array([ITEM * m2 * k2, ITEM * k2 * n2], float))))
+    recv = float(np.asarray(cp.time("pingpong", 2, float(ITEM * m2 * n2))))
+    prod = (blas(m2, k2, n2, plan.backend, plan.threads, sp) if lv == 1 else
+            float(strassen_seq(m2, k2, n2, [lv - 1], plan.backend, plan.threads, sp)[0]))
+    acc = [a * _passes(sp, m2 * n2) for a in MS_ACC_PASSES]
+    me, ke, ne = 2 * m2, 2 * k2, 2 * n2
+    peel_flops = 2.0 * (me * ne * (k - ke) + m * k * (n - ne) + (m - me) * k * ne)
+    peel = peel_flops * _k3(sp, plan, lookup_size(m, k, n)) if peel_flops else 0.0
+    clock, dist, coll = 0.0, 0.0, 0.0
+    done = [0.0] * workers                   # when each worker's current product is ready
+    busy = [0.0] * workers
+    for task in range(7):
+        w = task % workers
+        clock += form
+        dist += form
+        if task >= workers:
+            clock = max(clock, done[w]) + recv
+            coll += recv
+        clock += send
+        dist += send
+        done[w] = clock + prod
+        busy[w] += prod
+        if task >= workers:
+            clock += acc[task - workers]
+            coll += acc[task - workers]
+        if task == min(workers, 7) - 1:
+            clock += peel
+    for task in range(max(0, 7 - workers), 7):
+        clock = max(clock, done[task % workers]) + recv + acc[task]
+        coll += recv + acc[task]
+    return _result(dist, 0.0, max(busy) + peel, coll, total=clock)
+
+
+MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
+          "strassen_summa": strassen_summa, "strassen_ms": strassen_ms}
+
+
+def predict(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    """The model of ``plan.algorithm``; ValueError for a plan its algorithm cannot run."""
+    problem = plan_error(plan)
+    if problem:
+        raise ValueError(problem)
+    return MODELS[plan.algorithm](m, k, n, plan, sp, cp)

@@ -1,0 +1,383 @@
+"""Distributed GEMM family: every algorithm reproduces A @ B on every valid grid under mpiexec,
+errors are raised on every rank alike, and the models behave (fakes, no MPI)."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from mpi_helpers import run_mpi
+
+from autotune.distributed.plan import PHASES, Plan
+from autotune.models import distributed_gemm as dg
+
+# -- collective runs -------------------------------------------------------------------------------
+
+SWEEP = """
+import itertools
+import numpy as np
+from mpi4py import MPI
+from autotune.distributed.gemm import ALGORITHMS, distributed_gemm
+from autotune.distributed.plan import PHASES, Phases, Plan
+from autotune.kernels.strassen import effective_levels, strassen_error_bound
+comm = MPI.COMM_WORLD
+P, me = comm.size, comm.rank
+U = 2.0 ** -53
+rng = np.random.default_rng(7)
+bad = []
+
+def grids(p):
+    return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
+
+plans = []
+for p in range(1, P + 1):
+    plans.append(Plan("bsr", p, p, 1))
+    plans.append(Plan("strassen_ms", p, p, 1, level=1))
+    plans.append(Plan("strassen_ms", p, 1, p, level=2))
+    for r, c in grids(p):
+        plans.append(Plan("cbsr", p, r, c))
+        plans += [Plan("summa", p, r, c, b=b) for b in (1, 4)]
+        plans += [Plan("strassen_summa", p, r, c, b=b, level=lv) for b, lv in ((3, 0), (2, 1), (5, 2))]
+        if r == c:
+            plans.append(Plan("cannon", p, r, c))
+plans.append(Plan("strassen_ms", 1, level=0))
+plans.append(Plan("strassen_ms", 1, level=2))
+# awkward sizes: not divisible by grids or blocks, rectangular, 1 x k, m x 1, k = 1, even
+shapes = [(11, 13, 9), (1, 9, 6), (7, 5, 1), (17, 6, 23), (2, 1, 3), (12, 16, 8)]
+orders = ["CC", "FF", "CF", "FC"]
+cases = 0
+for si, (m, k, n) in enumerate(shapes):
+    for pi, plan in enumerate(plans):
+        order = orders[(si + pi) % len(orders)]
+        root = plan.p - 1 if (si + pi) % 5 == 0 else 0
+        a = np.asarray(rng.standard_normal((m, k)), order=order[0])
+        b = np.asarray(rng.standard_normal((k, n)), order=order[1])
+        a, b = comm.bcast((a, b), root=0)
+        ph = Phases()
+        mine = (a, b) if me == root else (np.zeros(3), None)     # non-roots' arguments are ignored
+        fn = ALGORITHMS[plan.algorithm] if pi % 2 else distributed_gemm
+        c = fn(*mine, comm, plan, root=root, phases=ph)
+        cases += 1
+        tag = f"{plan} shape={m}x{k}x{n} order={order} root={root}"
+        if me != root:
+            if c is not None:
+                bad.append(f"non-root got a result: {tag}")
+            if me >= plan.p and ph.seconds:
+                bad.append(f"unused rank recorded phases: {tag}")
+            continue
+        ref = a @ b
+        lv = plan.level if plan.algorithm.startswith("strassen") else 0
+        if plan.algorithm == "strassen_summa":
+            kpad = -(-k // 2 ** lv) * 2 ** lv
+            bound = strassen_error_bound(kpad, lv)
+        elif plan.algorithm == "strassen_ms":
+            bound = strassen_error_bound(k, effective_levels(m, k, n, lv))
+        else:
+            bound = 0.0
+        bound = max(bound, k * k * U) * np.abs(a).max() * np.abs(b).max() + 1e-300
+        if not (isinstance(c, np.ndarray) and c.shape == (m, n) and c.dtype == np.float64
+                and c.flags.c_contiguous):
+            bad.append(f"wrong result type/shape/order: {tag}")
+            continue
+        err = np.abs(c - ref).max()
+        if not err <= bound:
+            bad.append(f"error {err:.3g} > bound {bound:.3g}: {tag}")
+        keys = set(ph.seconds)
+        if not keys <= set(PHASES) or "compute" not in keys:
+            bad.append(f"phases {sorted(keys)}: {tag}")
+        if plan.p > 1 and plan.algorithm != "strassen_ms" and not {"distribution", "collection"} <= keys:
+            bad.append(f"phases {sorted(keys)} lack distribution/collection: {tag}")
+        if (plan.algorithm in ("summa", "cannon") or (plan.algorithm == "cbsr" and plan.c > 1)) \\
+                and plan.p > 1 and "communication" not in keys:
+            bad.append(f"phases {sorted(keys)} lack communication: {tag}")
+for line in bad:
+    print("BAD", line, flush=True)
+print("CASES", me, cases)
+
+# -- lower-level API: SUMMA and BSR on distributed data --------------------------------------------
+from autotune.distributed import DistMatrix, ProcessGrid, block_cyclic, row_block
+from autotune.distributed.gemm import bsr_dist, summa_dist
+m, k, n = 13, 10, 7
+a = rng.standard_normal((m, k)); b = rng.standard_normal((k, n)); c0 = rng.standard_normal((m, n))
+a, b, c0 = comm.bcast((a, b, c0), root=0)
+for r, c in grids(P) + ([(1, P - 1)] if P > 2 else []):
+    with ProcessGrid(comm, r, c) as grid:
+        for bb in (1, 3):
+            A = DistMatrix.from_root(a, block_cyclic(m, k, r, c, 2, bb), comm)
+            B = DistMatrix.from_root(b, block_cyclic(k, n, r, c, bb, 4), comm)
+            ph = Phases()
+            C = summa_dist(A, B, grid, bb, phases=ph)
+            got = C.to_root()
+            if me == 0 and not np.allclose(got, a @ b, rtol=0, atol=1e-12):
+                print("BAD summa_dist", r, c, bb, flush=True)
+            if grid.inside and "compute" not in ph.seconds:
+                print("BAD summa_dist phases", flush=True)
+            C0 = DistMatrix.from_root(c0, C.layout, comm)
+            C1 = summa_dist(A, B, grid, bb, C=C0, beta=1.0)
+            got = C1.to_root()
+            if me == 0 and not np.allclose(got, a @ b + c0, rtol=0, atol=1e-12):
+                print("BAD summa_dist beta=1", r, c, bb, flush=True)
+A = DistMatrix.from_root(a, row_block(m, k, P), comm)
+got = bsr_dist(A, b).to_root()
+if me == 0 and not np.allclose(got, a @ b, rtol=0, atol=1e-12):
+    print("BAD bsr_dist", flush=True)
+print("OK", me, flush=True)
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_every_algorithm_reproduces_numpy(tmp_path, nprocs):
+    out = run_mpi(SWEEP, nprocs, tmp_path)
+    bad = [ln for ln in out.stdout.splitlines() if ln.startswith("BAD")]
+    assert not bad, "\n".join(bad[:30])
+    assert out.stdout.count("OK") == nprocs
+    cases = [int(ln.split()[2]) for ln in out.stdout.splitlines() if ln.startswith("CASES")]
+    assert len(cases) == nprocs and min(cases) >= 6 * (12 if nprocs == 1 else 20)
+
+
+ERRORS = """
+import numpy as np
+from mpi4py import MPI
+from autotune.distributed import DistMatrix, ProcessGrid, block_cyclic
+from autotune.distributed.gemm import bsr, cannon, cbsr, distributed_gemm, strassen_ms, summa, summa_dist
+from autotune.distributed.plan import Plan
+comm = MPI.COMM_WORLD
+P, me = comm.size, comm.rank
+root = me == 0
+a, b = np.ones((4, 5)), np.ones((5, 3))
+nan = a.copy(); nan[1, 2] = np.nan
+
+def attempt(case, fn, *args, **kw):
+    try:
+        fn(*args, **kw)
+        print("NOERR", case, me, flush=True)
+    except ValueError as exc:
+        print("ERR", case, "|", type(exc).__name__, "|", exc, flush=True)
+
+attempt("none", bsr, a if root else None, None, comm, Plan("bsr", P, P, 1))
+attempt("inner", summa, a if root else None, np.ones((6, 3)) if root else None, comm, Plan("summa", P, 1, P, b=2))
+attempt("nan", strassen_ms, nan if root else None, b if root else None, comm, Plan("strassen_ms", P, P, 1, level=1))
+attempt("inf", cbsr, b if root else None, np.full((3, 2), np.inf) if root else None, comm, Plan("cbsr", P, P, 1))
+attempt("1d", cbsr, np.ones(5) if root else None, b if root else None, comm, Plan("cbsr", P, 1, P))
+attempt("complex", bsr, a.astype(complex) if root else None, b if root else None, comm, Plan("bsr", 1))
+attempt("too_many", bsr, a if root else None, b if root else None, comm, Plan("bsr", P + 1, P + 1, 1))
+attempt("root_unused", bsr, a, b, comm, Plan("bsr", 1), root=P)
+attempt("zero_b", summa, a if root else None, b if root else None, comm, Plan("summa", P, P, 1, b=0))
+attempt("wrong_plan", summa, a if root else None, b if root else None, comm, Plan("bsr", 1))
+attempt("unknown", distributed_gemm, a if root else None, b if root else None, comm, Plan("magic", 1))
+if P >= 2:
+    attempt("ms_level0", strassen_ms, a if root else None, b if root else None, comm, Plan("strassen_ms", P, P, 1))
+    attempt("cannon_grid", cannon, a if root else None, b if root else None, comm, Plan("cannon", 2, 1, 2))
+with ProcessGrid(comm, 1, P) as grid:
+    A = DistMatrix.from_root(a, block_cyclic(4, 5, 1, P, 2, 2), comm)
+    B = DistMatrix.from_root(b, block_cyclic(5, 3, 1, P, 3, 2), comm)      # rows not in blocks of 2
+    attempt("summa_dist_layout", summa_dist, A, B, grid, 2)
+# still in step after all that: an ordinary call
+c = bsr(a if root else None, b if root else None, comm, Plan("bsr", P, P, 1))
+empty = summa(np.ones((0, 3)) if root else None, np.ones((3, 4)) if root else None, comm, Plan("summa", P, P, 1, b=2))
+if root:
+    assert np.array_equal(c, a @ b) and empty.shape == (0, 4)
+print("OK", me, flush=True)
+"""
+
+ERROR_CASES = {"none": "must pass B", "inner": "inner dimensions", "nan": "NaN or infinity",
+               "inf": "NaN or infinity", "1d": "must be 2-D", "complex": "only real",
+               "too_many": "communicator has", "root_unused": "root", "zero_b": "block size",
+               "wrong_plan": "plan is for", "unknown": "unknown distributed gemm",
+               "ms_level0": "level >= 1", "cannon_grid": "square grid", "summa_dist_layout": "rows in blocks"}
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_errors_raised_on_every_rank(tmp_path, nprocs):
+    out = run_mpi(ERRORS, nprocs, tmp_path)
+    assert "NOERR" not in out.stdout, out.stdout
+    assert out.stdout.count("OK") == nprocs
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ERR")]
+    seen = {}
+    for ln in lines:
+        _, case, rest = ln.split(" ", 2)
+        seen.setdefault(case, []).append(rest)
+    expected = {c for c in ERROR_CASES if nprocs >= 2 or c not in ("cannon_grid", "ms_level0")}
+    assert set(seen) == expected
+    for case, msgs in seen.items():
+        assert len(msgs) == nprocs and len(set(msgs)) == 1, (case, msgs)   # same error everywhere
+        assert msgs[0].startswith("| ValueError |") and ERROR_CASES[case] in msgs[0], (case, msgs[0])
+
+
+# -- models (no MPI) -------------------------------------------------------------------------------
+
+class FakeSP:
+    """k3 falls with block size (small blocks run slower); k2_add constant."""
+
+    def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+        x = np.asarray(x, dtype=float)
+        if routine == "add":
+            return np.full(x.shape, 2e-10)
+        return 1e-11 * (1.0 + 32.0 / np.maximum(x, 1.0)) / threads
+
+
+class FakeCP:
+    """Hockney ``ts + tw m`` with ts = 5 us, tw = 0.1 ns/B for every primitive."""
+
+    ts, tw = 5e-6, 1e-10
+
+    def time(self, primitive, p, nbytes, grid=None):
+        return self.ts + self.tw * np.asarray(nbytes, dtype=float)
+
+    def ts_tw(self, primitive, p, nbytes, grid=None):
+        return self.ts, self.tw
+
+
+SP, CP = FakeSP(), FakeCP()
+
+
+def plans_for(p: int):
+    out = [Plan("bsr", p, p, 1), Plan("strassen_ms", p, p, 1, level=1)]
+    for r in range(1, p + 1):
+        if p % r:
+            continue
+        c = p // r
+        out += [Plan("cbsr", p, r, c), Plan("summa", p, r, c, b=64), Plan("strassen_summa", p, r, c, b=64, level=1)]
+        if r == c:
+            out.append(Plan("cannon", p, r, c))
+    return out
+
+
+def test_models_and_algorithms_cover_the_same_names():
+    from autotune.distributed.gemm import ALGORITHMS
+
+    assert set(dg.MODELS) == set(ALGORITHMS) == set(dg.ALGORITHM_NAMES)
+
+
+@pytest.mark.parametrize("p", [1, 2, 4, 6])
+def test_phases_sum_to_total_and_grow_with_size(p):
+    for plan in plans_for(p):
+        small, big = dg.predict(500, 400, 300, plan, SP, CP), dg.predict(1000, 800, 600, plan, SP, CP)
+        for t in (small, big):
+            assert set(t) == {*PHASES, "total"} and all(v >= 0 and math.isfinite(v) for v in t.values())
+            if plan.algorithm == "strassen_ms":        # overlapped: makespan, not the sum
+                assert t["total"] >= max(t["compute"], t["distribution"]) > 0
+            else:
+                assert t["total"] == pytest.approx(sum(t[ph] for ph in PHASES), rel=1e-12)
+        for ph in PHASES:
+            assert big[ph] >= small[ph], (plan, ph)
+        assert big["compute"] > small["compute"] and big["total"] > small["total"]
+        if p == 1 or plan.algorithm == "strassen_ms":
+            continue
+        assert big["distribution"] > small["distribution"] > 0 and big["collection"] > small["collection"] > 0
+
+
+def test_one_process_is_one_local_gemm():
+    from autotune.models.gemm import blas
+
+    ref = blas(300, 200, 100, "numpy-openblas", 1, SP)
+    for alg in ("bsr", "cbsr", "cannon", "summa"):
+        t = dg.predict(300, 200, 100, Plan(alg, 1, b=32), SP, CP)
+        assert t["compute"] == pytest.approx(ref) and t["total"] == pytest.approx(ref)
+        assert t["distribution"] == t["communication"] == t["collection"] == 0.0
+
+
+def test_compute_shrinks_with_processes():
+    n = 2000
+    comp = {p: dg.bsr(n, n, n, Plan("bsr", p, p, 1), SP, CP)["compute"] for p in (1, 2, 4, 8)}
+    assert comp[2] == pytest.approx(comp[4] * 2, rel=0.02) and comp[4] == pytest.approx(comp[8] * 2, rel=0.02)
+    cannon = {q: dg.cannon(n, n, n, Plan("cannon", q * q, q, q), SP, CP) for q in (2, 3, 4)}
+    assert cannon[2]["compute"] > cannon[3]["compute"] > cannon[4]["compute"]
+    # 2q Sendrecv of blocks of n^2/q^2: volume 2 n^2 / q falls, start-ups 2q rise
+    vol = {q: cannon[q]["communication"] - 2 * q * CP.ts for q in cannon}
+    assert vol[2] > vol[3] > vol[4]
+
+
+def test_summa_communication_falls_as_b_grows():
+    comm = [dg.summa(1024, 1024, 1024, Plan("summa", 4, 2, 2, b=b), SP, CP)["communication"]
+            for b in (8, 32, 128, 512)]
+    assert comm[0] > comm[1] > comm[2] > comm[3] > 0
+    # same volume, ceil(k/b) steps of two broadcasts: the difference is start-ups
+    assert comm[0] - comm[3] == pytest.approx(2 * (1024 // 8 - 1024 // 512) * CP.ts, rel=1e-6)
+    # a 1 x p or p x 1 grid broadcasts along one direction only
+    row_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 1, 4, b=64), SP, CP)["communication"]
+    assert row_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64))    # 1024 x 64 A panels
+
+
+def test_cbsr_gathers_along_rows_only_with_several_columns():
+    one_col = dg.cbsr(800, 600, 400, Plan("cbsr", 4, 4, 1), SP, CP)
+    two_col = dg.cbsr(800, 600, 400, Plan("cbsr", 4, 2, 2), SP, CP)
+    assert one_col["communication"] == 0.0 < two_col["communication"]
+    assert two_col["communication"] == pytest.approx(CP.ts + CP.tw * 8 * 400 * 300)
+
+
+def test_strassen_summa_levels():
+    base = Plan("summa", 4, 2, 2, b=64)
+    for n in (300, 1000):
+        assert dg.strassen_summa(n, n, n, Plan("strassen_summa", 4, 2, 2, b=64), SP, CP) == \
+            pytest.approx(dg.summa(n, n, n, base, SP, CP))
+    l0, l1 = (dg.strassen_summa(8192, 8192, 8192, Plan("strassen_summa", 4, 2, 2, b=64, level=lv), SP, CP)
+              for lv in (0, 1))
+    assert l1["compute"] < l0["compute"]                       # 7/8 of the flops beat the additions
+    assert l1["communication"] > l0["communication"]           # 7 SUMMA runs at half size: more start-ups
+    s0, s1 = (dg.strassen_summa(64, 64, 64, Plan("strassen_summa", 4, 2, 2, b=8, level=lv), SP, CP)
+              for lv in (0, 1))
+    assert s1["compute"] > s0["compute"]                       # small: additions dominate
+
+
+def test_strassen_ms_schedule():
+    from autotune.models.gemm import blas, strassen
+
+    n = 2048
+    one = dg.strassen_ms(n, n, n, Plan("strassen_ms", 1, level=2), SP, CP)
+    assert one["total"] == pytest.approx(float(strassen(n, n, n, [2], "numpy-openblas", 1, SP)[0]))
+    prod = blas(n // 2, n // 2, n // 2, "numpy-openblas", 1, SP)
+    # busiest worker (table 3.21): p=2: 7 products, p=3: 4, p=4: 3, p=5..7: 2, p=8: 1
+    for p, most in ((2, 7), (3, 4), (4, 3), (5, 2), (7, 2), (8, 1)):
+        t = dg.strassen_ms(n, n, n, Plan("strassen_ms", p, p, 1, level=1), SP, CP)
+        assert t["compute"] == pytest.approx(most * prod)
+        assert t["total"] >= most * prod
+    totals = [dg.strassen_ms(n, n, n, Plan("strassen_ms", p, p, 1, level=1), SP, CP)["total"] for p in (2, 3, 4, 8)]
+    assert totals == sorted(totals, reverse=True)
+    deeper = dg.strassen_ms(n, n, n, Plan("strassen_ms", 8, 8, 1, level=2), SP, CP)
+    assert deeper["compute"] < dg.strassen_ms(n, n, n, Plan("strassen_ms", 8, 8, 1, level=1), SP, CP)["compute"]
+
+
+def test_invalid_plans_rejected():
+    for plan in (Plan("cannon", 2, 1, 2), Plan("summa", 2, 1, 2), Plan("strassen_ms", 2, 2, 1),
+                 Plan("strassen_summa", 1, b=4, level=-1), Plan("nonesuch", 1)):
+        assert dg.plan_error(plan)
+        with pytest.raises(ValueError):
+            dg.predict(10, 10, 10, plan, SP, CP)
+    assert dg.plan_error(Plan("cannon", 9, 3, 3)) is None
+
+
+def test_models_accept_the_real_lookups(tmp_path):
+    """The real SP and communication lookups (here without data: nominal defaults) plug in."""
+    from autotune.db.comm import CommParams
+    from autotune.db.lookup import load_sp
+
+    sp, cp = load_sp(tmp_path / "absent.h5"), CommParams(None, "test", 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for plan in plans_for(4):
+            t = dg.predict(777, 555, 333, plan, sp, cp)
+            assert t["total"] > 0 and all(math.isfinite(v) for v in t.values()), plan
+
+
+
+def test_unmeasured_pattern_falls_back_to_square():
+    class Table:
+        def has(self, routine, backend, threads, pattern="square", dtype="float64"):
+            return pattern == "square"
+
+    class Recording(FakeSP):
+        table = Table()
+
+        def __init__(self):
+            self.seen = set()
+
+        def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+            self.seen.add((routine, pattern))
+            return super().k(routine, backend, threads, x, pattern, param, dtype)
+
+    sp = Recording()
+    for plan in plans_for(4):
+        dg.predict(900, 700, 500, plan, sp, CP)
+    assert {pat for _, pat in sp.seen} == {"square"}
