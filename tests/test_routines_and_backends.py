@@ -16,7 +16,7 @@ from autotune.routines import PATTERNS, ROUTINES, dims_of, flops, flops_of
 
 AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
-PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "stripe": 4.0, "segment": 0.375}
+PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0}
 
 
 # -- routines, patterns, builders --------------------------------------------------------------------
@@ -62,7 +62,8 @@ def test_pattern_dims():
         dims_of("gemm", "zigzag", 10)
     with pytest.raises(ValueError, match="positive"):
         dims_of("gemm", "square", 0)
-    assert all(p.needs_param == (name in ("panel", "stripe", "segment")) for name, p in PATTERNS.items())
+    assert dims_of("gemm", "rankb", 100, 8) == {"m": 100, "n": 100, "k": 8}
+    assert all(p.needs_param == (name in ("panel", "stripe", "segment", "rankb")) for name, p in PATTERNS.items())
 
 
 def _recorder(calls, routine):
