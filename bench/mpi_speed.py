@@ -1,10 +1,12 @@
 """Distributed speed at P ranks against one-process numpy/scipy and dask, side by side in one run.
 
-Run under ``mpiexec -n P``. Per round (A/B interleaved): the distributed call (the model's best
-plan with P ranks and one BLAS thread per rank, root-held data to gathered result, decision
-included), then on the root only — the other ranks sleep-wait so they steal no core — numpy's
-matmul / scipy's cholesky with P threads, and dask.array (threaded scheduler, P workers, one BLAS
-thread each, chunks of each ``--chunks`` size). Reports medians, quartiles and ratios.
+Run under ``mpiexec -n P``. Alternating blocks in one run: ``--rounds`` distributed calls (the
+model's best plan with P ranks and one BLAS thread per rank, root-held data to gathered result),
+then on the root only — the other ranks sleep-wait so they steal no core — as many rounds of
+numpy's matmul / scipy's cholesky with P threads and dask.array (threaded scheduler, P workers,
+one BLAS thread each, chunks of each ``--chunks`` size). Blocks, not per-call interleaving: a
+P-thread baseline leaves the root's BLAS pool disturbing the next distributed run for seconds
+(measured: +0.2 s of data movement at n = 4096). Reports medians, quartiles and ratios.
 
     mpiexec -n 2 python bench/mpi_speed.py --n 4096 --rounds 5 --out bench/results/mpi-speed-P2.json
 """
@@ -20,6 +22,10 @@ from threadpoolctl import threadpool_limits
 
 from autotune.config import options
 from autotune.distributed.plan import Plan
+
+# Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
+# would slow the next distributed run (the probe settles the same way).
+SETTLE_SECONDS = 0.5
 
 
 def _wait_quietly(comm) -> None:
@@ -37,10 +43,9 @@ def _timed(fn) -> float:
 
 def best_plan(family: str, n: int, comm, db) -> Plan:
     """The model's best plan that uses every rank with one BLAS thread each."""
-    from autotune.db.comm import load_comm
-
     from autotune.config import available_cores
     from autotune.db import load_sp
+    from autotune.db.comm import load_comm
     from autotune.select.distributed import rank_plans
 
     plan = None
@@ -79,7 +84,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
     p.add_argument("--n", type=int, default=4096)
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3, help="timed runs per block (after one warm-up run)")
+    p.add_argument("--blocks", type=int, default=2, help="alternating blocks: distributed runs, then baselines")
     p.add_argument("--chunks", type=int, nargs="+", default=[1024, 2048])
     p.add_argument("--db", default=None)
     p.add_argument("--out", default=None)
@@ -97,21 +103,23 @@ def main(argv=None) -> int:
     with options(db=args.db):
         plan = best_plan(args.family, n, comm, args.db)
         times: dict[str, list[float]] = {}
-        for _ in range(args.rounds + 1):                  # round 0 warms up (JIT, pools)
-            comm.Barrier()
-            t0 = time.perf_counter()
-            if args.family == "gemm":
-                distributed_gemm(a, b, comm, config=plan)
-            else:
-                distributed_cholesky(a, comm, lower=True, config=plan)
-            dist = time.perf_counter() - t0
+        for _ in range(args.blocks):
+            for _ in range(args.rounds + 1):              # the first run of a block warms up
+                comm.Barrier()
+                t0 = time.perf_counter()
+                if args.family == "gemm":
+                    distributed_gemm(a, b, comm, config=plan)
+                else:
+                    distributed_cholesky(a, comm, lower=True, config=plan)
+                times.setdefault("autotune", []).append(time.perf_counter() - t0)
             if comm.rank == 0:
-                res = {"autotune": dist, **baselines(args.family, a, b, P, args.chunks)}
-                for k, v in res.items():
-                    times.setdefault(k, []).append(v)
+                for _ in range(args.rounds + 1):
+                    for k, v in baselines(args.family, a, b, P, args.chunks).items():
+                        times.setdefault(k, []).append(v)
+                time.sleep(SETTLE_SECONDS)            # let the baselines' thread pools stop spinning
             _wait_quietly(comm)
     if comm.rank == 0:
-        times = {k: v[1:] for k, v in times.items()}
+        times = {k: [x for i, x in enumerate(v) if i % (args.rounds + 1)] for k, v in times.items()}
         med = {k: float(np.median(v)) for k, v in times.items()}
         base = "numpy" if args.family == "gemm" else "scipy"
         dask_best = min(v for k, v in med.items() if k.startswith("dask"))

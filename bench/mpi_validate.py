@@ -66,7 +66,8 @@ def measure(family: str, plan: Plan, n: int, comm, reps: int, rng) -> dict:
             **{p: runs[med][1][p] for p in PHASES}}
 
 
-def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None) -> list[dict]:
+def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
+             strassen: bool = False) -> list[dict]:
     from autotune.db.comm import load_comm
 
     from autotune.db import load_sp
@@ -79,7 +80,7 @@ def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | No
         ranked = None
         if comm.rank == 0:
             dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size),
-                             available_cores(), allow_strassen=True)
+                             available_cores(), allow_strassen=strassen)
             best = dec.ranking[0].seconds
             ranked = [(r.plan, r.phases) for r in dec.ranking if r.seconds <= max_ratio * best]
         ranked = comm.bcast(ranked, root=0)
@@ -146,12 +147,13 @@ def main(argv=None) -> int:
     p.add_argument("--db", default=None)
     p.add_argument("--out", default=None)
     p.add_argument("--markdown", default=None)
+    p.add_argument("--strassen", action="store_true", help="also rank the Strassen plans (opt-in, as in the API)")
     p.add_argument("--smoke", action="store_true", help="one tiny problem, one rep (harness check)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     sizes, reps = (SMOKE_SIZES, 1) if args.smoke else (args.sizes, args.reps)
     with options(db=args.db):
-        results = validate(args.family, sizes, comm, reps, args.max_ratio, args.db)
+        results = validate(args.family, sizes, comm, reps, args.max_ratio, args.db, args.strassen)
     if comm.rank == 0:
         summary = summarise(results)
         print(json.dumps({"ape_median": summary["ape_median"], "within_10pct": summary["within_10pct"]}))

@@ -613,6 +613,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
+        where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
+        from autotune.install_probe.contention import run_contention
+
+        rows = run_contention(world, *where)
     except (RuntimeError, PermissionError) as exc:
         if world.Get_rank() == 0:
             print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
@@ -624,6 +628,9 @@ def main(argv: list[str] | None = None) -> int:
             from autotune.db.comm import loggp_lines
 
             print("\n".join(loggp_lines(result["loggp"])))
+        solo = {n: t for p, n, t in rows if p == 1}
+        print("compute contention (one-thread dgemm, slowest of p concurrent ranks / alone): "
+              + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
               f"for {info['library']} P={info['P']}{' oversubscribed' if info['oversubscribed'] else ''} "
               f"in {result['path']} [{result['key']}] ({result['seconds']:.1f} s)", flush=True)

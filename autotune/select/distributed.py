@@ -93,14 +93,21 @@ def _models(family: str) -> dict:
 
 
 def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp) -> dict[str, float]:
-    """Phase times of one plan (the model of its algorithm)."""
+    """Phase times of one plan (the model of its algorithm), per-rank k slowed by the measured
+    contention of ``p x threads`` busy cores (``autotune.db.contention``)."""
+    from autotune.db.contention import ContendedSP, load_contention
+
     model = _models(family)[plan.algorithm]
+    cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
+    if cont.available and plan.p > 1:
+        sp = ContendedSP(sp, cont, plan.p * plan.threads)
     return model(*dims, plan, sp, cp)
 
 
-def local_phases(family: str, dims: tuple[int, ...], sp, cores: int) -> tuple[Plan, dict[str, float]]:
-    """The one-process candidate: the single-process selector's choice with all cores."""
-    dec = choose(family, dims, sp, cores)
+def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
+    """The one-process candidate: the single-process selector's choice on the cores the other
+    ``nprocs - 1`` ranks leave free (an idle MPI rank still polls, so it occupies a core)."""
+    dec = choose(family, dims, sp, max(1, cores - (nprocs - 1)))
     best = next(r for r in dec.ranking if r.candidate == dec.chosen)
     plan = Plan("local", 1, 1, 1, threads=dec.chosen.threads, backend=dec.chosen.backend)
     phases = dict.fromkeys(PHASES, 0.0)
@@ -119,7 +126,7 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
         raise ValueError(f"unknown family {family!r}")
     ranking = []
     if sp.table is not None:
-        plan, phases = local_phases(family, dims, sp, cores)
+        plan, phases = local_phases(family, dims, sp, cores, nprocs)
         ranking.append(DistRanked(plan, phases))
     for plan in plans(family, dims, nprocs, cores):
         if "strassen" in plan.algorithm and not allow_strassen:

@@ -1,0 +1,60 @@
+"""Compute contention probe (collective, under mpiexec): one-thread dgemm on p = 1..P ranks at once.
+
+Each group of p ranks runs the same products simultaneously (a barrier before every call); the
+time of a call is the slowest rank's. Two access patterns: square products (compute-bound) and
+the rank-b updates of SUMMA and the parallel Cholesky (x-by-b times b-by-x into an x-by-x C:
+bandwidth-bound, so concurrent ranks slow each other more). Stored with
+``autotune.db.contention.save_contention``.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+SIZES = (256, 512, 1024, 2048)
+RANKB_SIZES = (1024, 2048, 4096)
+RANKB_BLOCK = 256
+REPS = 3
+
+
+def _time_gemm(comm, n: int, reps: int, k: int | None = None) -> float:
+    """Median over reps of the slowest rank's one-thread dgemm time: n x k by k x n (k = n: square)."""
+    from mpi4py import MPI
+
+    rng = np.random.default_rng(comm.rank)
+    k = n if k is None else k
+    a, b = rng.standard_normal((n, k)), rng.standard_normal((k, n))
+    c = np.empty((n, n))
+    np.matmul(a, b, out=c)
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=c)
+        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    return float(np.median(times))
+
+
+def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> list[tuple[int, int, float]]:
+    """Measure p = 1..P (collective over ``world``); rank 0 stores and returns the square rows."""
+    from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
+
+    rows = []
+    with threadpool_limits(1):
+        for p in range(1, world.size + 1):
+            sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
+            if sub != MPI.COMM_NULL:
+                rows += [(p, n, "square", _time_gemm(sub, n, reps)) for n in sizes]
+                rows += [(p, n, "rankb", _time_gemm(sub, n, reps, RANKB_BLOCK)) for n in RANKB_SIZES]
+                sub.Free()
+            world.Barrier()
+    if world.rank == 0:
+        from autotune.db.contention import save_contention
+
+        p, n, pattern, t = zip(*rows, strict=True)
+        save_contention(db_path, key, p, n, t, {"routine": "gemm", "threads_per_rank": 1,
+                                                "rankb_block": RANKB_BLOCK}, pattern=pattern)
+        return [(q, m, x) for q, m, pat, x in rows if pat == "square"]
+    return []
