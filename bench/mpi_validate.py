@@ -68,9 +68,8 @@ def measure(family: str, plan: Plan, n: int, comm, reps: int, rng) -> dict:
 
 def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
              strassen: bool = False) -> list[dict]:
-    from autotune.db.comm import load_comm
-
     from autotune.db import load_sp
+    from autotune.db.comm import load_comm
     from autotune.select.distributed import rank_plans
 
     rng = np.random.default_rng(0)
