@@ -17,10 +17,12 @@ only ``/comm`` (no ``/k``) reads as DatabaseMissing for the BLAS side.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,11 +123,13 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
     return db
 
 
-def save(db: Database, path: str | os.PathLike) -> None:
-    """Write atomically (temporary file in the same directory, fsync, os.replace) under the lock."""
+@contextlib.contextmanager
+def _atomic_replace(path: Path) -> Iterator[str]:
+    """Under the database's lock, yield a temporary file next to ``path``; replace ``path`` with it
+    (after fsync) if the block succeeds, delete it otherwise. One writer at a time, readers never
+    see a half-written file."""
     from filelock import FileLock
 
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(path.parent, os.W_OK):
         raise PermissionError(f"cannot write the database: directory {path.parent} is not writable")
@@ -134,12 +138,21 @@ def save(db: Database, path: str | os.PathLike) -> None:
         os.close(fd)
         try:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a database is an ordinary file
-            _write(db, tmp)
-            _carry_over(path, tmp, KEPT_GROUPS)
+            yield tmp
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def save(db: Database, path: str | os.PathLike) -> None:
+    """Write atomically (temporary file in the same directory, fsync, os.replace) under the lock."""
+    path = Path(path)
+    with _atomic_replace(path) as tmp:
+        _write(db, tmp)
+        _carry_over(path, tmp, KEPT_GROUPS)
 
 
 def _umask() -> int:
@@ -194,49 +207,36 @@ def replace_group(path: str | os.PathLike, group: str, member: str, write) -> No
     os.replace protocol as ``save``.
     """
     import h5py
-    from filelock import FileLock
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not os.access(path.parent, os.W_OK):
-        raise PermissionError(f"cannot write the database: directory {path.parent} is not writable")
-    with FileLock(str(path) + ".lock", timeout=60):
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        os.close(fd)
+    with _atomic_replace(path) as tmp:
         try:
-            os.chmod(tmp, 0o666 & ~_umask())
-            try:
-                src = h5py.File(path, "r", locking=False) if path.is_file() else None
-            except Exception:  # damaged: start afresh (it was unusable anyway)
-                src = None
-            with h5py.File(tmp, "w", locking=False) as dst:
-                if src is None:
-                    db = Database()
-                    dst.attrs["schema_version"] = SCHEMA_VERSION
-                    dst.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
-                    dst.attrs["digest"] = fp.digest(db.fingerprint)
-                    dst.attrs["backends"] = json.dumps({})
-                    dst.attrs["run"] = json.dumps({})
-                    dst.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-                else:
-                    with src:
-                        for key, value in src.attrs.items():
-                            dst.attrs[key] = value
-                        for name in src:
-                            if name != group:
-                                src.copy(src[name], dst, name)
-                            else:
-                                g = dst.create_group(group)
-                                for key, value in src[group].attrs.items():
-                                    g.attrs[key] = value
-                                for sub in src[group]:
-                                    if sub != member:
-                                        src.copy(src[group][sub], g, sub)
-                g = dst.require_group(group)
-                write(g.create_group(member))
-            with open(tmp, "rb+") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            src = h5py.File(path, "r", locking=False) if path.is_file() else None
+        except Exception:  # damaged: start afresh (it was unusable anyway)
+            src = None
+        with h5py.File(tmp, "w", locking=False) as dst:
+            if src is None:
+                db = Database()
+                dst.attrs["schema_version"] = SCHEMA_VERSION
+                dst.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
+                dst.attrs["digest"] = fp.digest(db.fingerprint)
+                dst.attrs["backends"] = json.dumps({})
+                dst.attrs["run"] = json.dumps({})
+                dst.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+            else:
+                with src:
+                    for key, value in src.attrs.items():
+                        dst.attrs[key] = value
+                    for name in src:
+                        if name != group:
+                            src.copy(src[name], dst, name)
+                        else:
+                            g = dst.create_group(group)
+                            for key, value in src[group].attrs.items():
+                                g.attrs[key] = value
+                            for sub in src[group]:
+                                if sub != member:
+                                    src.copy(src[group][sub], g, sub)
+            g = dst.require_group(group)
+            write(g.create_group(member))
+
