@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+from autotune.install_probe.validate import candidate_runner
 
 import autotune
 from autotune.select import rank
@@ -30,29 +31,6 @@ SMOKE_GEMM, SMOKE_CHOL = [(64, 64, 64)], [(64,)]
 # Pause between candidates when threads are involved: a library's pool spins for a while after a
 # call and would slow the next candidate's warm-up (measured in isolation, as the model predicts).
 SETTLE_SECONDS = 0.3
-
-
-def _timer(routine: str, dims, cand, rng):
-    if routine == "gemm":
-        m, k, n = dims
-        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        out = np.empty((m, n))
-        return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
-    (n,) = dims
-    g = rng.standard_normal((n, n))
-    a = np.asfortranarray(g @ g.T + n * np.eye(n))
-    work = np.empty_like(a, order="F")
-
-    def run():
-        work[...] = a
-        return _once(lambda: autotune.tuned_cholesky(work, overwrite_a=True, check_finite=False, config=cand))
-    return run
-
-
-def _once(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def measure(fn, budget: float, reps: int) -> tuple[float, float]:
@@ -79,7 +57,8 @@ def validate(routine: str, dims, threads: int, args, rng) -> dict:
             if r.candidate.threads > 1 or previous_threads > 1:
                 time.sleep(SETTLE_SECONDS)       # let the last library's thread pool go idle
             previous_threads = r.candidate.threads
-            row["measured"], row["spread"] = measure(_timer(routine, dims, r.candidate, rng), args.seconds, args.reps)
+            run = candidate_runner(routine, dims, r.candidate, rng)
+            row["measured"], row["spread"] = measure(run, args.seconds, args.reps)
             row["ape"] = abs(r.predicted - row["measured"]) / row["measured"] * 100
         rows.append(row)
     ran = [x for x in rows if "measured" in x]

@@ -102,14 +102,22 @@ def _from_mapping(data: dict) -> Spec:
 
 # ----------------------------------------------------------------------------- timing
 
-def _runner(family: str, n: int, cand: Candidate, rng) -> Callable[[], float]:
-    """One timed call of ``cand`` on a fresh n x n problem (Cholesky factors a copy in place)."""
+def _dims(family: str, n) -> tuple[int, ...]:
+    """The square problem of order n: (n, n, n) for gemm, (n,) for Cholesky."""
+    return (int(n),) * (3 if family == "gemm" else 1)
+
+
+def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
+    """One timed call of ``cand`` on a fresh problem of ``dims`` ((m, k, n) or (n,)); Cholesky
+    factors a copy in place so only the algorithm is timed (shared with bench/validate.py)."""
     import autotune
 
     if family == "gemm":
-        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-        out = np.empty((n, n))
+        m, k, n = dims
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        out = np.empty((m, n))
         return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
+    (n,) = dims
     g = rng.standard_normal((n, n))
     spd = np.asfortranarray(g @ g.T + n * np.eye(n))
     work = np.empty_like(spd, order="F")
@@ -152,7 +160,8 @@ class Timer:
                 time.sleep(self.spec.settle)      # the previous library's pool spins for a while
             self.last = group
             t0 = time.perf_counter()
-            self.cache[key] = time_point(_runner(family, int(n), cand, self.rng), self.spec.reps, self.spec.seconds)
+            run = candidate_runner(family, _dims(family, n), cand, self.rng)
+            self.cache[key] = time_point(run, self.spec.reps, self.spec.seconds)
             self.runs, self.seconds = self.runs + 1, self.seconds + time.perf_counter() - t0
         return self.cache[key]
 
