@@ -21,18 +21,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.config import options
+from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import Plan
 
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
 # would slow the next distributed run (the probe settles the same way).
 SETTLE_SECONDS = 0.5
-
-
-def _wait_quietly(comm) -> None:
-    """Barrier that sleeps instead of spinning (the root is timing one-process baselines)."""
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(0.002)
 
 
 def _timed(fn) -> float:
@@ -117,7 +111,7 @@ def main(argv=None) -> int:
                     for k, v in baselines(args.family, a, b, P, args.chunks).items():
                         times.setdefault(k, []).append(v)
                 time.sleep(SETTLE_SECONDS)            # let the baselines' thread pools stop spinning
-            _wait_quietly(comm)
+            quiet_barrier(comm)         # the root is timing one-process baselines
     if comm.rank == 0:
         times = {k: [x for i, x in enumerate(v) if i % (args.rounds + 1)] for k, v in times.items()}
         med = {k: float(np.median(v)) for k, v in times.items()}

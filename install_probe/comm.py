@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.distributed.collective import quiet_barrier
+
 BUILTIN = ("quick", "standard")
 ALL_PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
                   "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray")
@@ -379,13 +381,6 @@ def _footprint(prim: str, p: int, m: int) -> int:
 
 # -- the run --------------------------------------------------------------------------------------
 
-def _idle_wait(world) -> None:
-    """Wait for every rank of ``world`` without spinning (ranks outside a group sleep here)."""
-    req = world.Ibarrier()
-    while not req.Test():
-        time.sleep(0.0005)
-
-
 def platform_info(world) -> dict:
     """MPI library, world size, hosts, oversubscription (collective over ``world``)."""
     from mpi4py import MPI
@@ -513,7 +508,7 @@ class _Run:
                 self.prtt(sub, bufs)
                 self.log("PRTT (LoOgGP) p=2")
             sub.Free()
-        _idle_wait(world)
+        quiet_barrier(world, poll_seconds=0.0005)
 
     def grid(self, r: int, c: int) -> None:
         """Row and column broadcasts (all rows / all columns at once) of an r x c grid on ranks 0..rc-1."""
@@ -536,7 +531,7 @@ class _Run:
             row.Free()
             col.Free()
             sub.Free()
-        _idle_wait(world)
+        quiet_barrier(world, poll_seconds=0.0005)
 
 
 def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:

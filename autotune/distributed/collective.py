@@ -6,6 +6,8 @@ problem found (same type and message everywhere). Only small Python objects cros
 """
 from __future__ import annotations
 
+import time
+
 _ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "LinAlgError": None}
 
 
@@ -36,3 +38,11 @@ def run_checked(comm, fn, *args, **kwargs):
         out, err = None, exc
     agree(comm, err)
     return out
+
+
+def quiet_barrier(comm, poll_seconds: float = 0.001) -> None:
+    """Barrier that sleeps between polls instead of spinning: ranks waiting while another rank
+    computes or times something must not take a core from it."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_seconds)
