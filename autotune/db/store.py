@@ -172,8 +172,6 @@ def _write(db: Database, tmp: str) -> None:
         f.attrs["run"] = json.dumps(db.run, sort_keys=True)
         f.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         f.create_dataset("k", data=db.records.astype(RECORD_DTYPE), maxshape=(None,))
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
 
 
 # -- groups written by other parts (communication parameters) -------------------------------------
