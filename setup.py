@@ -27,7 +27,7 @@ def generate_blas_tables() -> None:
 def extensions() -> list:
     generate_blas_tables()
     flags = ["-O3"]
-    mods = [*BLAS_VARIANTS, "_matadd"]
+    mods = [*BLAS_VARIANTS, "_matadd", "_front"]
     exts = [Extension(f"autotune.kernels.{m}", [f"kernels/{m}.pyx"], include_dirs=[np.get_include()],
                       extra_compile_args=flags, define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
             for m in mods]

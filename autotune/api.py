@@ -13,39 +13,17 @@ import numpy as np
 from autotune import backends, learn
 from autotune.config import get_options
 from autotune.db import load_sp
-from autotune.dispatch import run_cholesky, run_gemm
+from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
+from autotune.kernels import _front
+from autotune.kernels._matadd import zero_triangle
 from autotune.select import Candidate, Decision, as_candidate, choose, rank
 
 _F64 = np.dtype(np.float64)
-_ND = np.ndarray
-_matmul = np.matmul
 # Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
 MIN_TUNED_SIZE = 32
 # How long a remembered "numpy's own call" decision is trusted before options, database and
 # thread settings are looked at again (the same period as the database re-stat).
 FAST_PATH_SECONDS = 1.0
-
-
-class _NumpyShapes:
-    """Shapes ``a.shape + b.shape`` whose tuned choice is exactly ``np.matmul`` under the current
-    options: a hit skips the selector, database check and thread query, so small products pay
-    about one set lookup. Forgotten when options change or FAST_PATH_SECONDS pass."""
-
-    def __init__(self) -> None:
-        self.shapes: set[tuple[int, ...]] = set()
-        self.opts = None
-        self.expiry = 0.0
-
-    def hit(self, shape: tuple[int, ...]) -> bool:
-        if shape in self.shapes and self.opts is get_options() and time.monotonic() < self.expiry:
-            return True
-        if self.opts is not get_options() or time.monotonic() >= self.expiry:
-            self.shapes.clear()
-            self.opts, self.expiry = get_options(), time.monotonic() + FAST_PATH_SECONDS
-        return False
-
-
-_numpy_shapes = _NumpyShapes()
 
 
 def _decide(family: str, dims: tuple[int, ...], config, explain: bool) -> tuple[Candidate, Decision | None]:
@@ -83,26 +61,10 @@ def describe(dec: Decision, top: int = 12) -> str:
 
 # ---------------------------------------------------------------------------------------------- gemm
 
-def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False,
-               out=None, config=None, explain: bool = False, comm=None, root: int = 0):
-    """``alpha op(a) op(b) + beta c`` with the measured-fastest configuration; ``a @ b`` by default.
-
-    Accepts what ``numpy.matmul`` accepts and returns the same values, dtypes and errors; only
-    2-D float64 products are tuned (others defer to numpy). ``c`` is read only when ``beta != 0``;
-    pass ``out=c`` to update it in place, BLAS style. ``config`` forces a candidate (a
-    ``Candidate`` or dict of its fields); ``explain=True`` prints the ranked candidates.
-
-    With ``comm`` (an mpi4py communicator) the call is collective: the ``root`` rank passes a and
-    b and receives the result, the other ranks pass None and get None; the plan (algorithm,
-    processes, grid, block, threads per rank) is chosen from measured communication costs, or
-    forced with ``config=`` (a ``Plan`` or dict of its fields).
-    """
+def _gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root):
+    """``tuned_gemm`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return _distributed_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root)
-    if (type(a) is _ND and type(b) is _ND and a.dtype is _F64 and b.dtype is _F64 and c is None
-            and out is None and config is None and alpha == 1.0 and beta == 0.0
-            and not (trans_a or trans_b or explain) and _numpy_shapes.hit(a.shape + b.shape)):
-        return _matmul(a, b)    # the remembered choice is numpy's own call: skip everything else
     return _tuned_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain)
 
 
@@ -124,7 +86,7 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
            and backends.get(cand.backend).get_threads() == cand.threads)
     if plain and (own or not direct):
         if own and hot and not learn.enabled():
-            _numpy_shapes.shapes.add(a.shape + b.shape)
+            _front.remember(a.shape + b.shape)
         if dec is not None and learn.enabled():
             return _observed(dec, lambda: np.matmul(a, b, out=out))
         return np.matmul(a, b, out=out)     # numpy's own call (this very candidate), or numpy's out rules
@@ -207,17 +169,8 @@ def _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out):
 
 # ------------------------------------------------------------------------------------------ cholesky
 
-def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, *,
-                   config=None, explain: bool = False, comm=None, root: int = 0):
-    """Cholesky factor with the contract of ``scipy.linalg.cholesky``, tuned for 2-D float64.
-
-    Returns upper ``U`` with ``a = U^H U`` (or lower ``L`` with ``a = L L^H``), the other triangle
-    zeroed. Raises LinAlgError for a matrix that is not positive definite, ValueError for a
-    non-square or (with ``check_finite``) non-finite input. Other dtypes and stacks go to scipy.
-
-    With ``comm`` the call is collective (see ``tuned_gemm``): the root passes ``a`` and gets the
-    factor, other ranks pass None and get None; errors are raised on every rank.
-    """
+def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
+    """``tuned_cholesky`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         from autotune.distributed.api import distributed_cholesky
 
@@ -234,15 +187,12 @@ def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_fini
     cand = dec = None
     if n >= MIN_TUNED_SIZE or config is not None:
         cand, dec = _decide("cholesky", (n,), config, explain)
+        if dec is not None and cand is not None:
+            _remember_cholesky(cand, n, overwrite_a, type(a) is np.ndarray and not explain)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:
             return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=False)
-    elif (not overwrite_a and cand.algorithm == "potrf" and cand.backend == "scipy-openblas"
-          and backends.get(cand.backend).get_threads() == cand.threads):
-        if dec is not None and learn.enabled():
-            return _observed(dec, lambda: linalg.cholesky(a1, lower=lower, check_finite=False))
-        return linalg.cholesky(a1, lower=lower, check_finite=False)   # scipy's own call: this very candidate
     in_place = overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and (
         a1.flags.f_contiguous or a1.flags.c_contiguous)
     w = a1 if in_place else np.array(a1, dtype=_F64, order="C" if a1.flags.c_contiguous else "F")
@@ -256,7 +206,17 @@ def tuned_cholesky(a, lower: bool = False, overwrite_a: bool = False, check_fini
         raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     if info < 0:
         raise ValueError(f"LAPACK reported an illegal value in {-info}-th argument on entry to \"POTRF\".")
-    from autotune.kernels._matadd import zero_triangle
-
     zero_triangle(wf, lo)
     return w
+
+
+def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool) -> None:
+    """Let the C hot path run this order's choice (switching the library's threads in C)."""
+    be = backends.get(cand.backend)
+    if hot and not overwrite_a and not learn.enabled() and (be.thread_addresses or be.set_threads is None):
+        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads)
+
+
+_front.configure(get_options, _gemm, _cholesky, np.matmul, zero_triangle, FAST_PATH_SECONDS)
+tuned_gemm = _front.tuned_gemm
+tuned_cholesky = _front.tuned_cholesky

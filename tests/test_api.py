@@ -307,9 +307,41 @@ def test_gemm_fast_path_follows_options(db):
     a = np.random.default_rng(0).standard_normal((64, 64))
     np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
     np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
-    remembered = api._numpy_shapes.hit(a.shape + a.shape)
+    remembered = api._front.remembered(a.shape + a.shape)
     with autotune.options(threads=1):
-        assert not api._numpy_shapes.hit(a.shape + a.shape)
+        assert not api._front.remembered(a.shape + a.shape)
         np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
     assert remembered == (choose("gemm", (64, 64, 64), load_sp(str(db)), autotune.get_options().thread_budget)
                           .chosen.backend == "numpy-openblas")
+
+
+def test_cholesky_hot_path_keeps_the_contract(db):
+    """A remembered order runs in C: same factor, errors and library thread counts as the Python path."""
+    from threadpoolctl import threadpool_info
+
+    from autotune import api
+
+    rng = np.random.default_rng(1)
+    g = rng.standard_normal((64, 64))
+    s = g @ g.T + 64 * np.eye(64)
+    tuned_cholesky(s)
+    assert api._front.remembered_cholesky(64)
+    threads = [i["num_threads"] for i in threadpool_info()]
+    for order in "CF":
+        for lower in (False, True):
+            x = np.array(s, order=order)
+            np.testing.assert_allclose(tuned_cholesky(x, lower=lower), sl.cholesky(x, lower=lower),
+                                       rtol=1e-12, atol=1e-12)
+            np.testing.assert_array_equal(x, s)               # input untouched
+    assert [i["num_threads"] for i in threadpool_info()] == threads
+    bad = s.copy()
+    bad[3, 5] = np.nan
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        tuned_cholesky(bad)
+    indefinite = s.copy()
+    indefinite[10, 10] = -1.0
+    with pytest.raises(np.linalg.LinAlgError):
+        tuned_cholesky(indefinite)
+    with autotune.options(threads=1):
+        assert not api._front.remembered_cholesky(64)
+

@@ -42,6 +42,19 @@ def symbol_addresses(lib: ctypes.CDLL, template: str) -> dict[str, int]:
     return out
 
 
+def openblas_thread_addresses(lib: ctypes.CDLL) -> tuple[int, int] | None:
+    """C addresses of OpenBLAS's set/get thread-count functions, whatever their symbol affixes."""
+    for prefix in ("scipy_", ""):
+        for suffix in ("64_", "_64", ""):
+            try:
+                set_fn = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}")
+                get_fn = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}")
+            except AttributeError:
+                continue
+            return (ctypes.cast(set_fn, ctypes.c_void_p).value, ctypes.cast(get_fn, ctypes.c_void_p).value)
+    return None
+
+
 def find_library(pattern: str) -> str:
     """First file matching a glob pattern; BackendUnavailable when none does."""
     hits = sorted(glob.glob(pattern))

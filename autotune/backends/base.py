@@ -45,6 +45,8 @@ class Backend:
     get_threads: Callable[[], int] | None = None
     int_dtype: str = "int32"
     native_repeat: bool = False  # every op takes ``repeat=`` and loops outside Python
+    # C addresses of ``void set(int)`` / ``int get(void)`` for the thread count (hot paths), or None
+    thread_addresses: tuple[int, int] | None = None
     extra: dict = field(default_factory=dict)
 
     @property

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from ._loader import find_library, scipy_addresses, symbol_addresses, threadpool_setter
+from ._loader import find_library, openblas_thread_addresses, scipy_addresses, symbol_addresses, threadpool_setter
 from .base import Backend, package_info
 
 
@@ -49,13 +49,15 @@ def numpy_openblas() -> Backend:
     from autotune.kernels._blas_ilp64 import DRIVERS, BlasTable
 
     path = _numpy_lib_path()
-    table = BlasTable(symbol_addresses(ctypes.CDLL(path), "scipy_{}_64_"))
+    lib = ctypes.CDLL(path)
+    table = BlasTable(symbol_addresses(lib, "scipy_{}_64_"))
     ops = {r: getattr(table, r) for r in (*table.addresses, *DRIVERS)}
     ops["add"] = _numpy_add
     setter, getter = threadpool_setter(path)
     info = _openblas_info("numpy-openblas", path, "scipy_{}64_")
     info.update(package_info("numpy"))
-    return Backend("numpy-openblas", ops, info, setter, getter, int_dtype="int64", native_repeat=True)
+    return Backend("numpy-openblas", ops, info, setter, getter, int_dtype="int64", native_repeat=True,
+                   thread_addresses=openblas_thread_addresses(lib))
 
 
 def scipy_openblas() -> Backend:
@@ -70,4 +72,5 @@ def scipy_openblas() -> Backend:
     setter, getter = threadpool_setter(path)
     info = _openblas_info("scipy-openblas", path, "scipy_{}")
     info.update(package_info("scipy"))
-    return Backend("scipy-openblas", ops, info, setter, getter, int_dtype="int32", native_repeat=True)
+    return Backend("scipy-openblas", ops, info, setter, getter, int_dtype="int32", native_repeat=True,
+                   thread_addresses=openblas_thread_addresses(ctypes.CDLL(path)))

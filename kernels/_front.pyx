@@ -1,0 +1,191 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The hot paths of ``tuned_gemm`` and ``tuned_cholesky`` in C.
+
+A remembered decision runs here without the Python layer: a product whose choice is numpy's own
+``matmul`` (plain ``a @ b`` of 2-D float64 ndarrays) costs one set lookup, and a Cholesky of a
+remembered order is checked, copied, factored by its kernel and cleaned in one C function. At
+n = 64 a product takes ~15 µs and a Cholesky ~10 µs, so the Python layer's checks and decision
+lookup (2-10 µs between kernel calls, caches cold) would be a large tax. Anything else goes to the
+Python implementations given to ``configure``. What is remembered is forgotten when the options
+object changes or ``seconds`` pass (so database, learning and thread changes are seen again).
+"""
+cimport numpy as cnp
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+cnp.import_array()
+
+cdef set _shapes = set()
+cdef dict _chol = {}
+cdef object _opts = None
+cdef double _expiry = 0.0
+cdef double _period = 1.0
+cdef object _get_options = None
+cdef object _slow = None
+cdef object _slow_chol = None
+cdef object _zero = None
+cdef object _matmul = None
+
+
+ctypedef void (*set_threads_t)(int) noexcept nogil
+ctypedef int (*get_threads_t)() noexcept nogil
+
+
+cdef class _Kernel:
+    """A remembered Cholesky choice: ``run(w, lower) -> info`` at ``threads`` library threads,
+    switched through the library's own C setter (None addresses: the count is not controllable)."""
+    cdef object run
+    cdef set_threads_t set_threads
+    cdef get_threads_t get_threads
+    cdef int threads
+
+    def __init__(self, run, addresses, int threads):
+        self.run, self.threads = run, threads
+        self.set_threads = NULL
+        self.get_threads = NULL
+        if addresses is not None:
+            self.set_threads = <set_threads_t><size_t>addresses[0]
+            self.get_threads = <get_threads_t><size_t>addresses[1]
+
+    cdef int call(self, w, bint lower) except? -1:
+        cdef int before
+        if self.set_threads == NULL:
+            return self.run(w, lower)
+        before = self.get_threads()
+        if before == self.threads:
+            return self.run(w, lower)
+        self.set_threads(self.threads)
+        try:
+            return self.run(w, lower)
+        finally:
+            self.set_threads(before)
+
+
+cdef double _now() noexcept:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + 1e-9 * ts.tv_nsec
+
+
+def configure(get_options, slow_gemm, slow_cholesky, matmul, zero_triangle, double seconds) -> None:
+    """Install the options getter, the full Python implementations, numpy's matmul and the
+    triangle-zeroing kernel."""
+    global _get_options, _slow, _slow_chol, _matmul, _zero, _period
+    _get_options, _slow, _slow_chol, _matmul, _zero = get_options, slow_gemm, slow_cholesky, matmul, zero_triangle
+    _period = seconds
+    forget()
+
+
+cdef void _renew():
+    """Start a new trust period when the options changed or the last one ran out."""
+    global _opts, _expiry
+    opts = _get_options()
+    if opts is not _opts or _now() >= _expiry:
+        _shapes.clear()
+        _chol.clear()
+        _opts, _expiry = opts, _now() + _period
+
+
+cdef inline bint _fresh():
+    return _get_options() is _opts and _now() < _expiry
+
+
+def remember(tuple key) -> None:
+    """Shape key ``a.shape + b.shape`` whose choice is numpy's own call under the current options."""
+    _renew()
+    _shapes.add(key)
+
+
+def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads) -> None:
+    """Order ``n`` whose choice is ``run(w, lower) -> info`` with the library at ``threads`` threads
+    (``thread_addresses``: C set/get functions of its thread count, or None)."""
+    _renew()
+    _chol[n] = _Kernel(run, thread_addresses, threads)
+
+
+def forget() -> None:
+    global _opts
+    _shapes.clear()
+    _chol.clear()
+    _opts = None
+
+
+def remembered(tuple key) -> bool:
+    """Would a product with shape key ``key`` take the hot path now?"""
+    return key in _shapes and _fresh()
+
+
+def remembered_cholesky(Py_ssize_t n) -> bool:
+    """Would a Cholesky of order ``n`` take the hot path now?"""
+    return n in _chol and _fresh()
+
+
+cdef inline bint _plain_f64(object x):
+    return (type(x) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>x) == 2
+            and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_DOUBLE)
+
+
+def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False, out=None,
+               config=None, explain=False, comm=None, root=0):
+    """``alpha op(a) op(b) + beta c`` with the measured-fastest configuration; ``a @ b`` by default.
+
+    Accepts what ``numpy.matmul`` accepts and returns the same values, dtypes and errors; only
+    2-D float64 products are tuned (others defer to numpy). ``c`` is read only when ``beta != 0``;
+    pass ``out=c`` to update it in place, BLAS style. ``config`` forces a candidate (a
+    ``Candidate`` or dict of its fields); ``explain=True`` prints the ranked candidates.
+
+    With ``comm`` (an mpi4py communicator) the call is collective: the ``root`` rank passes a and
+    b and receives the result, the other ranks pass None and get None; the plan (algorithm,
+    processes, grid, block, threads per rank) is chosen from measured communication costs, or
+    forced with ``config=`` (a ``Plan`` or dict of its fields).
+    """
+    cdef cnp.npy_intp *da
+    cdef cnp.npy_intp *db
+    if (c is None and out is None and config is None and comm is None and _plain_f64(a) and _plain_f64(b)
+            and not (trans_a or trans_b or explain) and alpha == 1.0 and beta == 0.0):
+        da = cnp.PyArray_DIMS(<cnp.ndarray>a)
+        db = cnp.PyArray_DIMS(<cnp.ndarray>b)
+        if (da[0], da[1], db[0], db[1]) in _shapes and _fresh():
+            return _matmul(a, b)
+    return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root)
+
+
+cdef bint _all_finite(cnp.ndarray a) noexcept:
+    """No inf or NaN in a contiguous float64 array (exponent bits all ones), one vectorisable pass."""
+    cdef const unsigned long long *p = <const unsigned long long *>cnp.PyArray_DATA(a)
+    cdef Py_ssize_t i, size = cnp.PyArray_SIZE(a)
+    cdef unsigned long long mask = 0x7ff0000000000000ULL, bad = 0
+    for i in range(size):
+        bad |= (p[i] & mask) == mask
+    return bad == 0
+
+
+def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, config=None, explain=False,
+                   comm=None, root=0):
+    """Cholesky factor with the contract of ``scipy.linalg.cholesky``, tuned for 2-D float64.
+
+    Returns upper ``U`` with ``a = U^H U`` (or lower ``L`` with ``a = L L^H``), the other triangle
+    zeroed. Raises LinAlgError for a matrix that is not positive definite, ValueError for a
+    non-square or (with ``check_finite``) non-finite input. Other dtypes and stacks go to scipy.
+
+    With ``comm`` the call is collective (see ``tuned_gemm``): the root passes ``a`` and gets the
+    factor, other ranks pass None and get None; errors are raised on every rank.
+    """
+    cdef cnp.ndarray x, w
+    cdef cnp.npy_intp *d
+    cdef bint c_order, lo
+    cdef _Kernel kernel
+    if config is None and comm is None and not explain and not overwrite_a and _plain_f64(a):
+        x = <cnp.ndarray>a
+        d = cnp.PyArray_DIMS(x)
+        kernel = _chol.get(d[0]) if d[0] == d[1] and (cnp.PyArray_IS_C_CONTIGUOUS(x)
+                                                      or cnp.PyArray_IS_F_CONTIGUOUS(x)) else None
+        if kernel is not None and _fresh() and (not check_finite or _all_finite(x)):
+            w = cnp.PyArray_NewCopy(x, cnp.NPY_ANYORDER)
+            c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
+            lo = (not lower) if c_order else bool(lower)   # a C buffer is the transpose in Fortran order
+            wf = w.T if c_order else w
+            if kernel.call(wf, lo) == 0:
+                _zero(wf, lo)
+                return w
+    # Anything else, including a failed factorisation (the Python path raises the right error).
+    return _slow_chol(a, lower, overwrite_a, check_finite, config, explain, comm, root)
