@@ -181,8 +181,6 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
     if a1.ndim != 2 or not (a1.dtype == _F64 or a1.dtype.kind in "biu") or a1.shape[0] == 0 \
             or a1.shape[0] != a1.shape[1]:
         return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
-    if check_finite and not np.isfinite(a1).all():
-        raise ValueError("array must not contain infs or NaNs")
     n = a1.shape[0]
     cand = dec = None
     if n >= MIN_TUNED_SIZE or config is not None:
@@ -192,10 +190,8 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:
-            return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=False)
-    in_place = overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and (
-        a1.flags.f_contiguous or a1.flags.c_contiguous)
-    w = a1 if in_place else np.array(a1, dtype=_F64, order="C" if a1.flags.c_contiguous else "F")
+            return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
     wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
     if dec is not None and learn.enabled():
@@ -206,8 +202,24 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
         raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     if info < 0:
         raise ValueError(f"LAPACK reported an illegal value in {-info}-th argument on entry to \"POTRF\".")
-    zero_triangle(wf, lo)
+    if not clean:
+        zero_triangle(wf, lo)
     return w
+
+
+def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_finite: bool) -> tuple[np.ndarray, bool]:
+    """The float64 buffer to factor in place (``a`` itself when allowed) and whether its unused
+    triangle is already zero; ValueError for inf/NaN when ``check_finite``."""
+    contiguous = a1.flags.f_contiguous or a1.flags.c_contiguous
+    if overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and contiguous:
+        w, clean = a1, False
+    elif a1.dtype == _F64 and contiguous:
+        w, clean = _front.prepare_cholesky(a1, lower, check_finite), True
+    else:
+        w, clean = np.array(a1, dtype=_F64, order="C" if a1.flags.c_contiguous else "F"), False
+    if w is None or (check_finite and not clean and not np.isfinite(w).all()):
+        raise ValueError("array must not contain infs or NaNs")
+    return w, clean
 
 
 def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool) -> None:
@@ -217,6 +229,6 @@ def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool) ->
         _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads)
 
 
-_front.configure(get_options, _gemm, _cholesky, np.matmul, zero_triangle, FAST_PATH_SECONDS)
+_front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS)
 tuned_gemm = _front.tuned_gemm
 tuned_cholesky = _front.tuned_cholesky

@@ -22,7 +22,6 @@ cdef double _period = 1.0
 cdef object _get_options = None
 cdef object _slow = None
 cdef object _slow_chol = None
-cdef object _zero = None
 cdef object _matmul = None
 
 
@@ -66,11 +65,10 @@ cdef double _now() noexcept:
     return ts.tv_sec + 1e-9 * ts.tv_nsec
 
 
-def configure(get_options, slow_gemm, slow_cholesky, matmul, zero_triangle, double seconds) -> None:
-    """Install the options getter, the full Python implementations, numpy's matmul and the
-    triangle-zeroing kernel."""
-    global _get_options, _slow, _slow_chol, _matmul, _zero, _period
-    _get_options, _slow, _slow_chol, _matmul, _zero = get_options, slow_gemm, slow_cholesky, matmul, zero_triangle
+def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds) -> None:
+    """Install the options getter, the full Python implementations and numpy's matmul."""
+    global _get_options, _slow, _slow_chol, _matmul, _period
+    _get_options, _slow, _slow_chol, _matmul = get_options, slow_gemm, slow_cholesky, matmul
     _period = seconds
     forget()
 
@@ -149,14 +147,63 @@ def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=Fals
     return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root)
 
 
-cdef bint _all_finite(cnp.ndarray a) noexcept:
-    """No inf or NaN in a contiguous float64 array (exponent bits all ones), one vectorisable pass."""
-    cdef const unsigned long long *p = <const unsigned long long *>cnp.PyArray_DATA(a)
-    cdef Py_ssize_t i, size = cnp.PyArray_SIZE(a)
-    cdef unsigned long long mask = 0x7ff0000000000000ULL, bad = 0
-    for i in range(size):
-        bad |= (p[i] & mask) == mask
-    return bad == 0
+cdef inline unsigned long long _copy_span(const double *src, double *dst, Py_ssize_t count) noexcept nogil:
+    """Copy ``count`` doubles; non-zero if one is inf/NaN (exponent bits all ones)."""
+    cdef const unsigned long long *bits = <const unsigned long long *>src
+    cdef unsigned long long bad = 0
+    cdef Py_ssize_t i
+    for i in range(count):
+        dst[i] = src[i]
+        bad |= (bits[i] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL
+    return bad
+
+
+cdef inline unsigned long long _zero_span(const double *src, double *dst, Py_ssize_t count) noexcept nogil:
+    """Write ``count`` zeros; non-zero if one of the skipped source values is inf/NaN."""
+    cdef const unsigned long long *bits = <const unsigned long long *>src
+    cdef unsigned long long bad = 0
+    cdef Py_ssize_t i
+    for i in range(count):
+        dst[i] = 0.0
+        bad |= (bits[i] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL
+    return bad
+
+
+cdef object _prepare(cnp.ndarray x, bint lower, bint check_finite):
+    """One pass over a contiguous square float64 ``x``: a new array of the same memory order
+    holding the triangle the factor needs and zeros in the other, or None if ``check_finite``
+    and some entry (either triangle, as scipy checks) is inf/NaN."""
+    cdef Py_ssize_t n = cnp.PyArray_DIMS(x)[0], u, cut
+    cdef cnp.ndarray w = cnp.PyArray_EMPTY(2, cnp.PyArray_DIMS(x), cnp.NPY_DOUBLE,
+                                           0 if cnp.PyArray_IS_C_CONTIGUOUS(x) else 1)
+    cdef const double *src = <const double *>cnp.PyArray_DATA(x)
+    cdef double *dst = <double *>cnp.PyArray_DATA(w)
+    cdef unsigned long long bad = 0
+    # Memory rows u hold logical rows (C order) or columns (F order); the kept entries of a row
+    # lie at or after position u when the kept triangle is upper-in-memory, else up to u.
+    cdef bint keep_tail = (not lower) if cnp.PyArray_IS_C_CONTIGUOUS(x) else bool(lower)
+    with nogil:
+        for u in range(n):
+            if keep_tail:
+                cut = u
+                bad |= _zero_span(src + u * n, dst + u * n, cut)
+                bad |= _copy_span(src + u * n + cut, dst + u * n + cut, n - cut)
+            else:
+                cut = u + 1
+                bad |= _copy_span(src + u * n, dst + u * n, cut)
+                bad |= _zero_span(src + u * n + cut, dst + u * n + cut, n - cut)
+    if check_finite and bad:
+        return None
+    return w
+
+
+def prepare_cholesky(a, lower, check_finite):
+    """Python access to the one-pass check, copy and clean of a contiguous square float64 array."""
+    cdef cnp.ndarray x = a
+    if not (_plain_f64(x) and x.shape[0] == x.shape[1]
+            and (cnp.PyArray_IS_C_CONTIGUOUS(x) or cnp.PyArray_IS_F_CONTIGUOUS(x))):
+        raise ValueError("prepare_cholesky needs a contiguous square float64 array")
+    return _prepare(x, bool(lower), bool(check_finite))
 
 
 def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, config=None, explain=False,
@@ -179,13 +226,11 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
         d = cnp.PyArray_DIMS(x)
         kernel = _chol.get(d[0]) if d[0] == d[1] and (cnp.PyArray_IS_C_CONTIGUOUS(x)
                                                       or cnp.PyArray_IS_F_CONTIGUOUS(x)) else None
-        if kernel is not None and _fresh() and (not check_finite or _all_finite(x)):
-            w = cnp.PyArray_NewCopy(x, cnp.NPY_ANYORDER)
+        w = _prepare(x, bool(lower), bool(check_finite)) if kernel is not None and _fresh() else None
+        if w is not None:
             c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
             lo = (not lower) if c_order else bool(lower)   # a C buffer is the transpose in Fortran order
-            wf = w.T if c_order else w
-            if kernel.call(wf, lo) == 0:
-                _zero(wf, lo)
+            if kernel.call(w.T if c_order else w, lo) == 0:
                 return w
     # Anything else, including a failed factorisation (the Python path raises the right error).
     return _slow_chol(a, lower, overwrite_a, check_finite, config, explain, comm, root)

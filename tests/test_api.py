@@ -345,3 +345,18 @@ def test_cholesky_hot_path_keeps_the_contract(db):
     with autotune.options(threads=1):
         assert not api._front.remembered_cholesky(64)
 
+
+
+@pytest.mark.parametrize("order", "CF")
+@pytest.mark.parametrize("lower", [False, True])
+def test_prepare_cholesky_one_pass(order, lower):
+    """The fused check/copy/clean keeps the factor's triangle, zeros the other, sees NaN in either."""
+    from autotune.kernels._front import prepare_cholesky
+
+    x = np.array(np.arange(1.0, 26.0).reshape(5, 5), order=order)
+    w = prepare_cholesky(x, lower, True)
+    np.testing.assert_array_equal(w, np.tril(x) if lower else np.triu(x))
+    assert w.flags.c_contiguous == x.flags.c_contiguous and not np.shares_memory(w, x)
+    x[(0, 4) if lower else (4, 0)] = np.inf            # in the triangle the factor never reads
+    assert prepare_cholesky(x, lower, True) is None
+    assert prepare_cholesky(x, lower, False) is not None
