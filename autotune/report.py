@@ -314,8 +314,13 @@ def _dist_section(sp, path: Path, out: Path, cores: int) -> str:
 
 # -- Akaike weights ---------------------------------------------------------------------------------
 
+MAX_AKAIKE_SERIES = 12   # fitted entries drawn (the page stays readable with ~100 in the database)
+
 def _weights(entry) -> list[tuple[str, float]]:
     """(term set, Akaike weight) pairs of a fitted entry, if it carries a model selection."""
+    raw = getattr(entry, "akaike", None)
+    if isinstance(raw, str) and raw not in ("", "{}"):
+        return [(" + ".join(names), float(w)) for names, w in json.loads(raw).get("sets", [])]
     sel = entry.get("selection") if isinstance(entry, dict) else getattr(entry, "selection", entry)
     ranked = getattr(sel, "ranked", None)
     if ranked:
@@ -331,6 +336,7 @@ def _weights(entry) -> list[tuple[str, float]]:
 def _akaike_section(fitted: dict, out: Path) -> str:
     parts = ["<h2>Akaike weights</h2>"]
     series = {str(k): w[:10] for k, e in fitted.items() if (w := _weights(e))}
+    series = dict(list(series.items())[:MAX_AKAIKE_SERIES])
     if not series:
         return "".join(parts) + _note("no fitted model selections in the database: nothing to weigh")
     plt = _plt()

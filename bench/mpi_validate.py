@@ -81,12 +81,13 @@ def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | No
             dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size),
                              available_cores(), allow_strassen=strassen)
             best = dec.ranking[0].seconds
-            ranked = [(r.plan, r.phases) for r in dec.ranking if r.seconds <= max_ratio * best]
+            ranked = [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking if r.seconds <= max_ratio * best]
         ranked = comm.bcast(ranked, root=0)
         rows = []
-        for plan, predicted in ranked:
+        for plan, predicted, model in ranked:
             measured = measure(family, plan, n, comm, reps, rng)
-            rows.append({"plan": str(plan), "predicted": predicted, "measured": measured})
+            rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm,
+                         "predicted": predicted, "model": model, "measured": measured})
             if comm.rank == 0:
                 print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
                       f"predicted {predicted['total'] * 1e3:.1f} ms", flush=True)
@@ -148,6 +149,8 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", default=None)
     p.add_argument("--strassen", action="store_true", help="also rank the Strassen plans (opt-in, as in the API)")
     p.add_argument("--smoke", action="store_true", help="one tiny problem, one rep (harness check)")
+    p.add_argument("--fit", action="store_true",
+                   help="fit phase factors (measured / analytical) from these runs and store them in the database")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     sizes, reps = (SMOKE_SIZES, 1) if args.smoke else (args.sizes, args.reps)
@@ -162,7 +165,27 @@ def main(argv=None) -> int:
         if args.markdown:
             with open(args.markdown, "w") as f:
                 f.write(markdown(results, summary))
+        if args.fit:
+            fit(results, args.db, comm.size)
     return 0
+
+
+def fit(results: list[dict], db: str | None, nprocs: int) -> None:
+    """Fit this platform's phase factors from the analytical phases of the runs and store them."""
+    from autotune.db import location
+    from autotune.db.comm import load_comm
+    from autotune.models.fitted_phases import fit_phase_factors, load_phase_factors, save_phase_factors
+
+    path = location.resolve(db)
+    key = load_comm(db, nprocs=nprocs).platform.get("key")
+    rows = [{**r, "predicted": r["model"]} for prob in results for r in prob["rows"]]
+    families = {r["family"] for r in rows}
+    kept = [f for f in load_phase_factors(path, key).factors if f.family not in families]
+    factors = kept + fit_phase_factors(rows)
+    save_phase_factors(path, key, factors, info={"sizes": sorted({p["n"] for p in results}), "nprocs": nprocs})
+    for f in factors:
+        print(f"fitted {f.family} {f.algorithm} {f.phase}: x{f.factor:.3f} from {f.points} runs "
+              f"(APE {f.ape_before:.1f}% -> {f.ape_after:.1f}%)")
 
 
 if __name__ == "__main__":

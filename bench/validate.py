@@ -22,7 +22,7 @@ import numpy as np
 from autotune.install_probe.validate import candidate_runner
 
 import autotune
-from autotune.select import rank
+from autotune.select import as_candidate, rank
 
 GEMM = [(n, n, n) for n in (200, 384, 700, 1024, 1500, 2048, 3000)] + [
     (2000, 200, 2000), (4000, 1000, 500), (500, 3000, 500), (3000, 64, 3000)]
@@ -64,8 +64,27 @@ def validate(routine: str, dims, threads: int, args, rng) -> dict:
     ran = [x for x in rows if "measured" in x]
     best = min(ran, key=lambda x: x["measured"])
     chosen = next(x for x in rows if x["config"] == dec.chosen.as_dict())
+    sequential = chosen["measured"] / best["measured"]
+    regret = 1.0 if best is chosen else paired_regret(routine, dims, dec.chosen, best["config"], args, rng)
     return {"routine": routine, "dims": list(dims), "threads": threads, "chosen": chosen["candidate"],
-            "best": best["candidate"], "regret": chosen["measured"] / best["measured"], "candidates": rows}
+            "best": best["candidate"], "regret": regret, "regret_sequential": sequential, "candidates": rows}
+
+
+def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> float:
+    """t(chosen) / t(best) re-timed side by side (A/B pairs, order alternating, median of the pair
+    ratios), so drift of this noisy machine between the sweep's candidates cannot fake a regret.
+    Below 1 (the sweep's "best" was a lucky draw) it counts as 1."""
+    runs = [candidate_runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
+    for run in runs:
+        run()
+    ratios = []
+    for i in range(max(3, args.pairs)):
+        if chosen.threads > 1 or best_config["threads"] > 1:
+            time.sleep(SETTLE_SECONDS / 3)
+        order = runs if i % 2 == 0 else runs[::-1]
+        t = {id(run): run() for run in order}
+        ratios.append(t[id(runs[0])] / t[id(runs[1])])
+    return max(1.0, float(np.median(ratios)))
 
 
 def summarise(results: list[dict], min_seconds: float = 1e-3) -> dict:
@@ -85,11 +104,14 @@ def markdown(results: list[dict], summary: dict) -> str:
     lines = [f"Problems: {summary['problems']}; candidates scored (predicted >= 1 ms): "
              f"{summary['candidates_scored']}; {ape}; within 5% of best: {summary['within_5pct']:.0%}; "
              f"mean regret {summary['regret_mean']:.3f} (max {summary['regret_max']:.3f})", "",
-             "| problem | threads | chosen | best measured | regret | median APE |", "|---|---:|---|---|---:|---:|"]
+             "Regret: chosen vs best re-timed side by side (A/B pairs); the sweep's sequential ratio beside it.", "",
+             "| problem | threads | chosen | best measured | regret | sequential | median APE |",
+             "|---|---:|---|---|---:|---:|---:|"]
     for r in results:
         apes = [c["ape"] for c in r["candidates"] if "ape" in c]
         lines.append(f"| {r['routine']} {'x'.join(map(str, r['dims']))} | {r['threads']} | {r['chosen']} | "
-                     f"{r['best']} | {r['regret']:.3f} | {np.median(apes):.1f}% |")
+                     f"{r['best']} | {r['regret']:.3f} | {r.get('regret_sequential', r['regret']):.3f} | "
+                     f"{np.median(apes):.1f}% |")
     return "\n".join(lines)
 
 
@@ -133,6 +155,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-ratio", type=float, default=6.0, help="skip candidates predicted slower than this x best")
     p.add_argument("--seconds", type=float, default=1.0, help="time budget per candidate")
     p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--pairs", type=int, default=7, help="A/B pairs re-timing chosen against best (regret)")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--out")
     p.add_argument("--markdown")

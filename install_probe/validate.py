@@ -11,6 +11,7 @@ is stored (``autotune.models.fitted``) with both models' errors and the reason.
 """
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -229,9 +230,10 @@ def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndar
     """Fit a polynomial in n to ``fit`` (terms by AICc, coefficients by the remodel cascade); score both models."""
     full = TermSet.polynomial(range(4))
     try:
-        termset = select_terms(fit.n, None, fit.t, full).best.termset
+        selection = select_terms(fit.n, None, fit.t, full)
+        termset, sigma, akaike = selection.best.termset, selection.best.sigma, _akaike_json(selection)
     except ValueError:                       # too few points for AICc: the leading term alone
-        termset = full.subset([full.leading])
+        termset, sigma, akaike = full.subset([full.leading]), float("nan"), "{}"
     rem = remodel(fit, (float(fit.n.min()), float(fit.n.max())), None, termset, check, tol, methods=methods)
     model = rem.model
     f_ape, f_phi = median_ape(model, check.n, None, check.t), phi_err(model, check.n, None, check.t)
@@ -241,7 +243,14 @@ def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndar
     why = f"{reason}; fitted APE {f_ape:.1f}% " + ("< analytical" if in_use else ">= analytical: not used")
     return FittedEntry.from_model(family, _key(cand), model, fitted_ape=f_ape, fitted_phi=f_phi, analytical_ape=a_ape,
                                   analytical_phi=a_phi, reason=why, in_use=in_use, check_n=check.n,
-                                  check_t=check.t, check_analytical=analytical, fit_n=fit.n, fit_t=fit.t)
+                                  check_t=check.t, check_analytical=analytical, fit_n=fit.n, fit_t=fit.t,
+                                  sigma=float(sigma), akaike=akaike)
+
+
+def _akaike_json(selection, top: int = 8) -> str:
+    """The AICc evidence kept with a fitted entry: the best sets' Akaike weights, term importances."""
+    sets = [[list(c.termset.names), round(float(c.weight), 6)] for c in selection.ranked[:top]]
+    return json.dumps({"sets": sets, "importances": {k: round(float(v), 6) for k, v in selection.importances.items()}})
 
 
 # ----------------------------------------------------------------------------- report

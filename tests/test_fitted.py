@@ -1,6 +1,7 @@
 """Fitted models (issue 5): storage round trip, never-raising load, selector override, validation step."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import h5py
@@ -46,6 +47,7 @@ def test_round_trip(db):
         np.testing.assert_array_equal(a.coefficients, b.coefficients)
         np.testing.assert_array_equal(a.check_t, b.check_t)
         assert (a.fitted_ape, a.analytical_ape, a.analytical_phi) == (b.fitted_ape, b.analytical_ape, b.analytical_phi)
+        assert b.akaike == a.akaike and np.isnan(b.sigma)
     assert got.predict(("blas", "numpy-openblas", 1, 0, 0), (64, 64, 64)) == pytest.approx(1e-9 * 64 ** 3)
     assert len(load(db).records) > 0                      # the BLAS records are kept
 
@@ -108,6 +110,12 @@ def test_validate_replaces_a_wrong_model(db):
     for e in used:
         assert e.fitted_ape < e.analytical_ape and e.analytical_ape > 30
     stored = load_fitted(db)
+    evidence = [json.loads(e.akaike) for e in stored.entries if e.akaike != "{}"]
+    assert evidence, "the AICc evidence (weights, importances) is kept with the fitted entries"
+    for ev in evidence:
+        weights = [w for _, w in ev["sets"]]
+        assert weights == sorted(weights, reverse=True) and 0 < sum(weights) <= 1 + 1e-9
+        assert max(ev["importances"].values()) <= 1 + 1e-9
     assert {e.key for e in stored.in_use} == {e.key for e in used}
     key = used[0].key
     cand = Candidate(*key)

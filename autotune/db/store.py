@@ -42,7 +42,7 @@ RECORD_DTYPE = np.dtype([
 COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across BLAS saves
 # Groups other parts write into the same file, carried over when the BLAS records are rewritten:
 # communication parameters, fitted models (autotune.models.fitted), learned corrections (autotune.learn).
-KEPT_GROUPS = frozenset({COMM_GROUP, "fitted", "learned"})
+KEPT_GROUPS = frozenset({COMM_GROUP, "contention", "fitted", "fitted_phases", "learned"})
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
 
 

@@ -71,6 +71,8 @@ class FittedEntry:
     check_analytical: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fit_n: np.ndarray = field(default_factory=lambda: np.zeros(0))
     fit_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sigma: float = float("nan")         # relative residual sigma of the AICc winner
+    akaike: str = "{}"                  # JSON: {"sets": [[term names, AICc weight], ...], "importances": {...}}
 
     def __post_init__(self) -> None:
         """Terms in TermSet's canonical order, coefficient columns permuted to match (one row per region)."""
@@ -184,7 +186,8 @@ def override(ranking_candidate, dims: Sequence[float], analytical_seconds: float
 # ----------------------------------------------------------------------------- storage
 
 _SCALARS = ("family", "algorithm", "backend", "threads", "param", "variant", "method", "fitted_ape", "fitted_phi",
-            "analytical_ape", "analytical_phi", "reason", "in_use", "timestamp")
+            "analytical_ape", "analytical_phi", "reason", "in_use", "timestamp", "sigma", "akaike")
+_OPTIONAL = {"sigma": float("nan"), "akaike": "{}"}   # absent in entries written before they were kept
 _ARRAYS = ("coefficients", "edges", "check_n", "check_t", "check_analytical", "fit_n", "fit_t")
 
 
@@ -211,8 +214,9 @@ def save_fitted(path: str | os.PathLike, entries: Sequence[FittedEntry], *, mach
 
 def _read_entry(sub) -> FittedEntry:
     """One entry from its HDF5 subgroup (KeyError/ValueError/TypeError if damaged)."""
-    kw = {name: sub.attrs[name] for name in _SCALARS}
-    for name in ("family", "algorithm", "backend", "method", "reason", "timestamp"):
+    kw = {name: sub.attrs[name] if name in sub.attrs or name not in _OPTIONAL else _OPTIONAL[name]
+          for name in _SCALARS}
+    for name in ("family", "algorithm", "backend", "method", "reason", "timestamp", "akaike"):
         kw[name] = kw[name].decode() if isinstance(kw[name], bytes) else str(kw[name])
     for name in ("threads", "param", "variant"):
         kw[name] = int(kw[name])

@@ -25,7 +25,8 @@ RANK_BACKEND = {"gemm": "numpy-openblas", "cholesky": "scipy-openblas"}
 @dataclass
 class DistRanked:
     plan: Plan
-    phases: dict[str, float]
+    phases: dict[str, float]                 # the prediction in use (fitted phase factors applied)
+    model: dict[str, float] | None = None    # the analytical model's phases (None: same as phases)
 
     @property
     def seconds(self) -> float:
@@ -92,9 +93,15 @@ def _models(family: str) -> dict:
     return MODELS
 
 
-def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp) -> dict[str, float]:
+def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True) -> dict[str, float]:
     """Phase times of one plan (the model of its algorithm), per-rank k slowed by the measured
-    contention of ``p x threads`` busy cores (``autotune.db.contention``)."""
+    contention of ``p x threads`` busy cores (``autotune.db.contention``), then scaled by the
+    platform's fitted phase factors (``models.fitted_phases``) unless ``fitted`` is False."""
+    return _fitted(family, plan, _analytical(family, dims, plan, sp, cp), sp, cp) if fitted else \
+        _analytical(family, dims, plan, sp, cp)
+
+
+def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp) -> dict[str, float]:
     from autotune.db.contention import ContendedSP, load_contention
 
     model = _models(family)[plan.algorithm]
@@ -102,6 +109,13 @@ def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp) -> dict[str,
     if cont.available and plan.p > 1:
         sp = ContendedSP(sp, cont, plan.p * plan.threads)
     return model(*dims, plan, sp, cp)
+
+
+def _fitted(family: str, plan: Plan, phases: dict[str, float], sp, cp) -> dict[str, float]:
+    from autotune.models.fitted_phases import load_phase_factors
+
+    factors = load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
+    return factors.apply(family, plan.algorithm, phases)
 
 
 def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
@@ -127,13 +141,13 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
     ranking = []
     if sp.table is not None:
         plan, phases = local_phases(family, dims, sp, cores, nprocs)
-        ranking.append(DistRanked(plan, phases))
+        ranking.append(DistRanked(plan, _fitted(family, plan, phases, sp, cp), phases))
     for plan in plans(family, dims, nprocs, cores):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
-        phases = predict(family, dims, plan, sp, cp)
-        if all(math.isfinite(v) for v in phases.values()):
-            ranking.append(DistRanked(plan, phases))
+        model = _analytical(family, dims, plan, sp, cp)
+        if all(math.isfinite(v) for v in model.values()):
+            ranking.append(DistRanked(plan, _fitted(family, plan, model, sp, cp), model))
     if not ranking:
         raise LookupError(f"no plan for {family} {dims} on {nprocs} ranks")
     ranking.sort(key=lambda r: r.seconds)

@@ -1,0 +1,132 @@
+"""Remodelled phases of the distributed models: measured/predicted factors per (algorithm, phase).
+
+The analytical distributed models (``models.distributed_gemm``/``distributed_cholesky``) compose
+probe-measured pieces; measured runs (``bench/mpi_validate.py --fit``) show systematic gaps per
+phase — Gatherv of a whole result, packing, waits in broadcasts, per-step overheads — that one
+factor per (algorithm, phase) captures (DESIGN §5's remodelling applied to phases). The factor
+is the geometric median of measured/predicted over the fitting runs, kept with its spread and
+the phase's APE before and after, per MPI platform in ``/fitted_phases/<platform key>``. Missing
+or damaged data means factor 1 (the analytical model), never an error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+GROUP = "fitted_phases"
+PHASE_NAMES = ("distribution", "communication", "compute", "collection")
+MIN_POINTS = 2          # a factor needs at least this many runs of its (algorithm, phase)
+MIN_SECONDS = 1e-4      # phases predicted or measured below this are too small to fit
+
+
+@dataclass(frozen=True)
+class PhaseFactor:
+    """Measured/predicted factor of one (family, algorithm, phase), with its evidence."""
+
+    family: str
+    algorithm: str
+    phase: str
+    factor: float
+    points: int
+    spread: float        # interquartile range of log(measured/predicted)
+    ape_before: float    # median APE of the analytical phase on the fitting runs (%)
+    ape_after: float     # median APE with the factor applied (%)
+
+
+def fit_phase_factors(rows: Iterable[dict]) -> list[PhaseFactor]:
+    """Factors from runs ``{"family", "algorithm", "predicted": {phase: s}, "measured": {phase: s}}``
+    (predicted = the analytical model); phases with fewer than MIN_POINTS usable runs are skipped."""
+    ratios: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for row in rows:
+        for phase in PHASE_NAMES:
+            p, m = row["predicted"].get(phase, 0.0), row["measured"].get(phase, 0.0)
+            if p > MIN_SECONDS and m > MIN_SECONDS:
+                ratios[row["family"], row["algorithm"], phase].append(m / p)
+    out = []
+    for (family, algorithm, phase), r in sorted(ratios.items()):
+        if len(r) < MIN_POINTS:
+            continue
+        logs = np.log(r)
+        factor = float(np.exp(np.median(logs)))
+        q1, q3 = np.percentile(logs, [25, 75])
+        out.append(PhaseFactor(family, algorithm, phase, factor, len(r), float(q3 - q1),
+                               _median_ape(1.0, r), _median_ape(factor, r)))
+    return out
+
+
+def _median_ape(factor: float, ratios: list[float]) -> float:
+    """Median APE (%) of ``factor x analytical`` against measured = ratio x analytical."""
+    return float(np.median(np.abs(factor / np.asarray(ratios) - 1.0)) * 100)
+
+
+class PhaseFactors:
+    """Lookup of fitted factors; 1 where none was fitted."""
+
+    def __init__(self, factors: Iterable[PhaseFactor] = ()):
+        self.factors = list(factors)
+        self._by_key = {(f.family, f.algorithm, f.phase): f.factor for f in self.factors}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_key)
+
+    def apply(self, family: str, algorithm: str, phases: dict[str, float]) -> dict[str, float]:
+        """``phases`` with each fitted phase scaled and the total recomputed."""
+        if not self._by_key:
+            return phases
+        out = {ph: phases.get(ph, 0.0) * self._by_key.get((family, algorithm, ph), 1.0) for ph in PHASE_NAMES}
+        out["total"] = sum(out.values())
+        return out
+
+
+def save_phase_factors(path: str | os.PathLike, key: str, factors: Iterable[PhaseFactor],
+                       info: dict | None = None) -> None:
+    """Write one platform's factors, keeping the rest of the database."""
+    from autotune.db.store import replace_group
+
+    rows = [f.__dict__ for f in factors]
+
+    def write(g) -> None:
+        g.attrs["factors"] = json.dumps(rows)
+        g.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        g.attrs["info"] = json.dumps(info or {}, sort_keys=True, default=str)
+
+    replace_group(path, GROUP, key, write)
+
+
+_CACHE: dict[tuple, PhaseFactors] = {}
+
+
+def load_phase_factors(path: str | os.PathLike | None, key: str | None) -> PhaseFactors:
+    """The platform's fitted factors, or none (the analytical models) when absent or unreadable."""
+    if path is None or key is None:
+        return PhaseFactors()
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return PhaseFactors()
+    ck = (str(path), st.st_mtime_ns, key)
+    if ck not in _CACHE:
+        _CACHE[ck] = _read(Path(path), key)
+    return _CACHE[ck]
+
+
+def _read(path: Path, key: str) -> PhaseFactors:
+    import h5py
+
+    try:
+        with h5py.File(path, "r", locking=False) as f:
+            if GROUP not in f or key not in f[GROUP]:
+                return PhaseFactors()
+            rows = json.loads(f[GROUP][key].attrs["factors"])
+        return PhaseFactors(PhaseFactor(**r) for r in rows)
+    except Exception as exc:   # damaged group: analytical models, one warning
+        warnings.warn(f"ignoring unreadable phase factors in {path}: {exc}", RuntimeWarning, stacklevel=3)
+        return PhaseFactors()

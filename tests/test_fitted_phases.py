@@ -1,0 +1,80 @@
+"""Fitted phase factors of the distributed models: fitting, storage, use in the plan ranking."""
+from __future__ import annotations
+
+import shutil
+import warnings
+
+import h5py
+import numpy as np
+import pytest
+
+from autotune.db.comm import CommParams
+from autotune.db.lookup import load_sp
+from autotune.distributed.plan import Plan
+from autotune.models.fitted_phases import (PhaseFactor, PhaseFactors, fit_phase_factors, load_phase_factors,
+                                           save_phase_factors)
+from autotune.select.distributed import predict, rank_plans
+
+
+def _row(alg, pred, meas, family="gemm"):
+    return {"family": family, "algorithm": alg, "predicted": pred, "measured": meas}
+
+
+def test_factor_is_the_geometric_median_and_reduces_the_error():
+    rng = np.random.default_rng(0)
+    rows = [_row("summa", {"compute": 1.0, "collection": 0.01},
+                 {"compute": 1.3 * np.exp(rng.normal(0, 0.03)), "collection": 0.05 * np.exp(rng.normal(0, 0.1))})
+            for _ in range(9)]
+    rows.append(_row("bsr", {"compute": 1.0}, {"compute": 0.9}))          # one run: no factor
+    got = {(f.algorithm, f.phase): f for f in fit_phase_factors(rows)}
+    assert set(got) == {("summa", "compute"), ("summa", "collection")}
+    assert got["summa", "compute"].factor == pytest.approx(1.3, rel=0.05)
+    assert got["summa", "collection"].factor == pytest.approx(5.0, rel=0.15)
+    for f in got.values():
+        assert f.points == 9 and f.ape_after < f.ape_before
+
+
+def test_apply_scales_fitted_phases_and_recomputes_the_total():
+    f = PhaseFactors([PhaseFactor("gemm", "summa", "collection", 4.0, 3, 0.1, 75.0, 5.0)])
+    out = f.apply("gemm", "summa", {"distribution": 1.0, "communication": 0.0, "compute": 2.0,
+                                    "collection": 0.5, "total": 3.5})
+    assert out["collection"] == 2.0 and out["total"] == pytest.approx(5.0)
+    same = {"compute": 1.0, "total": 1.0}
+    assert f.apply("gemm", "bsr", same)["total"] == 1.0
+    assert PhaseFactors().apply("gemm", "summa", same) is same
+
+
+class _Platform(CommParams):
+    @property
+    def platform(self) -> dict:
+        return {"key": "test-P4", "P": 4, "source": "test"}
+
+
+def test_stored_factors_change_the_prediction_and_the_ranking(tiny_db, tmp_path):
+    path = tmp_path / "db.h5"
+    shutil.copy(tiny_db, path)
+    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    plan = Plan("summa", 2, 1, 2, b=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        before = predict("gemm", (512, 512, 512), plan, sp, cp)
+        save_phase_factors(path, "test-P4", [PhaseFactor("gemm", "summa", "compute", 3.0, 4, 0.1, 66.0, 3.0)])
+        after = predict("gemm", (512, 512, 512), plan, sp, cp)
+        analytical = predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False)
+        dec = rank_plans("gemm", (512, 512, 512), 4, sp, cp, cores=4)
+    assert after["compute"] == pytest.approx(3.0 * before["compute"])
+    assert analytical == before
+    summa = [r for r in dec.ranking if r.plan.algorithm == "summa"]
+    assert summa and all(r.phases["compute"] == pytest.approx(3.0 * r.model["compute"]) for r in summa)
+
+
+def test_missing_or_damaged_factors_mean_the_analytical_model(tmp_path, tiny_db):
+    assert not load_phase_factors(tmp_path / "absent.h5", "k")
+    path = tmp_path / "db.h5"
+    shutil.copy(tiny_db, path)
+    save_phase_factors(path, "k", [PhaseFactor("gemm", "bsr", "compute", 1.1, 2, 0.0, 10.0, 1.0)])
+    assert load_phase_factors(path, "k") and not load_phase_factors(path, "other")
+    with h5py.File(path, "a") as f:
+        f["fitted_phases/k"].attrs["factors"] = "not json"
+    with pytest.warns(RuntimeWarning, match="phase factors"):
+        assert not load_phase_factors(path, "k")
