@@ -259,15 +259,15 @@ def test_property_param_blend_within_range(lo, hi, param, qs):
 
 def test_drift_correction_divides_out_a_slow_spell():
     from autotune.db import RECORD_DTYPE
-    from autotune.db.lookup import SPTable, drift_corrected_k
+    from autotune.db.lookup import MAX_DRIFT_CORRECTION, SPTable, drift_corrected_k
 
     rec = np.zeros(11, RECORD_DTYPE)
     rec["routine"], rec["backend"], rec["threads"] = b"gemm", b"mkl", 1
     rec["dtype"], rec["pattern"] = b"float64", b"square"
     rec["x"] = 2 ** np.arange(5, 16)
     rec["run_id"] = b"r1"
-    rec["ref"] = [1.0] * 7 + [1.5] * 3 + [0.0]      # the machine ran 1.5x slow for points 7-9
-    rec["k"] = [1.0] * 7 + [1.5] * 3 + [2.0]        # ... which slowed them by the same factor
+    rec["ref"] = [1.0] * 7 + [1.1] * 3 + [0.0]      # the machine ran 1.1x slow for points 7-9
+    rec["k"] = [1.0] * 7 + [1.1] * 3 + [2.0]        # ... which slowed them by the same factor
     want = [1.0] * 10 + [2.0]                        # ref 0: no reference, left unchanged
     np.testing.assert_allclose(drift_corrected_k(rec), want)
     np.testing.assert_allclose(SPTable(rec).k("gemm", "mkl", 1, rec["x"][7:10]), 1.0)
@@ -275,3 +275,6 @@ def test_drift_correction_divides_out_a_slow_spell():
     np.testing.assert_allclose(drift_corrected_k(rec), want)
     rec["backend"][:5] = b"blis"
     np.testing.assert_allclose(drift_corrected_k(rec), want)
+    rec["ref"][7:10], rec["k"][7:10] = 2.0, 2.0       # a burst: corrected by at most the cap
+    got = drift_corrected_k(rec)[7:10]
+    np.testing.assert_allclose(got, 2.0 / MAX_DRIFT_CORRECTION)

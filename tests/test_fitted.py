@@ -114,8 +114,8 @@ def test_validate_replaces_a_wrong_model(db):
     assert evidence, "the AICc evidence (weights, importances) is kept with the fitted entries"
     for ev in evidence:
         weights = [w for _, w in ev["sets"]]
-        assert weights == sorted(weights, reverse=True) and 0 < sum(weights) <= 1 + 1e-9
-        assert max(ev["importances"].values()) <= 1 + 1e-9
+        assert weights == sorted(weights, reverse=True) and 0 < sum(weights) <= 1 + 1e-5   # 6 decimals kept
+        assert max(ev["importances"].values()) <= 1 + 1e-5
     assert {e.key for e in stored.in_use} == {e.key for e in used}
     key = used[0].key
     cand = Candidate(*key)

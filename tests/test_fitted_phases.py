@@ -11,8 +11,13 @@ import pytest
 from autotune.db.comm import CommParams
 from autotune.db.lookup import load_sp
 from autotune.distributed.plan import Plan
-from autotune.models.fitted_phases import (PhaseFactor, PhaseFactors, fit_phase_factors, load_phase_factors,
-                                           save_phase_factors)
+from autotune.models.fitted_phases import (
+    PhaseFactor,
+    PhaseFactors,
+    fit_phase_factors,
+    load_phase_factors,
+    save_phase_factors,
+)
 from autotune.select.distributed import predict, rank_plans
 
 

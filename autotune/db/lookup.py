@@ -28,6 +28,10 @@ DEFAULT_RATE = {3: 20e9, 2: 2e9, 1: 1e9}
 # Drift correction normalises each reference series to this low percentile of itself (the machine
 # at its least disturbed, robust to the reference's own timing noise).
 DRIFT_PERCENTILE = 10
+# ... by at most this factor either way: a reference re-timed inside a short burst says little about
+# the point measured seconds away (uncapped, one such reference made a 1-thread potrf 65 GFLOP/s,
+# above the core's 53 GFLOP/s peak).
+MAX_DRIFT_CORRECTION = 1.15
 
 
 def drift_corrected_k(records: np.ndarray) -> np.ndarray:
@@ -42,7 +46,8 @@ def drift_corrected_k(records: np.ndarray) -> np.ndarray:
     keys = np.char.add(np.char.add(records["run_id"], records["backend"]), records["threads"].astype("S4"))
     for key in np.unique(keys[ref > 0]):
         sel = (keys == key) & (ref > 0)
-        k[sel] *= np.percentile(ref[sel], DRIFT_PERCENTILE) / ref[sel]
+        factor = np.percentile(ref[sel], DRIFT_PERCENTILE) / ref[sel]
+        k[sel] *= np.clip(factor, 1.0 / MAX_DRIFT_CORRECTION, MAX_DRIFT_CORRECTION)
     return k
 
 
