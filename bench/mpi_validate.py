@@ -137,8 +137,6 @@ def markdown(results: list[dict], summary: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from mpi4py import MPI
-
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048])
@@ -151,7 +149,17 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="one tiny problem, one rep (harness check)")
     p.add_argument("--fit", action="store_true",
                    help="fit phase factors (measured / analytical) from these runs and store them in the database")
+    p.add_argument("--fit-from", nargs="+", metavar="JSON",
+                   help="fit phase factors from earlier --out files (no runs; no mpiexec needed)")
     args = p.parse_args(argv)
+    if args.fit_from:
+        for name in args.fit_from:
+            with open(name) as f:
+                results = json.load(f)["results"]
+            fit(results, args.db, results[0]["nprocs"])
+        return 0
+    from mpi4py import MPI
+
     comm = MPI.COMM_WORLD
     sizes, reps = (SMOKE_SIZES, 1) if args.smoke else (args.sizes, args.reps)
     with options(db=args.db):

@@ -4,9 +4,10 @@ The analytical distributed models (``models.distributed_gemm``/``distributed_cho
 probe-measured pieces; measured runs (``bench/mpi_validate.py --fit``) show systematic gaps per
 phase — Gatherv of a whole result, packing, waits in broadcasts, per-step overheads — that one
 factor per (algorithm, phase) captures (DESIGN §5's remodelling applied to phases). The factor
-is the geometric median of measured/predicted over the fitting runs, kept with its spread and
-the phase's APE before and after, per MPI platform in ``/fitted_phases/<platform key>``. Missing
-or damaged data means factor 1 (the analytical model), never an error.
+is the one with the lowest median APE over the fitting runs (none if no factor beats the
+analytical phase), kept with the spread of measured/predicted and the phase's APE before and
+after, per MPI platform in ``/fitted_phases/<platform key>``. Missing or damaged data means
+factor 1 (the analytical model), never an error.
 """
 from __future__ import annotations
 
@@ -55,11 +56,21 @@ def fit_phase_factors(rows: Iterable[dict]) -> list[PhaseFactor]:
         if len(r) < MIN_POINTS:
             continue
         logs = np.log(r)
-        factor = float(np.exp(np.median(logs)))
+        factor = _best_factor(r)
+        if factor == 1.0:
+            continue                                  # no factor beats the analytical phase
         q1, q3 = np.percentile(logs, [25, 75])
         out.append(PhaseFactor(family, algorithm, phase, factor, len(r), float(q3 - q1),
                                _median_ape(1.0, r), _median_ape(factor, r)))
     return out
+
+
+def _best_factor(ratios: list[float]) -> float:
+    """The factor with the lowest median APE: 1 (the analytical phase), the geometric median of
+    measured/predicted, or any observed ratio (APE is relative to the measured time, so with
+    widely spread ratios the geometric median can be worse than no factor at all)."""
+    options = [1.0, float(np.exp(np.median(np.log(ratios)))), *map(float, ratios)]
+    return min(options, key=lambda f: (_median_ape(f, ratios), abs(np.log(f))))
 
 
 def _median_ape(factor: float, ratios: list[float]) -> float:
