@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -86,7 +87,7 @@ def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | No
         rows = []
         for plan, predicted, model in ranked:
             measured = measure(family, plan, n, comm, reps, rng)
-            rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm,
+            rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm, "p": plan.p,
                          "predicted": predicted, "model": model, "measured": measured})
             if comm.rank == 0:
                 print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
@@ -178,6 +179,11 @@ def main(argv=None) -> int:
     return 0
 
 
+def _procs(plan: str) -> int:
+    """Process count from a plan's text (runs saved before rows carried it)."""
+    return int(re.search(r"\bp=(\d+)", plan).group(1))
+
+
 def fit(results: list[dict], db: str | None, nprocs: int) -> None:
     """Fit this platform's phase factors from the analytical phases of the runs and store them."""
     from autotune.db import location
@@ -186,13 +192,14 @@ def fit(results: list[dict], db: str | None, nprocs: int) -> None:
 
     path = location.resolve(db)
     key = load_comm(db, nprocs=nprocs).platform.get("key")
-    rows = [{**r, "predicted": r["model"]} for prob in results for r in prob["rows"]]
+    rows = [{**r, "predicted": r["model"], "p": r.get("p", _procs(r["plan"]))}
+            for prob in results for r in prob["rows"]]
     families = {r["family"] for r in rows}
     kept = [f for f in load_phase_factors(path, key).factors if f.family not in families]
     factors = kept + fit_phase_factors(rows)
     save_phase_factors(path, key, factors, info={"sizes": sorted({p["n"] for p in results}), "nprocs": nprocs})
     for f in factors:
-        print(f"fitted {f.family} {f.algorithm} {f.phase}: x{f.factor:.3f} from {f.points} runs "
+        print(f"fitted {f.family} {f.algorithm} {f.phase} p={f.p or 'any'}: x{f.factor:.3f} from {f.points} runs "
               f"(APE {f.ape_before:.1f}% -> {f.ape_after:.1f}%)")
 
 

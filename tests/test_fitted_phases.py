@@ -83,3 +83,13 @@ def test_missing_or_damaged_factors_mean_the_analytical_model(tmp_path, tiny_db)
         f["fitted_phases/k"].attrs["factors"] = "not json"
     with pytest.warns(RuntimeWarning, match="phase factors"):
         assert not load_phase_factors(path, "k")
+
+
+def test_per_process_count_factor_wins_over_the_pooled_one():
+    rows = [{**_row("cbsr", {"compute": 1.0}, {"compute": 1.0}), "p": 2} for _ in range(2)]
+    rows += [{**_row("cbsr", {"compute": 1.0}, {"compute": 2.0}), "p": 4} for _ in range(4)]
+    f = PhaseFactors(fit_phase_factors(rows))
+    assert f.factor("gemm", "cbsr", "compute", 4) == pytest.approx(2.0)
+    assert f.factor("gemm", "cbsr", "compute", 2) == 1.0            # fitted at p=2: no factor needed
+    assert f.factor("gemm", "cbsr", "compute", 3) == pytest.approx(2.0)   # pooled over p
+    assert f.apply("gemm", "cbsr", {"compute": 1.0}, p=4)["total"] == pytest.approx(2.0)

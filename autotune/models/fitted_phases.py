@@ -30,7 +30,8 @@ MIN_SECONDS = 1e-4      # phases predicted or measured below this are too small 
 
 @dataclass(frozen=True)
 class PhaseFactor:
-    """Measured/predicted factor of one (family, algorithm, phase), with its evidence."""
+    """Measured/predicted factor of one (family, algorithm, phase) at ``p`` processes (0: any p),
+    with its evidence."""
 
     family: str
     algorithm: str
@@ -40,28 +41,32 @@ class PhaseFactor:
     spread: float        # interquartile range of log(measured/predicted)
     ape_before: float    # median APE of the analytical phase on the fitting runs (%)
     ape_after: float     # median APE with the factor applied (%)
+    p: int = 0
 
 
 def fit_phase_factors(rows: Iterable[dict]) -> list[PhaseFactor]:
-    """Factors from runs ``{"family", "algorithm", "predicted": {phase: s}, "measured": {phase: s}}``
-    (predicted = the analytical model); phases with fewer than MIN_POINTS usable runs are skipped."""
-    ratios: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    """Factors from runs ``{"family", "algorithm", "p", "predicted": {phase: s}, "measured": {phase: s}}``
+    (predicted = the analytical model): one per (family, algorithm, phase) over all p, and one per
+    process count p where its runs allow (oversubscribed ranks behave unlike the others); groups
+    with fewer than MIN_POINTS usable runs are skipped."""
+    ratios: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for row in rows:
         for phase in PHASE_NAMES:
             p, m = row["predicted"].get(phase, 0.0), row["measured"].get(phase, 0.0)
             if p > MIN_SECONDS and m > MIN_SECONDS:
-                ratios[row["family"], row["algorithm"], phase].append(m / p)
+                for procs in {0, int(row.get("p", 0))}:
+                    ratios[row["family"], row["algorithm"], phase, procs].append(m / p)
     out = []
-    for (family, algorithm, phase), r in sorted(ratios.items()):
+    for (family, algorithm, phase, procs), r in sorted(ratios.items()):
         if len(r) < MIN_POINTS:
             continue
         logs = np.log(r)
         factor = _best_factor(r)
-        if factor == 1.0:
-            continue                                  # no factor beats the analytical phase
+        if factor == 1.0 and procs == 0:
+            continue      # no factor beats the analytical phase (kept per p: it overrides the pooled one)
         q1, q3 = np.percentile(logs, [25, 75])
         out.append(PhaseFactor(family, algorithm, phase, factor, len(r), float(q3 - q1),
-                               _median_ape(1.0, r), _median_ape(factor, r)))
+                               _median_ape(1.0, r), _median_ape(factor, r), procs))
     return out
 
 
@@ -83,16 +88,21 @@ class PhaseFactors:
 
     def __init__(self, factors: Iterable[PhaseFactor] = ()):
         self.factors = list(factors)
-        self._by_key = {(f.family, f.algorithm, f.phase): f.factor for f in self.factors}
+        self._by_key = {(f.family, f.algorithm, f.phase, f.p): f.factor for f in self.factors}
 
     def __bool__(self) -> bool:
         return bool(self._by_key)
 
-    def apply(self, family: str, algorithm: str, phases: dict[str, float]) -> dict[str, float]:
+    def factor(self, family: str, algorithm: str, phase: str, p: int = 0) -> float:
+        """The factor fitted at ``p`` processes, else over all p, else 1."""
+        key = (family, algorithm, phase)
+        return self._by_key.get((*key, int(p)), self._by_key.get((*key, 0), 1.0))
+
+    def apply(self, family: str, algorithm: str, phases: dict[str, float], p: int = 0) -> dict[str, float]:
         """``phases`` with each fitted phase scaled and the total recomputed."""
         if not self._by_key:
             return phases
-        out = {ph: phases.get(ph, 0.0) * self._by_key.get((family, algorithm, ph), 1.0) for ph in PHASE_NAMES}
+        out = {ph: phases.get(ph, 0.0) * self.factor(family, algorithm, ph, p) for ph in PHASE_NAMES}
         out["total"] = sum(out.values())
         return out
 

@@ -115,7 +115,7 @@ def _fitted(family: str, plan: Plan, phases: dict[str, float], sp, cp) -> dict[s
     from autotune.models.fitted_phases import load_phase_factors
 
     factors = load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
-    return factors.apply(family, plan.algorithm, phases)
+    return factors.apply(family, plan.algorithm, phases, plan.p)
 
 
 def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
