@@ -9,8 +9,6 @@ The thesis measured dgemm with several simultaneous executions for exactly this 
 from __future__ import annotations
 
 import os
-import warnings
-from pathlib import Path
 
 import numpy as np
 
@@ -61,36 +59,16 @@ def save_contention(path: str | os.PathLike, key: str, p, n, t, info: dict | Non
     replace_group(path, GROUP, key, write)
 
 
-_CACHE: dict[tuple, Contention] = {}
-
-
 def load_contention(path: str | os.PathLike | None, key: str | None) -> Contention:
     """The platform's contention factors, or an empty ``Contention`` (factor 1) when absent."""
-    if path is None or key is None:
-        return Contention()
-    try:
-        st = Path(path).stat()
-        ck = (str(path), st.st_mtime_ns, key)
-    except OSError:
-        return Contention()
-    if ck not in _CACHE:
-        _CACHE[ck] = _read(Path(path), key)
-    return _CACHE[ck]
+    from .store import read_member
+
+    return read_member(path, GROUP, key, _parse, Contention, "contention data")
 
 
-def _read(path: Path, key: str) -> Contention:
-    import h5py
-
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            if GROUP not in f or key not in f[GROUP]:
-                return Contention()
-            g = f[GROUP][key]
-            pattern = [x.decode() for x in g["pattern"][...]] if "pattern" in g else None
-            return Contention(g["p"][...], g["n"][...], g["t"][...], pattern)
-    except Exception as exc:   # damaged group: no correction, one warning
-        warnings.warn(f"ignoring unreadable contention data in {path}: {exc}", RuntimeWarning, stacklevel=3)
-        return Contention()
+def _parse(g) -> Contention:
+    pattern = [x.decode() for x in g["pattern"][...]] if "pattern" in g else None
+    return Contention(g["p"][...], g["n"][...], g["t"][...], pattern)
 
 
 class ContendedSP:

@@ -238,3 +238,30 @@ def replace_group(path: str | os.PathLike, group: str, member: str, write) -> No
             g = dst.require_group(group)
             write(g.create_group(member))
 
+
+_MEMBER_CACHE: dict[tuple, object] = {}
+
+
+def read_member(path: str | os.PathLike | None, group: str, member: str | None, parse, empty, what: str):
+    """``parse(h5py.Group)`` of ``/group/member``, cached per file version; ``empty()`` when the
+    file or member is absent, and (with one RuntimeWarning naming ``what``) when it is unreadable.
+    Side data kept per platform (contention, fitted phase factors) is read this way: never raises."""
+    import warnings
+
+    import h5py
+
+    if path is None or member is None:
+        return empty()
+    try:
+        key = (str(path), Path(path).stat().st_mtime_ns, group, member)
+    except OSError:
+        return empty()
+    if key not in _MEMBER_CACHE:
+        try:
+            with h5py.File(path, "r", locking=False) as f:
+                found = group in f and member in f[group]
+                _MEMBER_CACHE[key] = parse(f[group][member]) if found else empty()
+        except Exception as exc:   # damaged: no correction, one warning
+            warnings.warn(f"ignoring unreadable {what} in {path}: {exc}", RuntimeWarning, stacklevel=3)
+            _MEMBER_CACHE[key] = empty()
+    return _MEMBER_CACHE[key]

@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -122,32 +120,12 @@ def save_phase_factors(path: str | os.PathLike, key: str, factors: Iterable[Phas
     replace_group(path, GROUP, key, write)
 
 
-_CACHE: dict[tuple, PhaseFactors] = {}
-
-
 def load_phase_factors(path: str | os.PathLike | None, key: str | None) -> PhaseFactors:
     """The platform's fitted factors, or none (the analytical models) when absent or unreadable."""
-    if path is None or key is None:
-        return PhaseFactors()
-    try:
-        st = Path(path).stat()
-    except OSError:
-        return PhaseFactors()
-    ck = (str(path), st.st_mtime_ns, key)
-    if ck not in _CACHE:
-        _CACHE[ck] = _read(Path(path), key)
-    return _CACHE[ck]
+    from autotune.db.store import read_member
+
+    return read_member(path, GROUP, key, _parse, PhaseFactors, "phase factors")
 
 
-def _read(path: Path, key: str) -> PhaseFactors:
-    import h5py
-
-    try:
-        with h5py.File(path, "r", locking=False) as f:
-            if GROUP not in f or key not in f[GROUP]:
-                return PhaseFactors()
-            rows = json.loads(f[GROUP][key].attrs["factors"])
-        return PhaseFactors(PhaseFactor(**r) for r in rows)
-    except Exception as exc:   # damaged group: analytical models, one warning
-        warnings.warn(f"ignoring unreadable phase factors in {path}: {exc}", RuntimeWarning, stacklevel=3)
-        return PhaseFactors()
+def _parse(g) -> PhaseFactors:
+    return PhaseFactors(PhaseFactor(**r) for r in json.loads(g.attrs["factors"]))
