@@ -93,3 +93,20 @@ def test_per_process_count_factor_wins_over_the_pooled_one():
     assert f.factor("gemm", "cbsr", "compute", 2) == 1.0            # fitted at p=2: no factor needed
     assert f.factor("gemm", "cbsr", "compute", 3) == pytest.approx(2.0)   # pooled over p
     assert f.apply("gemm", "cbsr", {"compute": 1.0}, p=4)["total"] == pytest.approx(2.0)
+
+
+def test_contention_round_trip_through_the_shared_reader(tmp_path, tiny_db):
+    """Contention data uses the same cached, never-raising reader as the phase factors."""
+    from autotune.db.contention import load_contention, save_contention
+
+    path = tmp_path / "db.h5"
+    shutil.copy(tiny_db, path)
+    assert not load_contention(path, "k").available
+    save_contention(path, "k", p=[1, 2, 1, 2], n=[256, 256, 1024, 1024], t=[1.0, 1.5, 2.0, 2.2])
+    c = load_contention(path, "k")
+    assert c.available and c.factor(2, 256) == pytest.approx(1.5) and c.factor(2, 1024) == pytest.approx(1.1)
+    assert c.factor(1, 512) == 1.0
+    with h5py.File(path, "a") as f:
+        del f["contention/k/t"]
+    with pytest.warns(RuntimeWarning, match="contention"):
+        assert not load_contention(path, "k").available
