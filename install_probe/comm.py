@@ -35,7 +35,6 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -165,23 +164,9 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
 
 def load_comm_profile(name_or_path: str) -> CommProfile:
     """``quick``/``standard`` (configs/comm-NAME.yaml) or a YAML file."""
-    import yaml
+    from .profile import read_profile_yaml
 
-    if name_or_path in BUILTIN:
-        text = resources.files("autotune.configs").joinpath(f"comm-{name_or_path}.yaml").read_text()
-        source = f"built-in comm profile {name_or_path!r}"
-    else:
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise CommProfileError(f"comm profile {name_or_path!r}: no such built-in profile "
-                                   f"({', '.join(BUILTIN)}) or file")
-        text, source = path.read_text(), str(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CommProfileError(f"{source}: malformed YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise CommProfileError(f"{source}: expected a mapping at top level")
+    data, source = read_profile_yaml(name_or_path, BUILTIN, "comm-{}.yaml", "comm profile", CommProfileError)
     return parse_comm_profile(data, source)
 
 

@@ -53,22 +53,29 @@ class Profile:
 
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name, or a YAML file by path; ProfileError on any problem."""
-    if name_or_path in BUILTIN:
-        text = resources.files("autotune.configs").joinpath(f"{name_or_path}.yaml").read_text()
-        source = f"built-in profile {name_or_path!r}"
+    data, source = read_profile_yaml(name_or_path, BUILTIN, "{}.yaml", "profile", ProfileError)
+    return parse_profile(data, source)
+
+
+def read_profile_yaml(name_or_path: str, builtin: tuple[str, ...], resource: str, kind: str,
+                      error: type[Exception]) -> tuple[dict, str]:
+    """(mapping, source) of a built-in ``kind`` (``resource.format(name)`` in autotune.configs)
+    or of a YAML file; ``error`` for an unknown name, a missing file, bad YAML or a non-mapping."""
+    if name_or_path in builtin:
+        text = resources.files("autotune.configs").joinpath(resource.format(name_or_path)).read_text()
+        source = f"built-in {kind} {name_or_path!r}"
     else:
         path = Path(name_or_path)
         if not path.is_file():
-            raise ProfileError(f"profile {name_or_path!r}: no such built-in profile "
-                               f"({', '.join(BUILTIN)}) or file")
+            raise error(f"{kind} {name_or_path!r}: no such built-in profile ({', '.join(builtin)}) or file")
         text, source = path.read_text(), str(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ProfileError(f"{source}: malformed YAML: {exc}") from exc
+        raise error(f"{source}: malformed YAML: {exc}") from exc
     if not isinstance(data, dict):
-        raise ProfileError(f"{source}: expected a mapping at top level")
-    return parse_profile(data, source)
+        raise error(f"{source}: expected a mapping at top level")
+    return data, source
 
 
 def parse_profile(data: dict, source: str = "<profile>") -> Profile:

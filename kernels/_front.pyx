@@ -31,7 +31,9 @@ ctypedef int (*get_threads_t)() noexcept nogil
 
 cdef class _Kernel:
     """A remembered Cholesky choice: ``run(w, lower) -> info`` at ``threads`` library threads,
-    switched through the library's own C setter (None addresses: the count is not controllable)."""
+    switched through the library's own C setter (None addresses: the count is not controllable).
+    ``call`` is the C twin of ``dispatch.layout.call_with_threads``, whose threadpoolctl round trip
+    costs microseconds per call."""
     cdef object run
     cdef set_threads_t set_threads
     cdef get_threads_t get_threads

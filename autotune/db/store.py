@@ -22,6 +22,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -246,8 +247,6 @@ def read_member(path: str | os.PathLike | None, group: str, member: str | None, 
     """``parse(h5py.Group)`` of ``/group/member``, cached per file version; ``empty()`` when the
     file or member is absent, and (with one RuntimeWarning naming ``what``) when it is unreadable.
     Side data kept per platform (contention, fitted phase factors) is read this way: never raises."""
-    import warnings
-
     import h5py
 
     if path is None or member is None:

@@ -16,7 +16,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def save_phase_factors(path: str | os.PathLike, key: str, factors: Iterable[Phas
     """Write one platform's factors, keeping the rest of the database."""
     from autotune.db.store import replace_group
 
-    rows = [f.__dict__ for f in factors]
+    rows = [asdict(f) for f in factors]
 
     def write(g) -> None:
         g.attrs["factors"] = json.dumps(rows)
