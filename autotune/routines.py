@@ -7,7 +7,7 @@ by the same flop count, so the two can never disagree on what was measured (DESI
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,6 +62,11 @@ class Pattern:
     doc: str
     shapes: dict[str, Callable[[int, float], Dims]]
     needs_param: bool = False
+    drivers: dict[str, str] = field(default_factory=dict)  # routine -> backend op timed, if not itself
+
+    def driver(self, routine: str) -> str:
+        """The backend operation the probe times for ``routine`` under this pattern."""
+        return self.drivers.get(routine, routine)
 
 
 def _i(v: float) -> int:
@@ -99,6 +104,10 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Pattern("view", "Strassen level: x-by-x quadrant views of a 2x-by-2x matrix", {
         "add": lambda x, _: {"m": x, "n": x},
     }),
+    Pattern("trail", "outer-product (axpy) Cholesky step on a trailing matrix of order x: pivot, "
+            "then axpys of lengths x-1..1 into its columns, streaming the triangle (x(x-1)/2 elements)", {
+        "axpy": lambda x, _: {"n": max(1, x * (x - 1) // 2)},
+    }, drivers={"axpy": "axpy_trail"}),
 )}
 
 SEGMENT_FRACTIONS = (1 / 8, 3 / 8, 5 / 8, 7 / 8)

@@ -123,6 +123,14 @@ def _axpy(be, d, rng):
     return Call(_op(be, "axpy", 1e-3, x, y))
 
 
+def _axpy_trail(be, d, rng):
+    # One step of the axpy Cholesky variant on an order-x trailing matrix (upper, as tuned_cholesky's
+    # default); x recovered from the pattern's element count x(x-1)/2.
+    x = int(round((1 + (1 + 8 * d["n"]) ** 0.5) / 2))
+    a = _spd(rng, x)
+    return _restoring(a, _op(be, "axpy_trail", a, False))
+
+
 def _add_square(be, d, rng):
     a, b, c = (_mat(rng, d["m"], d["n"]) for _ in range(3))
     return Call(_op(be, "add", a, b, c))
@@ -155,7 +163,7 @@ _BUILDERS = {
     ("syrk", "square"): _syrk_square, ("syrk", "panel"): _syrk_panel,
     ("trsm", "square"): _trsm_square, ("trsm", "panel"): _trsm_panel,
     ("gemv", "square"): _gemv_square, ("gemv", "segment"): _gemv_segment,
-    ("axpy", "square"): _axpy,
+    ("axpy", "square"): _axpy, ("axpy", "trail"): _axpy_trail,
     ("add", "square"): _add_square, ("add", "view"): _add_view,
     ("potrf", "square"): _chol("potrf"), ("potf2", "square"): _chol("potf2"),
     ("getrf", "square"): _getrf,

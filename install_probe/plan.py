@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.routines import ROUTINES, dims_of, flops
+from autotune.routines import PATTERNS, ROUTINES, dims_of, flops
 
 from .profile import Profile
 
@@ -52,7 +52,7 @@ def expand(profile: Profile, backends: dict, only: set[str] | None = None) -> li
                 if t > be.max_threads:
                     continue
                 for r in m.routines:
-                    if not be.supports(r) or (only and _excluded_routine(only, r)):
+                    if not be.supports(PATTERNS[m.pattern].driver(r)) or (only and _excluded_routine(only, r)):
                         continue
                     limit = m.max_size.get(b)
                     tasks.update(Task(b, t, r, m.pattern, p, x) for x in m.sizes for p in m.params

@@ -19,13 +19,16 @@ class ProfileError(ValueError):
 
 @dataclass(frozen=True)
 class Timing:
-    """Repetition policy: warm-up, min/max samples, the ±rel_tol stability rule, time caps."""
+    """Repetition policy: warm-up, min/max samples, the ±rel_tol stability rule, time caps, and
+    how many passes re-time the points shorter than ``repass_seconds`` (the fastest pass is kept)."""
 
     min_reps: int = 3
     max_reps: int = 15
     rel_tol: float = 0.02
     min_sample_seconds: float = 2e-4
     point_budget_seconds: float = 2.0
+    passes: int = 2
+    repass_seconds: float = 0.1
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,6 @@ CHECKPOINT_SECONDS = 5.0
 # After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
 # and Intel OpenMP workers busy-wait ~0.1-0.2 s) so it does not steal a core from the next group.
 SETTLE_SECONDS = 0.3
-# Points faster than this (seconds per call) are timed a second time, in reverse order.
-RECHECK_SECONDS = 0.1
 
 
 class ProbeError(ValueError):
@@ -126,9 +124,10 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
               progress: bool | None = None, seed: int = 0) -> ProbeResult:
     """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file.
 
-    Two passes: every point once, then the cheap ones (median < RECHECK_SECONDS) again in reverse
-    order, keeping the faster of the two: a point caught by a passing disturbance is re-timed at
-    another moment for little cost.
+    ``timing.passes`` passes: every point once, then the cheap ones (median < ``repass_seconds``)
+    again, in alternately reversed order, keeping each point's fastest pass: a point caught by a
+    disturbance of this shared machine (seconds to minutes long) is re-timed at other moments, so
+    two runs agree on the undisturbed cost.
     """
     _check_only(only)
     path = resolve(db_path)
@@ -141,10 +140,12 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     save(db, path)
     session = _Session(profile, backends, db, path, run_id, _bar(tasks, profile, progress), seed)
     try:
-        first = session.run_pass(tasks)
-        again = [t for t in reversed(tasks) if t.key in first and first[t.key] < RECHECK_SECONDS]
-        session.bar.total += sum(t.eta_weight(profile.timing.min_reps) for t in again)
-        session.run_pass(again, keep_faster=first)
+        best = session.run_pass(tasks)
+        for i in range(1, profile.timing.passes):
+            order = reversed(tasks) if i % 2 else iter(tasks)
+            again = [t for t in order if best.get(t.key, np.inf) < profile.timing.repass_seconds]
+            session.bar.total += sum(t.eta_weight(profile.timing.min_reps) for t in again)
+            best.update(session.run_pass(again, keep_faster=best))
     except KeyboardInterrupt:
         session.checkpoint()
         session.bar.close()
@@ -177,7 +178,8 @@ class _Session:
         self.rows, self.last = [], time.perf_counter()
 
     def run_pass(self, tasks: list[Task], keep_faster: dict | None = None) -> dict[tuple, float]:
-        """Measure ``tasks``; with ``keep_faster`` (key -> earlier median) keep only faster results."""
+        """Measure ``tasks``; with ``keep_faster`` (key -> best earlier median) keep only faster
+        results. Returns key -> median of the results kept."""
         medians = {}
         for (name, threads), group in _groups(tasks):
             be = self.backends[name]
@@ -187,10 +189,9 @@ class _Session:
                 for task in group:
                     self.bar.set_postfix_str(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
                     row = self._measure(be, task)
-                    if row is not None:
+                    if row is not None and row[8] < (keep_faster or {}).get(task.key, np.inf):
                         medians[task.key] = row[8]
-                        if keep_faster is None or row[8] < keep_faster.get(task.key, np.inf):
-                            self.rows.append(row)
+                        self.rows.append(row)
                     self.bar.update(task.eta_weight(self.profile.timing.min_reps))
                     if time.perf_counter() - self.last > CHECKPOINT_SECONDS:
                         self.checkpoint()

@@ -110,7 +110,7 @@ def _dims(family: str, n) -> tuple[int, ...]:
 
 def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
     """One timed call of ``cand`` on a fresh problem of ``dims`` ((m, k, n) or (n,)); Cholesky
-    factors a copy in place so only the algorithm is timed (shared with bench/validate.py)."""
+    factors a C-ordered copy in place so only the algorithm is timed (shared with bench/validate.py)."""
     import autotune
 
     if family == "gemm":
@@ -120,8 +120,11 @@ def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -
         return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
     (n,) = dims
     g = rng.standard_normal((n, n))
-    spd = np.asfortranarray(g @ g.T + n * np.eye(n))
-    work = np.empty_like(spd, order="F")
+    # numpy's default layout with scipy's default lower=False: the drivers factor the lower
+    # triangle of the Fortran view, the formulation the probe measures (Fortran-ordered upper
+    # input runs the upper formulation, slower here by 10-40% and not probed).
+    spd = g @ g.T + n * np.eye(n)
+    work = np.empty_like(spd)
 
     def run() -> float:
         work[...] = spd

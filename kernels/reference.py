@@ -14,6 +14,8 @@ from numpy.lib.stride_tricks import as_strided
 
 _JIT = {"cache": True, "nogil": True}
 NB = 64  # block size of the blocked loops
+MB, KB = 256, 128  # gemm: rows of c per task, depth of a per sweep (an MB x KB block of a fits L2)
+SB = 256  # syrk and right-side trsm: column blocks; off-diagonal blocks go through the blocked gemm
 
 
 def _flat(a: np.ndarray) -> tuple[np.ndarray, int]:
@@ -47,8 +49,11 @@ def _vec(x: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @njit(parallel=True, **_JIT)
-def _gemm(alpha, a, lda, ta, b, ldb, tb, beta, c, ldc, m, n, k):
-    """c = alpha op(a) op(b) + beta c: per column j of c, axpy (op(a) = a) or dot (a^T) form."""
+def _gemm(alpha, a, lda, ta, b, ldb, tb, beta, c, ldc, m, n, k, mb):
+    """c = alpha op(a) op(b) + beta c: dot form per column for op(a) = a^T, else ``_gemm_blocked``."""
+    if not ta:
+        _gemm_blocked(alpha, a, lda, b, ldb, tb, beta, c, ldc, m, n, k, mb)
+        return
     for j in prange(n):
         cj = c[j * ldc: j * ldc + m]
         bj = np.empty(k)
@@ -56,18 +61,56 @@ def _gemm(alpha, a, lda, ta, b, ldb, tb, beta, c, ldc, m, n, k):
             bj[p] = alpha * (b[j + p * ldb] if tb else b[p + j * ldb])
         for i in range(m):
             cj[i] = 0.0 if beta == 0.0 else beta * cj[i]
-        if ta:
-            for i in range(m):
-                ai = a[i * lda: i * lda + k]
-                acc = 0.0
-                for p in range(k):
-                    acc += ai[p] * bj[p]
-                cj[i] += acc
-        else:
+        for i in range(m):
+            ai = a[i * lda: i * lda + k]
+            acc = 0.0
             for p in range(k):
-                ap, s = a[p * lda: p * lda + m], bj[p]
-                for i in range(m):
-                    cj[i] += s * ap[i]
+                acc += ai[p] * bj[p]
+            cj[i] += acc
+
+
+@njit(parallel=True, **_JIT)
+def _gemm_blocked(alpha, a, lda, b, ldb, tb, beta, c, ldc, m, n, k, mb):
+    """c = alpha a op(b) + beta c by row blocks of ``mb`` (in parallel) x depth blocks of KB: each
+    a block (mb x KB, in L2) serves every column of c; four columns of c are updated per sweep of a."""
+    nib = (m + mb - 1) // mb
+    for ib in prange(nib):
+        i0, i1 = ib * mb, min(ib * mb + mb, m)
+        for j in range(n):
+            cj = c[j * ldc + i0: j * ldc + i1]
+            for i in range(i1 - i0):
+                cj[i] = 0.0 if beta == 0.0 else beta * cj[i]
+        for p0 in range(0, k, KB):
+            p1 = min(p0 + KB, k)
+            j = 0
+            while j + 4 <= n:
+                c0 = c[j * ldc + i0: j * ldc + i1]
+                c1 = c[(j + 1) * ldc + i0: (j + 1) * ldc + i1]
+                c2 = c[(j + 2) * ldc + i0: (j + 2) * ldc + i1]
+                c3 = c[(j + 3) * ldc + i0: (j + 3) * ldc + i1]
+                for p in range(p0, p1):
+                    ap = a[p * lda + i0: p * lda + i1]
+                    if tb:
+                        s0, s1 = alpha * b[j + p * ldb], alpha * b[j + 1 + p * ldb]
+                        s2, s3 = alpha * b[j + 2 + p * ldb], alpha * b[j + 3 + p * ldb]
+                    else:
+                        s0, s1 = alpha * b[p + j * ldb], alpha * b[p + (j + 1) * ldb]
+                        s2, s3 = alpha * b[p + (j + 2) * ldb], alpha * b[p + (j + 3) * ldb]
+                    for i in range(i1 - i0):
+                        x = ap[i]
+                        c0[i] += s0 * x
+                        c1[i] += s1 * x
+                        c2[i] += s2 * x
+                        c3[i] += s3 * x
+                j += 4
+            while j < n:
+                cj = c[j * ldc + i0: j * ldc + i1]
+                for p in range(p0, p1):
+                    ap = a[p * lda + i0: p * lda + i1]
+                    s = alpha * (b[j + p * ldb] if tb else b[p + j * ldb])
+                    for i in range(i1 - i0):
+                        cj[i] += s * ap[i]
+                j += 1
 
 
 @njit(parallel=True, **_JIT)
@@ -253,7 +296,8 @@ def gemm(alpha, a, b, beta, c, trans_a=False, trans_b=False):
         raise ValueError(f"gemm: shapes {a.shape}, {b.shape}, {c.shape} do not conform")
     if m and n:
         (fa, lda), (fb, ldb), (fc, ldc) = _flat(a), _flat(b), _flat(c)
-        _gemm(float(alpha), fa, lda, bool(trans_a), fb, ldb, bool(trans_b), float(beta), fc, ldc, m, n, k)
+        mb = min(MB, max(8, -(-m // (2 * numba.get_num_threads()))))  # >= 2 row blocks per thread
+        _gemm(float(alpha), fa, lda, bool(trans_a), fb, ldb, bool(trans_b), float(beta), fc, ldc, m, n, k, mb)
 
 
 def syrk(alpha, a, beta, c, lower=True, trans=False):
@@ -261,7 +305,14 @@ def syrk(alpha, a, beta, c, lower=True, trans=False):
     n, k = _op_shape(a, trans)
     if c.shape != (n, n):
         raise ValueError(f"syrk: shapes {a.shape}, {c.shape} do not conform")
-    if n:
+    if n > SB and not trans:                         # diagonal blocks here, the rest as gemm
+        for j0 in range(0, n, SB):
+            j1 = min(j0 + SB, n)
+            syrk(alpha, a[j0:j1], beta, c[j0:j1, j0:j1], lower)
+            rows = slice(j1, n) if lower else slice(0, j0)
+            if c[rows, j0:j1].size:
+                gemm(alpha, a[rows], a[j0:j1], beta, c[rows, j0:j1], trans_b=True)
+    elif n:
         (fa, lda), (fc, ldc) = _flat(a), _flat(c)
         _syrk(float(alpha), fa, lda, bool(trans), float(beta), fc, ldc, n, k, bool(lower))
 
@@ -274,10 +325,30 @@ def trsm(alpha, a, b, right=True, lower=True, trans_a=True, unit=False):
         raise ValueError(f"trsm: shapes {a.shape}, {b.shape} do not conform")
     if not (m and n):
         return
-    (fa, lda), (fb, ldb) = _flat(a), _flat(b)
     t_lower = bool(lower) != bool(trans_a)  # is op(a) lower triangular?
+    if right and n > SB:
+        _trsm_right_blocked(alpha, a, b, lower, trans_a, unit, t_lower)
+        return
+    (fa, lda), (fb, ldb) = _flat(a), _flat(b)
     core = _trsm_right if right else _trsm_left
     core(float(alpha), fa, lda, bool(trans_a), t_lower, bool(unit), fb, ldb, m, n)
+
+
+def _trsm_right_blocked(alpha, a, b, lower, trans_a, unit, t_lower) -> None:
+    """x op(a) = alpha b by column blocks of SB: b_J <- alpha b_J - x_P op(a)[P, J] (gemm over the
+    blocks P solved before J: left of J if op(a) is upper, right of it if lower), then the
+    triangular solve on the diagonal block."""
+    n = b.shape[1]
+    starts = list(range(0, n, SB))
+    for j0 in (reversed(starts) if t_lower else starts):
+        j1 = min(j0 + SB, n)
+        done = slice(j1, n) if t_lower else slice(0, j0)
+        beta = float(alpha)
+        if b[:, done].size:
+            t_pj = a[j0:j1, done] if trans_a else a[done, j0:j1]    # op(a)[done, J]
+            gemm(-1.0, b[:, done], t_pj, beta, b[:, j0:j1], trans_b=bool(trans_a))
+            beta = 1.0
+        trsm(beta, a[j0:j1, j0:j1], b[:, j0:j1], True, lower, trans_a, unit)
 
 
 def gemv(alpha, a, x, beta, y, trans=False):

@@ -56,6 +56,8 @@ TINY_PROFILE = {
         {"routines": ["gemv"], "pattern": "segment", "sizes": [64, 256], "params": [0.125, 0.375, 0.625, 0.875],
          "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["add"], "pattern": "view", "sizes": [16, 64], "backends": ["numba-reference"]},
+        {"routines": ["axpy"], "pattern": "trail", "sizes": [16, 64, 256],
+         "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["gemm"], "pattern": "stripe", "sizes": [64, 256], "params": [2, 4], "threads": [1],
          "backends": ["numpy-openblas"]},
         {"routines": ["gemm"], "pattern": "rankb", "sizes": [64, 256], "params": [16, 64], "threads": [1],

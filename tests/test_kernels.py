@@ -144,6 +144,33 @@ def test_cholesky_drivers_reject_bad_input(name):
             be.ops[d](np.zeros((3, 4), order="F"))
 
 
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("n", [1, 2, 9, 64])
+def test_axpy_trail_is_one_step_of_the_axpy_driver(n, lower):
+    """The probe's trail pattern times exactly the first step of potrf_axpy: pivot, scale, update."""
+    be = _backend("numpy-openblas")
+    a = _spd(n)
+    step = a.copy(order="F")
+    assert be.ops["axpy_trail"](step, lower) == 0
+    want = a.copy(order="F")
+    piv = np.sqrt(want[0, 0])
+    if lower:
+        col = want[1:, 0] / piv
+        want[1:, 1:] -= np.tril(np.outer(col, col))
+        want[1:, 0] = col
+    else:
+        row = want[0, 1:] / piv
+        want[1:, 1:] -= np.triu(np.outer(row, row))
+        want[0, 1:] = row
+    want[0, 0] = piv
+    tri = np.tril if lower else np.triu
+    np.testing.assert_allclose(tri(step), tri(want), rtol=1e-12, atol=1e-12)
+    bad = -_spd(n)
+    assert be.ops["axpy_trail"](bad, lower) == 1
+    with pytest.raises(ValueError):
+        be.ops["axpy_trail"](np.zeros((2, 3), order="F"))
+
+
 # ---------------------------------------------------------------------------- Strassen
 
 SHAPES = [(1, 1, 1), (1, 6, 1), (1, 7, 9), (8, 8, 8), (9, 9, 9), (31, 31, 31), (64, 64, 64),

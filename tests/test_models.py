@@ -22,11 +22,12 @@ def test_cholesky_models_count_the_cholesky_flops(n):
     blocks = np.array([b for b in (8, 32, 64, 256) if b < n] or [1])
     total = chol.chol_flops(n)
     np.testing.assert_allclose(chol.blocked_variants(n, blocks, (0, 1), "x", 1, UnitK()), total, rtol=1e-12)
-    # unblocked: n^3/3 - n/3 update flops (gemv by segment quadrature, axpy exactly) plus the
-    # n^2/2 column scalings costed at half a level-1 flop each
+    # unblocked gemv: n^3/3 - n/3 update flops (segment quadrature) plus the n^2/2 column
+    # scalings costed at half a level-1 flop each; axpy: whole steps (trail pattern), whose
+    # x(x-1) axpy flops over x = 2..n sum to (n^3 - n)/3 exactly
     expected = n**3 / 3.0 - n / 3.0 + n * n / 4.0
     assert chol.unblocked_gemv(n, "x", 1, UnitK()) == pytest.approx(expected, rel=1e-3)
-    assert chol.unblocked_axpy(n, "x", 1, UnitK()) == pytest.approx(expected, rel=1e-12)
+    assert chol.unblocked_axpy(n, "x", 1, UnitK()) == pytest.approx((n**3 - n) / 3.0, rel=1e-12)
 
 
 def test_blocked_variant_one_groups_gemms_like_the_kernel_loop():

@@ -464,3 +464,40 @@ def test_measure_samples_last_min_sample_seconds():
     assert short == [], (f"samples of {[f'{d * 1e3:.2f} ms' for d in durations]} are shorter than "
                          f"min_sample_seconds = {policy.min_sample_seconds * 1e3:.0f} ms: the batch size is "
                          "derived from the cold warm-up call alone")
+
+
+def test_passes_keep_each_points_fastest_pass(tmp_path, monkeypatch):
+    """timing.passes re-times the points shorter than repass_seconds, alternately in reverse order,
+    and keeps each point's fastest pass; longer points are measured once."""
+    from autotune.install_probe.timing import Sample
+
+    order, clock = [], iter([3.0, 1.0, 2.0, 5.0, 9.0, 4.0, 8.0, 6.0, 7.0] + [1.0] * 100)
+
+    def fake_measure(call, policy):
+        t = next(clock) * 1e-3
+        order.append(call.size)
+        return Sample(t, t, t, t, 1)
+
+    def fake_build(be, routine, pattern, x, param, rng):
+        call = Call(lambda repeat=1: None)
+        call.size = x
+        return call
+
+    monkeypatch.setattr(runner_mod, "measure", fake_measure)
+    monkeypatch.setattr(runner_mod, "build", fake_build)
+    monkeypatch.setattr(runner_mod, "call_overhead", lambda *a: 0.0)
+    data = tiny(backends=["scipy-openblas"],
+                measure=[{"routines": ["axpy"], "pattern": "square", "sizes": [8, 16, 32]}],
+                timing={**TINY_TIMING, "passes": 3, "repass_seconds": 0.004})
+    run_probe(parse_profile(data, "passes"), tmp_path / "db.h5", progress=False)
+    # pass 1 ascending: 3, 1, 2 ms; pass 2 reversed: 32 -> 5, 16 -> 9, 8 -> 4; pass 3 ascending: 8, 16, 32
+    assert order == [8, 16, 32, 32, 16, 8, 8, 16, 32]
+    rec = load(tmp_path / "db.h5").records
+    got = {int(r["x"]): float(r["t_median"]) for r in rec}
+    assert got == pytest.approx({8: 3e-3, 16: 1e-3, 32: 2e-3})
+    # with a repass threshold below every point, one pass only
+    order.clear()
+    clock = iter([3.0, 1.0, 2.0] * 10)
+    data["timing"]["repass_seconds"] = 1e-4
+    run_probe(parse_profile(data, "passes"), tmp_path / "db2.h5", progress=False)
+    assert order == [8, 16, 32]

@@ -16,7 +16,7 @@ from autotune.routines import PATTERNS, ROUTINES, dims_of, flops, flops_of
 
 AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
-PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0}
+PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0, "trail": 0.0}
 
 
 # -- routines, patterns, builders --------------------------------------------------------------------
@@ -84,6 +84,9 @@ def _dims_from_call(routine, args, kwargs) -> dict:
         return {"m": args[2].shape[0], "n": args[2].shape[1]}
     if routine == "gemv":
         return {"m": args[1].shape[0], "n": args[1].shape[1]}
+    if routine == "axpy_trail":                    # one outer-product step on an x-by-x matrix
+        x = args[0].shape[0]
+        return {"n": max(1, x * (x - 1) // 2)}
     if routine == "axpy":
         return {"n": args[1].shape[0]}
     if routine == "add":
@@ -94,17 +97,18 @@ def _dims_from_call(routine, args, kwargs) -> dict:
 @pytest.mark.parametrize(("routine", "pattern"), sorted(_BUILDERS))
 def test_builders_give_operands_of_the_pattern(routine, pattern):
     calls = []
-    fake = Backend("fake", {r: _recorder(calls, r) for r in bk.ALL_ROUTINES}, {}, int_dtype="int64")
+    driver = PATTERNS[pattern].driver(routine)
+    fake = Backend("fake", {r: _recorder(calls, r) for r in (*bk.ALL_ROUTINES, driver)}, {}, int_dtype="int64")
     for x in (1, 17, 40):
         calls.clear()
         call = build(fake, routine, pattern, x, PARAM[pattern], np.random.default_rng(0))
         call.run(2)
         if call.restore is not None:
             call.restore()
-        assert len(calls) == 2 and calls[0][0] == routine
+        assert len(calls) == 2 and calls[0][0] == driver
         _, args, kwargs = calls[0]
         expected = dims_of(routine, pattern, x, PARAM[pattern])
-        assert flops(routine, _dims_from_call(routine, args, kwargs)) == flops(routine, expected)
+        assert flops(routine, _dims_from_call(driver, args, kwargs)) == flops(routine, expected)
         for arr in (a for a in args if isinstance(a, np.ndarray) and a.ndim == 2):
             assert arr.shape[0] <= 1 or arr.strides[0] == arr.itemsize, "operand not column-major"
             assert arr.dtype == np.float64

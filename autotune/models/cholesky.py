@@ -84,13 +84,13 @@ def unblocked_gemv(n: int, backend: str, threads: int, sp) -> float:
 
 
 def unblocked_axpy(n: int, backend: str, threads: int, sp) -> float:
-    """Right-looking outer-product Cholesky: for column k, k axpy calls of length n-k (exact sum)."""
+    """Right-looking outer-product Cholesky: one step per pivot on the trailing matrix of order
+    x = n..2, each timed by the probe as one whole step (axpy, "trail" pattern: the axpys stream
+    the trailing triangle from memory, which per-call axpy timings on hot vectors would miss)."""
     if n < 2:
         return float(n * sp.k("axpy", backend, threads, 1))
-    length = np.arange(1, n, dtype=float)           # n - k for k = 1..n-1
-    count = n - length                              # columns j < k that update column k
-    t = float(np.sum(count * 2.0 * length * sp.k("axpy", backend, threads, length)))
-    return t + _column_work(n, backend, threads, sp)
+    x = np.arange(2, n + 1, dtype=float)
+    return float(np.sum(x * (x - 1) * sp.k("axpy", backend, threads, x, "trail")))
 
 
 def _column_work(n: int, backend: str, threads: int, sp) -> float:

@@ -146,9 +146,9 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator
         for t in _threads(table, "gemv", be, budget, "segment"):
             yield "gemv", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp)], \
                 _floor(table, total, [("gemv", "segment")], be, t)
-        for t in _threads(table, "axpy", be, budget):
+        for t in _threads(table, "axpy", be, budget, "trail"):
             yield "axpy", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)], \
-                _floor(table, total, [("axpy", "square")], be, t)
+                _floor(table, total, [("axpy", "trail")], be, t)
 
 
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups}
