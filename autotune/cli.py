@@ -11,14 +11,13 @@ import numpy as np
 
 from autotune.db import DatabaseError, load, resolve
 from autotune.db.fingerprint import machine_fingerprint, mismatches
-from autotune.db.lookup import drift_corrected_k
 
 
 def _series(records: np.ndarray, pattern: str = "square") -> dict[str, dict[tuple[str, int], dict]]:
     """routine -> (backend, threads) -> {size: GFLOP/s} for one pattern."""
     out: dict = defaultdict(lambda: defaultdict(dict))
     sel = records["pattern"] == pattern.encode()
-    for r, k in zip(records[sel], drift_corrected_k(records)[sel], strict=True):
+    for r, k in zip(records[sel], records["k"][sel], strict=True):
         out[r["routine"].decode()][(r["backend"].decode(), int(r["threads"]))][int(r["x"])] = 1e-9 / k
     return out
 

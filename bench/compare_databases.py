@@ -2,9 +2,9 @@
 
     python bench/compare_databases.py A.h5 B.h5 --routine gemm --min-size 256
 
-Prints, per (backend, threads), the median and worst relative difference of k (drift-corrected,
-as the runtime reads it; ``--raw`` for the timed values) over the common square-pattern sizes
->= --min-size, and exits 1 if any exceeds --tol.
+Prints, per (backend, threads), the median and worst relative difference of k (as measured, as
+the runtime reads it; ``--drift`` to divide out the probe's reference timings first) over the
+common square-pattern sizes >= --min-size, and exits 1 if any exceeds --tol.
 """
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from autotune.db import load
 from autotune.db.lookup import drift_corrected_k
 
 
-def table(path: str, routine: str, pattern: str, raw: bool = False) -> dict:
-    """(backend, threads, param, x) -> k as the runtime sees it (drift-corrected unless ``raw``)."""
+def table(path: str, routine: str, pattern: str, drift: bool = False) -> dict:
+    """(backend, threads, param, x) -> k as the runtime sees it (drift-corrected with ``drift``)."""
     recs = load(path, check_machine=False).records
-    ks = recs["k"] if raw else drift_corrected_k(recs)
+    ks = drift_corrected_k(recs) if drift else recs["k"]
     sel = (recs["routine"] == routine.encode()) & (recs["pattern"] == pattern.encode())
     return {(r["backend"].decode(), int(r["threads"]), float(r["param"]), int(r["x"])): float(k)
             for r, k in zip(recs[sel], ks[sel], strict=True)}
@@ -34,9 +34,9 @@ def main() -> int:
     p.add_argument("--pattern", default="square")
     p.add_argument("--min-size", type=int, default=256)
     p.add_argument("--tol", type=float, default=0.05)
-    p.add_argument("--raw", action="store_true", help="compare k as timed, without drift correction")
+    p.add_argument("--drift", action="store_true", help="divide out the probe's drift reference first")
     args = p.parse_args()
-    ta, tb = (table(x, args.routine, args.pattern, args.raw) for x in (args.a, args.b))
+    ta, tb = (table(x, args.routine, args.pattern, args.drift) for x in (args.a, args.b))
     common = sorted(k for k in ta.keys() & tb.keys() if k[3] >= args.min_size)
     groups: dict = {}
     for key in common:

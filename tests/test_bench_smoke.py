@@ -46,6 +46,13 @@ def test_validate_smoke(tiny_db, tmp_path):
         assert r["regret"] >= 1.0
         assert any("measured" in c for c in r["candidates"])
     assert png.stat().st_size > 0 and "regret" in md.read_text()
+    # both passes timed every candidate not skipped; rescore.py re-predicts without re-timing
+    assert all(c["passes"] == 2 for r in doc["results"] for c in r["candidates"] if "measured" in c)
+    proc = _bench("rescore.py", tiny_db, str(out), "--db", str(tiny_db), "--out", str(tmp_path / "s.json"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    again = json.loads((tmp_path / "s.json").read_text())
+    assert again["summary"]["choices_changed"] == 0
+    assert again["summary"]["ape_median"] == doc["summary"]["ape_median"]
 
 
 def test_decision_overhead_runs(tiny_db):

@@ -270,7 +270,8 @@ def test_drift_correction_divides_out_a_slow_spell():
     rec["k"] = [1.0] * 7 + [1.1] * 3 + [2.0]        # ... which slowed them by the same factor
     want = [1.0] * 10 + [2.0]                        # ref 0: no reference, left unchanged
     np.testing.assert_allclose(drift_corrected_k(rec), want)
-    np.testing.assert_allclose(SPTable(rec).k("gemm", "mkl", 1, rec["x"][7:10]), 1.0)
+    # an analysis tool only: the runtime reads k as measured
+    np.testing.assert_allclose(SPTable(rec).k("gemm", "mkl", 1, rec["x"][7:10]), 1.1)
     rec["run_id"][:5] = b"r0"                      # separate runs are normalised separately
     np.testing.assert_allclose(drift_corrected_k(rec), want)
     rec["backend"][:5] = b"blis"
