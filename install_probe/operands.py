@@ -124,11 +124,11 @@ def _axpy(be, d, rng):
 
 
 def _axpy_trail(be, d, rng):
-    # One step of the axpy Cholesky variant on an order-x trailing matrix (upper, as tuned_cholesky's
-    # default); x recovered from the pattern's element count x(x-1)/2.
+    # One step of the axpy Cholesky variant on an order-x trailing matrix, lower form (what numpy's
+    # default C order with lower=False runs, as for potrf); x from the element count x(x-1)/2.
     x = int(round((1 + (1 + 8 * d["n"]) ** 0.5) / 2))
     a = _spd(rng, x)
-    return _restoring(a, _op(be, "axpy_trail", a, False))
+    return _restoring(a, _op(be, "axpy_trail", a, True))
 
 
 def _add_square(be, d, rng):
