@@ -122,7 +122,7 @@ def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -
     g = rng.standard_normal((n, n))
     # numpy's default layout with scipy's default lower=False: the drivers factor the lower
     # triangle of the Fortran view, the formulation the probe measures (Fortran-ordered upper
-    # input runs the upper formulation, slower here by 10-40% and not probed).
+    # input runs the upper formulation: 8-70% slower than predicted here, not probed).
     spd = g @ g.T + n * np.eye(n)
     work = np.empty_like(spd)
 
