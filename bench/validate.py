@@ -101,12 +101,13 @@ def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> f
     runs = [candidate_runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
     for run in runs:
         run()
-    ratios = []
+    ratios, threaded = [], chosen.threads > 1 or best_config["threads"] > 1
     for i in range(max(3, args.pairs)):
-        if chosen.threads > 1 or best_config["threads"] > 1:
-            time.sleep(SETTLE_SECONDS / 3)
-        order = runs if i % 2 == 0 else runs[::-1]
-        t = {id(run): run() for run in order}
+        t = {}
+        for run in (runs if i % 2 == 0 else runs[::-1]):
+            if threaded:                         # the other library's pool must not spin into this run
+                time.sleep(SETTLE_SECONDS)
+            t[id(run)] = run()
         ratios.append(t[id(runs[0])] / t[id(runs[1])])
     return max(1.0, float(np.median(ratios)))
 
