@@ -48,7 +48,8 @@ def test_validate_smoke(tiny_db, tmp_path):
     assert png.stat().st_size > 0 and "regret" in md.read_text()
     # both passes timed every candidate not skipped; rescore.py re-predicts without re-timing
     assert all(c["passes"] == 2 for r in doc["results"] for c in r["candidates"] if "measured" in c)
-    proc = _bench("rescore.py", tiny_db, str(out), "--db", str(tiny_db), "--out", str(tmp_path / "s.json"))
+    proc = _bench("rescore.py", tiny_db, str(out), "--db", str(tiny_db), "--out", str(tmp_path / "s.json"),
+                  "--retime", "--pairs", "3")
     assert proc.returncode == 0, proc.stderr[-2000:]
     again = json.loads((tmp_path / "s.json").read_text())
     assert again["summary"]["choices_changed"] == 0
