@@ -14,6 +14,7 @@ import json
 import sys
 
 import numpy as np
+from validate import finish, summarise  # run as a script: bench/ is on sys.path
 
 import autotune
 from autotune.select import rank
@@ -31,30 +32,24 @@ def rescore(results: list[dict], sp, strassen: bool = False) -> tuple[list[dict]
                 if "measured" in c:
                     c["ape"] = abs(c["predicted"] - c["measured"]) / c["measured"] * 100
         chosen = str(dec.chosen)
-        if chosen != r["chosen"]:
+        ran = {c["candidate"]: c["measured"] for c in r["candidates"] if "measured" in c}
+        if chosen != r["chosen"] and chosen in ran:
             changed += 1
-            ran = {c["candidate"]: c["measured"] for c in r["candidates"] if "measured" in c}
-            if chosen in ran:
-                r["chosen"], r["regret"] = chosen, max(1.0, ran[chosen] / min(ran.values()))
-                r["regret_rescored"] = True
+            r["chosen"], r["chosen_config"] = chosen, dec.chosen.as_dict()
+            r["regret"] = max(1.0, ran[chosen] / min(ran.values()))
+            r["regret_rescored"] = True
     return results, changed
 
 
 def retime(results: list[dict], pairs: int, rng) -> None:
-    """Re-time chosen against best, A/B, for every problem whose regret is above 1."""
-    from validate import paired_regret
-
-    from autotune.select import as_candidate
-
+    """Re-time chosen against best, A/B (validate.finish), for every problem whose regret is above 1."""
     args = argparse.Namespace(pairs=pairs)
     for r in results:
         if r["regret"] > 1.0:
-            cfg = {c["candidate"]: c["config"] for c in r["candidates"]}
-            chosen = as_candidate(cfg[r["chosen"]], r["routine"])
-            r["regret_before_retime"] = r["regret"]
-            r["regret"] = paired_regret(r["routine"], tuple(r["dims"]), chosen, cfg[r["best"]], args, rng)
-            print(f"{r['routine']} {r['dims']} t={r['threads']}: regret {r['regret_before_retime']:.3f} -> "
-                  f"{r['regret']:.3f} (A/B)")
+            before = r["regret"]
+            finish(r, rng, args)
+            r["regret_before_retime"] = before
+            print(f"{r['routine']} {r['dims']} t={r['threads']}: regret {before:.3f} -> {r['regret']:.3f} (A/B)")
 
 
 def main(argv=None) -> int:
@@ -65,9 +60,6 @@ def main(argv=None) -> int:
     p.add_argument("--retime", action="store_true", help="re-time regrets above 1 with A/B pairs")
     p.add_argument("--pairs", type=int, default=7)
     args = p.parse_args(argv)
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from validate import summarise
-
     data = json.load(open(args.run))
     results, changed = rescore(data["results"], autotune.load_sp(args.db))
     if args.retime:

@@ -49,11 +49,8 @@ def _vec(x: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @njit(parallel=True, **_JIT)
-def _gemm(alpha, a, lda, ta, b, ldb, tb, beta, c, ldc, m, n, k, mb):
-    """c = alpha op(a) op(b) + beta c: dot form per column for op(a) = a^T, else ``_gemm_blocked``."""
-    if not ta:
-        _gemm_blocked(alpha, a, lda, b, ldb, tb, beta, c, ldc, m, n, k, mb)
-        return
+def _gemm_dot(alpha, a, lda, b, ldb, tb, beta, c, ldc, m, n, k):
+    """c = alpha a^T op(b) + beta c (a is k x m): dot form, one column of c per task."""
     for j in prange(n):
         cj = c[j * ldc: j * ldc + m]
         bj = np.empty(k)
@@ -296,8 +293,11 @@ def gemm(alpha, a, b, beta, c, trans_a=False, trans_b=False):
         raise ValueError(f"gemm: shapes {a.shape}, {b.shape}, {c.shape} do not conform")
     if m and n:
         (fa, lda), (fb, ldb), (fc, ldc) = _flat(a), _flat(b), _flat(c)
-        mb = min(MB, max(8, -(-m // (2 * numba.get_num_threads()))))  # >= 2 row blocks per thread
-        _gemm(float(alpha), fa, lda, bool(trans_a), fb, ldb, bool(trans_b), float(beta), fc, ldc, m, n, k, mb)
+        if trans_a:
+            _gemm_dot(float(alpha), fa, lda, fb, ldb, bool(trans_b), float(beta), fc, ldc, m, n, k)
+        else:
+            mb = min(MB, max(8, -(-m // (2 * numba.get_num_threads()))))  # >= 2 row blocks per thread
+            _gemm_blocked(float(alpha), fa, lda, fb, ldb, bool(trans_b), float(beta), fc, ldc, m, n, k, mb)
 
 
 def syrk(alpha, a, beta, c, lower=True, trans=False):
