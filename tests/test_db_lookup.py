@@ -279,3 +279,17 @@ def test_drift_correction_divides_out_a_slow_spell():
     rec["ref"][7:10], rec["k"][7:10] = 2.0, 2.0       # a burst: corrected by at most the cap
     got = drift_corrected_k(rec)[7:10]
     np.testing.assert_allclose(got, 2.0 / MAX_DRIFT_CORRECTION)
+
+
+@given(st.floats(1.0, 5000.0), st.floats(1.0, 5000.0), st.floats(1.0, 300.0), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_property_k_min_bounds_every_lookup_up_to_its_cut(upto, x, param, seed):
+    """k_min(upto) never exceeds a lookup at size and parameter <= upto, and only tightens as upto falls."""
+    rng = np.random.default_rng(seed)
+    pts = [(s, b, float(k)) for s in (32.0, 128.0, 512.0, 2048.0) for b, k in
+           zip((16.0, 64.0, 256.0), rng.uniform(1e-11, 1e-9, 3), strict=True)]
+    tab = table(records(pts, pattern="panel"))
+    x, param = min(x, upto), min(param, upto)
+    bound = tab.k_min("gemm", BE, 1, "panel", upto=upto)
+    assert bound <= tab.k("gemm", BE, 1, np.array([x]), "panel", param)[0] * (1 + 1e-12)
+    assert tab.k_min("gemm", BE, 1, "panel") <= bound

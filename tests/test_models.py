@@ -35,7 +35,8 @@ def test_blocked_variant_one_groups_gemms_like_the_kernel_loop():
     n, b = 1000, 64
     rows = [n - jj - b for j in range(0, n, b) for jj in range(j + b, n, b) if n - jj - b > 0]
     loop = sum(2.0 * r * b * b for r in rows)
-    assert chol._below_diagonal_gemms(n, np.array([b]), "x", 1, UnitK())[0] == pytest.approx(loop)
+    steps = chol._Steps.of(n, (b,))
+    assert steps.gemm_flops.sum() == pytest.approx(loop)
 
 
 def test_strassen_leaves_and_additions_count():

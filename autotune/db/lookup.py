@@ -89,12 +89,23 @@ class SPTable:
         return (routine, backend, threads, pattern, dtype) in self._curves
 
     def k_min(self, routine: str, backend: str, threads: int, pattern: str = "square",
-              dtype: str = "float64") -> float:
-        """Fastest k measured in a series (any size and parameter): a bound for pruning."""
+              dtype: str = "float64", upto: float = np.inf) -> float:
+        """Fastest k a series can give for calls whose size and parameter are <= ``upto``: a bound
+        for pruning.
+
+        Interpolation and end clamping only blend measured points, so the points up to the first
+        one at or beyond ``upto`` (in size and in parameter) bound every such lookup: tighter than
+        the series' overall best for small problems, whose calls and blocks are all small.
+        """
         key = (routine, backend, int(threads), pattern, dtype)
-        if key not in self._kmin:
-            self._kmin[key] = float(np.exp(min(ks.min() for _, ks in self._curves[key][1])))
-        return self._kmin[key]
+        cut = (key, float(upto))
+        if cut not in self._kmin:
+            params, curves = self._curves[key]
+            lu = np.log(max(upto, 1.0)) if np.isfinite(upto) else np.inf
+            last = int(np.searchsorted(params, upto)) + 1
+            self._kmin[cut] = float(np.exp(min(
+                ks[:int(np.searchsorted(xs, lu)) + 1].min() for xs, ks in curves[:last])))
+        return self._kmin[cut]
 
     def params(self, routine: str, backend: str, threads: int, pattern: str,
                dtype: str = "float64") -> tuple[float, ...]:

@@ -1,6 +1,9 @@
 """Cholesky family, one process (001 §3.4): LAPACK potrf, blocked (eq. 3.30), unblocked variants."""
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 import numpy as np
 
 from autotune.routines import SEGMENT_FRACTIONS, flops
@@ -30,48 +33,75 @@ def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp) -
     Each step j: potf2 on the b x b diagonal block, trsm on the (x x b) panel below it
     (x = n - j - b), then the trailing update: one syrk of order x and rank b (variant 0), or
     (variant 1, eq. 3.30) per trailing block column a b x b syrk plus an (rows below) x b x b gemm
-    (these gemms summed by shape, ``_below_diagonal_gemms``).
+    (these gemms summed by shape, ``_Steps``).
     The k of every call is the one measured on that call's shape (panel pattern). All blocks are
     evaluated together: one lookup per routine over the concatenated steps of every b.
     """
-    blocks = np.atleast_1d(np.asarray(blocks, dtype=int))
-    steps = [np.arange(0, n, b) for b in blocks]
-    owner = np.concatenate([np.full(len(s), i) for i, s in enumerate(steps)])
-    bb = blocks[owner].astype(float)
-    widths = np.minimum(bb, n - np.concatenate(steps))
-    x = n - np.concatenate(steps) - widths
-    cost = chol_flops(widths) * sp.k("potf2", backend, threads, widths)
-    live = x > 0
-    xl, bl = x[live], bb[live]
-    cost[live] += xl * bl * bl * sp.k("trsm", backend, threads, xl, "panel", bl)
-    common = np.bincount(owner, weights=cost, minlength=len(blocks))
+    g = _Steps.of(n, tuple(int(b) for b in np.atleast_1d(blocks)))
+    cost = g.diag_flops * sp.k("potf2", backend, threads, g.widths)
+    cost[g.live] += g.panel_flops * sp.k("trsm", backend, threads, g.xl, "panel", g.bl)
+    common = np.bincount(g.owner, weights=cost, minlength=g.nb)
     out = []
     for variant in variants:
-        upd = np.zeros_like(x)
+        upd = np.zeros(g.owner.size)
         if variant == 0:
-            upd[live] = xl * (xl + 1) * bl * sp.k("syrk", backend, threads, xl, "panel", bl)
+            upd[g.live] = g.syrk_flops * sp.k("syrk", backend, threads, g.xl, "panel", g.bl)
         else:
-            full = np.floor(xl / bl)                    # full b x b diagonal blocks, then a w x w one
-            w = xl - full * bl
-            ks = sp.k("syrk", backend, threads, np.concatenate([bl, np.maximum(w, 1.0)]))
-            upd[live] = (full * (bl + 1) * ks[:bl.size] + w * (w + 1) / bl * ks[bl.size:]) * bl * bl
-        total = common + np.bincount(owner, weights=upd, minlength=len(blocks))
-        out.append(total + (_below_diagonal_gemms(n, blocks, backend, threads, sp) if variant == 1 else 0.0))
+            ks = sp.k("syrk", backend, threads, g.square_orders)
+            upd[g.live] = (g.full * (g.bl + 1) * ks[:g.bl.size] + g.w * (g.w + 1) / g.bl * ks[g.bl.size:]) \
+                * g.bl * g.bl
+        total = common + np.bincount(g.owner, weights=upd, minlength=g.nb)
+        if variant == 1 and g.rows.size:
+            total += np.bincount(g.gemm_owner, minlength=g.nb, weights=g.gemm_flops * sp.k(
+                "gemm", backend, threads, g.rows, "panel", g.gemm_b))
+        out.append(total)
     return np.array(out)
 
 
-def _below_diagonal_gemms(n: int, blocks: np.ndarray, backend: str, threads: int, sp) -> np.ndarray:
-    """Variant 1's gemm calls grouped by shape: an (n - i b) x b x b product occurs i - 1 times
-    (once per earlier block column), so each block needs n/b lookups instead of (n/b)^2 / 2."""
-    idx = [np.arange(2, -(-n // b)) for b in blocks]
-    owner = np.repeat(np.arange(len(blocks)), [len(i) for i in idx])
-    i = np.concatenate(idx).astype(float)
-    if i.size == 0:                                  # n <= 2b: no block column has rows below it
-        return np.zeros(len(blocks))
-    b = blocks[owner].astype(float)
-    rows = n - i * b
-    g = (i - 1) * 2.0 * rows * b * b * sp.k("gemm", backend, threads, rows, "panel", b)
-    return np.bincount(owner, weights=g, minlength=len(blocks))
+@dataclass(frozen=True)
+class _Steps:
+    """The shapes and flop counts of blocked Cholesky's calls for (n, blocks): the same for every
+    backend and thread count, so computed once per problem."""
+
+    nb: int
+    owner: np.ndarray         # block index of each step
+    widths: np.ndarray        # diagonal block order per step
+    diag_flops: np.ndarray
+    live: np.ndarray          # steps with a trailing matrix (x > 0)
+    xl: np.ndarray            # trailing order x of live steps
+    bl: np.ndarray            # their block b
+    panel_flops: np.ndarray   # x b^2 (trsm)
+    syrk_flops: np.ndarray    # x (x + 1) b (variant 0's one syrk)
+    full: np.ndarray          # variant 1: full b x b diagonal blocks of the trailing matrix
+    w: np.ndarray             # ... and the order of its last, partial one
+    square_orders: np.ndarray  # orders of variant 1's syrks: bl then max(w, 1)
+    rows: np.ndarray          # variant 1's below-diagonal gemms, grouped by shape: rows x b x b ...
+    gemm_b: np.ndarray
+    gemm_owner: np.ndarray
+    gemm_flops: np.ndarray    # ... occurring i - 1 times (once per earlier block column)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=64)
+    def of(n: int, blocks: tuple[int, ...]) -> _Steps:
+        b_arr = np.asarray(blocks, dtype=int)
+        steps = [np.arange(0, n, b) for b in blocks]
+        owner = np.repeat(np.arange(len(blocks)), [len(s) for s in steps])
+        start = np.concatenate(steps).astype(float)
+        bb = b_arr[owner].astype(float)
+        widths = np.minimum(bb, n - start)
+        x = n - start - widths
+        live = x > 0
+        xl, bl = x[live], bb[live]
+        full = np.floor(xl / bl)
+        w = xl - full * bl
+        idx = [np.arange(2, -(-n // b)) for b in blocks]   # block columns with rows below them
+        g_owner = np.repeat(np.arange(len(blocks)), [len(i) for i in idx])
+        i = np.concatenate(idx).astype(float)
+        g_b = b_arr[g_owner].astype(float)
+        rows = n - i * g_b
+        return _Steps(len(blocks), owner, widths, chol_flops(widths), live, xl, bl, xl * bl * bl,
+                      xl * (xl + 1) * bl, full, w, np.concatenate([bl, np.maximum(w, 1.0)]),
+                      rows, g_b, g_owner, (i - 1) * 2.0 * rows * g_b * g_b)
 
 
 def unblocked_gemv(n: int, backend: str, threads: int, sp) -> float:

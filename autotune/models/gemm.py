@@ -43,6 +43,7 @@ def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     qm, qk, qn = m / 2.0 ** i, k / 2.0 ** i, n / 2.0 ** i
     ab = ADDS_A * qm * qk + ADDS_B * qk * qn
     k2 = sp.k("add", add_backend, add_threads, np.sqrt((ab + ADDS_C_INNER * qm * qn) / 18.0), pattern="view")
-    adds = np.array([np.sum(7.0 ** (i[:lv] - 1) * k2[:lv] * (ab[:lv] + qm[:lv] * qn[:lv] * np.where(
-        i[:lv] == lv, ADDS_C_LEAF, ADDS_C_INNER))) for lv in levels])
-    return leaves + adds
+    per_pass = 7.0 ** (i - 1) * k2                   # 7^(i-1) quadrant additions at level i
+    inner = np.concatenate([[0.0], np.cumsum(per_pass * (ab + ADDS_C_INNER * qm * qn))])
+    leaf = np.concatenate([[0.0], per_pass * (ab + ADDS_C_LEAF * qm * qn)])
+    return leaves + inner[np.maximum(levels - 1, 0)] + leaf[levels]  # levels above the leaves, then theirs

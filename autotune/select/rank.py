@@ -1,6 +1,7 @@
 """Evaluate every candidate's model over the measured AP space, rank, and cache the decision."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -107,9 +108,10 @@ Evaluation = tuple[str, str, int, tuple[int, ...], tuple[int, ...], Callable, fl
 FLOOR_SLACK = 0.8
 
 
-def _floor(table, flop: float, routines, backend: str, threads: int) -> float:
-    """A lower bound on a model summing ``flop`` flops over calls of ``routines`` ((routine, pattern))."""
-    return FLOOR_SLACK * flop * min(table.k_min(r, backend, threads, pat) for r, pat in routines)
+def _floor(table, flop: float, routines, backend: str, threads: int, upto: float) -> float:
+    """A lower bound on a model summing ``flop`` flops over calls of ``routines`` ((routine, pattern))
+    whose sizes and parameters (blocks) are all at most ``upto``."""
+    return FLOOR_SLACK * flop * min(table.k_min(r, backend, threads, pat, upto=upto) for r, pat in routines)
 
 
 def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
@@ -123,7 +125,7 @@ def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Eva
                 leaf_flops = 2.0 * m * k * n * (7 / 8) ** max(levels)
                 yield "strassen", be, t, levels, (0,), lambda sp, p, v, be=be, t=t: gemm_models.strassen(
                     m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND), \
-                    _floor(table, leaf_flops, [("gemm", "square")], be, t)
+                    _floor(table, leaf_flops, [("gemm", "square")], be, t, max(dims))
 
 
 def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
@@ -142,13 +144,13 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator
                 calls += [("gemm", "panel"), ("syrk", "square")] if both else []
                 yield "blocked", be, t, blocks, (0, 1) if both else (0,), \
                     lambda sp, p, v, be=be, t=t: chol_models.blocked_variants(n, p, v, be, t, sp), \
-                    _floor(table, total, calls, be, t)
+                    _floor(table, total, calls, be, t, n)
         for t in _threads(table, "gemv", be, budget, "segment"):
             yield "gemv", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp)], \
-                _floor(table, total, [("gemv", "segment")], be, t)
+                _floor(table, total, [("gemv", "segment")], be, t, n)
         for t in _threads(table, "axpy", be, budget, "trail"):
             yield "axpy", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)], \
-                _floor(table, total, [("axpy", "trail")], be, t)
+                _floor(table, total, [("axpy", "trail")], be, t, n)
 
 
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups}
@@ -234,7 +236,8 @@ def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...
     return Ranked(cand, ranked, terms + tuple(notes) if explain else (), seconds)
 
 
-def _charge(family: str, algorithm: str, backend: str, threads: int) -> tuple[float, list[str]]:
+@functools.lru_cache(maxsize=256)
+def _charge(family: str, algorithm: str, backend: str, threads: int) -> tuple[float, tuple[str, ...]]:
     """Selection charge factor and its reasons: library switch or pool contention off the default
     library, composed-model risk."""
     factor, notes = 1.0, []
@@ -246,7 +249,7 @@ def _charge(family: str, algorithm: str, backend: str, threads: int) -> tuple[fl
     if risk != 1.0:
         factor *= risk
         notes.append(f"x{risk:g} composed-model risk")
-    return factor, notes
+    return factor, tuple(notes)
 
 
 def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
