@@ -108,9 +108,16 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             "then axpys of lengths x-1..1 into its columns, streaming the triangle (x(x-1)/2 elements)", {
         "axpy": lambda x, _: {"n": max(1, x * (x - 1) // 2)},
     }, drivers={"axpy": "axpy_trail"}),
+    Pattern("dispatch", "a whole tuned call forcing this library's candidate on C-ordered x-by-x operands "
+            "(entry checks, dispatch, library call): minus the library's own time, what a tuned call adds", {
+        "gemm": lambda x, _: {"m": x, "n": x, "k": x},
+    }, drivers={"gemm": "gemm"}),
 )}
 
 SEGMENT_FRACTIONS = (1 / 8, 3 / 8, 5 / 8, 7 / 8)
+# Order at which the probe times the dispatch pattern: the smallest order a tuned call tunes
+# (smaller ones go straight to numpy), where the library's own time is smallest next to dispatch.
+DISPATCH_ORDER = 32
 
 
 def dims_of(routine: str, pattern: str, x: int, param: float = 0.0) -> Dims:

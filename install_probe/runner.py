@@ -207,7 +207,7 @@ class _Session:
             if key not in self.overheads:
                 self.overheads[key] = call_overhead(be, task.routine, self.profile.timing, self.rng)
             # Python dispatch is in the timing only when calls were not looped natively.
-            in_timing = call.restore is not None or not be.native_repeat
+            in_timing = not call.whole and (call.restore is not None or not be.native_repeat)
             t_call = self.overheads[key] if in_timing else 0.0
             ref = self.drift.value(be, task.threads) if be.supports("gemm") else 0.0
             return _row(task, measure(call, self.profile.timing), t_call, self.run_id, ref)

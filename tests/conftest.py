@@ -56,6 +56,7 @@ TINY_PROFILE = {
         {"routines": ["gemv"], "pattern": "segment", "sizes": [64, 256], "params": [0.125, 0.375, 0.625, 0.875],
          "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["add"], "pattern": "view", "sizes": [16, 64], "backends": ["numba-reference"]},
+        {"routines": ["gemm"], "pattern": "dispatch", "sizes": [32], "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["axpy"], "pattern": "trail", "sizes": [16, 64, 256],
          "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["gemm"], "pattern": "stripe", "sizes": [64, 256], "params": [2, 4], "threads": [1],

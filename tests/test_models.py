@@ -64,3 +64,19 @@ def test_explain_ranks_every_small_cholesky(tiny_db, n):
     dec = rank("cholesky", (n,), load_sp(str(tiny_db)), 2, explain=True)
     assert {r.candidate.algorithm for r in dec.ranking} >= {"potrf", "blocked"}
     assert all(np.isfinite(r.seconds) and r.seconds > 0 for r in dec.ranking)
+
+
+def test_tuned_call_dispatch_is_charged_off_numpys_own_path(tiny_db):
+    """Candidates the C entry cannot hand to np.matmul pay the probed dispatch cost; numpy's own
+    call at the full budget does not (a plain a @ b pays the same)."""
+    sp = load_sp(str(tiny_db))
+    assert sp.has("gemm", "scipy-openblas", 1, "dispatch")
+    extra = gemm.dispatch("scipy-openblas", 1, sp)
+    assert extra > 0
+    dec = rank("gemm", (100, 100, 100), sp, 2)
+    by = {(r.candidate.backend, r.candidate.threads): r.predicted for r in dec.ranking
+          if r.candidate.algorithm == "blas"}
+    bare = gemm.blas(100, 100, 100, "scipy-openblas", 1, sp)
+    assert by["scipy-openblas", 1] == pytest.approx(bare + extra)
+    assert by["numpy-openblas", 2] == pytest.approx(gemm.blas(100, 100, 100, "numpy-openblas", 2, sp))
+    assert by["numpy-openblas", 1] > gemm.blas(100, 100, 100, "numpy-openblas", 1, sp)

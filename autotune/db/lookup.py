@@ -195,6 +195,11 @@ class SystemParameters:
             return FittedModels(reason=self.reason or "no database path")
         return load_fitted(self.path)
 
+    def has(self, routine: str, backend: str, threads: int, pattern: str = "square",
+            dtype: str = "float64") -> bool:
+        """Was this series measured? (False without a usable database.)"""
+        return self.table is not None and self.table.has(routine, backend, threads, pattern, dtype)
+
     @property
     def source(self) -> str:
         return "database" if self.table is not None else "defaults"

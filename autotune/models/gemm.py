@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.routines import flops
+from autotune.routines import DISPATCH_ORDER, flops
 
 # Element passes per Strassen level of ``autotune.kernels.strassen`` (eq. 3.18's 3-temporary
 # schedule with fused additions): 5 on quadrants of A (S1), 5 on quadrants of B (T1), and on
@@ -21,6 +21,16 @@ def blas(m: int, k: int, n: int, backend: str, threads: int, sp) -> float:
     """``2mkn * k3_gemm(backend, threads, size)``."""
     kk = sp.k("gemm", backend, threads, lookup_size(m, k, n))
     return float(flops("gemm", {"m": m, "n": n, "k": k}) * kk)
+
+
+def dispatch(backend: str, threads: int, sp) -> float:
+    """Seconds a tuned call adds to the library's own gemm when it runs this backend (entry checks,
+    dispatch, thread switch): the probe's whole-call timing (pattern ``dispatch``) minus the
+    library's own time at the same order; never negative."""
+    fl = flops("gemm", {"m": DISPATCH_ORDER, "n": DISPATCH_ORDER, "k": DISPATCH_ORDER})
+    whole = sp.k("gemm", backend, threads, DISPATCH_ORDER, "dispatch")
+    own = sp.k("gemm", backend, threads, DISPATCH_ORDER)
+    return max(0.0, float(fl * (whole - own)))
 
 
 def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,

@@ -77,6 +77,9 @@ class _Recorder:
     def __init__(self, sp):
         self.sp, self.log = sp, []
 
+    def has(self, *key) -> bool:
+        return self.sp.has(*key)
+
     def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
         out = self.sp.k(routine, backend, threads, x, pattern, param, dtype)
         xs, ks = np.atleast_1d(x), np.atleast_1d(out)
@@ -179,6 +182,10 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
             continue
         view = _Recorder(sp) if explain else sp
         times = np.asarray(fn(view, np.asarray(params), variants), dtype=float).ravel()
+        extra = _dispatch(family, alg, be, t, threads, view)
+        times = times + extra
+        if explain and extra:
+            view.log.append(f"+{extra * 1e6:.1f} us per tuned call on this path (probed dispatch)")
         terms = tuple(view.log) if explain else ()
         labels = [(v, p) for v in variants for p in params]
         ranking += [_charged(family, Candidate(alg, be, t, int(p), v), float(s), terms, explain, ev)
@@ -191,6 +198,17 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes)
+
+
+def _dispatch(family: str, algorithm: str, backend: str, threads: int, budget: int, sp) -> float:
+    """What a tuned gemm call adds around the library's own time on this candidate's path (probe's
+    ``dispatch`` pattern); 0 for numpy's own call at the full budget, which the C entry hands
+    straight to ``np.matmul`` (as a plain ``a @ b`` would), and where nothing was measured."""
+    if family != "gemm" or ((algorithm, backend) == INCUMBENTS[family] and threads == budget):
+        return 0.0
+    if not sp.has("gemm", backend, threads, "dispatch"):
+        return 0.0
+    return gemm_models.dispatch(backend, threads, sp)
 
 
 @dataclass(frozen=True)
