@@ -99,6 +99,9 @@ class Scaled:
     def k(self, *args, **kw):
         return self.factor * self.sp.k(*args, **kw)
 
+    def __getattr__(self, name):             # everything else (has, k_min, ...) as measured
+        return getattr(self.sp, name)
+
 
 def test_validate_replaces_a_wrong_model(db):
     from autotune.install_probe.validate import validate
