@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from autotune.config import available_cores, options
+from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import PHASES, Phases, Plan
 
 SMOKE_SIZES = (48,)
@@ -44,6 +45,7 @@ def _run_once(family: str, plan: Plan, args: tuple, comm) -> tuple[float, dict[s
     else:
         distributed_cholesky(*args, comm, config=plan, phases=phases)
     wall = time.perf_counter() - t0
+    quiet_barrier(comm)     # ranks the plan left out wait without taking a core from it (as the probe's)
     wall = comm.bcast(wall, root=0)
     mine = np.array([phases.seconds.get(p, 0.0) for p in PHASES])
     worst = np.empty_like(mine)
