@@ -269,6 +269,7 @@ class Report:
     rows: list[dict] = field(default_factory=list)
     entries: list[FittedEntry] = field(default_factory=list)
     ape_in_use: float | None = None        # median APE over check points predicted >= spec.min_seconds
+    risk: dict = field(default_factory=dict)   # family -> algorithm -> measured composed-model risk
     points_scored: int = 0
     runs: int = 0
     seconds: float = 0.0
@@ -283,7 +284,8 @@ class Report:
         fitted = sum(e.in_use for e in self.entries)
         return {"spec": self.spec, "tol": self.tol, "series": len(self.rows), "fitted_in_use": fitted,
                 "fitted_stored": len(self.entries), "ape_in_use": self.ape_in_use,
-                "points_scored": self.points_scored, "runs": self.runs, "seconds": round(self.seconds, 2)}
+                "points_scored": self.points_scored, "runs": self.runs, "seconds": round(self.seconds, 2),
+                "risk": self.risk}
 
     def text(self) -> str:
         """Human-readable table: one line per series, then the overall figure."""
@@ -295,6 +297,9 @@ class Report:
         overall = (f"no check point predicted >= {self.min_seconds * 1e3:g} ms" if self.ape_in_use is None else
                    f"median APE of the models in use {self.ape_in_use:.1f}% over {self.points_scored} check points "
                    f"predicted >= {self.min_seconds * 1e3:g} ms")
+        risks = ", ".join(f"{fam} {alg} x{r:.3f}" for fam, algs in sorted(self.risk.items())
+                          for alg, r in sorted(algs.items()))
+        lines.append(f"measured composed-model risk (vs the library routine): {risks or 'none measured'}")
         lines.append(f"{overall} (tol {self.tol:g}%); {sum(e.in_use for e in self.entries)} fitted models in use; "
                      f"{self.runs} points timed in {self.seconds:.1f} s")
         return "\n".join(lines)
@@ -348,7 +353,8 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     flagged = _flag(problems, series, spec, tol)
     say(f"{len(series)} candidate series checked, {len(flagged)} to remodel")
     entries = _remodel_all({c: series[c] for c in flagged}, flagged, spec, tol, timer)
-    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()))
+    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
+                    risk=measured_risk(problems))
     _summarise(report, series, entries, spec)
     report.runs, report.seconds = timer.runs, time.perf_counter() - t0
     if save:
@@ -389,6 +395,29 @@ def _flag(problems: dict, series: dict, spec: Spec, tol: float) -> dict[Candidat
     return flagged
 
 
+# Check points counted for the composed-model risk: predicted at least this long (timer noise below).
+RISK_MIN_SECONDS = 1e-3
+
+
+def measured_risk(problems: dict[tuple[str, int], list[Point]]) -> dict[str, dict[str, float]]:
+    """Per family, how much more optimistic each composed algorithm's model is than the library
+    routine's (the selector's incumbent algorithm): the ratio of their median measured/predicted
+    over the check points, at least 1. The selector charges it in place of its prior."""
+    from autotune.select.rank import COMPOSED_RISK, INCUMBENTS
+
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for pts in problems.values():
+        for p in pts:
+            if p.predicted >= RISK_MIN_SECONDS and p.measured > 0:
+                ratios[p.family, p.cand.algorithm].append(p.measured / p.predicted)
+    out: dict[str, dict[str, float]] = {}
+    for (fam, alg), r in sorted(ratios.items()):
+        base = ratios.get((fam, INCUMBENTS[fam][0]), [])
+        if alg in COMPOSED_RISK and len(r) >= 2 and len(base) >= 2:
+            out.setdefault(fam, {})[alg] = round(max(1.0, float(np.median(r) / np.median(base))), 4)
+    return out
+
+
 def _fit_sizes(pts: list[Point], spec: Spec) -> list[int]:
     """Fitting sizes of a series: the spec's, minus any of its check sizes."""
     return [n for n in spec.fit.get(pts[0].family, ()) if n not in {p.n for p in pts}]
@@ -419,4 +448,4 @@ def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float
         return None
 
 
-__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "load_spec", "time_point", "validate"]
+__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "load_spec", "measured_risk", "time_point", "validate"]

@@ -135,12 +135,13 @@ def test_cli_validate_end_to_end(db, tmp_path, capsys):
     spec_file.write_text(yaml.safe_dump({"validate": TINY_SPEC}))
     assert main(["--validate", "--db", str(db), "--profile", str(spec_file), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "median APE of the models in use" in out
+    assert "median APE of the models in use" in out and "measured composed-model risk" in out
     after = load(db)
     np.testing.assert_array_equal(np.sort(after.records, order=["routine", "backend", "x"]),
                                   np.sort(before, order=["routine", "backend", "x"]))
     with h5py.File(db, "r") as f:
         assert "fitted/default" in f and "info" in f["fitted/default"].attrs
+    assert "risk" in load_fitted(db).info          # the selector reads the measured risks from here
 
 
 def test_cli_validate_without_database(tmp_path, capsys):
@@ -160,3 +161,38 @@ def test_spec_rejects_overlap_and_unknown_keys():
         load_spec({"check": {"gemm": [64]}, "fit": {"gemm": [64, 128]}})
     with pytest.raises(ValueError, match="unknown"):
         load_spec({"sizes": [1]})
+
+
+def test_measured_risk_is_the_composed_models_extra_optimism():
+    """The validation step's risk: median measured/predicted of a composed algorithm over the
+    library routine's, never below 1; too few check points give none."""
+    from autotune.install_probe.validate import Point, measured_risk
+
+    def pts(alg, ratio, sizes=(500, 700, 900)):
+        return [Point("cholesky", n, Candidate(alg, "scipy-openblas", 1, 64 if alg == "blocked" else 0), 0.01,
+                      0.01 * ratio) for n in sizes]
+
+    assert measured_risk({("cholesky", 500): pts("potrf", 1.1) + pts("blocked", 1.32)}) == \
+        {"cholesky": {"blocked": pytest.approx(1.2)}}
+    assert measured_risk({("cholesky", 500): pts("potrf", 1.1) + pts("blocked", 0.9)}) == {"cholesky": {"blocked": 1.0}}
+    assert measured_risk({("cholesky", 500): pts("potrf", 1.1) + pts("blocked", 2.0, sizes=(500,))}) == {}
+    tiny = [Point("cholesky", 16, Candidate("blocked", "scipy-openblas", 1, 8), 1e-6, 5e-6)] * 3
+    assert measured_risk({("cholesky", 16): pts("potrf", 1.0) + tiny}) == {}       # timer noise: not counted
+
+
+def test_selector_charges_the_measured_risk_in_place_of_the_prior(db):
+    from autotune.select import rank
+    from autotune.select.rank import COMPOSED_RISK
+
+    def blocked_charge(sp):
+        rows = [r for r in rank("cholesky", (200,), sp, 1).ranking
+                if r.candidate.algorithm == "blocked" and r.candidate.backend == "scipy-openblas"]
+        assert rows
+        return [r.seconds / r.predicted for r in rows]
+
+    prior = blocked_charge(load_sp(db, refresh=True))
+    assert prior == pytest.approx([COMPOSED_RISK["blocked"]] * len(prior))
+    save_fitted(db, [], info={"risk": {"cholesky": {"blocked": 1.02}}})
+    assert blocked_charge(load_sp(db, refresh=True)) == pytest.approx([1.02] * len(prior))
+    save_fitted(db, [], info={"risk": {"gemm": {"strassen": 1.3}}})     # another family's: the prior
+    assert blocked_charge(load_sp(db, refresh=True)) == pytest.approx(prior)

@@ -31,10 +31,12 @@ POOL_CONTENTION = 2.0
 # predicted >10% faster (numpy-openblas potrf at n = 128/256 next to scipy's). Charge it too.
 LIBRARY_SWITCH = 1.15
 # Composed models (a sum of many separately measured calls) err more than a library routine timed
-# whole: bench/validate.py found blocked/unblocked Cholesky predictions 15-25% optimistic (warm
-# caches in the probe). Rank them by their prediction times this factor until remodelling
-# (issue 5) corrects them; the pure prediction is kept in ``Ranked.model_seconds``.
-COMPOSED_RISK = {"blocked": 1.25, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10}
+# whole. Prior factors, relative to the family's library routine, used until the validation step
+# (``autotune-install --validate``) measures them on this machine (``measured_risk``). Blocked:
+# bench/validate.py measured/predicted medians relative to potrf's of 1.03-1.12 on two machines
+# (sessions 6-7; 15-25% before the session-5 model fixes); gemv 1.1-1.4; axpy is pruned anyway.
+# The pure prediction is kept in ``Ranked.model_seconds``.
+COMPOSED_RISK = {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10}
 
 
 @dataclass(frozen=True)
@@ -171,13 +173,13 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
         raise LookupError("no system parameters: nothing to rank")
     ranking: list[Ranked] = []
     groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen))
-    ev = _Evidence.of(sp, tuple(dims))
+    ev = _Evidence.of(sp, family, tuple(dims))
     prune = prune and not ev.any       # measured corrections may undercut the analytical floors
     if prune:
-        groups.sort(key=lambda g: g[6] * _charge(family, g[0], g[1], g[2])[0])
+        groups.sort(key=lambda g: g[6] * _charge(family, g[0], g[1], g[2], ev.risk.get(g[0]))[0])
     best, skipped = np.inf, 0
     for alg, be, t, params, variants, fn, floor in groups:
-        if prune and floor * _charge(family, alg, be, t)[0] > best:
+        if prune and floor * _charge(family, alg, be, t, ev.risk.get(alg))[0] > best:
             skipped += len(params) * len(variants)
             continue
         view = _Recorder(sp) if explain else sp
@@ -213,20 +215,24 @@ def _dispatch(family: str, algorithm: str, backend: str, threads: int, budget: i
 
 @dataclass(frozen=True)
 class _Evidence:
-    """What measurements add to the analytical models for one problem: fitted models in use
-    (``autotune-install --validate``) and learned factors (on-line refinement, ``autotune refit``)."""
+    """What measurements add to the analytical models for one problem: fitted models in use and
+    measured composed-model risks (``autotune-install --validate``), learned factors (on-line
+    refinement, ``autotune refit``)."""
 
     sp: object
     dims: tuple[int, ...]
     fitted: bool
     learned: dict
+    risk: dict        # algorithm -> measured composed-model risk for this family
 
     @classmethod
-    def of(cls, sp, dims: tuple[int, ...]) -> _Evidence:
+    def of(cls, sp, family: str, dims: tuple[int, ...]) -> _Evidence:
         fitted = getattr(sp, "fitted", None)
         path = getattr(sp, "path", None)
+        risk = (getattr(fitted, "info", None) or {}).get("risk", {}).get(family, {})
         return cls(sp, dims, bool(fitted is not None and fitted.in_use),
-                   learn.load_learned(path) if path is not None else {})
+                   learn.load_learned(path) if path is not None else {},
+                   {str(k): float(v) for k, v in risk.items()})
 
     @property
     def any(self) -> bool:
@@ -238,11 +244,13 @@ def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...
     """Rank by the model time (fitted where one is in use) times the selection charges, or times a
     measured factor where on-line refinement has one; the pure prediction stays in ``model_seconds``."""
     notes: list[str] = []
+    risk = ev.risk.get(cand.algorithm)
     if ev.fitted:
         seconds, source = override(cand, ev.dims, seconds, ev.sp)
         if source == "fitted":
             notes.append("fitted model in use (validation step)")
-    factor, why = _charge(family, cand.algorithm, cand.backend, cand.threads)
+            risk = 1.0                  # fitted to this series' measured times: no model risk left to charge
+    factor, why = _charge(family, cand.algorithm, cand.backend, cand.threads, risk)
     ranked = seconds * factor
     if ev.learned or learn.active():
         measured = learn.ranked_seconds(cand, seconds, ranked, ev.dims, ev.learned)
@@ -255,18 +263,19 @@ def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...
 
 
 @functools.lru_cache(maxsize=256)
-def _charge(family: str, algorithm: str, backend: str, threads: int) -> tuple[float, tuple[str, ...]]:
+def _charge(family: str, algorithm: str, backend: str, threads: int,
+            measured_risk: float | None = None) -> tuple[float, tuple[str, ...]]:
     """Selection charge factor and its reasons: library switch or pool contention off the default
-    library, composed-model risk."""
+    library, composed-model risk (the validation step's measurement where there is one, else the prior)."""
     factor, notes = 1.0, []
     if backend != INCUMBENTS[family][1]:
         f, why = ((POOL_CONTENTION, "thread-pool contention") if threads > 1 else (LIBRARY_SWITCH, "library switch"))
         factor *= f
         notes.append(f"x{f:g} {why} (not {INCUMBENTS[family][1]})")
-    risk = COMPOSED_RISK.get(algorithm, 1.0)
+    risk = COMPOSED_RISK.get(algorithm, 1.0) if measured_risk is None else measured_risk
     if risk != 1.0:
         factor *= risk
-        notes.append(f"x{risk:g} composed-model risk")
+        notes.append(f"x{risk:.3g} composed-model risk" + (" (measured)" if measured_risk is not None else ""))
     return factor, tuple(notes)
 
 
