@@ -8,7 +8,8 @@ the choice. ``--compare BASELINE.json`` flags cases whose median speedup fell be
 baseline's by more than a noise-aware threshold (ratios only, never absolute times).
 
     python bench/regress.py --out bench/results/regress.json
-    python bench/regress.py --compare bench/baselines/regress-xeon-2c.json
+    python bench/regress.py --compare bench/baselines/regress-xeon-2c.json        # the 2-core ~50 GF/s/core VM
+    python bench/regress.py --compare bench/baselines/regress-epyc-avx512-2c.json # the 2-core ~110 GF/s/core VM
     python bench/regress.py --smoke          # a few tiny cases: checks the harness runs
 """
 from __future__ import annotations
