@@ -325,8 +325,9 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
         call = lambda: tuned_gemm(a, b)  # noqa: E731
     else:
         (n,) = dims
-        g = rng.standard_normal((n, n))
-        a = g @ g.T + n * np.eye(n)
+        from autotune.install_probe.operands import spd_matrix
+
+        a = spd_matrix(rng, n, order="C")       # built without BLAS: no pool left spinning
         call = lambda: tuned_cholesky(a)  # noqa: E731
     call()
     times = []

@@ -18,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+from autotune.install_probe.operands import spd_matrix
 from threadpoolctl import threadpool_limits
 
 from autotune.config import options
@@ -89,11 +90,10 @@ def main(argv=None) -> int:
     n = args.n
     a = b = None
     if comm.rank == 0:
-        a = rng.standard_normal((n, n))
         if args.family == "gemm":
-            b = rng.standard_normal((n, n))
+            a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
         else:
-            a = a @ a.T + n * np.eye(n)
+            a = spd_matrix(rng, n, order="C")    # no BLAS call: no pool left spinning
     with options(db=args.db):
         plan = best_plan(args.family, n, comm, args.db)
         times: dict[str, list[float]] = {}

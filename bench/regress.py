@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.linalg as sl
+from autotune.install_probe.operands import spd_matrix
 from threadpoolctl import threadpool_limits
 
 import autotune
@@ -62,8 +63,7 @@ def _calls(case: Case, rng):
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         return (lambda: np.matmul(a, b)), (lambda: autotune.tuned_gemm(a, b))
     (n,) = case.dims
-    g = rng.standard_normal((n, n))
-    a = g @ g.T + n * np.eye(n)
+    a = spd_matrix(rng, n, order="C")     # no BLAS call: a spinning numpy pool would skew the first pairs
     return (lambda: sl.cholesky(a)), (lambda: autotune.tuned_cholesky(a))
 
 

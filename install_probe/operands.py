@@ -47,11 +47,20 @@ def _lower(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.asfortranarray(a)
 
 
-def _spd(rng: np.random.Generator, n: int) -> np.ndarray:
+def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray:
+    """Symmetric positive definite n x n matrix (strictly diagonally dominant), built without BLAS.
+
+    ``g @ g.T`` would wake numpy's OpenBLAS thread pool, which then spins for ~0.2 s on the cores
+    the next timed call needs: a 2-thread scipy-OpenBLAS Cholesky timed right after measured up
+    to 2x slow (and 420x once) in the validation step and bench/validate.py.
+    """
     a = _mat(rng, n, n)
     a = a + a.T
     a[np.diag_indices(n)] = n + 1.0
-    return np.asfortranarray(a)
+    return np.asarray(a, order=order)
+
+
+_spd = spd_matrix
 
 
 def _restoring(target: np.ndarray, run: Callable[[], object]) -> Call:

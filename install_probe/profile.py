@@ -20,7 +20,8 @@ class ProfileError(ValueError):
 @dataclass(frozen=True)
 class Timing:
     """Repetition policy: warm-up, min/max samples, the ±rel_tol stability rule, time caps, and
-    how many passes re-time the points shorter than ``repass_seconds`` (the fastest pass is kept)."""
+    how many passes re-time the points shorter than ``repass_seconds`` (each point keeps the lower
+    median of its passes: the faster of two, the middle of three)."""
 
     min_reps: int = 3
     max_reps: int = 15

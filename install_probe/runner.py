@@ -125,9 +125,10 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file.
 
     ``timing.passes`` passes: every point once, then the cheap ones (median < ``repass_seconds``)
-    again, in alternately reversed order, keeping each point's fastest pass: a point caught by a
-    disturbance of this shared machine (seconds to minutes long) is re-timed at other moments, so
-    two runs agree on the undisturbed cost.
+    again, in alternately reversed order; each point keeps the lower median of its passes (the
+    faster of two, the middle of three). This shared machine's speed wanders by several percent
+    over seconds to minutes (a 10-minute monitor of one dgemm: 101-110 GFLOP/s); a point timed at
+    a few moments spread over the run is less at the mercy of one of them, so two runs agree better.
     """
     _check_only(only)
     path = resolve(db_path)
@@ -140,12 +141,12 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     save(db, path)
     session = _Session(profile, backends, db, path, run_id, _bar(tasks, profile, progress), seed)
     try:
-        best = session.run_pass(tasks)
+        first = session.run_pass(tasks)
         for i in range(1, profile.timing.passes):
             order = reversed(tasks) if i % 2 else iter(tasks)
-            again = [t for t in order if best.get(t.key, np.inf) < profile.timing.repass_seconds]
+            again = [t for t in order if first.get(t.key, np.inf) < profile.timing.repass_seconds]
             session.bar.total += sum(t.eta_weight(profile.timing.min_reps) for t in again)
-            best.update(session.run_pass(again, keep_faster=best))
+            session.run_pass(again)
     except KeyboardInterrupt:
         session.checkpoint()
         session.bar.close()
@@ -165,7 +166,7 @@ class _Session:
         self.profile, self.backends, self.db, self.path, self.run_id, self.bar = (
             profile, backends, db, path, run_id, bar)
         self.rng = np.random.default_rng(seed)
-        self.rows, self.failures, self.overheads = [], {}, {}
+        self.rows, self.failures, self.overheads, self.passes = [], {}, {}, {}
         self.drift = DriftReference(self.rng)
         self.t0 = self.last = time.perf_counter()
 
@@ -177,9 +178,9 @@ class _Session:
         _checkpoint(self.db, self.rows, self.path)
         self.rows, self.last = [], time.perf_counter()
 
-    def run_pass(self, tasks: list[Task], keep_faster: dict | None = None) -> dict[tuple, float]:
-        """Measure ``tasks``; with ``keep_faster`` (key -> best earlier median) keep only faster
-        results. Returns key -> median of the results kept."""
+    def run_pass(self, tasks: list[Task]) -> dict[tuple, float]:
+        """Measure ``tasks`` once more; each point's record becomes the lower median of its passes so
+        far. Returns key -> this pass's median."""
         medians = {}
         for (name, threads), group in _groups(tasks):
             be = self.backends[name]
@@ -189,15 +190,21 @@ class _Session:
                 for task in group:
                     self.bar.set_postfix_str(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
                     row = self._measure(be, task)
-                    if row is not None and row[8] < (keep_faster or {}).get(task.key, np.inf):
+                    if row is not None:
                         medians[task.key] = row[8]
-                        self.rows.append(row)
+                        self.rows.append(self._lower_median(task.key, row))
                     self.bar.update(task.eta_weight(self.profile.timing.min_reps))
                     if time.perf_counter() - self.last > CHECKPOINT_SECONDS:
                         self.checkpoint()
             if threads > 1:
                 time.sleep(SETTLE_SECONDS)
         return medians
+
+    def _lower_median(self, key: tuple, row: tuple) -> tuple:
+        """The record of this point's pass with the lower median time over its passes so far."""
+        rows = sorted(self.passes.setdefault(key, []) + [row], key=lambda r: r[8])
+        self.passes[key] = rows
+        return rows[(len(rows) - 1) // 2]
 
     def _measure(self, be, task: Task) -> tuple | None:
         """One point's record, or None (failure recorded) if the routine raised."""

@@ -22,9 +22,20 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.models.fitted import FittedEntry, save_fitted
-from autotune.models.fitting import METHODS, Samples, TermSet, median_ape, phi_err, remodel, select_terms
+from autotune.models.fitted import EXTRAPOLATION, FittedEntry, save_fitted
+from autotune.models.fitting import (
+    METHODS,
+    Samples,
+    TermSet,
+    first_nonpositive,
+    median_ape,
+    phi_err,
+    remodel,
+    select_terms,
+)
 from autotune.select.candidates import Candidate
+
+from .operands import spd_matrix
 
 FAMILIES = ("gemm", "cholesky")
 
@@ -119,11 +130,10 @@ def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -
         out = np.empty((m, n))
         return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
     (n,) = dims
-    g = rng.standard_normal((n, n))
     # numpy's default layout with scipy's default lower=False: the drivers factor the lower
     # triangle of the Fortran view, the formulation the probe measures (Fortran-ordered upper
     # input runs the upper formulation: 8-70% slower than predicted here, not probed).
-    spd = g @ g.T + n * np.eye(n)
+    spd = spd_matrix(rng, n, order="C")
     work = np.empty_like(spd)
 
     def run() -> float:
@@ -240,10 +250,18 @@ def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndar
     rem = remodel(fit, (float(fit.n.min()), float(fit.n.max())), None, termset, check, tol, methods=methods)
     model = rem.model
     f_ape, f_phi = median_ape(model, check.n, None, check.t), phi_err(model, check.n, None, check.t)
-    a_ape = float(np.median(np.abs(analytical - check.t) / check.t) * 100)
-    a_phi = float((1 - analytical.sum() / check.t.sum()) * 100)
-    in_use = f_ape < a_ape
-    why = f"{reason}; fitted APE {f_ape:.1f}% " + ("< analytical" if in_use else ">= analytical: not used")
+    a_err = np.abs(analytical - check.t) / check.t * 100
+    f_err = np.abs(np.asarray(model.predict(check.n, None), dtype=float) - check.t) / check.t * 100
+    a_ape, a_phi = float(np.median(a_err)), float((1 - analytical.sum() / check.t.sum()) * 100)
+    lo, hi = float(fit.n.min()) / EXTRAPOLATION, float(fit.n.max()) * EXTRAPOLATION
+    bad = first_nonpositive(model, lo, hi)
+    # In use only where it is better in the median, no worse at its worst check point, and a time
+    # (positive) over every size the selector may ask it for.
+    in_use = bool(f_ape < a_ape and f_err.max() <= max(a_err.max(), tol) and bad is None)
+    why = (f"{reason}; fitted APE {f_ape:.1f}% (worst {f_err.max():.0f}%) vs analytical {a_ape:.1f}% "
+           f"(worst {a_err.max():.0f}%): " + ("in use" if in_use else
+                                             f"not used, non-positive at n = {bad:.0f}" if bad is not None
+                                             else "not used"))
     return FittedEntry.from_model(family, _key(cand), model, fitted_ape=f_ape, fitted_phi=f_phi, analytical_ape=a_ape,
                                   analytical_phi=a_phi, reason=why, in_use=in_use, check_n=check.n,
                                   check_t=check.t, check_analytical=analytical, fit_n=fit.n, fit_t=fit.t,

@@ -196,3 +196,27 @@ def test_selector_charges_the_measured_risk_in_place_of_the_prior(db):
     assert blocked_charge(load_sp(db, refresh=True)) == pytest.approx([1.02] * len(prior))
     save_fitted(db, [], info={"risk": {"gemm": {"strassen": 1.3}}})     # another family's: the prior
     assert blocked_charge(load_sp(db, refresh=True)) == pytest.approx(prior)
+
+
+@pytest.mark.parametrize("fitted_t, used", [
+    ([1.0, 1.0, 1.0, 1.0], True),      # better everywhere
+    ([1.0, 1.0, 1.0, 3.0], False),     # better in the median, 200% off at one check point
+])
+def test_fitted_model_in_use_only_if_no_worse_at_its_worst_check_point(monkeypatch, fitted_t, used):
+    """A fitted series replaces the analytical one (20% off everywhere) only when it is better in the
+    median *and* no worse at its worst check point: a median over 4 points hides one wild point."""
+    from types import SimpleNamespace
+
+    from autotune.install_probe import validate as v
+
+    from autotune.models.fitting import Samples
+
+    check = Samples([200.0, 700.0, 1500.0, 3000.0], None, [1.0, 1.0, 1.0, 1.0])
+    model = fi_ls(lambda n, a: 1.0, TermSet.polynomial([0]), (100.0, 4000.0))
+    scaled = SimpleNamespace(predict=lambda n, a=None: np.interp(n, check.n, fitted_t), termset=model.termset,
+                             coefficients=model.coefficients, edges=model.edges, method="FI-LS")
+    monkeypatch.setattr(v, "remodel", lambda *a, **k: SimpleNamespace(model=scaled))
+    fit = Samples([160.0, 500.0, 900.0, 2500.0], None, [1.0, 1.0, 1.0, 1.0])
+    e = v.fit_series("cholesky", Candidate("potrf", "scipy-openblas", 1, 0, 0), check, np.full(4, 1.2), fit, 3.0,
+                     "analytical APE 20% > tol 3%")
+    assert e.in_use is used and e.fitted_ape == pytest.approx(0.0)

@@ -15,6 +15,7 @@ from autotune.models.fitting import (
     aicc,
     fi_ls,
     fi_me,
+    first_nonpositive,
     fit_strassen,
     median_ape,
     phi_err,
@@ -440,3 +441,18 @@ def test_phi_err_of_a_uniformly_scaled_model(times, factor):
     model = Scaled(times, factor)
     assert phi_err(model, n, None, times) == pytest.approx((1 - factor) * 100, rel=1e-9, abs=1e-9)
     assert median_ape(model, n, None, times) == pytest.approx(abs(factor - 1) * 100, rel=1e-9, abs=1e-9)
+
+
+def test_cascade_refuses_a_model_that_dives_below_zero():
+    """Real fitting data (blocked Cholesky b=32, one thread): VA-ME fitted 3 points per region exactly
+    and met Phi_err and median APE, yet predicted -0.15 ms at n = 160, one of its own sizes."""
+    fit = Samples([160, 320, 500, 900, 1200, 2000, 2500, 3200], None,
+                  [5.528e-05, 2.5086e-04, 7.6364e-04, 3.6153e-03, 7.8621e-03, 3.36104e-02, 6.77561e-02, 1.446659e-01])
+    check = Samples([200, 700, 1500, 3000], None, [1.15353e-04, 1.842468e-03, 1.521084e-02, 1.19275097e-01])
+    out = remodel(fit, (160.0, 3200.0), None, TermSet(((3, 0), (1, 0), (0, 0))), check, tol=3.0)
+    va_me = next(t for t in out.trials if t.method == "VA-ME")
+    assert abs(va_me.phi_err) < 3.0 and va_me.ape < 3.0                 # it met the error criteria ...
+    assert not va_me.accepted and "non-positive" in va_me.error         # ... but is not a time model
+    assert first_nonpositive(va_me.model, 160.0, 3200.0) is not None
+    assert out.accepted and first_nonpositive(out.model, 128.0, 4000.0) is None
+    assert out.model.predict(np.array([256.0]), None)[0] == pytest.approx(1.6e-4, rel=0.3)

@@ -466,9 +466,9 @@ def test_measure_samples_last_min_sample_seconds():
                          "derived from the cold warm-up call alone")
 
 
-def test_passes_keep_each_points_fastest_pass(tmp_path, monkeypatch):
+def test_passes_keep_each_points_lower_median_pass(tmp_path, monkeypatch):
     """timing.passes re-times the points shorter than repass_seconds, alternately in reverse order,
-    and keeps each point's fastest pass; longer points are measured once."""
+    and keeps each point's lower-median pass (the fastest of two); longer points are measured once."""
     from autotune.install_probe.timing import Sample
 
     order, clock = [], iter([3.0, 1.0, 2.0, 5.0, 9.0, 4.0, 8.0, 6.0, 7.0] + [1.0] * 100)
@@ -494,10 +494,28 @@ def test_passes_keep_each_points_fastest_pass(tmp_path, monkeypatch):
     assert order == [8, 16, 32, 32, 16, 8, 8, 16, 32]
     rec = load(tmp_path / "db.h5").records
     got = {int(r["x"]): float(r["t_median"]) for r in rec}
-    assert got == pytest.approx({8: 3e-3, 16: 1e-3, 32: 2e-3})
+    assert got == pytest.approx({8: 4e-3, 16: 6e-3, 32: 5e-3})      # medians of (3,4,8), (1,9,6), (2,5,7)
+    # two passes keep the faster
+    order.clear()
+    clock = iter([3.0, 1.0, 2.0, 5.0, 0.5, 4.0])
+    data["timing"]["passes"] = 2
+    run_probe(parse_profile(data, "passes"), tmp_path / "db1.h5", progress=False)
+    got = {int(r["x"]): float(r["t_median"]) for r in load(tmp_path / "db1.h5").records}
+    assert got == pytest.approx({8: 3e-3, 16: 0.5e-3, 32: 2e-3})
     # with a repass threshold below every point, one pass only
     order.clear()
     clock = iter([3.0, 1.0, 2.0] * 10)
     data["timing"]["repass_seconds"] = 1e-4
     run_probe(parse_profile(data, "passes"), tmp_path / "db2.h5", progress=False)
     assert order == [8, 16, 32]
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_spd_matrix_is_symmetric_positive_definite(order):
+    """The BLAS-free SPD operand (validation, benchmarks) factors, is symmetric and has the asked layout."""
+    from autotune.install_probe.operands import spd_matrix
+
+    a = spd_matrix(np.random.default_rng(3), 57, order=order)
+    assert a.shape == (57, 57) and a.flags[f"{order}_CONTIGUOUS"]
+    np.testing.assert_array_equal(a, a.T)
+    assert np.linalg.eigvalsh(a).min() > 1.0
