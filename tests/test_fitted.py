@@ -220,3 +220,22 @@ def test_fitted_model_in_use_only_if_no_worse_at_its_worst_check_point(monkeypat
     e = v.fit_series("cholesky", Candidate("potrf", "scipy-openblas", 1, 0, 0), check, np.full(4, 1.2), fit, 3.0,
                      "analytical APE 20% > tol 3%")
     assert e.in_use is used and e.fitted_ape == pytest.approx(0.0)
+
+
+def test_timer_passes_keep_each_points_fastest_sweep(monkeypatch):
+    """Timer.many sweeps its points spec.passes times, the second sweep reversed, keeping the fastest."""
+    from autotune.install_probe import validate as v
+
+    seen, clock = [], iter([5.0, 1.0, 3.0, 2.0, 4.0, 9.0])
+
+    def fake_runner(family, dims, cand, rng):
+        seen.append(dims[0])
+        return lambda: 0.0
+
+    monkeypatch.setattr(v, "candidate_runner", fake_runner)
+    monkeypatch.setattr(v, "time_point", lambda run, reps, seconds: next(clock))
+    spec = v.load_spec({**TINY_SPEC, "passes": 2})
+    cand = Candidate("potrf", "scipy-openblas", 1, 0, 0)
+    got = v.Timer(spec).many([("cholesky", n, cand) for n in (30, 10, 20)])
+    assert seen == [10, 20, 30, 30, 20, 10]
+    assert got == {("cholesky", 10, cand): 5.0, ("cholesky", 20, cand): 1.0, ("cholesky", 30, cand): 2.0}
