@@ -79,7 +79,9 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
     cand, dec = _decide("gemm", (m, k, n), config, explain)
-    if cand is None:
+    if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
+        if hot and not learn.enabled():
+            _front.remember(a.shape + b.shape)
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
@@ -189,7 +191,9 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
             _remember_cholesky(cand, n, overwrite_a, type(a) is np.ndarray and not explain)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
-        if n >= MIN_TUNED_SIZE:
+        if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
+            if not overwrite_a and not learn.enabled() and type(a) is np.ndarray and not explain:
+                _front.remember_cholesky(n, cholesky_runner(cand), None, 0)
             return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.

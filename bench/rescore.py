@@ -5,7 +5,8 @@
 For each problem, the candidates are re-ranked with the current code and ``--db``; each measured
 candidate's prediction is replaced and its APE recomputed. The choice may change: its regret is
 then the sweep's ratio t(new choice) / t(best) (sequential, not A/B), marked in the output.
-``--retime`` re-times every regret above 1 with validate.py's A/B pairs (the old value is kept).
+``--retime`` re-times every problem whose choice was not the best with validate.py's A/B pairs (the
+old value is kept).
 """
 from __future__ import annotations
 
@@ -42,10 +43,10 @@ def rescore(results: list[dict], sp, strassen: bool = False) -> tuple[list[dict]
 
 
 def retime(results: list[dict], pairs: int, rng) -> None:
-    """Re-time chosen against best, A/B (validate.finish), for every problem whose regret is above 1."""
+    """Re-time chosen against best, A/B (validate.finish), for every problem whose choice was not the best."""
     args = argparse.Namespace(pairs=pairs)
     for r in results:
-        if r["regret"] > 1.0:
+        if r["chosen"] != r["best"]:
             before = r["regret"]
             finish(r, rng, args)
             r["regret_before_retime"] = before
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("run")
     p.add_argument("--db", required=True)
     p.add_argument("--out")
-    p.add_argument("--retime", action="store_true", help="re-time regrets above 1 with A/B pairs")
+    p.add_argument("--retime", action="store_true", help="re-time chosen vs best with A/B pairs")
     p.add_argument("--pairs", type=int, default=7)
     args = p.parse_args(argv)
     data = json.load(open(args.run))

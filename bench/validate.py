@@ -97,7 +97,11 @@ def finish(result: dict, rng, args) -> dict:
 def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> float:
     """t(chosen) / t(best) re-timed side by side (A/B pairs, order alternating, median of the pair
     ratios), so drift of this noisy machine between the sweep's candidates cannot fake a regret.
-    Below 1 (the sweep's "best" was a lucky draw) it counts as 1."""
+    Below 1 (the sweep's "best" was a lucky draw) it counts as 1.
+
+    Each timed call follows one untimed call of the same candidate, as in the sweep and the probe:
+    after the settling pause a thread pool is asleep, and a lone call at n = 100 (20 us) timed the
+    pool's wake-up (a 2-thread regret of 1.4-1.6 whose sweep ratio was 1.04-1.06)."""
     runs = [candidate_runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
     for run in runs:
         run()
@@ -107,6 +111,7 @@ def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> f
         for run in (runs if i % 2 == 0 else runs[::-1]):
             if threaded:                         # the other library's pool must not spin into this run
                 time.sleep(SETTLE_SECONDS)
+            run()                                # wakes this candidate's pool, warms its caches
             t[id(run)] = run()
         ratios.append(t[id(runs[0])] / t[id(runs[1])])
     return max(1.0, float(np.median(ratios)))
