@@ -60,8 +60,6 @@ def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray
     return np.asarray(a, order=order)
 
 
-_spd = spd_matrix
-
 
 def _restoring(target: np.ndarray, run: Callable[[], object]) -> Call:
     saved = target.copy(order="F")
@@ -153,7 +151,7 @@ def _axpy_trail(be, d, rng):
     # One step of the axpy Cholesky variant on an order-x trailing matrix, lower form (what numpy's
     # default C order with lower=False runs, as for potrf); x from the element count x(x-1)/2.
     x = int(round((1 + (1 + 8 * d["n"]) ** 0.5) / 2))
-    a = _spd(rng, x)
+    a = spd_matrix(rng, x)
     return _restoring(a, _op(be, "axpy_trail", a, True))
 
 
@@ -172,13 +170,13 @@ def _add_view(be, d, rng):
 
 def _chol(name):
     def builder(be, d, rng):
-        a = _spd(rng, d["n"])
+        a = spd_matrix(rng, d["n"])
         return _restoring(a, _op(be, name, a))
     return builder
 
 
 def _getrf(be, d, rng):
-    a = _spd(rng, d["n"])
+    a = spd_matrix(rng, d["n"])
     ipiv = np.zeros(d["n"], dtype=be.int_dtype)
     return _restoring(a, _op(be, "getrf", a, ipiv))
 
