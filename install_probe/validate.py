@@ -28,8 +28,6 @@ from autotune.models.fitting import (
     Samples,
     TermSet,
     first_nonpositive,
-    median_ape,
-    phi_err,
     remodel,
     select_terms,
 )
@@ -264,23 +262,62 @@ def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndar
         termset, sigma, akaike = full.subset([full.leading]), float("nan"), "{}"
     rem = remodel(fit, (float(fit.n.min()), float(fit.n.max())), None, termset, check, tol, methods=methods)
     model = rem.model
-    f_ape, f_phi = median_ape(model, check.n, None, check.t), phi_err(model, check.n, None, check.t)
+    lo, hi = float(fit.n.min()), float(fit.n.max()) * EXTRAPOLATION
+    bad = first_nonpositive(model, lo / EXTRAPOLATION, hi)
+    clip = bad is not None and bad < lo and first_nonpositive(model, lo, hi) is None
+    scores = _scores(np.asarray(model.predict(check.n, None), dtype=float), check, analytical, tol, reason,
+                     None if clip else bad)
+    entry = FittedEntry.from_model(family, _key(cand), model, **scores, check_n=check.n, check_t=check.t,
+                                   check_analytical=analytical, fit_n=fit.n, fit_t=fit.t, sigma=float(sigma),
+                                   akaike=akaike)
+    if clip and (entry.edges.size == 2 or lo * EXTRAPOLATION < entry.edges[1]):
+        entry.edges[0] = lo * EXTRAPOLATION      # it dives below zero under its sizes: no extrapolation there
+    elif clip:
+        entry.in_use = False
+    return entry
+
+
+def fit_strassen_series(cand: Candidate, check: Samples, analytical: np.ndarray, fit: Samples,
+                        parts: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], tol: float,
+                        reason: str) -> FittedEntry:
+    """001 eq. 4.10 for one Strassen series: ``M leaves + A additions``, the analytical model's two
+    terms (``parts(n)``, square n) with M, A >= 0 by relative least squares on ``fit``; scored as
+    ``fit_series``. The terms carry the probe's k at each leaf and quadrant size, which a
+    polynomial in n cannot follow (leaf sizes cross cache and kernel thresholds)."""
+    from scipy.optimize import nnls
+
+    leaves, adds = parts(fit.n)
+    (m_l, a_l), _ = nnls(np.column_stack([leaves, adds]) / fit.t[:, None], np.ones(fit.n.size))
+    c_leaves, c_adds = parts(check.n)
+    scores = _scores(m_l * c_leaves + a_l * c_adds, check, analytical, tol, reason, None if m_l > 0 else 0.0)
+    rel = (m_l * leaves + a_l * adds) / fit.t - 1
+    return FittedEntry("gemm", cand.algorithm, cand.backend, cand.threads, cand.param, cand.variant,
+                       ((1, 0), (0, 1)), np.array([[m_l, a_l]]), np.array([fit.n.min(), fit.n.max()]),
+                       "eq4.10-LS", **scores, check_n=check.n, check_t=check.t, check_analytical=analytical,
+                       fit_n=fit.n, fit_t=fit.t, sigma=float(np.sqrt(np.mean(rel ** 2))), form="eq4.10")
+
+
+# A fitted model whose worst check point is off by more than this (and more than the analytical
+# model's worst) is wild somewhere, however good its median: not used.
+WILD_PERCENT = 10.0
+
+
+def _scores(fitted: np.ndarray, check: Samples, analytical: np.ndarray, tol: float, reason: str,
+            bad: float | None) -> dict:
+    """Both models' errors on the check points and the in-use verdict: in use only where the fitted
+    model is better in the median, not wild at its worst check point (WILD_PERCENT), and a time
+    (positive) over every size the selector may ask it for (``bad``: a size where it is not, or None)."""
+    f_err = np.abs(fitted - check.t) / check.t * 100
     a_err = np.abs(analytical - check.t) / check.t * 100
-    f_err = np.abs(np.asarray(model.predict(check.n, None), dtype=float) - check.t) / check.t * 100
-    a_ape, a_phi = float(np.median(a_err)), float((1 - analytical.sum() / check.t.sum()) * 100)
-    lo, hi = float(fit.n.min()) / EXTRAPOLATION, float(fit.n.max()) * EXTRAPOLATION
-    bad = first_nonpositive(model, lo, hi)
-    # In use only where it is better in the median, no worse at its worst check point, and a time
-    # (positive) over every size the selector may ask it for.
-    in_use = bool(f_ape < a_ape and f_err.max() <= max(a_err.max(), tol) and bad is None)
+    f_ape, a_ape = float(np.median(f_err)), float(np.median(a_err))
+    in_use = bool(f_ape < a_ape and f_err.max() <= max(a_err.max(), WILD_PERCENT, tol) and bad is None)
     why = (f"{reason}; fitted APE {f_ape:.1f}% (worst {f_err.max():.0f}%) vs analytical {a_ape:.1f}% "
            f"(worst {a_err.max():.0f}%): " + ("in use" if in_use else
                                              f"not used, non-positive at n = {bad:.0f}" if bad is not None
                                              else "not used"))
-    return FittedEntry.from_model(family, _key(cand), model, fitted_ape=f_ape, fitted_phi=f_phi, analytical_ape=a_ape,
-                                  analytical_phi=a_phi, reason=why, in_use=in_use, check_n=check.n,
-                                  check_t=check.t, check_analytical=analytical, fit_n=fit.n, fit_t=fit.t,
-                                  sigma=float(sigma), akaike=akaike)
+    return {"fitted_ape": f_ape, "fitted_phi": float((1 - fitted.sum() / check.t.sum()) * 100),
+            "analytical_ape": a_ape, "analytical_phi": float((1 - analytical.sum() / check.t.sum()) * 100),
+            "reason": why, "in_use": in_use}
 
 
 def _akaike_json(selection, top: int = 8) -> str:
@@ -338,7 +375,7 @@ class Report:
         return "\n".join(lines)
 
 
-def _summarise(report: Report, series: dict, entries: dict, spec: Spec) -> None:
+def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp) -> None:
     """Fill the report's rows and the overall APE of the model in use on check points predicted >= min_seconds."""
     apes = []
     for cand, pts in sorted(series.items(), key=lambda kv: (kv[1][0].family, str(kv[0]))):
@@ -346,7 +383,8 @@ def _summarise(report: Report, series: dict, entries: dict, spec: Spec) -> None:
         t = np.array([p.measured for p in pts])
         pred = np.array([p.predicted for p in pts])
         e = entries.get(cand)
-        use = e.predict(n) if e is not None and e.in_use else pred
+        use = np.array([e.predict_dims(_dims(pts[0].family, x), sp) for x in n]) if e is not None and e.in_use \
+            else pred
         apes += [abs(u - m) / m * 100 for u, m in zip(use, t, strict=True) if u >= spec.min_seconds]
         report.rows.append({"family": pts[0].family, "candidate": str(cand), "config": cand.as_dict(),
                             "analytical_ape": float(np.median(np.abs(pred - t) / t) * 100),
@@ -385,10 +423,10 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
             series[p.cand].append(p)
     flagged = _flag(problems, series, spec, tol)
     say(f"{len(series)} candidate series checked, {len(flagged)} to remodel")
-    entries = _remodel_all({c: series[c] for c in flagged}, flagged, spec, tol, timer)
+    entries = _remodel_all({c: series[c] for c in flagged}, flagged, spec, tol, timer, sp)
     report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
                     risk=measured_risk(problems))
-    _summarise(report, series, entries, spec)
+    _summarise(report, series, entries, spec, sp)
     report.runs, report.seconds = timer.runs, time.perf_counter() - t0
     if save:
         save_fitted(path, report.entries, info=report.summary())
@@ -457,28 +495,48 @@ def _fit_sizes(pts: list[Point], spec: Spec) -> list[int]:
 
 
 def _remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str], spec: Spec, tol: float,
-                 timer: Timer) -> dict[Candidate, FittedEntry]:
+                 timer: Timer, sp) -> dict[Candidate, FittedEntry]:
     """Time every flagged series' fitting sizes in one batch (pools settle once per group), then fit each."""
     timer.many([(pts[0].family, n, c) for c, pts in series.items() for n in _fit_sizes(pts, spec)])
     out = {}
     for cand, pts in series.items():
-        entry = _remodel(cand, pts, why[cand], spec, tol, timer)
+        entry = _remodel(cand, pts, why[cand], spec, tol, timer, sp)
         if entry is not None:
             out[cand] = entry
     return out
 
 
-def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float, timer: Timer) -> FittedEntry | None:
-    """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted."""
+def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float, timer: Timer,
+             sp) -> FittedEntry | None:
+    """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted. A Strassen
+    series also gets eq. 4.10's form; the better of the two on the check points is kept."""
     family, sizes = pts[0].family, _fit_sizes(pts, spec)
     if len(sizes) < 2:
         return None
     fit = Samples(np.array(sizes, float), None, np.array([timer(family, n, cand) for n in sizes]))
     check = Samples(np.array([p.n for p in pts], float), None, np.array([p.measured for p in pts]))
+    analytical = np.array([p.predicted for p in pts])
+    tried = []
     try:
-        return fit_series(family, cand, check, np.array([p.predicted for p in pts]), fit, tol, why, spec.methods)
+        tried.append(fit_series(family, cand, check, analytical, fit, tol, why, spec.methods))
     except ValueError:
-        return None
+        pass
+    if cand.algorithm == "strassen":
+        tried.append(fit_strassen_series(cand, check, analytical, fit, _strassen_parts(cand, sp), tol, why))
+    return min(tried, key=lambda e: (not e.in_use, e.fitted_ape), default=None)
 
 
-__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "load_spec", "measured_risk", "time_point", "validate"]
+def _strassen_parts(cand: Candidate, sp) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """``parts(n)``: the analytical Strassen model's leaf and addition terms at square sizes n."""
+    from autotune.models.gemm import strassen_parts
+    from autotune.select.rank import STRASSEN_ADD_BACKEND
+
+    def parts(ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        both = [strassen_parts(n, n, n, [cand.param], cand.backend, cand.threads, sp, STRASSEN_ADD_BACKEND)
+                for n in ns]
+        return np.array([lv[0] for lv, _ in both]), np.array([ad[0] for _, ad in both])
+    return parts
+
+
+__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "fit_strassen_series", "load_spec", "measured_risk",
+           "time_point", "validate"]

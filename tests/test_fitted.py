@@ -239,3 +239,57 @@ def test_timer_passes_keep_each_points_fastest_sweep(monkeypatch):
     got = v.Timer(spec).many([("cholesky", n, cand) for n in (30, 10, 20)])
     assert seen == [10, 20, 30, 30, 20, 10]
     assert got == {("cholesky", 10, cand): 5.0, ("cholesky", 20, cand): 1.0, ("cholesky", 30, cand): 2.0}
+
+
+def test_strassen_series_fits_eq_4_10_factors(db):
+    """A Strassen series is remodelled in eq. 4.10's form: the analytical model's leaf and addition
+    terms weighted by fitted M, A; stored, read back and used by the selector with the SP at hand."""
+    from autotune.install_probe.validate import fit_strassen_series
+
+    from autotune.models.fitting import Samples
+    from autotune.models.gemm import strassen_parts
+
+    def parts(ns):
+        ns = np.asarray(ns, float)
+        return 1e-10 * ns ** 3, 1e-8 * ns ** 2
+
+    def truth(ns):
+        leaves, adds = parts(ns)
+        return 1.3 * leaves + 0.6 * adds
+
+    fit_n, check_n = np.array([160.0, 320.0, 500.0, 900.0, 1200.0]), np.array([200.0, 700.0, 1100.0])
+    cand = Candidate("strassen", "numpy-openblas", 1, 2, 0)
+    e = fit_strassen_series(cand, Samples(check_n, None, truth(check_n)), 0.8 * truth(check_n),
+                            Samples(fit_n, None, truth(fit_n)), parts, 3.0, "analytical APE 20% > tol 3%")
+    assert e.form == "eq4.10" and e.in_use and e.fitted_ape < 1e-6
+    np.testing.assert_allclose(e.coefficients, [[1.3, 0.6]], rtol=1e-9)
+    save_fitted(db, [e])
+    sp = load_sp(db, refresh=True)
+    (back,) = load_fitted(db).entries
+    assert back.form == "eq4.10" and back.coefficients.tolist() == e.coefficients.tolist()
+    with pytest.raises(ValueError, match="predict_dims"):
+        back.predict([500.0])
+    leaves, adds = strassen_parts(500, 500, 500, [2], "numpy-openblas", 1, sp, "numba-reference")
+    seconds, source = override(cand, (500, 500, 500), 1.0, sp)
+    assert source == "fitted" and seconds == pytest.approx(1.3 * leaves[0] + 0.6 * adds[0])
+    assert load_fitted(db).predict(e.key, (500, 500, 500)) is None      # eq. 4.10 needs the SP
+
+
+def test_fitted_model_negative_below_its_sizes_is_used_without_extrapolating_down(monkeypatch):
+    """Positive over its fitted sizes but below zero just under them: in use, with its size range
+    starting at its smallest fitted size (the selector takes the analytical model below)."""
+    from types import SimpleNamespace
+
+    from autotune.install_probe import validate as v
+    from autotune.models.fitting import Samples
+
+    check = Samples([200.0, 700.0, 1500.0], None, [50.0, 550.0, 1350.0])
+    model = SimpleNamespace(predict=lambda n, a=None: np.asarray(n, float) - 150.0,
+                            termset=TermSet(((1, 0), (0, 0))), coefficients=np.array([[1.0, -150.0]]),
+                            edges=np.array([160.0, 3200.0]), method="FI-LS")
+    monkeypatch.setattr(v, "remodel", lambda *a, **k: SimpleNamespace(model=model))
+    fit = Samples([160.0, 500.0, 900.0, 2500.0], None, [10.0, 350.0, 750.0, 2350.0])
+    e = v.fit_series("cholesky", Candidate("potrf", "scipy-openblas", 1, 0, 0), check, 1.2 * check.t, fit, 3.0,
+                     "analytical APE 20% > tol 3%")
+    assert e.in_use and e.fitted_ape == pytest.approx(0.0)
+    assert not e.covers(150.0) and e.covers(160.0) and e.covers(3200.0 * 1.2)

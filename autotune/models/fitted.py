@@ -73,6 +73,9 @@ class FittedEntry:
     fit_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
     sigma: float = float("nan")         # relative residual sigma of the AICc winner
     akaike: str = "{}"                  # JSON: {"sets": [[term names, AICc weight], ...], "importances": {...}}
+    # "polynomial": T(n) = sum c n^i per region; "eq4.10" (Strassen): T = M * leaves + A * additions,
+    # the analytical model's two terms (models.gemm.strassen_parts) weighted by coefficients [[M, A]].
+    form: str = "polynomial"
 
     def __post_init__(self) -> None:
         """Terms in TermSet's canonical order, coefficient columns permuted to match (one row per region)."""
@@ -99,7 +102,10 @@ class FittedEntry:
         return self.edges[0] / EXTRAPOLATION <= n <= self.edges[-1] * EXTRAPOLATION
 
     def predict(self, n) -> np.ndarray:
-        """Predicted seconds at sizes ``n`` (vectorised; each size in its region, nearest region outside)."""
+        """Predicted seconds at sizes ``n`` (vectorised; each size in its region, nearest region outside).
+        Polynomial entries only: eq. 4.10 entries need the system parameters (``predict_dims``)."""
+        if self.form != "polynomial":
+            raise ValueError(f"a {self.form} entry is evaluated with predict_dims(dims, sp)")
         n = np.asarray(n, dtype=float)
         region = np.searchsorted(self.edges[1:-1], n, side="right")
         design = TermSet(self.terms).design(n)
@@ -116,10 +122,24 @@ class FittedEntry:
         inner, rows = self._plain
         return float(sum(c * n ** i for i, c in rows[bisect.bisect_right(inner, n)]))
 
+    def predict_dims(self, dims: Sequence[float], sp) -> float:
+        """Seconds for the problem ``dims``: the polynomial at its size, or eq. 4.10's weighted
+        analytical terms (which need the system parameters ``sp``)."""
+        if self.form == "polynomial":
+            return self.predict_one(size_variable(dims))
+        from autotune.models.gemm import strassen_parts
+        from autotune.select.rank import STRASSEN_ADD_BACKEND
+
+        m, k, n = dims
+        leaves, adds = strassen_parts(m, k, n, [self.param], self.backend, self.threads, sp, STRASSEN_ADD_BACKEND)
+        return float(self.coefficients[0, 0] * leaves[0] + self.coefficients[0, 1] * adds[0])
+
     def __str__(self) -> str:
         state = "in use" if self.in_use else "not used"
         poly = " + ".join(f"{c:.4g}*{TermSet(self.terms).name(t)}" for t, c in zip(self.terms, self.coefficients[0],
                                                                                  strict=True))
+        if self.form != "polynomial":
+            poly = f"M = {self.coefficients[0, 0]:.4g} x leaves + A = {self.coefficients[0, 1]:.4g} x additions"
         return (f"{self.algorithm} p={self.param} v{self.variant} [{self.backend}, {self.threads}t] {self.method}: "
                 f"{poly}; APE fitted {self.fitted_ape:.1f}% vs analytical {self.analytical_ape:.1f}% ({state}: "
                 f"{self.reason})")
@@ -153,15 +173,13 @@ class FittedModels:
         """Entries the selector uses."""
         return list(self._in_use.values())
 
-    def predict(self, candidate_key: Key, dims: Sequence[float]) -> float | None:
-        """Fitted seconds for a candidate at ``dims``; None without an in-use entry or outside its size range."""
+    def predict(self, candidate_key: Key, dims: Sequence[float], sp=None) -> float | None:
+        """Fitted seconds for a candidate at ``dims``; None without an in-use entry, outside its size
+        range, or (eq. 4.10 entries) without system parameters ``sp``."""
         entry = self._in_use.get(tuple(candidate_key)) if self._in_use else None
-        if entry is None:
+        if entry is None or not entry.covers(size_variable(dims)) or (entry.form != "polynomial" and sp is None):
             return None
-        n = size_variable(dims)
-        if not entry.covers(n):
-            return None
-        t = entry.predict_one(n)
+        t = entry.predict_dims(dims, sp)
         return t if math.isfinite(t) and t > 0 else None
 
 
@@ -177,7 +195,7 @@ def override(ranking_candidate, dims: Sequence[float], analytical_seconds: float
     """(fitted seconds, "fitted") when a fitted model is in use for this candidate, else (analytical, "analytical")."""
     try:
         fitted = getattr(sp, "fitted", None)
-        t = fitted.predict(candidate_key(ranking_candidate), dims) if fitted else None
+        t = fitted.predict(candidate_key(ranking_candidate), dims, sp) if fitted else None
     except Exception:  # the selector must never fail because of a fitted model
         t = None
     return (t, "fitted") if t is not None else (analytical_seconds, "analytical")
@@ -186,8 +204,8 @@ def override(ranking_candidate, dims: Sequence[float], analytical_seconds: float
 # ----------------------------------------------------------------------------- storage
 
 _SCALARS = ("family", "algorithm", "backend", "threads", "param", "variant", "method", "fitted_ape", "fitted_phi",
-            "analytical_ape", "analytical_phi", "reason", "in_use", "timestamp", "sigma", "akaike")
-_OPTIONAL = {"sigma": float("nan"), "akaike": "{}"}   # absent in entries written before they were kept
+            "analytical_ape", "analytical_phi", "reason", "in_use", "timestamp", "sigma", "akaike", "form")
+_OPTIONAL = {"sigma": float("nan"), "akaike": "{}", "form": "polynomial"}   # absent in older entries
 _ARRAYS = ("coefficients", "edges", "check_n", "check_t", "check_analytical", "fit_n", "fit_t")
 
 
@@ -216,7 +234,7 @@ def _read_entry(sub) -> FittedEntry:
     """One entry from its HDF5 subgroup (KeyError/ValueError/TypeError if damaged)."""
     kw = {name: sub.attrs[name] if name in sub.attrs or name not in _OPTIONAL else _OPTIONAL[name]
           for name in _SCALARS}
-    for name in ("family", "algorithm", "backend", "method", "reason", "timestamp", "akaike"):
+    for name in ("family", "algorithm", "backend", "method", "reason", "timestamp", "akaike", "form"):
         kw[name] = kw[name].decode() if isinstance(kw[name], bytes) else str(kw[name])
     for name in ("threads", "param", "variant"):
         kw[name] = int(kw[name])

@@ -35,7 +35,15 @@ def dispatch(backend: str, threads: int, sp) -> float:
 
 def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
              add_backend: str = "numba-reference", add_threads: int = 1) -> np.ndarray:
-    """Strassen with ``levels`` recursion levels (array), leaves on ``backend``'s gemm (eq. 3.19).
+    """Strassen with ``levels`` recursion levels (array), leaves on ``backend``'s gemm (eq. 3.19)."""
+    leaves, adds = strassen_parts(m, k, n, levels, backend, threads, sp, add_backend, add_threads)
+    return leaves + adds
+
+
+def strassen_parts(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
+                   add_backend: str = "numba-reference", add_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Strassen's two cost terms (arrays over ``levels``): leaf products and additions (the terms
+    001 eq. 4.10 weights by M(l) and A(l) when it remodels).
 
     Leaves: ``7^l 2 (m/2^l)(k/2^l)(n/2^l) k3_gemm(leaf size)``. Additions: at level i the
     passes above act on quadrants of size ``/2^i``, each costed with k2_add measured on quadrant
@@ -48,7 +56,7 @@ def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     leaves = 7.0 ** levels * 2.0 * lm * lk * ln * k3
     lmax = int(levels.max(initial=0))
     if lmax == 0:
-        return leaves
+        return leaves, np.zeros_like(leaves)
     i = np.arange(1, lmax + 1)
     qm, qk, qn = m / 2.0 ** i, k / 2.0 ** i, n / 2.0 ** i
     ab = ADDS_A * qm * qk + ADDS_B * qk * qn
@@ -56,4 +64,4 @@ def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     per_pass = 7.0 ** (i - 1) * k2                   # 7^(i-1) quadrant additions at level i
     inner = np.concatenate([[0.0], np.cumsum(per_pass * (ab + ADDS_C_INNER * qm * qn))])
     leaf = np.concatenate([[0.0], per_pass * (ab + ADDS_C_LEAF * qm * qn)])
-    return leaves + inner[np.maximum(levels - 1, 0)] + leaf[levels]  # levels above the leaves, then theirs
+    return leaves, inner[np.maximum(levels - 1, 0)] + leaf[levels]  # levels above the leaves, then theirs
