@@ -281,6 +281,7 @@ def test_fitted_model_negative_below_its_sizes_is_used_without_extrapolating_dow
     from types import SimpleNamespace
 
     from autotune.install_probe import validate as v
+
     from autotune.models.fitting import Samples
 
     check = Samples([200.0, 700.0, 1500.0], None, [50.0, 550.0, 1350.0])
