@@ -192,8 +192,7 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
-            if not overwrite_a and not learn.enabled() and type(a) is np.ndarray and not explain:
-                _front.remember_cholesky(n, cholesky_runner(cand), None, 0)
+            _remember_cholesky(cand, n, overwrite_a, type(a) is np.ndarray and not explain, switch_threads=False)
             return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
@@ -226,10 +225,16 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
     return w, clean
 
 
-def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool) -> None:
-    """Let the C hot path run this order's choice (switching the library's threads in C)."""
+def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, switch_threads: bool = True) -> None:
+    """Let the C hot path run this order's choice (switching the library's threads in C, unless
+    ``switch_threads`` is False: then at whatever count the library has, as scipy would)."""
+    if not hot or overwrite_a or learn.enabled():
+        return
+    if not switch_threads:
+        _front.remember_cholesky(n, cholesky_runner(cand), None, 0)
+        return
     be = backends.get(cand.backend)
-    if hot and not overwrite_a and not learn.enabled() and (be.thread_addresses or be.set_threads is None):
+    if be.thread_addresses or be.set_threads is None:
         _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads)
 
 

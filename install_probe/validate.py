@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.models.fitted import EXTRAPOLATION, FittedEntry, save_fitted
+from autotune.models.fitted import EXTRAPOLATION, FittedEntry, eq410_terms, save_fitted
 from autotune.models.fitting import (
     METHODS,
     Samples,
@@ -262,19 +262,11 @@ def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndar
         termset, sigma, akaike = full.subset([full.leading]), float("nan"), "{}"
     rem = remodel(fit, (float(fit.n.min()), float(fit.n.max())), None, termset, check, tol, methods=methods)
     model = rem.model
-    lo, hi = float(fit.n.min()), float(fit.n.max()) * EXTRAPOLATION
-    bad = first_nonpositive(model, lo / EXTRAPOLATION, hi)
-    clip = bad is not None and bad < lo and first_nonpositive(model, lo, hi) is None
-    scores = _scores(np.asarray(model.predict(check.n, None), dtype=float), check, analytical, tol, reason,
-                     None if clip else bad)
-    entry = FittedEntry.from_model(family, _key(cand), model, **scores, check_n=check.n, check_t=check.t,
-                                   check_analytical=analytical, fit_n=fit.n, fit_t=fit.t, sigma=float(sigma),
-                                   akaike=akaike)
-    if clip and (entry.edges.size == 2 or lo * EXTRAPOLATION < entry.edges[1]):
-        entry.edges[0] = lo * EXTRAPOLATION      # it dives below zero under its sizes: no extrapolation there
-    elif clip:
-        entry.in_use = False
-    return entry
+    bad = first_nonpositive(model, float(fit.n.min()), float(fit.n.max()) * EXTRAPOLATION)  # where it is used
+    scores = _scores(np.asarray(model.predict(check.n, None), dtype=float), check, analytical, tol, reason, bad)
+    return FittedEntry.from_model(family, _key(cand), model, **scores, check_n=check.n, check_t=check.t,
+                                  check_analytical=analytical, fit_n=fit.n, fit_t=fit.t, sigma=float(sigma),
+                                  akaike=akaike)
 
 
 def fit_strassen_series(cand: Candidate, check: Samples, analytical: np.ndarray, fit: Samples,
@@ -289,7 +281,7 @@ def fit_strassen_series(cand: Candidate, check: Samples, analytical: np.ndarray,
     leaves, adds = parts(fit.n)
     (m_l, a_l), _ = nnls(np.column_stack([leaves, adds]) / fit.t[:, None], np.ones(fit.n.size))
     c_leaves, c_adds = parts(check.n)
-    scores = _scores(m_l * c_leaves + a_l * c_adds, check, analytical, tol, reason, None if m_l > 0 else 0.0)
+    scores = _scores(m_l * c_leaves + a_l * c_adds, check, analytical, tol, reason, None)  # terms > 0, M, A >= 0
     rel = (m_l * leaves + a_l * adds) / fit.t - 1
     return FittedEntry("gemm", cand.algorithm, cand.backend, cand.threads, cand.param, cand.variant,
                        ((1, 0), (0, 1)), np.array([[m_l, a_l]]), np.array([fit.n.min(), fit.n.max()]),
@@ -527,14 +519,10 @@ def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float
 
 
 def _strassen_parts(cand: Candidate, sp) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """``parts(n)``: the analytical Strassen model's leaf and addition terms at square sizes n."""
-    from autotune.models.gemm import strassen_parts
-    from autotune.select.rank import STRASSEN_ADD_BACKEND
-
+    """``parts(n)``: eq. 4.10's two terms of this Strassen candidate at square sizes n, as the runtime has them."""
     def parts(ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        both = [strassen_parts(n, n, n, [cand.param], cand.backend, cand.threads, sp, STRASSEN_ADD_BACKEND)
-                for n in ns]
-        return np.array([lv[0] for lv, _ in both]), np.array([ad[0] for _, ad in both])
+        terms = np.array([eq410_terms(cand.backend, cand.threads, cand.param, (n, n, n), sp) for n in ns])
+        return terms[:, 0], terms[:, 1]
     return parts
 
 

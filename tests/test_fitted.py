@@ -276,8 +276,8 @@ def test_strassen_series_fits_eq_4_10_factors(db):
 
 
 def test_fitted_model_negative_below_its_sizes_is_used_without_extrapolating_down(monkeypatch):
-    """Positive over its fitted sizes but below zero just under them: in use, with its size range
-    starting at its smallest fitted size (the selector takes the analytical model below)."""
+    """Positive over its fitted sizes but below zero just under them: in use, since no fitted model
+    is used below its smallest fitted size (the selector takes the analytical model there)."""
     from types import SimpleNamespace
 
     from autotune.install_probe import validate as v

@@ -38,7 +38,8 @@ from autotune.models.fitting import FittedModel, TermSet
 
 GROUP = "fitted"
 FITTED_SCHEMA = 1
-# A fitted polynomial is trusted this far beyond its fitted size range (ratio), not further.
+# A fitted model is trusted from its smallest fitted size up to this ratio beyond its largest. Not
+# below: no check point lies there, and exact-fit polynomials dive towards zero under their sizes.
 EXTRAPOLATION = 1.25
 
 Key = tuple[str, str, int, int, int]   # (algorithm, backend, threads, param, variant)
@@ -98,8 +99,8 @@ class FittedEntry:
                    np.asarray(model.coefficients, float), np.asarray(model.edges, float), model.method, **kw)
 
     def covers(self, n: float) -> bool:
-        """Whether ``n`` lies within the fitted size range (widened by EXTRAPOLATION)."""
-        return self.edges[0] / EXTRAPOLATION <= n <= self.edges[-1] * EXTRAPOLATION
+        """Whether ``n`` lies within the fitted size range (widened upwards by EXTRAPOLATION)."""
+        return self.edges[0] <= n <= self.edges[-1] * EXTRAPOLATION
 
     def predict(self, n) -> np.ndarray:
         """Predicted seconds at sizes ``n`` (vectorised; each size in its region, nearest region outside).
@@ -127,12 +128,8 @@ class FittedEntry:
         analytical terms (which need the system parameters ``sp``)."""
         if self.form == "polynomial":
             return self.predict_one(size_variable(dims))
-        from autotune.models.gemm import strassen_parts
-        from autotune.select.rank import STRASSEN_ADD_BACKEND
-
-        m, k, n = dims
-        leaves, adds = strassen_parts(m, k, n, [self.param], self.backend, self.threads, sp, STRASSEN_ADD_BACKEND)
-        return float(self.coefficients[0, 0] * leaves[0] + self.coefficients[0, 1] * adds[0])
+        leaves, adds = eq410_terms(self.backend, self.threads, self.param, dims, sp)
+        return float(self.coefficients[0, 0] * leaves + self.coefficients[0, 1] * adds)
 
     def __str__(self) -> str:
         state = "in use" if self.in_use else "not used"
@@ -143,6 +140,17 @@ class FittedEntry:
         return (f"{self.algorithm} p={self.param} v{self.variant} [{self.backend}, {self.threads}t] {self.method}: "
                 f"{poly}; APE fitted {self.fitted_ape:.1f}% vs analytical {self.analytical_ape:.1f}% ({state}: "
                 f"{self.reason})")
+
+
+def eq410_terms(backend: str, threads: int, levels: int, dims: Sequence[float], sp) -> tuple[float, float]:
+    """The two terms 001 eq. 4.10 weights by M(l) and A(l): the analytical Strassen model's leaf
+    products and additions (``models.gemm.strassen_parts``) for the selector's Strassen candidate."""
+    from autotune.models.gemm import strassen_parts
+    from autotune.select.rank import STRASSEN_ADD_BACKEND
+
+    m, k, n = dims
+    leaves, adds = strassen_parts(m, k, n, [levels], backend, threads, sp, STRASSEN_ADD_BACKEND)
+    return float(leaves[0]), float(adds[0])
 
 
 def size_variable(dims: Sequence[float]) -> float:
@@ -287,5 +295,5 @@ def _warn(message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-__all__ = ["EXTRAPOLATION", "FittedEntry", "FittedModels", "candidate_key", "load_fitted", "override",
+__all__ = ["EXTRAPOLATION", "FittedEntry", "FittedModels", "candidate_key", "eq410_terms", "load_fitted", "override",
            "save_fitted", "size_variable"]
