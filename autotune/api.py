@@ -87,14 +87,16 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
            and backends.get(cand.backend).get_threads() == cand.threads)
     if plain and (own or not direct):
+        aligned = own and out is None and cand.threads > 1
         if own and hot and not learn.enabled():
-            _front.remember(a.shape + b.shape)
+            _front.remember(a.shape + b.shape, aligned)
+        target = _front.aligned_empty((m, n)) if aligned else out
         if dec is not None and learn.enabled():
-            return _observed(dec, lambda: np.matmul(a, b, out=out))
-        return np.matmul(a, b, out=out)     # numpy's own call (this very candidate), or numpy's out rules
+            return _observed(dec, lambda: np.matmul(a, b, out=target))
+        return np.matmul(a, b, out=target)  # numpy's own call (this very candidate), or numpy's out rules
     if c is not None and np.shape(c) != (m, n):
         raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
-    target = out if (direct and out is not None) else np.empty((m, n))
+    target = out if (direct and out is not None) else _front.aligned_empty((m, n))
     if c is not None and beta != 0.0 and c is not target:
         np.copyto(target, c)
     args = (cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
@@ -219,7 +221,8 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
     elif a1.dtype == _F64 and contiguous:
         w, clean = _front.prepare_cholesky(a1, lower, check_finite), True
     else:
-        w, clean = np.array(a1, dtype=_F64, order="C" if a1.flags.c_contiguous else "F"), False
+        w, clean = _front.aligned_empty(a1.shape, "C" if a1.flags.c_contiguous else "F"), False
+        w[...] = a1
     if w is None or (check_finite and not clean and not np.isfinite(w).all()):
         raise ValueError("array must not contain infs or NaNs")
     return w, clean

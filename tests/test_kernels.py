@@ -285,3 +285,28 @@ def test_strassen_error_obeys_higham_bound():
         assert err <= strassen_error_bound(n, levels) * scale, levels
         errs.append(err)
     assert errs[4] > 2 * errs[0]
+
+
+@pytest.mark.parametrize("shape, order", [((3, 5), "C"), ((3, 5), "F"), ((7,), "C"), (9, "F"), ((0, 4), "F"), ((4, 0), "C")])
+def test_aligned_empty_is_numpy_empty_on_a_cache_line(shape, order):
+    """Outputs the library writes start on a 64-byte boundary (2-thread OpenBLAS is 5-12% slower
+    otherwise), and are otherwise what ``numpy.empty`` gives: float64, writable, asked memory order."""
+    import gc
+
+    from autotune.kernels._front import aligned_empty
+
+    x = aligned_empty(shape, order)
+    ref = np.empty(shape, order=order)
+    assert x.shape == ref.shape and x.dtype == np.float64 and (x.strides == ref.strides or x.size == 0)
+    assert x.ctypes.data % 64 == 0 and x.flags.writeable and x.flags[f"{order}_CONTIGUOUS"]
+    x[...] = 1.5
+    gc.collect()                                   # the byte buffer lives as long as the view
+    assert (x == 1.5).all()
+
+
+@pytest.mark.parametrize("shape, order", [((2, 3, 4), "C"), ((-1, 2), "C"), ((2, 2), "K")])
+def test_aligned_empty_rejects_what_it_cannot_make(shape, order):
+    from autotune.kernels._front import aligned_empty
+
+    with pytest.raises(ValueError, match="aligned_empty"):
+        aligned_empty(shape, order)

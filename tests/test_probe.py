@@ -516,6 +516,6 @@ def test_spd_matrix_is_symmetric_positive_definite(order):
     from autotune.install_probe.operands import spd_matrix
 
     a = spd_matrix(np.random.default_rng(3), 57, order=order)
-    assert a.shape == (57, 57) and a.flags[f"{order}_CONTIGUOUS"]
+    assert a.shape == (57, 57) and a.flags[f"{order}_CONTIGUOUS"] and a.ctypes.data % 64 == 0
     np.testing.assert_array_equal(a, a.T)
     assert np.linalg.eigvalsh(a).min() > 1.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune import backends
+from autotune.kernels._front import aligned_empty
 from autotune.select import Candidate
 
 from .layout import call_with_threads, fortran_operand
@@ -46,7 +47,7 @@ def _strassen(be, levels: int, alpha: float, a, ta: bool, b, tb: bool, beta: flo
     if alpha == 1.0 and beta == 0.0:
         strassen(a, b, c, levels, be.ops["gemm"])
         return
-    prod = np.empty(c.shape, order="F")
+    prod = aligned_empty(c.shape, order="F")
     strassen(a, b, prod, levels, be.ops["gemm"])
     if beta == 0.0:
         np.multiply(prod, alpha, out=c)
