@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from autotune.kernels._front import aligned_empty
 
 from autotune.backends import Backend
-from autotune.kernels._front import aligned_empty
 from autotune.routines import dims_of
 
 

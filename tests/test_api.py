@@ -6,13 +6,13 @@ import warnings
 import numpy as np
 import pytest
 import scipy.linalg as sl
+from autotune.install_probe.operands import spd_matrix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import autotune
 from autotune import Candidate, tuned_cholesky, tuned_gemm
 from autotune.db import load_sp
-from autotune.install_probe.operands import spd_matrix
 from autotune.select import choose, clear_cache, rank
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -376,7 +376,7 @@ def test_prepare_cholesky_one_pass(order, lower):
 def test_tuned_outputs_start_on_a_cache_line(db):
     """What a tuned call writes is cache-line aligned, as the probe measured it (multi-threaded
     OpenBLAS writes an unaligned output 5-12% slower); numpy's own 1-thread call is left as numpy runs it."""
-    from autotune import api, backends
+    from autotune import backends
 
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((200, 150)), rng.standard_normal((150, 170))
