@@ -116,7 +116,7 @@ cdef cnp.ndarray _aligned_empty(int nd, cnp.npy_intp *dims, bint fortran):
 def aligned_empty(shape, order="C"):
     """``numpy.empty(shape, order=order)`` for float64 (1-D or 2-D), its data on a 64-byte boundary."""
     cdef cnp.npy_intp dims[2]
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = (shape.__index__(),) if hasattr(shape, "__index__") else tuple(shape)   # int or numpy integer
     if len(shape) not in (1, 2) or min(shape) < 0 or order not in ("C", "F"):
         raise ValueError(f"aligned_empty: a 1-D or 2-D non-negative shape and order 'C' or 'F', got {shape!r}, {order!r}")
     for i, d in enumerate(shape):

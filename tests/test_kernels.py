@@ -288,7 +288,8 @@ def test_strassen_error_obeys_higham_bound():
 
 
 @pytest.mark.parametrize("shape, order",
-                         [((3, 5), "C"), ((3, 5), "F"), ((7,), "C"), (9, "F"), ((0, 4), "F"), ((4, 0), "C")])
+                         [((3, 5), "C"), ((3, 5), "F"), ((7,), "C"), (9, "F"), (np.int64(6), "C"),
+                          ((0, 4), "F"), ((4, 0), "C")])
 def test_aligned_empty_is_numpy_empty_on_a_cache_line(shape, order):
     """Outputs the library writes start on a 64-byte boundary (2-thread OpenBLAS is 5-12% slower
     otherwise), and are otherwise what ``numpy.empty`` gives: float64, writable, asked memory order."""
