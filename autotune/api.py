@@ -224,8 +224,7 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
     elif a1.dtype == _F64 and contiguous:
         w, clean = _front.prepare_cholesky(a1, lower, check_finite), True
     else:
-        w, clean = _front.aligned_empty(a1.shape, "C" if a1.flags.c_contiguous else "F"), False
-        w[...] = a1
+        w, clean = _front.aligned_copy(a1, "C" if a1.flags.c_contiguous else "F"), False
     if w is None or (check_finite and not clean and not np.isfinite(w).all()):
         raise ValueError("array must not contain infs or NaNs")
     return w, clean

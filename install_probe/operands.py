@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from autotune.kernels._front import aligned_empty
+from autotune.kernels._front import aligned_copy
 
 from autotune.backends import Backend
 from autotune.routines import dims_of
@@ -39,21 +39,15 @@ def _op(be: Backend, routine: str, *args, **kwargs) -> Callable[[int], object]:
 
 def _mat(rng: np.random.Generator, m: int, n: int) -> np.ndarray:
     """Fortran m x n matrix of uniform(-0.5, 0.5), starting on a cache line like the runtime's
-    outputs (``aligned_empty``: a 2-thread dgemm into an unaligned one runs 5-12% slower)."""
-    return _aligned(rng.random((m, n)) - 0.5, "F")
-
-
-def _aligned(x: np.ndarray, order: str) -> np.ndarray:
-    out = aligned_empty(x.shape, order)
-    out[...] = x
-    return out
+    outputs (``aligned_copy``: a 2-thread dgemm into an unaligned one runs 5-12% slower)."""
+    return aligned_copy(rng.random((m, n)) - 0.5, "F")
 
 
 def _lower(rng: np.random.Generator, n: int) -> np.ndarray:
     """Well-conditioned lower triangle (strictly diagonally dominant)."""
     a = np.tril(_mat(rng, n, n))
     a[np.diag_indices(n)] = n + 1.0
-    return _aligned(a, "F")
+    return aligned_copy(a, "F")
 
 
 def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray:
@@ -66,7 +60,7 @@ def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray
     a = _mat(rng, n, n)
     a = a + a.T
     a[np.diag_indices(n)] = n + 1.0
-    return _aligned(a, order)
+    return aligned_copy(a, order)
 
 
 

@@ -124,6 +124,13 @@ def aligned_empty(shape, order="C"):
     return _aligned_empty(len(shape), dims, order == "F")
 
 
+def aligned_copy(x, order="C"):
+    """``numpy.array(x, dtype=float64, order=order)`` for a 1-D or 2-D ``x``, on a 64-byte boundary."""
+    out = aligned_empty(x.shape, order)
+    out[...] = x
+    return out
+
+
 def remember(tuple key, bint aligned=False) -> None:
     """Shape key ``a.shape + b.shape`` whose choice is numpy's own call under the current options,
     into a cache-line-aligned output when ``aligned`` (multi-threaded choices, see _aligned_empty)."""

@@ -312,3 +312,14 @@ def test_aligned_empty_rejects_what_it_cannot_make(shape, order):
 
     with pytest.raises(ValueError, match="aligned_empty"):
         aligned_empty(shape, order)
+
+
+@pytest.mark.parametrize("order", "CF")
+def test_aligned_copy_is_numpy_array_on_a_cache_line(order):
+    from autotune.kernels._front import aligned_copy
+
+    x = np.arange(12).reshape(3, 4)
+    y = aligned_copy(x, order)
+    np.testing.assert_array_equal(y, np.array(x, dtype=np.float64, order=order))
+    assert y.dtype == np.float64 and y.flags[f"{order}_CONTIGUOUS"] and y.ctypes.data % 64 == 0
+    assert not np.shares_memory(x, y)
