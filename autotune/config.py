@@ -30,11 +30,15 @@ def available_cores() -> int:
 class Options:
     """``threads``: most threads a tuned call may use (default: all available cores).
     ``allow_strassen``: Strassen changes rounding error, so it is opt-in.
-    ``db``: database path (None: $AUTOTUNE_DB or the per-user default)."""
+    ``db``: database path (None: $AUTOTUNE_DB or the per-user default).
+    ``workspace_bytes``: most bytes the distributed runs keep in buffers reused between calls
+    (None: an eighth of physical memory; 0: allocate afresh every call, see
+    ``autotune.distributed.workspace``)."""
 
     threads: int | None = None
     allow_strassen: bool = False
     db: str | None = None
+    workspace_bytes: int | None = None
 
     @property
     def thread_budget(self) -> int:
@@ -74,4 +78,6 @@ def _restore(previous: Options) -> None:
 def _validated(opts: Options) -> Options:
     if opts.threads is not None and (not isinstance(opts.threads, int) or opts.threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {opts.threads!r}")
+    if opts.workspace_bytes is not None and (not isinstance(opts.workspace_bytes, int) or opts.workspace_bytes < 0):
+        raise ValueError(f"workspace_bytes must be a non-negative integer or None, got {opts.workspace_bytes!r}")
     return opts

@@ -100,3 +100,38 @@ def test_ranks_agree_on_errors(tmp_path):
     out = run_mpi(AGREE, 3, tmp_path)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RAISED")]
     assert len(lines) == 3 and all("rank 2: bad shape here" in ln for ln in lines)
+
+
+# -- workspace: buffers reused between distributed calls --------------------------------------------
+
+def test_workspace_reuses_grows_and_releases():
+    from autotune.distributed import workspace
+
+    workspace.release()
+    a = workspace.empty("t", (3, 4), order="F")
+    assert a.shape == (3, 4) and a.flags.f_contiguous and a.ctypes.data % 64 == 0
+    b = workspace.empty("t", 10)                       # fits: the same memory
+    assert b.ctypes.data == a.ctypes.data and b.shape == (10,)
+    c = workspace.empty("t", (5, 5))                   # grows
+    assert c.size == 25 and workspace.held_bytes() == 25 * 8
+    d = workspace.empty("u", 0)
+    assert d.shape == (0,) and workspace.held_bytes() == 26 * 8
+    workspace.release()
+    assert workspace.held_bytes() == 0
+
+
+def test_workspace_limit_gives_fresh_memory():
+    from autotune.config import options
+    from autotune.distributed import workspace
+
+    workspace.release()
+    with options(workspace_bytes=100):
+        small = workspace.empty("s", 10)                # 80 bytes: kept
+        big = workspace.empty("b", 10)                  # would pass 100: fresh, not kept
+        assert workspace.held_bytes() == 80
+        assert workspace.empty("b", 10).ctypes.data != big.ctypes.data
+        assert workspace.empty("s", 10).ctypes.data == small.ctypes.data
+    with pytest.raises(ValueError, match="workspace_bytes"):
+        with options(workspace_bytes=-1):
+            pass
+    workspace.release()

@@ -39,6 +39,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from . import workspace
 from .collective import agree
 from .grid import ProcessGrid
 from .layout import Axis, block_cyclic
@@ -440,7 +441,7 @@ def _scatter_blocks(src: np.ndarray | None, n: int, parts: int, b: int, comm, ro
     from mpi4py import MPI
 
     me = comm.rank
-    local = np.empty((n, Axis(n, parts, b).count(me)), order="F")
+    local = workspace.empty("a", (n, Axis(n, parts, b).count(me)), order="F")
     reqs = []
     for _, q, j0, w, l0 in _blocks_of(n, parts, b):
         if me == root:

@@ -9,7 +9,10 @@ raised on every rank alike (``collective.agree``). Ranks ``>= plan.p`` leave aft
 rank 0 (so the root must be one of ranks ``0..p-1``). Per-rank wall seconds go to ``phases``
 (``distribution``: scatter/broadcast of the operands and the root's packing, ``communication``:
 the algorithm's own exchanges, ``compute``: BLAS and Strassen additions, ``collection``: gather
-of C). Local BLAS runs with ``plan.threads`` threads of ``plan.backend``.
+of C). Local BLAS runs with ``plan.threads`` threads of ``plan.backend``. NaN and inf propagate
+as in numpy's ``a @ b``; the Strassen algorithms, whose additions would change them, reject them.
+Buffers that live only inside a call (pieces, panels, packing) are reused from call to call
+(``workspace``); C on the root is always fresh.
 
 Memory order. A rank's pieces keep the memory order of the operand they come from and C pieces
 are row-major, so packing and unpacking at the root are contiguous chunk copies (a transposing
@@ -64,6 +67,7 @@ import numpy as np
 from autotune.kernels import dist_gemm as kern
 from autotune.models.distributed_gemm import plan_error
 
+from . import workspace
 from .collective import agree
 from .grid import ProcessGrid
 from .layout import Axis, Layout
@@ -72,6 +76,10 @@ from .plan import Phases, Plan
 
 __all__ = ["ALGORITHMS", "bsr", "bsr_dist", "cannon", "cbsr", "distributed_gemm", "strassen_ms",
            "strassen_summa", "summa", "summa_dist"]
+
+
+# Their additions turn inf into NaN where a @ b would not: they reject non-finite operands.
+STRASSEN = ("strassen_summa", "strassen_ms")
 
 
 def _double():
@@ -140,7 +148,8 @@ class _Run:
         return _phase(self.phases, name)
 
 
-def _operand(x, name: str) -> np.ndarray:
+def _operand(x, name: str, finite: bool) -> np.ndarray:
+    """The root's operand as float64, contiguous and writable; ``finite``: reject NaN/inf."""
     if x is None:
         raise ValueError(f"the root must pass {name} (got None)")
     x = np.asarray(x)
@@ -153,7 +162,7 @@ def _operand(x, name: str) -> np.ndarray:
         x = np.ascontiguousarray(x)
     if not x.flags.writeable:                    # BLAS entry points take writable views
         x = x.copy(order="K")
-    if x.size and not kern.all_finite(x.reshape(-1, order=_order(x))):
+    if finite and x.size and not kern.all_finite(x.reshape(-1, order=_order(x))):
         raise ValueError(f"{name} contains NaN or infinity")
     return x
 
@@ -191,7 +200,8 @@ def _run(algorithm: str, body: Callable[[_Run], np.ndarray | None], a, b, comm, 
     try:
         _check_plan(plan, algorithm, comm.size, root)
         if comm.rank == root:
-            a, b = _operand(a, "A"), _operand(b, "B")
+            finite = algorithm in STRASSEN         # a @ b propagates NaN/inf as numpy does
+            a, b = _operand(a, "A", finite), _operand(b, "B", finite)
             if a.shape[1] != b.shape[0]:
                 raise ValueError(f"inner dimensions differ: A is {a.shape[0]}x{a.shape[1]}, "
                                  f"B is {b.shape[0]}x{b.shape[1]}")
@@ -247,9 +257,10 @@ def _block_counts(rows: Axis, cols: Axis, size: int) -> tuple[list, np.ndarray, 
 
 
 def _scatter_blocks(comm, x: np.ndarray | None, rows: Axis, cols: Axis, order: str,
-                    recv: np.ndarray | None = None) -> np.ndarray:
+                    recv: np.ndarray | None = None, name: str = "a") -> np.ndarray:
     """Root's (rank 0) x -> block (rank // c, rank % c) of the balanced rows x cols split, in
-    ``order``; sent straight from x's memory when the blocks are contiguous there."""
+    ``order`` (into ``recv``, else workspace ``name``); sent straight from x's memory when the
+    blocks are contiguous there."""
     from mpi4py import MPI
 
     shapes, counts, displs = _block_counts(rows, cols, comm.size)
@@ -263,24 +274,25 @@ def _scatter_blocks(comm, x: np.ndarray | None, rows: Axis, cols: Axis, order: s
                 comm.Scatterv([flat, (counts, displs), _double()], MPI.IN_PLACE, root=0)
                 return flat[:int(counts[0])].reshape(shapes[0], order=order)
         else:
-            flat = np.empty(int(counts.sum()))
+            flat = workspace.empty("pack", int(counts.sum()))
             for rank, shape in enumerate(shapes):
                 (r0, r1), (c0, c1) = _span(rows, rank // cols.parts), _span(cols, rank % cols.parts)
                 flat[displs[rank]:displs[rank] + counts[rank]].reshape(shape, order=order)[...] = x[r0:r1, c0:c1]
         send = [flat, (counts, displs), _double()]
-    buf = np.empty(int(counts[me])) if recv is None else recv[:int(counts[me])]
+    buf = workspace.empty(name, int(counts[me])) if recv is None else recv[:int(counts[me])]
     comm.Scatterv(send, [buf, _double()], root=0)
     return buf.reshape(shapes[me], order=order)
 
 
 def _result_piece(comm, rows: Axis, cols: Axis) -> tuple[np.ndarray | None, np.ndarray]:
     """(C on the root or None, this rank's row-major C block); for row bands the root's block is
-    a view of C itself, so its product is computed in place (``_gather_blocks`` leaves it)."""
+    a view of C itself, so its product is computed in place (``_gather_blocks`` leaves it).
+    C is fresh (the user's); the blocks are workspace."""
     shape = (rows.count(comm.rank // cols.parts), cols.count(comm.rank % cols.parts))
     if comm.rank != 0:
-        return None, np.empty(shape)
+        return None, workspace.empty("c", shape)
     out = np.empty((rows.n, cols.n))
-    return out, (out[:shape[0]] if cols.parts == 1 else np.empty(shape))
+    return out, (out[:shape[0]] if cols.parts == 1 else workspace.empty("c", shape))
 
 
 def _gather_blocks(comm, local: np.ndarray, rows: Axis, cols: Axis, out: np.ndarray | None) -> np.ndarray | None:
@@ -296,7 +308,7 @@ def _gather_blocks(comm, local: np.ndarray, rows: Axis, cols: Axis, out: np.ndar
     if cols.parts == 1:                              # bands: straight into C, the root's in place
         comm.Gatherv(MPI.IN_PLACE, [out.reshape(-1), (counts, displs), _double()], root=0)
         return out
-    buf = np.empty(int(counts.sum()))
+    buf = workspace.empty("gather", int(counts.sum()))
     comm.Gatherv([flat, _double()], [buf, (counts, displs), _double()], root=0)
     for rank, shape in enumerate(shapes):
         (r0, r1), (c0, c1) = _span(rows, rank // cols.parts), _span(cols, rank % cols.parts)
@@ -309,7 +321,7 @@ def _bcast_matrix(comm, x: np.ndarray | None, shape: tuple[int, int], order: str
     if comm.rank == 0:
         comm.Bcast([x.reshape(-1, order=order), _double()], root=0)
         return x
-    buf = np.empty(shape[0] * shape[1])
+    buf = workspace.empty("b", shape[0] * shape[1])
     comm.Bcast([buf, _double()], root=0)
     return buf.reshape(shape, order=order)
 
@@ -378,7 +390,7 @@ def _cbsr(run: _Run) -> np.ndarray | None:
         kc = np.array([kcols.count(j) for j in range(c)], dtype=np.int64)
         kd = np.concatenate([[0], np.cumsum(kc)[:-1]]).astype(np.int64)
         counts, displs = mi * kc, mi * kd
-        panel = np.empty(mi * k if c > 1 else 0)     # band pr of A as c blocks (mi x k_j), order o
+        panel = workspace.empty("panel", mi * k if c > 1 else 0)     # band pr of A as c blocks (mi x k_j), order o
         with run.ph("distribution"):
             if pc == 0:                          # 1. row panels from the root down process column 0
                 band = run.a if r == 1 else _scatter_blocks(grid.col, run.a, rows, Axis(k, 1), o)
@@ -420,8 +432,8 @@ def _cannon(run: _Run) -> np.ndarray | None:
         i, j = grid.pr, grid.pc
         mi, nj = mrows.count(i), ncols.count(j)
         kl = [kax.count(t) for t in range(q)]
-        abuf = [np.empty(mi * kl[0]), np.empty(mi * kl[0])]      # largest blocks (part 0)
-        bbuf = [np.empty(kl[0] * nj), np.empty(kl[0] * nj)]
+        abuf = [workspace.empty(nm, mi * kl[0]) for nm in ("a", "a2")]      # largest blocks (part 0)
+        bbuf = [workspace.empty(nm, kl[0] * nj) for nm in ("b", "b2")]
 
         def a_blk(buf, t):
             return buf[:mi * kl[t]].reshape((mi, kl[t]), order=ao)
@@ -473,8 +485,8 @@ class _SummaWork:
     """Panel buffers reused by every SUMMA step (and every Strassen leaf product)."""
 
     def __init__(self, mloc: int, nloc: int, b: int):
-        self.x = np.empty(mloc * b)
-        self.y = np.empty(b * nloc)
+        self.x = workspace.empty("panel_x", mloc * b)
+        self.y = workspace.empty("panel_y", b * nloc)
 
 
 def _summa_core(grid: ProcessGrid, xloc: np.ndarray, yloc: np.ndarray, zloc: np.ndarray,
@@ -582,9 +594,9 @@ def _summa(run: _Run) -> np.ndarray | None:
     xr, xc, yr, yc = Axis(mm, R, b), Axis(kk, C, b), Axis(kk, R, b), Axis(nn, C, b)
     with ProcessGrid(comm, R, C) as grid:
         with run.ph("distribution"):
-            xloc = _scatter_leaves(comm, x, xr, xc, 1, C)[:, :, 0, 0]
-            yloc = _scatter_leaves(comm, y, yr, yc, 1, C)[:, :, 0, 0]
-        zloc = np.empty((xloc.shape[0], yloc.shape[1], 1, 1), order="F")
+            xloc = _scatter_leaves(comm, x, xr, xc, 1, C, "x")[:, :, 0, 0]
+            yloc = _scatter_leaves(comm, y, yr, yc, 1, C, "y")[:, :, 0, 0]
+        zloc = workspace.empty("z", (xloc.shape[0], yloc.shape[1], 1, 1), order="F")
         _summa_core(grid, xloc, yloc, zloc[:, :, 0, 0], kk, b, run.be, 0.0, run.phases,
                     _SummaWork(zloc.shape[0], zloc.shape[1], b))
         with run.ph("collection"):
@@ -604,22 +616,23 @@ def _leaf_index(rows: Axis, cols: Axis, size: int, c: int):
             for rk in range(size)]
 
 
-def _scatter_leaves(comm, x: np.ndarray | None, rows: Axis, cols: Axis, g: int, c: int) -> np.ndarray:
+def _scatter_leaves(comm, x: np.ndarray | None, rows: Axis, cols: Axis, g: int, c: int, name: str) -> np.ndarray:
     """Root's x (zero-padded to g*rows.n x g*cols.n) -> this rank's (mloc, nloc, g, g) Fortran
-    stack of its piece of every leaf block, each leaf block-cyclic by (rows, cols) over the grid
-    with c columns (g = 1: one block-cyclic matrix). The root packs its own piece in place."""
+    stack (workspace ``name``) of its piece of every leaf block, each leaf block-cyclic by
+    (rows, cols) over the grid with c columns (g = 1: one block-cyclic matrix). The root packs
+    its own piece in place."""
     from mpi4py import MPI
 
     idx = _leaf_index(rows, cols, comm.size, c)
     counts = np.array([ri.size * ci.size * g * g for ri, ci in idx], dtype=np.int64)
     displs = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     ri, ci = idx[comm.rank]
-    out = np.empty((ri.size, ci.size, g, g), order="F")
+    out = workspace.empty(name, (ri.size, ci.size, g, g), order="F")
     mine = out.reshape(-1, order="F")
     if comm.rank != 0:
         comm.Scatterv(None, [mine, _double()], root=0)
         return out
-    buf = np.empty(int(counts.sum()))            # the root's own segment is never touched
+    buf = workspace.empty("pack", int(counts.sum()))    # the root's own segment is never touched
     for rank, (ri, ci) in enumerate(idx):
         target, off = (mine, 0) if rank == 0 else (buf, int(displs[rank]))
         for bj in range(g):
@@ -641,7 +654,7 @@ def _gather_leaves(comm, zloc: np.ndarray, rows: Axis, cols: Axis, g: int, c: in
     if comm.rank != 0:
         comm.Gatherv([flat, _double()], None, root=0)
         return None
-    buf = np.empty(int(counts.sum()))
+    buf = workspace.empty("gather", int(counts.sum()))
     comm.Gatherv(MPI.IN_PLACE, [buf, (counts, displs), _double()], root=0)
     out = np.empty(shape, order=order)
     for rank, (ri, ci) in enumerate(idx):
@@ -722,14 +735,14 @@ def _strassen_summa(run: _Run) -> np.ndarray | None:
     xr, xc, yr, yc = Axis(ml, R, bs), Axis(kl, C, bs), Axis(kl, R, bs), Axis(nl, C, bs)
     with ProcessGrid(comm, R, C) as grid:
         with run.ph("distribution"):
-            xloc = _scatter_leaves(comm, x, xr, xc, g, C)
-            yloc = _scatter_leaves(comm, y, yr, yc, g, C)
-        zloc = np.empty((xloc.shape[0], yloc.shape[1], g, g), order="F")
+            xloc = _scatter_leaves(comm, x, xr, xc, g, C, "x")
+            yloc = _scatter_leaves(comm, y, yr, yc, g, C, "y")
+        zloc = workspace.empty("z", (xloc.shape[0], yloc.shape[1], g, g), order="F")
         ws = []
         for d in range(levels):
             h = g >> (d + 1)
-            ws.append(tuple(np.empty((s[0], s[1], h, h), order="F")
-                            for s in (xloc.shape, yloc.shape, zloc.shape)))
+            ws.append(tuple(workspace.empty(f"st{d}{nm}", (s[0], s[1], h, h), order="F")
+                            for nm, s in zip("xyz", (xloc.shape, yloc.shape, zloc.shape), strict=True)))
         work = _SummaWork(zloc.shape[0], zloc.shape[1], bs)
 
         def leaf(xa, ya, za, beta):
@@ -805,9 +818,9 @@ def _strassen_ms(run: _Run) -> np.ndarray | None:
 
 def _ms_worker(run: _Run, m2: int, k2: int, n2: int, mo: str) -> None:
     comm, workers, dbl = run.comm, run.comm.size - 1, _double()
-    s = np.empty((m2, k2), order=run.a_order)
-    t = np.empty((k2, n2), order=run.b_order)
-    prod = np.empty((m2, n2), order=mo)
+    s = workspace.empty("ms_s", (m2, k2), order=run.a_order)
+    t = workspace.empty("ms_t", (k2, n2), order=run.b_order)
+    prod = workspace.empty("ms_prod", (m2, n2), order=mo)
     for task in range(7):
         if 1 + task % workers != comm.rank:
             continue
@@ -825,9 +838,9 @@ def _ms_master(run: _Run, m2: int, k2: int, n2: int, mo: str) -> np.ndarray:
     a, b, m, k, n = run.a, run.b, run.m, run.k, run.n
     cw = np.zeros((m, n), order=mo)
     views = {**_quadrants(a, "a"), **_quadrants(b, "b"), **_quadrants(cw, "c")}
-    s = np.empty((m2, k2), order=run.a_order)
-    t = np.empty((k2, n2), order=run.b_order)
-    prod = np.empty((m2, n2), order=mo)
+    s = workspace.empty("ms_s", (m2, k2), order=run.a_order)
+    t = workspace.empty("ms_t", (k2, n2), order=run.b_order)
+    prod = workspace.empty("ms_prod", (m2, n2), order=mo)
 
     def form(spec, out):
         if isinstance(spec, str):

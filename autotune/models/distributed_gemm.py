@@ -168,7 +168,8 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
 
 def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp, cp) -> tuple[float, float]:
     """(communication, compute) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
-    bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R, a
+    bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after
+    one copy pass packing it), a
     rank-w update (pattern ``rankb``, param b, at the local size sqrt(mloc nloc))."""
     mloc, nloc = _numroc0(mm, R, b), _numroc0(nn, C, b)
     full, rest = divmod(kk, b)
@@ -180,8 +181,9 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp, cp
     comm = 0.0
     if C > 1:
         comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))))
-    if R > 1:
-        comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))))
+    if R > 1:      # the owning row first copies its w x nloc slab of Y into the contiguous panel
+        comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))
+                             + [_passes(sp, w * nloc) for w in widths]))
     k3 = _k3(sp, plan, math.sqrt(max(mloc * nloc, 1)), "rankb", b)
     comp = float(np.dot(counts, 2.0 * mloc * widths * nloc)) * k3
     return comm, comp

@@ -51,18 +51,24 @@ def grids(p: int) -> list[tuple[int, int]]:
     return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
 
 
-def thread_options(p: int, cores: int) -> list[int]:
-    """BLAS threads per rank with ranks x threads <= cores (1 when oversubscribed)."""
-    return list(range(1, max(1, cores // p) + 1))
+def thread_options(p: int, cores: int, hosts: int = 1, oversubscribe: bool = False) -> list[int]:
+    """BLAS threads per rank with (ranks per host) x threads <= cores of a host, the p ranks
+    spread evenly over ``hosts``; none when the ranks alone outnumber the cores, unless
+    ``oversubscribe`` (then 1: the validation times such plans too, to check their models)."""
+    per_host = -(-p // max(1, hosts))
+    if per_host > cores:
+        return [1] if oversubscribe else []
+    return list(range(1, cores // per_host + 1))
 
 
-def plans(family: str, dims: tuple[int, ...], nprocs: int, cores: int) -> list[Plan]:
-    """All distributed plans for ``family`` on ``dims`` using 2..nprocs ranks."""
+def plans(family: str, dims: tuple[int, ...], nprocs: int, cores: int, hosts: int = 1,
+          oversubscribe: bool = False) -> list[Plan]:
+    """All distributed plans for ``family`` on ``dims`` using 2..nprocs ranks (``thread_options``)."""
     out: list[Plan] = []
     be = RANK_BACKEND[family]
     small = min(dims)
     for p in range(2, nprocs + 1):
-        for t in thread_options(p, cores):
+        for t in thread_options(p, cores, hosts, oversubscribe):
             for r, c in grids(p):
                 if family == "cholesky":
                     out += [Plan("cholesky", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
@@ -134,15 +140,17 @@ def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int
 
 
 def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: int,
-               allow_strassen: bool = False) -> DistDecision:
-    """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first."""
+               allow_strassen: bool = False, oversubscribe: bool = False) -> DistDecision:
+    """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first: ranks x BLAS
+    threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``."""
     if family not in RANK_BACKEND:
         raise ValueError(f"unknown family {family!r}")
     ranking = []
     if sp.table is not None:
         plan, phases = local_phases(family, dims, sp, cores, nprocs)
         ranking.append(DistRanked(plan, _fitted(family, plan, phases, sp, cp), phases))
-    for plan in plans(family, dims, nprocs, cores):
+    hosts = int(cp.platform.get("hosts", 1) or 1)
+    for plan in plans(family, dims, nprocs, cores, hosts, oversubscribe):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
         model = _analytical(family, dims, plan, sp, cp)
@@ -151,7 +159,10 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
     if not ranking:
         raise LookupError(f"no plan for {family} {dims} on {nprocs} ranks")
     ranking.sort(key=lambda r: r.seconds)
-    return DistDecision(family, tuple(dims), nprocs, ranking)
+    notes = []
+    if not oversubscribe and -(-nprocs // hosts) > cores:
+        notes.append(f"plans with more ranks than the {cores} cores per host left out (ranks x threads <= cores)")
+    return DistDecision(family, tuple(dims), nprocs, ranking, notes)
 
 
 def describe(dec: DistDecision, top: int = 12) -> str:
