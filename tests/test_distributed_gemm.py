@@ -396,3 +396,11 @@ def test_unmeasured_pattern_falls_back_to_square():
     for plan in plans_for(4):
         dg.predict(900, 700, 500, plan, sp, CP)
     assert {pat for _, pat in sp.seen} == {"square"}
+
+
+def test_thread_options_keep_ranks_times_threads_within_cores():
+    from autotune.select.distributed import thread_options
+
+    assert thread_options(2, 4) == [1, 2] and thread_options(2, 2) == [1]
+    assert thread_options(4, 2) == [] and thread_options(4, 2, oversubscribe=True) == [1]
+    assert thread_options(4, 2, hosts=2) == [1] and thread_options(3, 2, hosts=2) == [1]

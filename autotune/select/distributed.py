@@ -160,7 +160,7 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
         raise LookupError(f"no plan for {family} {dims} on {nprocs} ranks")
     ranking.sort(key=lambda r: r.seconds)
     notes = []
-    if not oversubscribe and -(-nprocs // hosts) > cores:
+    if not oversubscribe and not thread_options(nprocs, cores, hosts):
         notes.append(f"plans with more ranks than the {cores} cores per host left out (ranks x threads <= cores)")
     return DistDecision(family, tuple(dims), nprocs, ranking, notes)
 
