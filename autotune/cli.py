@@ -242,7 +242,7 @@ def plot_comm(platforms, filename: str) -> None:
                 colour = f"C{n % 10}"
                 n += 1
                 label = f"P={q.P}{'*' if q.info.get('oversubscribed') else ''} p={p}" + (f" {r}x{c}" if r else "")
-                ax.plot(pts["nbytes"], pts["t_median"] * 1e6, "o", ms=2.5, color=colour, label=label)
+                ax.plot(pts["nbytes"], pts["t_mean"] * 1e6, "o", ms=2.5, color=colour, label=label)
                 lo, hi = float(pts["nbytes"].min()), float(pts["nbytes"].max())
                 for f in fits:
                     a, b = max(f["lo"], lo), min(f["hi"], hi)

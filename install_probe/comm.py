@@ -20,11 +20,13 @@ small bcast reads 2-3x slower) and a Barrier; a repetition times
 ``inner`` back-to-back calls (enough to last ``min_sample_seconds``; 1 for large messages) and
 its time is the maximum over the ranks (collective completion), all ranks getting the same
 value by an Allreduce(MAX) outside the timed region, so they also agree on when to stop: once
-the median is stable within +-rel_tol (install_probe.timing.stable), at max_reps, or when the
-point's budget is used. Median, min and quartiles are kept. Rooted collectives (bcast, reduce,
-scatterv, gatherv, grid broadcasts) time one call per repetition: back-to-back calls would
-overlap. The whole plan is swept ``passes`` times (alternately backwards) and each point keeps
-its fastest pass, so one caught by another program's burst is timed again at another moment.
+the median is stable within +-rel_tol (install_probe.timing.stable) and the mean's standard
+error is within mean_tol, at max_reps, or when the point's budget is used. Mean, median, min
+and quartiles are kept; the fits use the mean (a phase of many calls costs their mean). Rooted
+collectives (bcast, reduce, scatterv, gatherv, grid broadcasts) time one call per repetition:
+back-to-back calls would overlap. The whole plan is swept ``passes`` times (alternately
+backwards) and each point keeps its fastest pass (by mean), so one caught by another program's
+burst is timed again at another moment.
 Rank 0 fits and writes the database.
 """
 from __future__ import annotations
@@ -67,7 +69,8 @@ class CommTiming:
     rewarm: int = 2                  # untimed calls before each repetition
     min_reps: int = 3
     max_reps: int = 15
-    rel_tol: float = 0.02
+    rel_tol: float = 0.02            # the median known to +-rel_tol ...
+    mean_tol: float = 0.05           # ... and the mean's standard error within mean_tol of it
     min_sample_seconds: float = 1e-4
     point_budget_seconds: float = 0.3
     max_inner: int = 1000
@@ -82,7 +85,7 @@ class CommProfile:
     primitives: tuple[str, ...] = ALL_PRIMITIVES
     timing: CommTiming = field(default_factory=CommTiming)
     max_buffer_bytes: int = 256 << 20          # skip sizes whose per-process buffers exceed this
-    max_regimes: int = 3
+    max_regimes: int = 8
     passes: int = 2                            # sweeps over the whole plan; per point the fastest kept
     loggp: bool = True                         # also the PRTT series for LoOgGP (p = 2, sizes <= loggp_max_bytes)
     loggp_messages: int = 8
@@ -157,7 +160,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        procs=procs if isinstance(procs, str) else tuple(int(p) for p in procs), grids=grids,
                        primitives=prims, timing=timing,
                        max_buffer_bytes=int(data.get("max_buffer_bytes", 256 << 20)),
-                       max_regimes=int(data.get("max_regimes", 3)), passes=max(1, int(data.get("passes", 2))),
+                       max_regimes=int(data.get("max_regimes", 8)), passes=max(1, int(data.get("passes", 2))),
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)), source=source)
 
@@ -174,6 +177,7 @@ def load_comm_profile(name_or_path: str) -> CommProfile:
 
 @dataclass
 class Point:
+    mean: float
     median: float
     minimum: float
     q1: float
@@ -218,13 +222,21 @@ def time_point(comm, op, timing: CommTiming, *, batch: bool = True) -> Point:
             op()
         t, wall = maxed((MPI.Wtime() - t0) / inner, MPI.Wtime() - start)
         times.append(t)
-        if len(times) >= timing.min_reps and stable(times, timing.rel_tol):
+        if len(times) >= timing.min_reps and stable(times, timing.rel_tol) and _mean_known(times, timing.mean_tol):
             break
         if len(times) >= timing.max_reps or (wall > timing.point_budget_seconds and len(times) >= 2):
             break
     arr = np.asarray(times)
     q1, med, q3 = np.percentile(arr, [25, 50, 75])
-    return Point(float(med), float(arr.min()), float(q1), float(q3), len(times), inner)
+    return Point(float(arr.mean()), float(med), float(arr.min()), float(q1), float(q3), len(times), inner)
+
+
+def _mean_known(times: list[float], tol: float) -> bool:
+    """The mean's standard error is within ``tol`` of it: oversubscribed ranks give two-mode
+    times (the receiver running or asleep), whose median jumps between the modes from one
+    size to the next while the mean, what a phase of many calls costs, settles."""
+    arr = np.asarray(times)
+    return float(arr.std(ddof=1)) / math.sqrt(len(arr)) <= tol * float(arr.mean())
 
 
 # -- the operations -------------------------------------------------------------------------------
@@ -417,7 +429,7 @@ class _Run:
                 cleanup()
             div = 2.0 if prim in ROUND_TRIP else 1.0
             self.rows.append((prim, p, grid[0], grid[1], payload, pt.median / div, pt.minimum / div,
-                              pt.q1 / div, pt.q3 / div, pt.reps, pt.inner))
+                              pt.q1 / div, pt.q3 / div, pt.reps, pt.inner, pt.mean / div))
 
     def prtt(self, comm, bufs: Buffers) -> None:
         """PRTT(1,0,s), PRTT(n,0,s) and PRTT(n,d,s) with d = PRTT(1,0,s) (>= the gap) for LoOgGP."""
@@ -459,11 +471,11 @@ class _Run:
             self.sweep()
 
     def best_rows(self) -> list:
-        """Per point, the row with the smallest median over the passes."""
+        """Per point, the row with the smallest mean over the passes."""
         best: dict[tuple, tuple] = {}
         for row in self.rows:
             key = row[:5]
-            if key not in best or row[5] < best[key][5]:
+            if key not in best or row[-1] < best[key][-1]:
                 best[key] = row
         return sorted(best.values(), key=lambda r: (ALL_PRIMITIVES.index(r[0]), r[1], r[2], r[3], r[4]))
 

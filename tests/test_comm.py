@@ -55,6 +55,56 @@ def test_three_regimes_and_one_regime_chosen_by_criterion():
     assert one.regimes[0].lo == 0 and math.isinf(one.regimes[0].hi)
 
 
+def test_criterion_does_not_split_a_regime_at_noise():
+    """mbic charges a searched breakpoint as three parameters: over many 2%-noise draws of one,
+    two and three true regimes it finds exactly those (AICc split some draws into 4-6)."""
+    m = np.array(STANDARD_SIZES, dtype=float)
+    curves = {1: 2e-6 + m / 10e9, 2: np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9),
+              3: np.select([m < 4096, m < 2 ** 20], [1.5e-6 + m / 3e9, 4e-6 + m / 15e9], 2e-5 + m / 6e9)}
+    for k, t in curves.items():
+        found = [len(dbc.fit_hockney(m, noisy(t, 0.02, seed=s)).regimes) for s in range(15)]
+        assert found == [k] * 15, (k, found)
+
+
+def test_protocol_break_at_the_power_of_two_in_the_middle_of_the_gap():
+    """Between measured 256 and 1024 B a switch at 512 is as likely as at 1024: the boundary is
+    the power of two nearest the middle of the gap in log size; a single one is taken as is."""
+    assert dbc._boundary(256.0, 1024.0) == 512.0
+    assert dbc._boundary(3456.0, 4864.0) == 4096.0
+    assert dbc._boundary(2880.0, 4096.0) == 4096.0
+    assert dbc._boundary(4096.0 * 1.1, 4096.0 * 1.3) == pytest.approx(4096.0 * math.sqrt(1.1 * 1.3))
+
+
+def test_past_the_caches_a_regime_line_may_have_a_negative_intercept():
+    """Time growing faster than linearly past a cache: the last regime's local line has ts < 0
+    (still positive from the size before it) and the lines meet inside the gap between them."""
+    m = np.array([2.0 ** e for e in np.arange(12, 24.5, 0.5)])
+    t = np.maximum(4e-6 + m / 50e9, -80e-6 + m / 25e9)      # continuous: the lines cross at 4.2e6 B
+    fit = dbc.fit_hockney(m, t)
+    last = fit.regimes[-1]
+    assert last.ts < 0 and last.ts + last.tw * fit.regimes[-2].m_last > 0
+    assert np.all(np.abs(fit.predict(m) / t - 1) < 0.02)
+    below, above = fit.regimes[-2], fit.regimes[-1]
+    assert below.m_last < last.lo < above.m_first
+    assert below.ts + below.tw * last.lo == pytest.approx(above.ts + above.tw * last.lo, rel=1e-9)
+
+
+def test_points_fit_their_mean_and_old_points_take_the_median(tmp_path):
+    """Two-mode times (an oversubscribed receiver running or asleep): the fits use each size's
+    mean; points stored before t_mean existed read it as their median."""
+    m = np.array(STANDARD_SIZES, dtype=float)
+    mean = 1.5e-6 + m / 3e9
+    rows = np.zeros(len(m), dtype=dbc.POINT_DTYPE)
+    rows["primitive"], rows["p"], rows["nbytes"], rows["t_mean"] = b"bcast", 2, m, mean
+    rows["t_median"] = np.where(np.arange(len(m)) % 3 == 0, 4 * mean, mean)   # the median flips modes
+    fits = dbc.fit_points(rows)
+    assert len(fits) == 1 and fits["ts"][0] == pytest.approx(1.5e-6, rel=1e-6)
+    old_dtype = np.dtype([(n, dbc.POINT_DTYPE[n]) for n in dbc.POINT_DTYPE.names if n != "t_mean"])
+    old = np.zeros(3, dtype=old_dtype)
+    old["t_median"] = [1.0, 2.0, 3.0]
+    assert list(dbc.as_points(old)["t_mean"]) == [1.0, 2.0, 3.0]
+
+
 def test_max_regimes_and_tiny_inputs():
     m = np.array(STANDARD_SIZES, dtype=float)
     t = np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
@@ -119,7 +169,7 @@ def test_loggp_from_prtt_recovers_o_O_g_G():
 def curve_points(prim, p, r=0, c=0, scale=1.0, sizes=STANDARD_SIZES):
     m = np.array(sizes, dtype=float)
     t = scale * np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
-    rows = [(prim, p, r, c, int(x), y, y, y, y, 5, 1) for x, y in zip(m, t, strict=True)]
+    rows = [(prim, p, r, c, int(x), y, y, y, y, 5, 1, y) for x, y in zip(m, t, strict=True)]
     return rows
 
 
