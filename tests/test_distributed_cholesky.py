@@ -271,3 +271,22 @@ def test_model_on_a_measured_database(tiny_db):
             out = model(512, plan, sp, FakeCP())
         assert all(np.isfinite(v) and v >= 0 for v in out.values())
         assert out["compute"] > 0 and out["total"] >= out["compute"]
+
+
+def test_model_orients_the_loop_grid_as_the_run_does():
+    """The run factors a or a^T (whichever is contiguous in the order the plan moves) and always
+    computes a lower factor, of the transposed problem on c x r when upper is wanted: on 1-D
+    grids r x 1 and 1 x r run the same loop, set by lower and the input's order."""
+    from autotune.models.distributed_cholesky import loop_grid
+
+    assert loop_grid(2, 1, lower=False, order="C") == (1, 2) == loop_grid(1, 2, lower=False, order="C")
+    assert loop_grid(2, 1, lower=True, order="C") == (2, 1) == loop_grid(1, 2, lower=True, order="C")
+    assert loop_grid(2, 1, lower=True, order="F") == (1, 2)
+    assert loop_grid(2, 3, lower=False, order="C") == (2, 3)
+    assert loop_grid(2, 3, lower=False, order="F") == (3, 2)
+    assert loop_grid(2, 1, lower=False, order="A") == (1, 2)          # neither order: copied, no flip
+    sp, cp = FakeSP(), FakeCP(ts=1e-4, tw=1e-9)
+    up = [model(2048, Plan("cholesky", 2, r, c, b=256), sp, cp) for r, c in ((2, 1), (1, 2))]
+    low = model(2048, Plan("cholesky", 2, 2, 1, b=256), sp, cp, lower=True)
+    assert up[0] == up[1] != low
+    assert model(2048, Plan("cholesky", 2, 2, 1, b=256), sp, cp, lower=True, order="F") == up[0]

@@ -18,8 +18,9 @@ from .plan import Phases, Plan
 _DECISIONS: dict[tuple, Plan] = {}
 
 
-def _plan(family: str, dims: tuple[int, ...], nprocs: int, config, explain: bool) -> Plan:
-    """Root only: the forced plan or the selector's choice (cached per problem and rank count)."""
+def _plan(family: str, dims: tuple[int, ...], nprocs: int, config, explain: bool, **problem) -> Plan:
+    """Root only: the forced plan or the selector's choice (cached per problem and rank count);
+    ``problem``: Cholesky's ``lower`` and input memory ``order``."""
     from autotune.select.distributed import as_plan, describe, rank_plans
 
     if config is not None:
@@ -28,7 +29,7 @@ def _plan(family: str, dims: tuple[int, ...], nprocs: int, config, explain: bool
             raise ValueError(f"plan needs {plan.p} ranks, communicator has {nprocs}")
         return plan
     opts = get_options()
-    key = (family, dims, nprocs, opts.allow_strassen, opts.db)
+    key = (family, dims, nprocs, opts.allow_strassen, opts.db, tuple(sorted(problem.items())))
     if key in _DECISIONS and not explain:
         return _DECISIONS[key]
     from autotune.db import load_sp
@@ -36,7 +37,7 @@ def _plan(family: str, dims: tuple[int, ...], nprocs: int, config, explain: bool
 
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
     cores = available_cores()
-    dec = rank_plans(family, dims, nprocs, sp, cp, cores, opts.allow_strassen)
+    dec = rank_plans(family, dims, nprocs, sp, cp, cores, opts.allow_strassen, **problem)
     if explain:
         print(describe(dec))
     _DECISIONS[key] = dec.chosen
@@ -65,13 +66,23 @@ def _root_check(family: str, arrays: tuple) -> tuple[tuple[int, ...], bool]:
     return (n,), tuned and n > 0
 
 
-def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool) -> tuple[Plan | None, tuple]:
+def _memory_order(a) -> str:
+    """C or F if ``a`` is contiguous in only that order, else A."""
+    flags = np.asarray(a).flags
+    return "C" if flags.c_contiguous and not flags.f_contiguous else \
+        "F" if flags.f_contiguous and not flags.c_contiguous else "A"
+
+
+def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
+            **problem) -> tuple[Plan | None, tuple]:
     """Collective: the root's verdict and plan, on every rank."""
     err = verdict = None
     if comm.rank == root:
         try:
             dims, tuned = _root_check(family, arrays)
-            plan = _plan(family, dims, comm.size, config, explain) if tuned else Plan("local", 1)
+            if family == "cholesky":
+                problem["order"] = _memory_order(arrays[0])
+            plan = _plan(family, dims, comm.size, config, explain, **problem) if tuned else Plan("local", 1)
             verdict = (plan, dims)
         except (ValueError, TypeError, LookupError) as exc:
             err = exc if not isinstance(exc, LookupError) else ValueError(str(exc))
@@ -99,7 +110,7 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
 def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=None, explain: bool = False,
                          phases: Phases | None = None) -> np.ndarray | None:
     """Collective Cholesky factor: the root passes a and gets the factor; others get None."""
-    plan, _ = _decide("cholesky", (a,), comm, root, config, explain)
+    plan, _ = _decide("cholesky", (a,), comm, root, config, explain, lower=bool(lower))
     if plan.algorithm == "local":
         if comm.rank != root:
             return None

@@ -39,6 +39,8 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from autotune.models.distributed_cholesky import wanted_order
+
 from . import workspace
 from .collective import agree
 from .grid import ProcessGrid
@@ -382,7 +384,7 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
 
             def rank_of(i: int, j: int) -> int:
                 return i * grid.c + j
-        else:                                   # U = L^T of the transposed problem on a c x r grid
+        else:      # U = L^T of the transposed problem on a c x r grid (models' loop_grid)
             x, nr, nc, myr, myc = local.T, grid.c, grid.r, grid.pc, grid.pr
 
             def rank_of(i: int, j: int) -> int:
@@ -508,7 +510,7 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
     direct = plan.r == 1 or plan.c == 1
     src, flip = arr, False
     if comm.rank == root:
-        want = "C" if plan.r > 1 and plan.c == 1 else "F"
+        want = wanted_order(plan.r, plan.c)
         f_ok, c_ok = arr.flags.f_contiguous, arr.flags.c_contiguous
         if not (f_ok if want == "F" else c_ok):
             if f_ok or c_ok:

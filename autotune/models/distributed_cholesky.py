@@ -67,6 +67,25 @@ def _suffix(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def wanted_order(r: int, c: int) -> str:
+    """Memory order the root moves the matrix in: C for r x 1 grids (whole block rows go out
+    unpacked), else Fortran (block columns on 1 x c, packing in memory order on 2-D grids)."""
+    return "C" if r > 1 and c == 1 else "F"
+
+
+def loop_grid(r: int, c: int, lower: bool, order: str = "C") -> tuple[int, int]:
+    """(process rows, process columns) of the factorization loop for a plan's r x c grid.
+
+    The root factors S = a, or S = a^T when a is contiguous only in the other order than
+    ``wanted_order`` (no copy), and the loop always computes a lower factor: of S if the factor
+    wanted of S is lower, else of S^T on the transposed c x r grid. So scipy's default (upper) on
+    a C-ordered matrix runs r x 1 and 1 x c plans both as a 1 x max(r, c) loop, the panel
+    factored by one process.
+    """
+    flip = order in ("C", "F") and order != wanted_order(r, c)
+    return (r, c) if lower != flip else (c, r)
+
+
 def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
     p, grid = r * c, (r, c)
     b = max(1, min(int(b), n))
@@ -180,8 +199,10 @@ def _moves(n: int, r: int, c: int, b: int, N: int, p: int, sp, cp, backend: str)
     return dist, coll
 
 
-def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True) -> dict[str, float] | dict[str, np.ndarray]:
-    """Predicted seconds per phase (and "total") of ``cholesky(a, comm, plan)`` for an n x n matrix.
+def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True, lower: bool = False,
+          order: str = "C") -> dict[str, float] | dict[str, np.ndarray]:
+    """Predicted seconds per phase (and "total") of ``cholesky(a, comm, plan, lower=lower)`` for an
+    n x n matrix ``a`` in memory ``order`` (C, F, or A for neither).
 
     ``b``: candidate block sizes (array) to evaluate instead of ``plan.b``; then every value is an
     array over them. ``lookahead=False`` models the run without look-ahead.
@@ -194,7 +215,8 @@ def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True) -> dict[str, 
         return zero if np.ndim(bs) else {k: 0.0 for k in zero}
     if (arr < 1).any():
         raise ValueError(f"block sizes must be >= 1, got {bs}")
-    rows = [_one(n, plan.r, plan.c, int(v), plan.backend, plan.threads, sp, cp, lookahead) for v in arr]
+    nr, nc = loop_grid(plan.r, plan.c, lower, order)
+    rows = [_one(n, nr, nc, int(v), plan.backend, plan.threads, sp, cp, lookahead) for v in arr]
     if np.ndim(bs) == 0:
         return rows[0]
     return {k: np.array([row[k] for row in rows]) for k in rows[0]}

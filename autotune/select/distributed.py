@@ -99,22 +99,23 @@ def _models(family: str) -> dict:
     return MODELS
 
 
-def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True) -> dict[str, float]:
+def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True, **problem) -> dict[str, float]:
     """Phase times of one plan (the model of its algorithm), per-rank k slowed by the measured
     contention of ``p x threads`` busy cores (``autotune.db.contention``), then scaled by the
-    platform's fitted phase factors (``models.fitted_phases``) unless ``fitted`` is False."""
-    return _fitted(family, plan, _analytical(family, dims, plan, sp, cp), sp, cp) if fitted else \
-        _analytical(family, dims, plan, sp, cp)
+    platform's fitted phase factors (``models.fitted_phases``) unless ``fitted`` is False.
+    ``problem``: Cholesky's ``lower`` and input memory ``order`` (they orient its loop grid)."""
+    model = _analytical(family, dims, plan, sp, cp, **problem)
+    return _fitted(family, plan, model, sp, cp) if fitted else model
 
 
-def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp) -> dict[str, float]:
+def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **problem) -> dict[str, float]:
     from autotune.db.contention import ContendedSP, load_contention
 
     model = _models(family)[plan.algorithm]
     cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
     if cont.available and plan.p > 1:
         sp = ContendedSP(sp, cont, plan.p * plan.threads)
-    return model(*dims, plan, sp, cp)
+    return model(*dims, plan, sp, cp, **(problem if family == "cholesky" else {}))
 
 
 def _fitted(family: str, plan: Plan, phases: dict[str, float], sp, cp) -> dict[str, float]:
@@ -140,9 +141,10 @@ def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int
 
 
 def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: int,
-               allow_strassen: bool = False, oversubscribe: bool = False) -> DistDecision:
+               allow_strassen: bool = False, oversubscribe: bool = False, **problem) -> DistDecision:
     """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first: ranks x BLAS
-    threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``."""
+    threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``.
+    ``problem``: Cholesky's ``lower`` and input ``order`` (default: scipy's upper, numpy's C)."""
     if family not in RANK_BACKEND:
         raise ValueError(f"unknown family {family!r}")
     ranking = []
@@ -153,7 +155,7 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
     for plan in plans(family, dims, nprocs, cores, hosts, oversubscribe):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
-        model = _analytical(family, dims, plan, sp, cp)
+        model = _analytical(family, dims, plan, sp, cp, **problem)
         if all(math.isfinite(v) for v in model.values()):
             ranking.append(DistRanked(plan, _fitted(family, plan, model, sp, cp), model))
     if not ranking:
