@@ -531,6 +531,22 @@ class _Run:
         quiet_barrier(world, poll_seconds=0.0005)
 
 
+def first_touch_cost(nbytes: int = 64 << 20, reps: int = 5) -> float:
+    """Seconds per byte that filling fresh memory costs over filling the same memory again (the
+    page faults a new result array takes where a run writes it first), median of ``reps``."""
+    extra = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a = np.empty(nbytes // 8)
+        a.fill(1.0)
+        t1 = time.perf_counter()
+        a.fill(2.0)
+        t2 = time.perf_counter()
+        extra.append(max((t1 - t0) - (t2 - t1), 0.0) / nbytes)
+        del a
+    return float(np.median(extra))
+
+
 def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:
     """Measure, fit and store (rank 0). Collective; returns the summary on rank 0, None elsewhere."""
     from autotune.db import comm as dbc
@@ -542,6 +558,8 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
+    if world.Get_rank() == 0:
+        info["first_touch"] = first_touch_cost()      # the others wait in the fit's bcast below
     measured = time.perf_counter() - t_start
     result, error = None, ""
     if world.Get_rank() == 0:

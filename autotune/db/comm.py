@@ -55,6 +55,7 @@ COLLECTIVES = ("bcast", "allgather", "allgatherv", "reduce", "allreduce", "scatt
 # Nominal values used when nothing was measured (shared memory, order of magnitude).
 DEFAULT_TS = 2e-6      # seconds
 DEFAULT_TW = 1e-10     # seconds per byte (10 GB/s)
+DEFAULT_FIRST_TOUCH = 5e-11   # seconds per byte of fresh memory written the first time (page faults)
 
 POINT_DTYPE = np.dtype([
     ("primitive", "S16"), ("p", "i4"), ("r", "i4"), ("c", "i4"), ("nbytes", "i8"),
@@ -592,6 +593,13 @@ class CommParams:
         return {"library": info.get("library"), "P": int(info.get("P", 0)),
                 "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
                 "key": self._platform.key, "source": "database"}
+
+    @property
+    def first_touch(self) -> float:
+        """Seconds per byte that writing fresh memory (a new result) costs over warm memory: the
+        page faults, measured by the probe on the root (nominal DEFAULT_FIRST_TOUCH otherwise)."""
+        value = self._platform.info.get("first_touch") if self._platform is not None else None
+        return float(value) if value is not None else DEFAULT_FIRST_TOUCH
 
     @property
     def loggp(self) -> dict | None:

@@ -14,6 +14,8 @@ slowest rank (largest block: ceil splits, block-cyclic part 0).
 
 The root's packing and unpacking of pieces that are not contiguous in its matrices is charged as
 one memory pass per element at ``k2_add`` (``PACK_BACKEND``), in distribution and collection.
+The root's C is a new array: collection also pays its page faults (``cp.first_touch`` per byte,
+measured by the probe), which the gather's warm-buffer timings leave out.
 Operands are assumed row-major (numpy's default), as the runs then are: BSR sends A's bands and
 gathers C's straight from/into the matrices; SUMMA and parallel Strassen multiply ``C^T = B^T A^T``
 on the transposed ``c x r`` grid (so the A panel travels along the columns of that grid).
@@ -103,6 +105,11 @@ def _passes(sp, elems: float) -> float:
     return float(elems) * _k2_add(sp, math.sqrt(elems))
 
 
+def _fresh(cp, m: int, n: int) -> float:
+    """Page faults of the root's new m x n result, first written as it is gathered."""
+    return float(getattr(cp, "first_touch", 0.0)) * ITEM * m * n
+
+
 def _result(distribution=0.0, communication=0.0, compute=0.0, collection=0.0, total=None) -> dict[str, float]:
     out = {"distribution": float(distribution), "communication": float(communication),
            "compute": float(compute), "collection": float(collection)}
@@ -126,7 +133,7 @@ def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     mi = _ceil(m, p)
     dist = _coll(cp, "scatterv", p, ITEM * mi * k) + _coll(cp, "bcast", p, ITEM * k * n)
     comp = 2.0 * mi * k * n * _k3(sp, plan, lookup_size(m, k, n), "stripe", p)
-    return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n))
+    return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n) + _fresh(cp, m, n))
 
 
 def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -141,7 +148,7 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, "scatterv", c, ITEM * mi * kj) + _coll(cp, "bcast", p, ITEM * k * n))
     comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
     comp = c * 2.0 * mi * kj * nj * _k3(sp, plan, lookup_size(mi, kj, nj))
-    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
+    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0) + _fresh(cp, m, n)
     return _result(dist, comm, comp, coll)
 
 
@@ -157,7 +164,7 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _passes(sp, m * k + k * n))
     comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
     comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
-    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
+    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n) + _fresh(cp, m, n)
     return _result(dist, comm, comp, coll)
 
 
@@ -200,7 +207,8 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, "scatterv", p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
             + _passes(sp, m * k + k * n))
     comm, comp = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
-    coll = _coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b)) + _passes(sp, m * n)
+    coll = (_coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b)) + _passes(sp, m * n)
+            + _fresh(cp, m, n))
     return _result(dist, comm, comp, coll)
 
 
@@ -226,7 +234,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         size = math.sqrt(max((ADDS_A * ea + ADDS_B * eb + nc * ec) / (ADDS_A + ADDS_B + nc), 1.0))
         k2 = _k2_add(sp, size)
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
-    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _passes(sp, m * n)
+    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _passes(sp, m * n) + _fresh(cp, m, n)
     return _result(dist, comm, comp, coll)
 
 
@@ -287,6 +295,8 @@ def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     for task in range(max(0, 7 - workers), 7):
         clock = max(clock, done[task % workers]) + recv + acc[task]
         coll += recv + acc[task]
+    clock += _fresh(cp, m, n)          # C, a new array, is faulted in as the products accumulate
+    coll += _fresh(cp, m, n)
     return _result(dist, 0.0, max(busy) + peel, coll, total=clock)
 
 
