@@ -525,3 +525,24 @@ def test_cli_rejects_bad_mpi_arguments(tmp_path, capsys):
     assert "no such built-in profile" in capsys.readouterr().err
     assert cli.main(["--mpi", "--np", "1", "--profile", "quick"]) == 2
     assert cli.main(["--mpi", "--resume"]) == 2
+
+
+def test_first_touch_cost_comes_with_the_platform(tmp_path):
+    """The probe stores the root's page-fault cost per byte of a new array with the platform;
+    a platform probed before it existed, or none, gives the nominal value."""
+    path = tmp_path / "ft.h5"
+    write_synthetic(path, 2, first_touch=3e-11)
+    assert dbc.load_comm(path, nprocs=2).first_touch == 3e-11
+    old = tmp_path / "old.h5"
+    write_synthetic(old, 2)
+    assert dbc.load_comm(old, nprocs=2).first_touch == dbc.DEFAULT_FIRST_TOUCH
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert dbc.load_comm(tmp_path / "missing.h5", nprocs=2).first_touch == dbc.DEFAULT_FIRST_TOUCH
+
+
+def test_first_touch_probe_measures_a_positive_cost():
+    from autotune.install_probe.comm import first_touch_cost
+
+    cost = first_touch_cost(64 << 20, reps=3)      # > glibc's largest mmap threshold: always new pages
+    assert 0 < cost < 1e-8          # faster than 100 MB/s, slower than free

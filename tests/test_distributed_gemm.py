@@ -404,3 +404,18 @@ def test_thread_options_keep_ranks_times_threads_within_cores():
     assert thread_options(2, 4) == [1, 2] and thread_options(2, 2) == [1]
     assert thread_options(4, 2) == [] and thread_options(4, 2, oversubscribe=True) == [1]
     assert thread_options(4, 2, hosts=2) == [1] and thread_options(3, 2, hosts=2) == [1]
+
+
+def test_models_charge_the_page_faults_of_the_roots_new_result():
+    """C is a new array on the root: every distributed algorithm's collection (and strassen_ms's
+    makespan) grows by first_touch x its bytes; one process pays nothing extra."""
+    class Faulting(FakeCP):
+        first_touch = 1e-10
+
+    m, k, n = 300, 200, 250
+    for plan in plans_for(4):
+        base, more = dg.predict(m, k, n, plan, SP, CP), dg.predict(m, k, n, plan, SP, Faulting())
+        assert more["collection"] - base["collection"] == pytest.approx(1e-10 * 8 * m * n), plan
+        assert more["total"] - base["total"] == pytest.approx(1e-10 * 8 * m * n), plan
+    one = Plan("summa", 1, 1, 1, b=64)
+    assert dg.predict(m, k, n, one, SP, Faulting()) == dg.predict(m, k, n, one, SP, CP)
