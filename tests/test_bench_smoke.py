@@ -76,3 +76,28 @@ def test_cli_explain_errors(tmp_path, capsys):
     assert cli.main(["explain", "gemm", "10", "20", "--db", str(tmp_path / "none.h5")]) == 2
     assert cli.main(["explain", "gemm", "10", "--db", str(tmp_path / "none.h5")]) == 1
     assert "no usable database" in capsys.readouterr().err
+
+
+def test_mpi_validate_summary_reports_fitted_and_analytical_errors():
+    """The distributed validation reports the median APE of the prediction it used (with fitted
+    phase factors) and of the analytical models alone, and the selection deviation table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mpi_validate", BENCH / "mpi_validate.py")
+    mv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mv)
+    phases = ("distribution", "communication", "compute", "collection")
+
+    def row(plan, measured, predicted, model):
+        out = {k: dict(zip((*phases, "total"), v, strict=True)) for k, v in
+               (("measured", measured), ("predicted", predicted), ("model", model))}
+        return {"plan": plan, **out}
+
+    rows = [row("a", [2e-3] * 4 + [8e-3], [2.2e-3] * 4 + [8.8e-3], [3e-3] * 4 + [12e-3]),
+            row("b", [2e-3] * 4 + [9e-3], [2e-3] * 4 + [9e-3], [2e-3] * 4 + [9e-3])]
+    summary = mv.summarise([{"n": 64, "nprocs": 2, "rows": rows, "choice": "b"}])
+    assert summary["ape_median"]["total"] == pytest.approx(5.0)
+    assert summary["ape_median_analytical"]["total"] == pytest.approx(25.0)
+    assert summary["selection"][0]["best"] == "a" and summary["selection"][0]["deviation_pct"] == pytest.approx(12.5)
+    assert summary["within_10pct"] == 0.0
+    assert "analytical alone" in mv.markdown([{"n": 64, "nprocs": 2, "rows": rows}], summary)
