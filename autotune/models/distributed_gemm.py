@@ -26,6 +26,7 @@ round-robin schedule, see ``strassen_ms``.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -105,11 +106,6 @@ def _passes(sp, elems: float) -> float:
     return float(elems) * _k2_add(sp, math.sqrt(elems))
 
 
-def _fresh(cp, m: int, n: int) -> float:
-    """Page faults of the root's new m x n result, first written as it is gathered."""
-    return float(getattr(cp, "first_touch", 0.0)) * ITEM * m * n
-
-
 def _result(distribution=0.0, communication=0.0, compute=0.0, collection=0.0, total=None) -> dict[str, float]:
     out = {"distribution": float(distribution), "communication": float(communication),
            "compute": float(compute), "collection": float(collection)}
@@ -133,7 +129,7 @@ def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     mi = _ceil(m, p)
     dist = _coll(cp, "scatterv", p, ITEM * mi * k) + _coll(cp, "bcast", p, ITEM * k * n)
     comp = 2.0 * mi * k * n * _k3(sp, plan, lookup_size(m, k, n), "stripe", p)
-    return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n) + _fresh(cp, m, n))
+    return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n))
 
 
 def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -148,7 +144,7 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, "scatterv", c, ITEM * mi * kj) + _coll(cp, "bcast", p, ITEM * k * n))
     comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
     comp = c * 2.0 * mi * kj * nj * _k3(sp, plan, lookup_size(mi, kj, nj))
-    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0) + _fresh(cp, m, n)
+    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
     return _result(dist, comm, comp, coll)
 
 
@@ -164,7 +160,7 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _passes(sp, m * k + k * n))
     comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
     comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
-    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n) + _fresh(cp, m, n)
+    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
     return _result(dist, comm, comp, coll)
 
 
@@ -207,8 +203,7 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, "scatterv", p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
             + _passes(sp, m * k + k * n))
     comm, comp = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
-    coll = (_coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b)) + _passes(sp, m * n)
-            + _fresh(cp, m, n))
+    coll = _coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b)) + _passes(sp, m * n)
     return _result(dist, comm, comp, coll)
 
 
@@ -234,7 +229,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         size = math.sqrt(max((ADDS_A * ea + ADDS_B * eb + nc * ec) / (ADDS_A + ADDS_B + nc), 1.0))
         k2 = _k2_add(sp, size)
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
-    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _passes(sp, m * n) + _fresh(cp, m, n)
+    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _passes(sp, m * n)
     return _result(dist, comm, comp, coll)
 
 
@@ -295,11 +290,25 @@ def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     for task in range(max(0, 7 - workers), 7):
         clock = max(clock, done[task % workers]) + recv + acc[task]
         coll += recv + acc[task]
-    clock += _fresh(cp, m, n)          # C, a new array, is faulted in as the products accumulate
-    coll += _fresh(cp, m, n)
     return _result(dist, 0.0, max(busy) + peel, coll, total=clock)
 
 
+def _new_result(model):
+    """``model`` plus the page faults of the root's new m x n C (``cp.first_touch`` per byte),
+    first written as it is gathered (or accumulated, strassen_ms): collection and total, p > 1."""
+    @functools.wraps(model)
+    def charged(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+        out = model(m, k, n, plan, sp, cp)
+        if plan.p > 1:
+            faults = float(getattr(cp, "first_touch", 0.0)) * ITEM * m * n
+            out["collection"] += faults
+            out["total"] += faults
+        return out
+    return charged
+
+
+bsr, cbsr, cannon, summa, strassen_summa, strassen_ms = (
+    _new_result(f) for f in (bsr, cbsr, cannon, summa, strassen_summa, strassen_ms))
 MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
           "strassen_summa": strassen_summa, "strassen_ms": strassen_ms}
 
