@@ -66,13 +66,6 @@ def _root_check(family: str, arrays: tuple) -> tuple[tuple[int, ...], bool]:
     return (n,), tuned and n > 0
 
 
-def _memory_order(a) -> str:
-    """C or F if ``a`` is contiguous in only that order, else A."""
-    flags = np.asarray(a).flags
-    return "C" if flags.c_contiguous and not flags.f_contiguous else \
-        "F" if flags.f_contiguous and not flags.c_contiguous else "A"
-
-
 def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
             **problem) -> tuple[Plan | None, tuple]:
     """Collective: the root's verdict and plan, on every rank."""
@@ -81,7 +74,9 @@ def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
         try:
             dims, tuned = _root_check(family, arrays)
             if family == "cholesky":
-                problem["order"] = _memory_order(arrays[0])
+                from autotune.models.distributed_cholesky import memory_order
+
+                problem["order"] = memory_order(arrays[0])
             plan = _plan(family, dims, comm.size, config, explain, **problem) if tuned else Plan("local", 1)
             verdict = (plan, dims)
         except (ValueError, TypeError, LookupError) as exc:

@@ -39,7 +39,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from autotune.models.distributed_cholesky import wanted_order
+from autotune.models.distributed_cholesky import flipped, memory_order, wanted_order
 
 from . import workspace
 from .collective import agree
@@ -510,13 +510,11 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
     direct = plan.r == 1 or plan.c == 1
     src, flip = arr, False
     if comm.rank == root:
-        want = wanted_order(plan.r, plan.c)
-        f_ok, c_ok = arr.flags.f_contiguous, arr.flags.c_contiguous
-        if not (f_ok if want == "F" else c_ok):
-            if f_ok or c_ok:
-                src, flip = arr.T, True
-            elif direct:
-                src = np.asarray(arr, order=want)
+        order, want = memory_order(arr), wanted_order(plan.r, plan.c)
+        if flipped(plan.r, plan.c, order):
+            src, flip = arr.T, True
+        elif direct and not arr.flags[f"{want}_CONTIGUOUS"]:
+            src = np.asarray(arr, order=want)
     n, flip = comm.bcast((arr.shape[0], flip) if comm.rank == root else None, root=root)
     if n == 0:
         return np.empty((0, 0), order="F") if comm.rank == root else None

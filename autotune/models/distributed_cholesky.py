@@ -73,17 +73,29 @@ def wanted_order(r: int, c: int) -> str:
     return "C" if r > 1 and c == 1 else "F"
 
 
+def memory_order(a) -> str:
+    """C or F if ``a`` is contiguous in only that order, else A (both: one row; or neither)."""
+    flags = np.asarray(a).flags
+    if flags.c_contiguous != flags.f_contiguous:
+        return "C" if flags.c_contiguous else "F"
+    return "A"
+
+
+def flipped(r: int, c: int, order: str) -> bool:
+    """Whether the root factors a^T instead of a: a is contiguous only in the order other than
+    ``wanted_order`` (its transpose then needs no copy)."""
+    return order in ("C", "F") and order != wanted_order(r, c)
+
+
 def loop_grid(r: int, c: int, lower: bool, order: str = "C") -> tuple[int, int]:
     """(process rows, process columns) of the factorization loop for a plan's r x c grid.
 
-    The root factors S = a, or S = a^T when a is contiguous only in the other order than
-    ``wanted_order`` (no copy), and the loop always computes a lower factor: of S if the factor
-    wanted of S is lower, else of S^T on the transposed c x r grid. So scipy's default (upper) on
-    a C-ordered matrix runs r x 1 and 1 x c plans both as a 1 x max(r, c) loop, the panel
-    factored by one process.
+    The root factors S = a or S = a^T (``flipped``), and the loop always computes a lower
+    factor: of S if the factor wanted of S is lower, else of S^T on the transposed c x r grid.
+    So scipy's default (upper) on a C-ordered matrix runs r x 1 and 1 x c plans both as a
+    1 x max(r, c) loop, the panel factored by one process.
     """
-    flip = order in ("C", "F") and order != wanted_order(r, c)
-    return (r, c) if lower != flip else (c, r)
+    return (r, c) if lower != flipped(r, c, order) else (c, r)
 
 
 def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
