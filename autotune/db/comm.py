@@ -265,9 +265,7 @@ def fit_hockney(nbytes, times, *, max_regimes: int = 8, min_points: int = 3,
         k = 2.5 * scale
         w = np.where(np.abs(res) > k, k / np.maximum(np.abs(res), 1e-300), 1.0)
         cuts, rss, score = _segmentation(m, t, w, max_regimes, min_seg, criterion)
-    starts, ends = (0, *cuts), (*(c - 1 for c in cuts), n - 1)
-    lines = [_line(m[i:j + 1], t[i:j + 1], w[i:j + 1], None if i == 0 else m[i - 1])[:2]
-             for i, j in zip(starts, ends, strict=True)]
+    starts, ends, lines = _segment_lines(m, t, w, cuts)
     regimes = [Regime(0.0, math.inf, ts, tw, float(m[i]), float(m[j]), j - i + 1)
                for (ts, tw), i, j in zip(lines, starts, ends, strict=True)]
     for k in range(1, len(regimes)):
@@ -277,12 +275,18 @@ def fit_hockney(nbytes, times, *, max_regimes: int = 8, min_points: int = 3,
     return HockneyFit(tuple(regimes), rss, score if math.isfinite(score) else 0.0)
 
 
+def _segment_lines(m: np.ndarray, t: np.ndarray, w: np.ndarray, cuts: tuple[int, ...]):
+    """(starts, ends, [(ts, tw) per regime]) of a segmentation (cuts: starts of regimes 2..k)."""
+    starts, ends = (0, *cuts), (*(c - 1 for c in cuts), len(m) - 1)
+    lines = [_line(m[i:j + 1], t[i:j + 1], w[i:j + 1], None if i == 0 else m[i - 1])[:2]
+             for i, j in zip(starts, ends, strict=True)]
+    return starts, ends, lines
+
+
 def _lines(m: np.ndarray, t: np.ndarray, w: np.ndarray, cuts: tuple[int, ...]) -> np.ndarray:
     """Predictions of the per-regime lines for a segmentation."""
     out = np.empty_like(t)
-    starts, ends = (0, *cuts), (*(c - 1 for c in cuts), len(m) - 1)
-    for i, j in zip(starts, ends, strict=True):
-        ts, tw, _ = _line(m[i:j + 1], t[i:j + 1], w[i:j + 1], None if i == 0 else m[i - 1])
+    for i, j, (ts, tw) in zip(*_segment_lines(m, t, w, cuts), strict=True):
         out[i:j + 1] = ts + tw * m[i:j + 1]
     return out
 
