@@ -11,6 +11,9 @@ Allgather, Allgatherv, Reduce, Allreduce, Scatterv, Gatherv, Alltoallv (root 0, 
 row and column broadcasts in every r x c grid with r*c <= P, and ping-pong sends of derived
 datatypes (a strided column block, Create_vector; a block-cyclic local piece, Create_darray);
 at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) for LoOgGP.
+``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
+before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
+and buffers no cache holds any more, two to three times slower than the warm repeated calls.
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
@@ -45,14 +48,17 @@ from autotune.distributed.collective import quiet_barrier
 
 BUILTIN = ("quick", "standard")
 ALL_PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
-                  "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray")
+                  "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray",
+                  "scatterv_cold", "bcast_cold")
+COLD = ("scatterv_cold", "bcast_cold")     # a run's distribution: new arrays, caches flushed (ColdOp)
 PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
 GROUP = ("bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv",
-         "alltoallv")                                       # on each p-rank sub-communicator
+         "alltoallv", "scatterv_cold", "bcast_cold")               # on each p-rank sub-communicator
 ROUND_TRIP = ("pingpong", "send_vector", "send_subarray")    # one-way time = round trip / 2
 # Per-process buffer bytes as a multiple of nbytes (send + receive) for the memory cap.
 FOOTPRINT = {"allgather": lambda p: 1 + p, "allgatherv": lambda p: 1 + p, "scatterv": lambda p: 1 + p,
-             "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}
+             "scatterv_cold": lambda p: 1 + p, "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}
+COLD_MIN_BYTES = 65536   # default cold sizes: the profile's from here (below, the warm curve applies)
 VECTOR_WIDTH = 8    # doubles per row of the strided column block
 VECTOR_STRIDE = 4   # the block is 1/VECTOR_STRIDE of the matrix width
 DARRAY_BLOCK = 8    # block-cyclic block size (elements) of the darray piece
@@ -90,7 +96,16 @@ class CommProfile:
     loggp: bool = True                         # also the PRTT series for LoOgGP (p = 2, sizes <= loggp_max_bytes)
     loggp_messages: int = 8
     loggp_max_bytes: int = 1 << 20
+    cold_sizes: tuple[int, ...] | None = None   # sizes of the cold-cache primitives (None: sizes >= COLD_MIN_BYTES)
     source: str = ""
+
+    def sizes_for(self, prim: str) -> tuple[int, ...]:
+        """The message sizes ``prim`` is timed at."""
+        if prim not in COLD:
+            return self.sizes
+        if self.cold_sizes is not None:
+            return self.cold_sizes
+        return tuple(s for s in self.sizes if s >= COLD_MIN_BYTES)
 
     def p_values(self, world: int) -> list[int]:
         if world < 2:
@@ -137,7 +152,7 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
-               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes"}
+               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -162,7 +177,9 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        max_buffer_bytes=int(data.get("max_buffer_bytes", 256 << 20)),
                        max_regimes=int(data.get("max_regimes", 8)), passes=max(1, int(data.get("passes", 2))),
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
-                       loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)), source=source)
+                       loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
+                       cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
+                       source=source)
 
 
 def load_comm_profile(name_or_path: str) -> CommProfile:
@@ -186,8 +203,9 @@ class Point:
     inner: int
 
 
-def time_point(comm, op, timing: CommTiming, *, batch: bool = True) -> Point:
-    """Collective timing of ``op`` over ``comm`` (every member calls this with its own ``op``)."""
+def time_point(comm, op, timing: CommTiming, *, batch: bool = True, prepare=None) -> Point:
+    """Collective timing of ``op`` over ``comm`` (every member calls this with its own ``op``);
+    ``prepare()``, if given, runs untimed before each repetition, after the re-warming calls."""
     from mpi4py import MPI
 
     from .timing import stable
@@ -216,6 +234,8 @@ def time_point(comm, op, timing: CommTiming, *, batch: bool = True) -> Point:
     while True:
         for _ in range(timing.rewarm):   # untimed: the bookkeeping below evicted MPI's state from the caches
             op()
+        if prepare is not None:
+            prepare()
         comm.Barrier()
         t0 = MPI.Wtime()
         for _ in range(inner):
@@ -248,6 +268,30 @@ class Buffers:
         self.n = nbytes
         self.send = np.ones(nbytes, dtype=np.uint8)
         self.recv = np.ones(nbytes, dtype=np.uint8)
+
+
+class CacheFlush:
+    """Evicts this process's data from the caches: one read-modify-write sweep over four times
+    the last-level cache (128 MiB if its size is unknown; twice leaves a sixth of it behind)."""
+
+    def __init__(self, nbytes: int | None = None):
+        self.buf = np.ones(max(1, (nbytes or 4 * last_level_cache_bytes()) // 8))
+
+    def __call__(self) -> None:
+        np.add(self.buf, 1.0, out=self.buf)
+
+
+def last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """Size of the largest CPU cache (Linux sysfs), ``default`` where unknown."""
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = path.read_text().strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        try:
+            sizes.append(int(text.rstrip("KMG")) * scale)
+        except ValueError:
+            continue
+    return max(sizes, default=default)
 
 
 def _vector_type(m: int):
@@ -342,6 +386,42 @@ def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
     raise ValueError(f"unknown primitive {prim!r}")
 
 
+class ColdOp:
+    """One call of a cold primitive: a run's distribution of a user's matrix. Arrays of exactly
+    the matrix's size, in float64, the root's own Scatterv block left in place; ``renew()`` (before
+    each repetition, untimed) allocates and touches new ones, then every member's caches are
+    flushed. New arrays because the single-copy transfer pins each page: how much of an array
+    huge pages back depends on where it falls, and moves its time by up to 2x from one
+    allocation to the next; the mean over allocations is what a user's matrices cost."""
+
+    def __init__(self, prim: str, comm, m: int, flush: CacheFlush | None = None):
+        if prim not in COLD:
+            raise ValueError(f"unknown cold primitive {prim!r}")
+        self.prim, self.comm, self.d, self.flush = prim, comm, m // 8, flush
+        self.renew()
+
+    def renew(self) -> None:
+        p, d = self.comm.Get_size(), self.d
+        rooted_scatter = self.prim == "scatterv_cold" and self.comm.Get_rank() == 0
+        self.buf = None                          # the old arrays go before the new ones come
+        self.buf = np.ones(p * d if rooted_scatter else d)
+        if self.flush is not None:
+            self.flush()
+
+    def __call__(self) -> None:
+        from mpi4py import MPI
+
+        comm, d = self.comm, self.d
+        if self.prim == "bcast_cold":
+            comm.Bcast([self.buf, MPI.DOUBLE], 0)
+        elif comm.Get_rank() == 0:
+            p = comm.Get_size()
+            counts, displs = np.full(p, d, dtype=np.int64), np.arange(p, dtype=np.int64) * d
+            comm.Scatterv([self.buf, (counts, displs), MPI.DOUBLE], MPI.IN_PLACE, 0)
+        else:
+            comm.Scatterv(None, [self.buf, MPI.DOUBLE], 0)
+
+
 def make_prtt(comm, m: int, n: int, delay: float, bufs: Buffers):
     """PRTT(n, d, s) (Kielmann et al.; Hoefler et al.'s LoOgGP): rank 0 sends n messages of s
     bytes, waiting ``delay`` seconds (busy) after each but the last; rank 1 receives them all and
@@ -369,11 +449,22 @@ def make_prtt(comm, m: int, n: int, delay: float, bufs: Buffers):
 
 # Rooted, non-synchronising collectives: back-to-back calls would overlap (pipelining), so each
 # repetition times a single call.
-SINGLE_CALL = ("bcast", "reduce", "scatterv", "gatherv", "bcast_row", "bcast_col")
+SINGLE_CALL = ("bcast", "reduce", "scatterv", "gatherv", "bcast_row", "bcast_col", "scatterv_cold", "bcast_cold")
 
 
 def _footprint(prim: str, p: int, m: int) -> int:
     return m * FOOTPRINT.get(prim, lambda _p: 2)(p)
+
+
+def buffer_bytes(profile: CommProfile, prims, p: int) -> int:
+    """Bytes of each of the send and receive buffers ``prims`` need on p ranks: a whole
+    p-block vector for the gathers, scatters and all-to-all, one message for the others (the
+    cold primitives allocate their own)."""
+    need = [(p if pr in FOOTPRINT else 1) * m for pr in prims if pr not in COLD for m in profile.sizes_for(pr)
+            if _footprint(pr, p, m) <= profile.max_buffer_bytes]
+    if profile.loggp and p == 2:
+        need += [m for m in profile.sizes if m <= profile.loggp_max_bytes]
+    return max(need + [8])
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -411,6 +502,7 @@ class _Run:
     prtt_rows: list = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
     reverse: bool = False
+    flush: CacheFlush | None = None
 
     def log(self, msg: str) -> None:
         if self.verbose and self.world.Get_rank() == 0:
@@ -419,12 +511,21 @@ class _Run:
     def curve(self, prim: str, comm, p: int, grid: tuple[int, int], bufs: Buffers, **comms) -> None:
         """Every size of one primitive on ``comm`` (its members only)."""
         pf = self.profile
-        for m in (pf.sizes[::-1] if self.reverse else pf.sizes):
+        sizes = pf.sizes_for(prim)
+        if prim in COLD:
+            self.flush = self.flush or CacheFlush()
+        for m in (sizes[::-1] if self.reverse else sizes):
             if _footprint(prim, p, m) > pf.max_buffer_bytes:
                 continue
-            op, payload, cleanup = make_op(prim, comm, m, bufs, **comms)
+            prepare = None
+            if prim in COLD:
+                op = None                            # free the last size's arrays first
+                op = ColdOp(prim, comm, m, self.flush)
+                prepare, payload, cleanup = op.renew, m, (lambda: None)
+            else:
+                op, payload, cleanup = make_op(prim, comm, m, bufs, **comms)
             try:
-                pt = time_point(comm, op, pf.timing, batch=prim not in SINGLE_CALL)
+                pt = time_point(comm, op, pf.timing, batch=prim not in SINGLE_CALL, prepare=prepare)
             finally:
                 cleanup()
             div = 2.0 if prim in ROUND_TRIP else 1.0
@@ -457,11 +558,7 @@ class _Run:
         return [tuple(best[m]) for m in sorted(best)]
 
     def buffers(self, prims, p: int) -> Buffers:
-        pf = self.profile
-        need = max([_footprint(pr, p, m) // 2 for pr in prims for m in pf.sizes
-                    if _footprint(pr, p, m) <= pf.max_buffer_bytes]
-                   + [m for m in pf.sizes if pf.loggp and p == 2 and m <= pf.loggp_max_bytes] + [8])
-        return Buffers(need)
+        return Buffers(buffer_bytes(self.profile, prims, p))
 
     def run(self) -> None:
         """``passes`` sweeps, alternately forwards and backwards: a point caught by a passing
@@ -547,6 +644,48 @@ def first_touch_cost(nbytes: int = 64 << 20, reps: int = 5) -> float:
     return float(np.median(extra))
 
 
+PACK_RUNS = (8, 32, 128, 512)      # contiguous run lengths timed, plus whole columns
+
+
+def pack_costs(n: int = 2048, reps: int = 3) -> dict:
+    """Seconds per element of the root's block-cyclic packing (``take_padded``, distribution) and
+    unpacking (``put_clipped``, collection) of an n x n column-major matrix split in two by rows,
+    caches flushed first, by the length of the contiguous runs the split leaves: the block when
+    the rows are split, the whole column (``n``) when not. Median of ``reps``."""
+    from autotune.kernels.dist_gemm import put_clipped, take_padded
+
+    from autotune.distributed.layout import Axis
+
+    mat, flat, flush = np.ones((n, n), order="F"), np.empty(n * n), CacheFlush()
+    cols = np.arange(n, dtype=np.int64)
+    out = {"runs": [], "take": [], "put": []}
+    for run in (*PACK_RUNS, n):
+        parts = 2 if run < n else 1
+        rows = [np.ascontiguousarray(Axis(n, parts, run).indices(i), dtype=np.int64) for i in range(parts)]
+        take, put = [], []
+        for rep in range(reps + 1):                     # the first: compile and warm up
+            flush()
+            t0 = time.perf_counter()
+            off = 0
+            for r in rows:
+                off = take_padded(mat, r, cols, flat, off)
+            t1 = time.perf_counter()
+            flush()
+            t2 = time.perf_counter()
+            off = 0
+            for r in rows:
+                put_clipped(mat, r, cols, flat[off:off + r.size * n].reshape((r.size, n), order="F"))
+                off += r.size * n
+            t3 = time.perf_counter()
+            if rep:
+                take.append((t1 - t0) / (n * n))
+                put.append((t3 - t2) / (n * n))
+        out["runs"].append(int(run))
+        out["take"].append(float(np.median(take)))
+        out["put"].append(float(np.median(put)))
+    return out
+
+
 def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:
     """Measure, fit and store (rank 0). Collective; returns the summary on rank 0, None elsewhere."""
     from autotune.db import comm as dbc
@@ -560,6 +699,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.run()
     if world.Get_rank() == 0:
         info["first_touch"] = first_touch_cost()      # the others wait in the fit's bcast below
+        info["pack"] = pack_costs()
     measured = time.perf_counter() - t_start
     result, error = None, ""
     if world.Get_rank() == 0:

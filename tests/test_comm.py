@@ -401,6 +401,7 @@ def test_builtin_profiles_and_errors(tmp_path):
 TINY = {
     "name": "tiny-test",
     "sizes": [8, 64, 512, 2048, 4096, 8192, 32768, 131072],
+    "cold_sizes": [65536, 131072, 262144],
     "procs": "all",
     "grids": "all",
     "timing": {"warmup": 1, "warmup_seconds": 0.0, "rewarm": 1, "min_reps": 2, "max_reps": 3, "rel_tol": 0.5,
@@ -546,3 +547,77 @@ def test_first_touch_probe_measures_a_positive_cost():
 
     cost = first_touch_cost(64 << 20, reps=3)      # > glibc's largest mmap threshold: always new pages
     assert 0 < cost < 1e-8          # faster than 100 MB/s, slower than free
+
+
+# -- cold-cache curves (distribution) ---------------------------------------------------------------
+
+def test_cold_curve_applies_from_its_first_size_warm_below_and_when_missing(tmp_path):
+    """A cold curve is measured from 64 KiB up: below, and on a database without it, the warm
+    curve of the same operation answers (no warning: that operation is measured)."""
+    path = tmp_path / "sp.h5"
+    cold_sizes = [65536, 131072, 262144, 524288, 1 << 20, 1 << 21]
+    rows = curve_points("scatterv", 2) + curve_points("scatterv_cold", 2, scale=3.0, sizes=cold_sizes)
+    dbc.write_platform(path, platform_info(2), np.array(rows, dtype=dbc.POINT_DTYPE))
+    cp = load_comm(path, nprocs=2)
+    small, big = np.array([1024.0, 8192.0]), np.array([65536.0, 1 << 21, 1 << 24])
+    np.testing.assert_allclose(cp.time("scatterv_cold", 2, small), cp.time("scatterv", 2, small))
+    np.testing.assert_allclose(cp.time("scatterv_cold", 2, big), 3.0 * cp.time("scatterv", 2, big), rtol=1e-3)
+    path2 = tmp_path / "warm.h5"
+    write_synthetic(path2, 2, prims=[x for x in dbc.PRIMITIVES if not x.endswith("_cold")])
+    warm_only = load_comm(path2, nprocs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_allclose(warm_only.time("bcast_cold", 2, big), warm_only.time("bcast", 2, big))
+    assert dbc.base_primitive("bcast_cold") == "bcast" and dbc.base_primitive("bcast") == "bcast"
+    assert dbc.default_ts_tw("scatterv_cold", 4) == dbc.default_ts_tw("scatterv", 4)
+
+
+def test_profile_cold_sizes_and_buffers():
+    from autotune.install_probe import comm as pc
+
+    prof = pc.parse_comm_profile({"sizes": {"powers": [3, 20]}}, "t")
+    assert prof.sizes_for("bcast_cold") == tuple(s for s in prof.sizes if s >= pc.COLD_MIN_BYTES)
+    assert prof.sizes_for("bcast") == prof.sizes
+    prof = pc.parse_comm_profile({"sizes": [8, 64], "cold_sizes": {"powers": [16, 26]}}, "t")
+    assert prof.sizes_for("scatterv_cold") == tuple(2 ** e for e in range(16, 27))
+    # every send/receive buffer holds a whole p-block vector (the cold ones allocate their own)
+    prof = pc.parse_comm_profile({"sizes": [8, 1 << 20], "loggp": False}, "t")
+    assert pc.buffer_bytes(prof, ["scatterv", "bcast"], 4) == 4 << 20
+    assert pc.buffer_bytes(prof, ["bcast", "scatterv_cold"], 4) == 1 << 20
+    with pytest.raises(pc.CommProfileError):
+        pc.parse_comm_profile({"sizes": [8], "cold_sizes": [12]}, "t")
+
+
+def test_cache_flush_sweeps_four_times_the_last_level_cache():
+    from autotune.install_probe.comm import CacheFlush, last_level_cache_bytes
+
+    llc = last_level_cache_bytes()
+    assert llc >= 1 << 20
+    flush = CacheFlush()
+    assert flush.buf.nbytes == 4 * llc
+    before = flush.buf.copy()
+    flush()
+    np.testing.assert_array_equal(flush.buf, before + 1.0)     # every line read and written
+
+
+def test_pack_time_interpolates_the_probes_costs_by_run_length(tmp_path):
+    path = tmp_path / "sp.h5"
+    write_synthetic(path, 2, pack={"runs": [8, 512, 2048], "take": [4e-9, 1e-9, 1e-9], "put": [6e-9, 2e-9, 1e-9]})
+    cp = dbc.load_comm(path, nprocs=2)
+    assert cp.pack_time("take", 100, 8) == pytest.approx(4e-7)
+    assert cp.pack_time("take", 100, 64) == pytest.approx(100 * 2.5e-9)      # halfway in log run
+    assert cp.pack_time("put", 100, 1 << 20) == pytest.approx(1e-7)         # past the last: clamped
+    assert cp.pack_time("put", 100, 1) == pytest.approx(6e-7)
+    for bad in (None, {"runs": [8], "take": ["x"]}, {"runs": [8, 16], "take": [1e-9]}, {"take": [1e-9]}):
+        other = tmp_path / f"bad{len(str(bad))}.h5"
+        write_synthetic(other, 2, **({} if bad is None else {"pack": bad}))
+        assert dbc.load_comm(other, nprocs=2).pack_time("take", 100, 8) is None
+
+
+def test_pack_costs_probe_measures_every_run_length():
+    from autotune.install_probe.comm import PACK_RUNS, pack_costs
+
+    out = pack_costs(n=256, reps=1)
+    assert out["runs"] == [*PACK_RUNS, 256]
+    for kind in ("take", "put"):
+        assert len(out[kind]) == len(out["runs"]) and all(0 < t < 1e-6 for t in out[kind])

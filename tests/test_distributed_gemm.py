@@ -419,3 +419,26 @@ def test_models_charge_the_page_faults_of_the_roots_new_result():
         assert more["total"] - base["total"] == pytest.approx(1e-10 * 8 * m * n), plan
     one = Plan("summa", 1, 1, 1, b=64)
     assert dg.predict(m, k, n, one, SP, Faulting()) == dg.predict(m, k, n, one, SP, CP)
+
+
+def test_block_cyclic_packing_is_charged_at_the_probes_cost_by_run_length():
+    """SUMMA's root packs both operands and unpacks C: with a measured ``pack_time`` the model
+    charges it by the contiguous run (block b when the column-major operand's rows are split
+    over R = plan.c > 1 process rows, else whole columns) in place of one memory pass."""
+    calls = []
+
+    class Packing(FakeCP):
+        def pack_time(self, kind, elements, run):
+            calls.append((kind, elements, run))
+            return 1e-9 * elements * (2.0 if run < 1000 else 1.0)
+
+    m, k, n = 1200, 1100, 1000
+    for plan, run_x, run_y in ((Plan("summa", 2, 2, 1, b=64), n, k), (Plan("summa", 2, 1, 2, b=64), 64, 64)):
+        calls.clear()
+        base, packed = dg.predict(m, k, n, plan, SP, CP), dg.predict(m, k, n, plan, SP, Packing())
+        assert sorted(calls) == sorted([("take", n * k, run_x), ("take", k * m, run_y), ("put", n * m, run_x)])
+        moved = sum(1e-9 * e * (2.0 if r < 1000 else 1.0) for _, e, r in calls)
+        passes = dg._passes(SP, m * k + k * n) + dg._passes(SP, m * n)
+        extra = packed["distribution"] + packed["collection"] - base["distribution"] - base["collection"]
+        assert extra == pytest.approx(moved - passes)
+        assert packed["compute"] == base["compute"] and packed["communication"] == base["communication"]

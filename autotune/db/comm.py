@@ -44,13 +44,17 @@ from .store import COMM_GROUP, replace_group
 COMM_SCHEMA = 1
 
 PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
-              "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray")
+              "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray",
+              "scatterv_cold", "bcast_cold")
+# Timed with every member's caches flushed first (the data a run's first phase moves), from the
+# probe's smallest cold size up; below it, and where not measured, the warm curve applies.
+COLD_SUFFIX = "_cold"
 GRID_PRIMITIVES = ("bcast_row", "bcast_col")
 # Measured between ranks 0 and 1 only (p = 2), whatever p is asked.
 PAIR_PRIMITIVES = ("pingpong", "send_vector", "send_subarray")
 # Collectives cost nothing on one process.
 COLLECTIVES = ("bcast", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv", "alltoallv",
-               "bcast_row", "bcast_col")
+               "bcast_row", "bcast_col", "scatterv_cold", "bcast_cold")
 
 # Nominal values used when nothing was measured (shared memory, order of magnitude).
 DEFAULT_TS = 2e-6      # seconds
@@ -519,8 +523,14 @@ def read_platforms(path) -> list[Platform]:
 
 # -- lookup ---------------------------------------------------------------------------------------
 
+def base_primitive(primitive: str) -> str:
+    """The operation a primitive times: ``scatterv_cold`` -> ``scatterv``."""
+    return primitive[:-len(COLD_SUFFIX)] if primitive.endswith(COLD_SUFFIX) else primitive
+
+
 def default_ts_tw(primitive: str, p: int, grid: tuple[int, int] | None = None) -> tuple[float, float]:
     """Nominal (ts, tw) of a primitive on p processes: tree latency, (p-1) volume for gathers."""
+    primitive = base_primitive(primitive)
     q = _members(primitive, p, grid)
     if primitive in COLLECTIVES and q <= 1:
         return 0.0, 0.0
@@ -553,10 +563,17 @@ class _Curve:
     bounds: np.ndarray   # interior breakpoints
     ts: np.ndarray
     tw: np.ndarray
+    start: float = 0.0               # below this size ...
+    below: _Curve | None = None      # ... this curve applies (a cold curve's warm one)
 
     def at(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         i = np.searchsorted(self.bounds, m, side="right")
-        return self.ts[i], self.tw[i]
+        ts, tw = self.ts[i], self.tw[i]
+        if self.below is not None:
+            low = m < self.start
+            bts, btw = self.below.at(m)
+            ts, tw = np.where(low, bts, ts), np.where(low, btw, tw)
+        return ts, tw
 
 
 _ZERO = _Curve(np.zeros(0), np.zeros(1), np.zeros(1))
@@ -580,8 +597,8 @@ class CommParams:
             for prim, p, r, c in {(x["primitive"].decode(), int(x["p"]), int(x["r"]), int(x["c"])) for x in fits}:
                 sel = fits[(fits["primitive"] == prim.encode()) & (fits["p"] == p) & (fits["r"] == r)
                            & (fits["c"] == c)]
-                self._curves[prim, p, r, c] = _Curve(np.asarray(sel["lo"][1:], float),
-                                                     np.asarray(sel["ts"], float), np.asarray(sel["tw"], float))
+                self._curves[prim, p, r, c] = _Curve(np.asarray(sel["lo"][1:], float), np.asarray(sel["ts"], float),
+                                                     np.asarray(sel["tw"], float), float(sel["m_first"][0]))
                 self._index.setdefault(prim, []).append((p, r, c))
 
     @property
@@ -604,6 +621,19 @@ class CommParams:
         page faults, measured by the probe on the root (nominal DEFAULT_FIRST_TOUCH otherwise)."""
         value = self._platform.info.get("first_touch") if self._platform is not None else None
         return float(value) if value is not None else DEFAULT_FIRST_TOUCH
+
+    def pack_time(self, kind: str, elements: float, run: float) -> float | None:
+        """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
+        ``elements`` costs when its contiguous runs are ``run`` elements long (log-linear between
+        the probe's run lengths); None if the probe did not measure it."""
+        data = self._platform.info.get("pack") if self._platform is not None else None
+        try:
+            runs, cost = np.log(np.asarray(data["runs"], float)), np.asarray(data[kind], float)
+        except (TypeError, KeyError, ValueError):
+            return None
+        if runs.size == 0 or runs.size != cost.size or not np.all(np.isfinite(cost)):
+            return None
+        return float(elements) * float(np.interp(math.log(max(float(run), 1.0)), runs, cost))
 
     @property
     def loggp(self) -> dict | None:
@@ -635,6 +665,8 @@ class CommParams:
                        f"(ts={DEFAULT_TS * 1e6:g} us, tw={DEFAULT_TW * 1e9:g} ns/B). "
                        "Run `autotune-install --mpi --np P` to measure them.")
             choice = None
+        elif primitive not in self._index and base_primitive(primitive) != primitive:
+            choice = self._curve(base_primitive(primitive), p, grid)      # an older probe: warm only
         elif primitive not in self._index:
             self._warn(f"no measurement of {primitive} on MPI platform {self._platform.key}; using nominal defaults")
             choice = None
@@ -648,6 +680,9 @@ class CommParams:
             else:
                 pick = min(have, key=lambda k: (abs(k[0] - p), -k[0]))
             choice = self._curves[(primitive, *pick)]
+            if base_primitive(primitive) != primitive:
+                warm = self._curve(base_primitive(primitive), p, grid)
+                choice = dataclasses.replace(choice, below=warm) if warm is not None else choice
         self._choice[key] = choice
         return choice
 

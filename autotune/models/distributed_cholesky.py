@@ -43,7 +43,7 @@ waits for late panels), so total = sum of the phases and >= each of them.
 ``add`` series at n, one thread): on 1-D grids (1 x c, r x 1) the blocks move unpacked, so
 0.5 S (the root's finiteness check, resp. first touch of the result) + max(root's own blocks
 S/p, the ceil(N/p) block messages of 8 n b bytes each one receiver gets, ``pingpong`` one-way
-time); on 2-D grids 1.5 S (check or first touch, and packing or unpacking) + ``scatterv`` /
+time); on 2-D grids 1.5 S (check or first touch, and packing or unpacking) + ``scatterv_cold`` /
 ``gatherv`` of the 8 n^2/p byte blocks.
 """
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _moves(n: int, r: int, c: int, b: int, N: int, p: int, sp, cp, backend: str)
         move = max(own, msgs)
         return 0.5 * sweep + move, 0.5 * sweep + move
     blk = WORD * n * n / p
-    dist = 1.5 * sweep + float(np.asarray(cp.time("scatterv", p, blk)).reshape(-1)[0])
+    dist = 1.5 * sweep + float(np.asarray(cp.time("scatterv_cold", p, blk)).reshape(-1)[0])
     coll = 1.5 * sweep + float(np.asarray(cp.time("gatherv", p, blk)).reshape(-1)[0])
     return dist, coll
 

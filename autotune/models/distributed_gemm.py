@@ -12,8 +12,14 @@ Compute uses ``sp.k("gemm", backend, threads, x, pattern, param)`` at the per-ra
 ``k2_add`` (pattern ``view``) at each level's per-rank quadrant size. The times are those of the
 slowest rank (largest block: ceil splits, block-cyclic part 0).
 
-The root's packing and unpacking of pieces that are not contiguous in its matrices is charged as
-one memory pass per element at ``k2_add`` (``PACK_BACKEND``), in distribution and collection.
+Distribution's scatters and broadcasts use the probe's cold-cache curves (``scatterv_cold``,
+``bcast_cold``: every member's caches flushed first): the first phase of a run moves the user's
+matrix into buffers that no cache holds any more, 2-3x slower than warm repeated calls.
+The root's packing and unpacking of pieces that are not contiguous in its matrices is charged, in
+distribution and collection, for the block-cyclic runs at the comm probe's measured cost per
+element by contiguous run length (``cp.pack_time``: a block of b when the column-major operand's
+rows are split, else whole columns; 2-4x a plain copy), otherwise as one memory pass per element
+at ``k2_add`` (``PACK_BACKEND``).
 The root's C is a new array: collection also pays its page faults (``cp.first_touch`` per byte,
 measured by the probe), which the gather's warm-buffer timings leave out.
 Operands are assumed row-major (numpy's default), as the runs then are: BSR sends A's bands and
@@ -42,6 +48,7 @@ PHASES = ("distribution", "communication", "compute", "collection")
 PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 ALGORITHM_NAMES = ("bsr", "cbsr", "cannon", "summa", "strassen_summa", "strassen_ms")
 MAX_LEVEL = 12
+SCATTER, BCAST = "scatterv_cold", "bcast_cold"     # distribution's primitives: caches cold
 
 
 def plan_error(plan) -> str | None:
@@ -106,6 +113,14 @@ def _passes(sp, elems: float) -> float:
     return float(elems) * _k2_add(sp, math.sqrt(elems))
 
 
+def _pack(sp, cp, elems: float, run: float, kind: str = "take") -> float:
+    """The root's block-cyclic packing ("take") or unpacking ("put") of ``elems`` column-major
+    elements in contiguous runs of ``run``: the comm probe's measured cost, else one memory pass."""
+    measured = getattr(cp, "pack_time", None)
+    t = measured(kind, elems, run) if measured is not None else None
+    return _passes(sp, elems) if t is None else t
+
+
 def _result(distribution=0.0, communication=0.0, compute=0.0, collection=0.0, total=None) -> dict[str, float]:
     out = {"distribution": float(distribution), "communication": float(communication),
            "compute": float(compute), "collection": float(collection)}
@@ -127,7 +142,7 @@ def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi = _ceil(m, p)
-    dist = _coll(cp, "scatterv", p, ITEM * mi * k) + _coll(cp, "bcast", p, ITEM * k * n)
+    dist = _coll(cp, SCATTER, p, ITEM * mi * k) + _coll(cp, BCAST, p, ITEM * k * n)
     comp = 2.0 * mi * k * n * _k3(sp, plan, lookup_size(m, k, n), "stripe", p)
     return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n))
 
@@ -140,8 +155,8 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi, kj, nj = _ceil(m, r), _ceil(k, c), _ceil(n, c)
-    dist = (_coll(cp, "scatterv", r, ITEM * mi * k) + (_passes(sp, mi * k) if c > 1 else 0.0)
-            + _coll(cp, "scatterv", c, ITEM * mi * kj) + _coll(cp, "bcast", p, ITEM * k * n))
+    dist = (_coll(cp, SCATTER, r, ITEM * mi * k) + (_passes(sp, mi * k) if c > 1 else 0.0)
+            + _coll(cp, SCATTER, c, ITEM * mi * kj) + _coll(cp, BCAST, p, ITEM * k * n))
     comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
     comp = c * 2.0 * mi * kj * nj * _k3(sp, plan, lookup_size(mi, kj, nj))
     coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
@@ -156,12 +171,18 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi, kl, nj = _ceil(m, q), _ceil(k, q), _ceil(n, q)
-    dist = (_coll(cp, "scatterv", p, ITEM * mi * kl) + _coll(cp, "scatterv", p, ITEM * kl * nj)
+    dist = (_coll(cp, SCATTER, p, ITEM * mi * kl) + _coll(cp, SCATTER, p, ITEM * kl * nj)
             + _passes(sp, m * k + k * n))
     comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
     comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
     coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
     return _result(dist, comm, comp, coll)
+
+
+def _run(rows: int, parts: int, b: int) -> int:
+    """Contiguous run length of a column-major matrix with ``rows`` rows split block-cyclically
+    (block b) over ``parts`` process rows: a block, or the whole column when not split."""
+    return min(b, rows) if parts > 1 else rows
 
 
 def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
@@ -199,11 +220,12 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mm, kk, nn, R, C = _oriented(m, k, n, plan)
-    dist = (_coll(cp, "scatterv", p, ITEM * _numroc0(mm, R, b) * _numroc0(kk, C, b))
-            + _coll(cp, "scatterv", p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
-            + _passes(sp, m * k + k * n))
+    dist = (_coll(cp, SCATTER, p, ITEM * _numroc0(mm, R, b) * _numroc0(kk, C, b))
+            + _coll(cp, SCATTER, p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
+            + _pack(sp, cp, mm * kk, _run(mm, R, b)) + _pack(sp, cp, kk * nn, _run(kk, R, b)))
     comm, comp = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
-    coll = _coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b)) + _passes(sp, m * n)
+    coll = (_coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b))
+            + _pack(sp, cp, mm * nn, _run(mm, R, b), "put"))
     return _result(dist, comm, comp, coll)
 
 
@@ -218,8 +240,8 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     ml, kl, nl = _ceil(mm, g), _ceil(kk, g), _ceil(nn, g)
     xm, xk = _numroc0(ml, R, b), _numroc0(kl, C, b)
     yk, yn = _numroc0(kl, R, b), _numroc0(nl, C, b)
-    dist = (_coll(cp, "scatterv", p, ITEM * g * g * xm * xk) + _coll(cp, "scatterv", p, ITEM * g * g * yk * yn)
-            + _passes(sp, g * g * (ml * kl + kl * nl)))
+    dist = (_coll(cp, SCATTER, p, ITEM * g * g * xm * xk) + _coll(cp, SCATTER, p, ITEM * g * g * yk * yn)
+            + _pack(sp, cp, g * g * ml * kl, _run(ml, R, b)) + _pack(sp, cp, g * g * kl * nl, _run(kl, R, b)))
     comm, comp = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
     comm, comp = 7.0 ** lv * comm, 7.0 ** lv * comp
     for i in range(1, lv + 1):
@@ -229,7 +251,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         size = math.sqrt(max((ADDS_A * ea + ADDS_B * eb + nc * ec) / (ADDS_A + ADDS_B + nc), 1.0))
         k2 = _k2_add(sp, size)
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
-    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _passes(sp, m * n)
+    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _pack(sp, cp, m * n, _run(ml, R, b), "put")
     return _result(dist, comm, comp, coll)
 
 
