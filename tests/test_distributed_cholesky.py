@@ -209,13 +209,13 @@ def test_model_uses_grid_broadcasts_at_message_sizes():
     cp = FakeCP()
     model(1000, Plan("cholesky", 6, 2, 3, b=50), FakeSP(), cp)
     prims = {c[0] for c in cp.calls}
-    assert {"bcast_row", "bcast_col", "scatterv", "gatherv"} <= prims
+    assert {"bcast_row", "bcast_col", "scatterv_cold", "gatherv"} <= prims   # distribution: cold
     assert all(c[2] == (2, 3) for c in cp.calls if c[0].startswith("bcast_"))
     cp = FakeCP()
     model(1000, Plan("cholesky", 2, 1, 2, b=50), FakeSP(), cp)
     prims = {c[0] for c in cp.calls}
     assert "bcast_col" not in prims and "bcast_row" in prims      # r = 1: nothing down a column
-    assert "pingpong" in prims and "scatterv" not in prims        # 1-D grid: whole blocks, unpacked
+    assert "pingpong" in prims and not {"scatterv", "scatterv_cold"} & prims    # 1-D: whole blocks, unpacked
 
 
 @pytest.mark.parametrize("r,c", [(1, 2), (2, 1), (2, 2), (1, 4)])
