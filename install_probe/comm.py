@@ -14,6 +14,8 @@ at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s
 ``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
 before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
 and buffers no cache holds any more, two to three times slower than the warm repeated calls.
+Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
+new result (``first_touch_cost``) and block-cyclic packing/unpacking by run length (``pack_costs``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
