@@ -46,20 +46,19 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.db import comm as dbc
 from autotune.distributed.collective import quiet_barrier
 
 BUILTIN = ("quick", "standard")
-ALL_PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
-                  "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray",
-                  "scatterv_cold", "bcast_cold")
-COLD = ("scatterv_cold", "bcast_cold")     # a run's distribution: new arrays, caches flushed (ColdOp)
+ALL_PRIMITIVES = dbc.PRIMITIVES
+COLD = dbc.COLD_PRIMITIVES     # a run's distribution: new arrays, caches flushed (ColdOp)
 PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
 GROUP = ("bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv",
          "alltoallv", "scatterv_cold", "bcast_cold")               # on each p-rank sub-communicator
 ROUND_TRIP = ("pingpong", "send_vector", "send_subarray")    # one-way time = round trip / 2
 # Per-process buffer bytes as a multiple of nbytes (send + receive) for the memory cap.
 FOOTPRINT = {"allgather": lambda p: 1 + p, "allgatherv": lambda p: 1 + p, "scatterv": lambda p: 1 + p,
-             "scatterv_cold": lambda p: 1 + p, "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}
+             "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}     # cold ones: their operation's
 COLD_MIN_BYTES = 65536   # default cold sizes: the profile's from here (below, the warm curve applies)
 VECTOR_WIDTH = 8    # doubles per row of the strided column block
 VECTOR_STRIDE = 4   # the block is 1/VECTOR_STRIDE of the matrix width
@@ -400,6 +399,8 @@ class ColdOp:
         if prim not in COLD:
             raise ValueError(f"unknown cold primitive {prim!r}")
         self.prim, self.comm, self.d, self.flush = prim, comm, m // 8, flush
+        p = comm.Get_size()
+        self.blocks = (np.full(p, self.d, dtype=np.int64), np.arange(p, dtype=np.int64) * self.d)
         self.renew()
 
     def renew(self) -> None:
@@ -413,13 +414,11 @@ class ColdOp:
     def __call__(self) -> None:
         from mpi4py import MPI
 
-        comm, d = self.comm, self.d
+        comm = self.comm
         if self.prim == "bcast_cold":
             comm.Bcast([self.buf, MPI.DOUBLE], 0)
         elif comm.Get_rank() == 0:
-            p = comm.Get_size()
-            counts, displs = np.full(p, d, dtype=np.int64), np.arange(p, dtype=np.int64) * d
-            comm.Scatterv([self.buf, (counts, displs), MPI.DOUBLE], MPI.IN_PLACE, 0)
+            comm.Scatterv([self.buf, self.blocks, MPI.DOUBLE], MPI.IN_PLACE, 0)
         else:
             comm.Scatterv(None, [self.buf, MPI.DOUBLE], 0)
 
@@ -451,11 +450,11 @@ def make_prtt(comm, m: int, n: int, delay: float, bufs: Buffers):
 
 # Rooted, non-synchronising collectives: back-to-back calls would overlap (pipelining), so each
 # repetition times a single call.
-SINGLE_CALL = ("bcast", "reduce", "scatterv", "gatherv", "bcast_row", "bcast_col", "scatterv_cold", "bcast_cold")
+SINGLE_CALL = ("bcast", "reduce", "scatterv", "gatherv", "bcast_row", "bcast_col")   # and their cold timings
 
 
 def _footprint(prim: str, p: int, m: int) -> int:
-    return m * FOOTPRINT.get(prim, lambda _p: 2)(p)
+    return m * FOOTPRINT.get(dbc.base_primitive(prim), lambda _p: 2)(p)
 
 
 def buffer_bytes(profile: CommProfile, prims, p: int) -> int:
@@ -474,8 +473,6 @@ def buffer_bytes(profile: CommProfile, prims, p: int) -> int:
 def platform_info(world) -> dict:
     """MPI library, world size, hosts, oversubscription (collective over ``world``)."""
     from mpi4py import MPI
-
-    from autotune.db import comm as dbc
 
     hw = dbc.hardware()
     host = MPI.Get_processor_name() or socket.gethostname()
@@ -527,7 +524,8 @@ class _Run:
             else:
                 op, payload, cleanup = make_op(prim, comm, m, bufs, **comms)
             try:
-                pt = time_point(comm, op, pf.timing, batch=prim not in SINGLE_CALL, prepare=prepare)
+                pt = time_point(comm, op, pf.timing, batch=dbc.base_primitive(prim) not in SINGLE_CALL,
+                                prepare=prepare)
             finally:
                 cleanup()
             div = 2.0 if prim in ROUND_TRIP else 1.0
@@ -690,7 +688,6 @@ def pack_costs(n: int = 2048, reps: int = 3) -> dict:
 
 def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:
     """Measure, fit and store (rank 0). Collective; returns the summary on rank 0, None elsewhere."""
-    from autotune.db import comm as dbc
     from autotune.db import resolve
 
     t_start = time.perf_counter()

@@ -43,18 +43,19 @@ from .store import COMM_GROUP, replace_group
 
 COMM_SCHEMA = 1
 
-PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
-              "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector", "send_subarray",
-              "scatterv_cold", "bcast_cold")
 # Timed with every member's caches flushed first (the data a run's first phase moves), from the
 # probe's smallest cold size up; below it, and where not measured, the warm curve applies.
 COLD_SUFFIX = "_cold"
+COLD_PRIMITIVES = ("scatterv_cold", "bcast_cold")
+PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
+              "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector",
+              "send_subarray") + COLD_PRIMITIVES
 GRID_PRIMITIVES = ("bcast_row", "bcast_col")
 # Measured between ranks 0 and 1 only (p = 2), whatever p is asked.
 PAIR_PRIMITIVES = ("pingpong", "send_vector", "send_subarray")
-# Collectives cost nothing on one process.
+# Collectives cost nothing on one process (cold ones too: see base_primitive).
 COLLECTIVES = ("bcast", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv", "alltoallv",
-               "bcast_row", "bcast_col", "scatterv_cold", "bcast_cold")
+               "bcast_row", "bcast_col")
 
 # Nominal values used when nothing was measured (shared memory, order of magnitude).
 DEFAULT_TS = 2e-6      # seconds
@@ -658,7 +659,7 @@ class CommParams:
         if key in self._choice:
             return self._choice[key]
         q = _members(primitive, p, grid)
-        if primitive in COLLECTIVES and q <= 1:
+        if base_primitive(primitive) in COLLECTIVES and q <= 1:
             choice = _ZERO
         elif self._platform is None:
             self._warn(f"communication parameters unavailable ({self.reason}); using nominal defaults "
@@ -790,7 +791,7 @@ def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
     return CommParams(chosen, "", nprocs, tuple(q.key for q in usable if q is not chosen))
 
 
-__all__ = ["COMM_SCHEMA", "FIT_DTYPE", "GRID_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES", "PRTT_DTYPE", "CommParams",
-           "CurveFit", "HockneyFit", "Platform", "Regime", "choose_platform", "default_ts_tw", "fit_curve",
-           "fit_hockney", "fit_loggp", "fit_points", "heldout", "load_comm", "loggp_lines", "mpi_world_size_env",
-           "platform_key", "read_platforms", "relative_errors", "write_platform"]
+__all__ = ["COLD_PRIMITIVES", "COMM_SCHEMA", "FIT_DTYPE", "GRID_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES", "PRTT_DTYPE",
+           "CommParams", "CurveFit", "HockneyFit", "Platform", "Regime", "base_primitive", "choose_platform",
+           "default_ts_tw", "fit_curve", "fit_hockney", "fit_loggp", "fit_points", "heldout", "load_comm",
+           "loggp_lines", "mpi_world_size_env", "platform_key", "read_platforms", "relative_errors", "write_platform"]
