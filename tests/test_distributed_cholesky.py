@@ -215,7 +215,41 @@ def test_model_uses_grid_broadcasts_at_message_sizes():
     model(1000, Plan("cholesky", 2, 1, 2, b=50), FakeSP(), cp)
     prims = {c[0] for c in cp.calls}
     assert "bcast_col" not in prims and "bcast_row" in prims      # r = 1: nothing down a column
-    assert "pingpong" in prims and not {"scatterv", "scatterv_cold"} & prims    # 1-D: whole blocks, unpacked
+    assert {"scatterv_cold", "gatherv"} <= prims and "pingpong" not in prims   # 1-D: one cold stream per receiver
+
+
+def test_model_distribution_charges_check_copy_and_faults():
+    """1-D: the root's gemv check plus its own blocks' copy plus the cold stream; collection: the
+    new factor's page faults (``first_touch``) plus the copy plus the gather."""
+    from autotune.models import movement
+
+    class TouchCP(FakeCP):
+        first_touch = 3e-11
+
+    sp, cp, n = FakeSP(), TouchCP(), 2000
+    out = model(n, Plan("cholesky", 2, 1, 2, b=100), sp, cp)
+    own = movement.copy(sp, n * n / 2)
+    assert ("gemv", "square") in sp.calls
+    check = movement.finite_check(sp, n, n, "numpy-openblas", 1)
+    assert out["distribution"] == pytest.approx(check + own + cp.time("scatterv_cold", 2, 8.0 * n * n / 2))
+    assert out["collection"] == pytest.approx(3e-11 * 8 * n * n + own + cp.time("gatherv", 2, 8.0 * n * n / 2))
+    assert own == pytest.approx(movement.COPY_SHARE * movement.passes(sp, n * n / 2))
+
+
+def test_root_check_finds_nan_and_inf_and_survives_overflowing_sums():
+    from autotune.distributed.cholesky import _check_root_matrix
+
+    plan = Plan("cholesky", 2, 1, 2, b=2)
+    big = np.full((4, 4), 1e308)                 # finite, but every column sum overflows
+    assert _check_root_matrix(big, plan) is not None
+    assert _check_root_matrix(big[::2, ::2], plan) is not None     # not contiguous: the full check
+    for bad in (np.nan, np.inf, -np.inf):
+        a = np.eye(5)
+        a[3, 1] = bad
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            _check_root_matrix(a, plan)
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            _check_root_matrix(np.asfortranarray(a), plan)
 
 
 @pytest.mark.parametrize("r,c", [(1, 2), (2, 1), (2, 2), (1, 4)])

@@ -39,17 +39,17 @@ every step synchronises the ranks): ``compute`` its busy time (BLAS),
 ``communication`` the rest of its loop time (message costs not hidden behind its computation and
 waits for late panels), so total = sum of the phases and >= each of them.
 
-``distribution`` / ``collection``, with S = n^2 x k_add(n) (one pass over the matrix, the
-``add`` series at n, one thread): on 1-D grids (1 x c, r x 1) the blocks move unpacked, so
-0.5 S (the root's finiteness check, resp. first touch of the result) + max(root's own blocks
-S/p, the ceil(N/p) block messages of 8 n b bytes each one receiver gets, ``pingpong`` one-way
-time); on 2-D grids 1.5 S (check or first touch, and packing or unpacking) + ``scatterv_cold`` /
-``gatherv`` of the 8 n^2/p byte blocks.
+``distribution`` / ``collection`` (``_moves``): the root's finiteness check (one gemv), its own
+blocks copied (1-D grids) or every element packed (2-D, ``cp.pack_time`` by run length b),
+``scatterv_cold`` of the 8 n^2/p byte pieces; back, the new factor's page faults
+(``cp.first_touch``), ``gatherv`` and the copy or unpacking. The root-side costs are
+``models.movement``'s, shared with the gemm models.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import movement
 from .cholesky import chol_flops
 
 WORD = 8   # bytes per float64
@@ -185,7 +185,7 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         arrive = ready.max() + C[Kb]
     loop = float(t.max())
     compute = float(busy[t >= loop * (1.0 - 1e-9)].max())   # the busiest of the ranks finishing last
-    dist, coll = _moves(n, r, c, b, N, p, sp, cp, backend)
+    dist, coll = _moves(n, r, c, b, p, sp, cp, backend, threads)
     waits = loop - compute if loop - compute > 1e-12 * loop else 0.0   # rounding of the clock sums
     out = {"distribution": dist, "communication": waits, "compute": compute,
            "collection": coll}
@@ -193,22 +193,28 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     return out
 
 
-def _moves(n: int, r: int, c: int, b: int, N: int, p: int, sp, cp, backend: str) -> tuple[float, float]:
-    """(distribution, collection) seconds: root-side passes over n^2 elements plus the messages."""
-    sweep = n * n * float(np.asarray(sp.k("add", backend, 1, n)).reshape(-1)[0])   # one n^2 copy
+def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads: int) -> tuple[float, float]:
+    """(distribution, collection) seconds of the root's n x n matrix in and its factor out.
+
+    Distribution: the root's finiteness check, then on 1-D grids its own column blocks copied
+    while the receivers pull theirs (one stream each of 8 n^2/p bytes, the cold ``scatterv``
+    curve), on 2-D grids every element packed into a new send buffer, then ``scatterv_cold``.
+    The copy and the transfers share the memory system, so they add (measured: 1.6-1.8 ms for
+    copy 0.6 + transfers 0.8 at n = 2048). Collection: the new result's page faults, the
+    ``gatherv`` of the pieces, and the root's own copy (1-D) or the unpacking (2-D, into a new
+    gather buffer too).
+    """
+    elems, blk = float(n) * n, WORD * float(n) * n / p
+    scatter = float(np.asarray(cp.time("scatterv_cold", p, blk)).reshape(-1)[0])
+    gather = float(np.asarray(cp.time("gatherv", p, blk)).reshape(-1)[0])
+    touch = movement.first_touch(cp, WORD * elems)
+    dist = movement.finite_check(sp, n, n, backend, threads) + scatter
     if r == 1 or c == 1:
-        # Whole blocks moved unpacked: the root's own blocks are copied while the receivers pull
-        # theirs (ceil(N/p) messages of 8 n b bytes each), overlapped.
-        own = sweep / p
-        msgs = 0.0
-        if p > 1:
-            msgs = -(-N // p) * float(np.asarray(cp.time("pingpong", 2, WORD * n * min(b, n))).reshape(-1)[0])
-        move = max(own, msgs)
-        return 0.5 * sweep + move, 0.5 * sweep + move
-    blk = WORD * n * n / p
-    dist = 1.5 * sweep + float(np.asarray(cp.time("scatterv_cold", p, blk)).reshape(-1)[0])
-    coll = 1.5 * sweep + float(np.asarray(cp.time("gatherv", p, blk)).reshape(-1)[0])
-    return dist, coll
+        own = movement.copy(sp, elems / p)
+        return dist + own, touch + own + gather
+    run = movement.run_length(n, r, b)
+    dist += touch + movement.pack(sp, cp, elems, run, "take") + movement.copy(sp, elems / p)
+    return dist, 2.0 * touch + movement.pack(sp, cp, elems, run, "put") + gather
 
 
 def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True, lower: bool = False,

@@ -19,7 +19,7 @@ The root's packing and unpacking of pieces that are not contiguous in its matric
 distribution and collection, for the block-cyclic runs at the comm probe's measured cost per
 element by contiguous run length (``cp.pack_time``: a block of b when the column-major operand's
 rows are split, else whole columns; 2-4x a plain copy), otherwise as one memory pass per element
-at ``k2_add`` (``PACK_BACKEND``).
+at ``k2_add`` (``movement.PACK_BACKEND``; these root-side costs live in ``models.movement``).
 The root's C is a new array: collection also pays its page faults (``cp.first_touch`` per byte,
 measured by the probe), which the gather's warm-buffer timings leave out.
 Operands are assumed row-major (numpy's default), as the runs then are: BSR sends A's bands and
@@ -39,13 +39,17 @@ import numpy as np
 
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
+from autotune.models.movement import ITEM, first_touch
+from autotune.models.movement import add_k as _k2_add
+from autotune.models.movement import k as _k
+from autotune.models.movement import pack as _pack
+from autotune.models.movement import passes as _passes
+from autotune.models.movement import run_length as _run
 
 __all__ = ["ALGORITHM_NAMES", "MODELS", "bsr", "cannon", "cbsr", "plan_error", "predict", "strassen_ms",
            "strassen_summa", "summa"]
 
-ITEM = 8                            # bytes per float64
 PHASES = ("distribution", "communication", "compute", "collection")
-PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 ALGORITHM_NAMES = ("bsr", "cbsr", "cannon", "summa", "strassen_summa", "strassen_ms")
 MAX_LEVEL = 12
 SCATTER, BCAST = "scatterv_cold", "bcast_cold"     # distribution's primitives: caches cold
@@ -89,36 +93,8 @@ def _coll(cp, primitive: str, members: int, nbytes, p: int | None = None, grid=N
     return float(np.sum(cp.time(primitive, p if p is not None else members, np.asarray(nbytes, float), grid)))
 
 
-def _k(sp, routine: str, backend: str, threads: int, x: float, pattern: str, param: float = 0.0) -> float:
-    """``sp.k`` at one size; a pattern the database never measured falls back to ``square``
-    (same routine, size x) rather than to the nominal default."""
-    table = getattr(sp, "table", None)
-    if pattern != "square" and table is not None and not table.has(routine, backend, int(threads), pattern):
-        pattern, param = "square", 0.0
-    return float(np.asarray(sp.k(routine, backend, threads, max(float(x), 1.0), pattern, param)))
-
-
 def _k3(sp, plan, x, pattern: str = "square", param: float = 0.0) -> float:
     return _k(sp, "gemm", plan.backend, plan.threads, x, pattern, param)
-
-
-def _k2_add(sp, x: float) -> float:
-    return _k(sp, "add", PACK_BACKEND, 1, x, "view")
-
-
-def _passes(sp, elems: float) -> float:
-    """Seconds of one memory pass (copy/addition) over ``elems`` float64 elements."""
-    if elems <= 0:
-        return 0.0
-    return float(elems) * _k2_add(sp, math.sqrt(elems))
-
-
-def _pack(sp, cp, elems: float, run: float, kind: str = "take") -> float:
-    """The root's block-cyclic packing ("take") or unpacking ("put") of ``elems`` column-major
-    elements in contiguous runs of ``run``: the comm probe's measured cost, else one memory pass."""
-    measured = getattr(cp, "pack_time", None)
-    t = measured(kind, elems, run) if measured is not None else None
-    return _passes(sp, elems) if t is None else t
 
 
 def _result(distribution=0.0, communication=0.0, compute=0.0, collection=0.0, total=None) -> dict[str, float]:
@@ -177,12 +153,6 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
     coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
     return _result(dist, comm, comp, coll)
-
-
-def _run(rows: int, parts: int, b: int) -> int:
-    """Contiguous run length of a column-major matrix with ``rows`` rows split block-cyclically
-    (block b) over ``parts`` process rows: a block, or the whole column when not split."""
-    return min(b, rows) if parts > 1 else rows
 
 
 def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
@@ -322,7 +292,7 @@ def _new_result(model):
     def charged(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         out = model(m, k, n, plan, sp, cp)
         if plan.p > 1:
-            faults = float(getattr(cp, "first_touch", 0.0)) * ITEM * m * n
+            faults = first_touch(cp, ITEM * m * n)
             out["collection"] += faults
             out["total"] += faults
         return out

@@ -1,0 +1,80 @@
+"""The root's own data-movement costs in the distributed models: what it does to the user's
+matrices before the first message and after the last one (check, copy, pack, first touch).
+
+Shared by ``distributed_gemm`` and ``distributed_cholesky`` so both charge the same work the same
+way; every cost comes from a probe series (``sp``) or the comm probe's platform (``cp``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+ITEM = 8                            # bytes per float64
+PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
+# A copy reads and writes each element once (16 bytes); an ``add``, which ``passes`` is timed by,
+# moves 24 (two reads, one write): measured on this machine, copying a column-block share of an
+# n x n matrix into a buffer takes 0.6-0.8 of the add pass (n = 1024..3072).
+COPY_SHARE = 2.0 / 3.0
+# The gemv series is timed on operands the caches hold; a run's check reads a matrix they no
+# longer do: measured here at 0.5-0.6 of an add pass (0.20 ms at n = 1024, 0.99 ms at 2048),
+# where the gemv series predicts 0.08 and 0.69 ms.
+READ_SHARE = 0.5
+
+__all__ = ["COPY_SHARE", "ITEM", "PACK_BACKEND", "READ_SHARE", "copy", "finite_check", "first_touch", "k", "pack",
+           "passes", "run_length"]
+
+
+def k(sp, routine: str, backend: str, threads: int, x: float, pattern: str = "square", param: float = 0.0) -> float:
+    """``sp.k`` at one size; a pattern the database never measured falls back to ``square``
+    (same routine, size x) rather than to the nominal default."""
+    table = getattr(sp, "table", None)
+    if pattern != "square" and table is not None and not table.has(routine, backend, int(threads), pattern):
+        pattern, param = "square", 0.0
+    return float(np.asarray(sp.k(routine, backend, threads, max(float(x), 1.0), pattern, param)))
+
+
+def add_k(sp, x: float) -> float:
+    """Seconds per element of a one-thread Numba addition on x-by-x views (pattern ``view``)."""
+    return k(sp, "add", PACK_BACKEND, 1, x, "view")
+
+
+def passes(sp, elems: float) -> float:
+    """Seconds of one memory pass (copy/addition) over ``elems`` float64 elements."""
+    if elems <= 0:
+        return 0.0
+    return float(elems) * add_k(sp, math.sqrt(elems))
+
+
+def copy(sp, elems: float) -> float:
+    """Seconds of copying ``elems`` elements between buffers (slice assignment)."""
+    return COPY_SHARE * passes(sp, elems)
+
+
+def pack(sp, cp, elems: float, run: float, kind: str = "take") -> float:
+    """The root's block-cyclic packing ("take") or unpacking ("put") of ``elems`` column-major
+    elements in contiguous runs of ``run``: the comm probe's measured cost, else one memory pass."""
+    measured = getattr(cp, "pack_time", None)
+    t = measured(kind, elems, run) if measured is not None else None
+    return passes(sp, elems) if t is None else t
+
+
+def run_length(rows: int, parts: int, b: int) -> int:
+    """Contiguous run length of a column-major matrix with ``rows`` rows split block-cyclically
+    (block b) over ``parts`` process rows: a block, or the whole column when not split."""
+    return min(b, rows) if parts > 1 else rows
+
+
+def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
+    """The root's finiteness check of a rows x cols matrix: one gemv with a ones vector on the
+    plan's library and threads (``distributed.cholesky._finite_sums``), 2 rows cols flops, but
+    no faster than one read of a matrix the caches no longer hold (``READ_SHARE`` of a pass)."""
+    if rows * cols <= 0:
+        return 0.0
+    flops = 2.0 * rows * cols * k(sp, "gemv", backend, threads, math.sqrt(rows * cols))
+    return max(flops, READ_SHARE * passes(sp, float(rows) * cols))
+
+
+def first_touch(cp, nbytes: float) -> float:
+    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch`` per byte)."""
+    return float(getattr(cp, "first_touch", 0.0) or 0.0) * float(nbytes)
