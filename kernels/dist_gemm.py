@@ -1,8 +1,7 @@
 """Numba loops for the distributed GEMM family (``autotune.distributed.gemm``).
 
-Three groups, none of which allocates:
+Two groups, none of which allocates:
 
-- ``all_finite``: the input check (one pass, stops at the first NaN/inf, no boolean temporary).
 - ``take_padded`` / ``put_clipped``: pack and unpack the local pieces of a matrix that is padded
   with zeros up to a multiple of ``2^l`` (parallel Strassen): indices past the real matrix read
   as zero and are not written back.
@@ -18,22 +17,12 @@ from __future__ import annotations
 
 from numba import float64, njit, void
 
-__all__ = ["acc", "acc2", "acc2_4", "acc_4", "add2", "all_finite", "axpby_4", "combine22_4",
+__all__ = ["acc", "acc2", "acc2_4", "acc_4", "add2", "axpby_4", "combine22_4",
            "put_clipped", "take_padded"]
 
 _JIT = {"cache": True, "nogil": True}
 _M = float64[:, :]
 _Q = float64[:, :, :, :]
-
-
-@njit(**_JIT)
-def all_finite(flat) -> bool:
-    """True if no element of the 1-D array is NaN or infinite."""
-    for i in range(flat.size):
-        v = flat[i]
-        if v - v != 0.0:          # NaN - NaN and inf - inf are NaN
-            return False
-    return True
 
 
 @njit(**_JIT)

@@ -60,12 +60,17 @@ for plan in [Plan("summa", P, P, 1, b=16), Plan("bsr", P, P, 1), Plan("cbsr", P,
 f = tuned_cholesky(s if root else None, comm=comm, config={"algorithm": "cholesky", "p": P, "r": 1, "c": P, "b": 16})
 if root:
     np.testing.assert_allclose(f, sl.cholesky(s), rtol=1e-10, atol=1e-10)
-# the same error on every rank, no hang
+# the same error on every rank, no hang (NaN: checked before the local path, and by the distributed run)
+nan = s.copy()
+nan[2, 3] = np.nan
 bad = [lambda: tuned_gemm(a if root else None, a if root else None, comm=comm),
        lambda: tuned_gemm(None, None, comm=comm),
        lambda: tuned_cholesky(a if root else None, comm=comm),
        lambda: tuned_cholesky(-s if root else None, comm=comm,
-                              config={"algorithm": "cholesky", "p": P, "r": P, "c": 1, "b": 8})]
+                              config={"algorithm": "cholesky", "p": P, "r": P, "c": 1, "b": 8}),
+       lambda: tuned_cholesky(nan if root else None, comm=comm, config=Plan("local", 1)),
+       lambda: tuned_cholesky(nan if root else None, comm=comm,
+                              config={"algorithm": "cholesky", "p": P, "r": 1, "c": P, "b": 16})]
 for i, call in enumerate(bad):
     try:
         call()
@@ -83,7 +88,7 @@ def test_collective_api(mpi_db, tmp_path, nprocs):
     assert out.stdout.count("OK") == nprocs, out.stdout + out.stderr
     assert "NOERR" not in out.stdout
     errs = [ln.split(" ", 3) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
-    for i in range(4):
+    for i in range(6):
         msgs = {(e[3]) for e in errs if e[1] == str(i)}
         ranks = {e[2] for e in errs if e[1] == str(i)}
         assert ranks == {str(r) for r in range(nprocs)} and len(msgs) == 1, (i, errs)

@@ -236,6 +236,18 @@ def test_model_distribution_charges_check_copy_and_faults():
     assert own == pytest.approx(movement.COPY_SHARE * movement.passes(sp, n * n / 2))
 
 
+def test_all_finite_any_dtype_and_order():
+    from autotune.distributed.checks import all_finite
+
+    for x in (np.eye(4), np.eye(4, dtype=np.float32), np.asfortranarray(np.ones((3, 5))), np.ones((0, 3))):
+        assert all_finite(x, "numpy-openblas", 1)
+    for dtype in (np.float64, np.float32, np.complex128):
+        x = np.ones((3, 5), dtype=dtype)
+        x[2, 4] = np.nan
+        assert not all_finite(x, "numpy-openblas", 1)
+        assert not all_finite(x.T, "mkl", 1)      # MKL absent here: the full check
+
+
 def test_root_check_finds_nan_and_inf_and_survives_overflowing_sums():
     from autotune.distributed.cholesky import _check_root_matrix
 

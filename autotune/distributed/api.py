@@ -12,6 +12,7 @@ import numpy as np
 
 from autotune.config import available_cores, get_options, options
 
+from .checks import all_finite
 from .collective import agree
 from .plan import Phases, Plan
 
@@ -61,8 +62,6 @@ def _root_check(family: str, arrays: tuple) -> tuple[tuple[int, ...], bool]:
     n, n2 = arrs[0].shape
     if n != n2:
         raise ValueError(f"expected square matrix, got {arrs[0].shape}")
-    if not np.isfinite(arrs[0]).all():
-        raise ValueError("array must not contain infs or NaNs")
     return (n,), tuned and n > 0
 
 
@@ -78,6 +77,11 @@ def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
 
                 problem["order"] = memory_order(arrays[0])
             plan = _plan(family, dims, comm.size, config, explain, **problem) if tuned else Plan("local", 1)
+            # The distributed run checks its own input (on the root, agreed); the local one is
+            # checked here, where the verdict still reaches every rank.
+            local = family == "cholesky" and plan.algorithm == "local"
+            if local and not all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1)):
+                raise ValueError("array must not contain infs or NaNs")
             verdict = (plan, dims)
         except (ValueError, TypeError, LookupError) as exc:
             err = exc if not isinstance(exc, LookupError) else ValueError(str(exc))

@@ -68,6 +68,7 @@ from autotune.kernels import dist_gemm as kern
 from autotune.models.distributed_gemm import plan_error
 
 from . import workspace
+from .checks import all_finite
 from .collective import agree
 from .grid import ProcessGrid
 from .layout import Axis, Layout
@@ -148,8 +149,8 @@ class _Run:
         return _phase(self.phases, name)
 
 
-def _operand(x, name: str, finite: bool) -> np.ndarray:
-    """The root's operand as float64, contiguous and writable; ``finite``: reject NaN/inf."""
+def _operand(x, name: str) -> np.ndarray:
+    """The root's operand as float64, contiguous and writable."""
     if x is None:
         raise ValueError(f"the root must pass {name} (got None)")
     x = np.asarray(x)
@@ -162,8 +163,6 @@ def _operand(x, name: str, finite: bool) -> np.ndarray:
         x = np.ascontiguousarray(x)
     if not x.flags.writeable:                    # BLAS entry points take writable views
         x = x.copy(order="K")
-    if finite and x.size and not kern.all_finite(x.reshape(-1, order=_order(x))):
-        raise ValueError(f"{name} contains NaN or infinity")
     return x
 
 
@@ -200,8 +199,10 @@ def _run(algorithm: str, body: Callable[[_Run], np.ndarray | None], a, b, comm, 
     try:
         _check_plan(plan, algorithm, comm.size, root)
         if comm.rank == root:
-            finite = algorithm in STRASSEN         # a @ b propagates NaN/inf as numpy does
-            a, b = _operand(a, "A", finite), _operand(b, "B", finite)
+            a, b = _operand(a, "A"), _operand(b, "B")
+            for x, name in ((a, "A"), (b, "B")) if algorithm in STRASSEN else ():   # a @ b propagates them
+                if not all_finite(x, plan.backend, plan.threads):
+                    raise ValueError(f"{name} contains NaN or infinity")
             if a.shape[1] != b.shape[0]:
                 raise ValueError(f"inner dimensions differ: A is {a.shape[0]}x{a.shape[1]}, "
                                  f"B is {b.shape[0]}x{b.shape[1]}")
