@@ -67,7 +67,7 @@ def run_length(rows: int, parts: int, b: int) -> int:
 
 def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
     """The root's finiteness check of a rows x cols matrix: one gemv with a ones vector on the
-    plan.s library and threads (``distributed.checks.all_finite``), 2 rows cols flops, but
+    plan's library and threads (``distributed.checks.all_finite``), 2 rows cols flops, but
     no faster than one read of a matrix the caches no longer hold (``READ_SHARE`` of a pass)."""
     if rows * cols <= 0:
         return 0.0
