@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from functools import lru_cache
 
 import numpy as np
 
@@ -53,6 +54,12 @@ from .plan import Phases, Plan
 _TAG_CYCLE = 8192
 # Tag of the root <-> ranks block moves of the 1-D grids (before and after the loop, never during it).
 _MOVE_TAG = 3 * _TAG_CYCLE
+
+
+@lru_cache(maxsize=8)
+def _strict_upper(w: int) -> np.ndarray:
+    """Boolean mask of a w x w block's strict upper triangle (cached: one per block width)."""
+    return np.triu(np.ones((w, w), dtype=bool), 1)
 
 
 class _Blas:
@@ -133,6 +140,7 @@ class _Factor:
     # -- communication ---------------------------------------------------------------------
     def post_recv(self, K: int) -> None:
         """Irecv the pieces of panel K this rank needs (header-only when empty or failed)."""
+        t0 = time.perf_counter()
         pcK = K % self.nc
         reqs, bufs, srcs = [], [], []
         w = self.size(K)
@@ -145,6 +153,7 @@ class _Factor:
             bufs.append(buf)
             srcs.append(i)
         self.recvs[K] = (reqs, bufs, srcs)
+        self.seconds["communication"] += time.perf_counter() - t0
 
     def wait_panel(self, K: int) -> tuple[int, np.ndarray | None, dict[int, np.ndarray]]:
         """(info, L rows of my process row, {source row: its column pieces}) of panel K."""
@@ -292,7 +301,9 @@ class _Factor:
                 hook()
                 hooked = True
             else:
+                t0 = time.perf_counter()
                 self.poll()
+                self.seconds["communication"] += time.perf_counter() - t0
         if not hooked:
             hook()
 
@@ -303,8 +314,7 @@ class _Factor:
             c0, wJ, i0 = (J // self.nc) * b, self.size(J), self.lr(J)
             x[:i0, c0:c0 + wJ] = 0.0
             if J % self.nr == self.myr:
-                d = x[i0:i0 + wJ, c0:c0 + wJ]
-                d[np.triu_indices(wJ, 1)] = 0.0
+                np.copyto(x[i0:i0 + wJ, c0:c0 + wJ], 0.0, where=_strict_upper(wJ))
 
     def run(self) -> int:
         """The factorization loop; returns the global LAPACK-style info (0: success)."""

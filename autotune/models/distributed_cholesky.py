@@ -58,6 +58,12 @@ WORD = 8   # bytes per float64
 # ``add`` moves 24 bytes per element (two reads, one write), so the update's memory time per
 # element is 2/3 of an add's.
 MEMORY_SHARE = 2.0 / 3.0
+# A panel moved inside the loop (packed by its owner, copied in by a receiver) costs more than the
+# probe's warm transfer or copy of the same bytes: measured here (n = 1536..2560, b = 64..512,
+# 2 ranks) 0.3 ns per element more, 0.44 of the add series' out-of-cache rate. Not page faults
+# (reusing the buffers changed nothing); the copies run while the other rank's update holds the
+# memory system. Calibrated, like ``movement``'s shares.
+LOOP_SHARE = 0.44
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
@@ -138,18 +144,30 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     below = M[:, 1:]                                                    # (r, N) panel rows below block K
     S = below * s * s * np.asarray(sp.k("trsm", backend, threads, below.ravel(), "panel", b),
                                    float).reshape(below.shape)
-    # Messages of panel K: diagonal (column), then the pieces each rank receives.
+    # Messages of panel K: diagonal (column), then the pieces each rank receives. One core per
+    # rank: a receiver copies its pieces in itself (single-copy shared memory, inside its polls
+    # and waits), so R is time on its own clock, not latency hidden behind its update; and a
+    # panel moved inside the loop costs more than the probe's warm transfer (LOOP_SHARE).
     Cd = np.zeros(N)
-    C = np.zeros((N, r, c))
+    R = np.zeros((N, r, c))
+    got = np.zeros((N, r, c))                                           # bytes each rank receives
     if r > 1:
         Cd = np.asarray(cp.time("bcast_col", p, WORD * s * s, grid=grid), float).reshape(N)
         col_bytes = WORD * s[:, None] * Nc[:, 1:].T * (r - 1) / r        # (N, c)
-        C += np.asarray(cp.time("bcast_col", p, col_bytes.ravel(), grid=grid), float).reshape(N, 1, c)
+        R += np.asarray(cp.time("bcast_col", p, col_bytes.ravel(), grid=grid), float).reshape(N, 1, c)
+        got += col_bytes[:, None, :]
     if c > 1:
         row_bytes = WORD * s[:, None] * M[:, 1:].T                       # (N, r)
         row_t = np.asarray(cp.time("bcast_row", p, row_bytes.ravel(), grid=grid), float).reshape(N, r, 1)
         not_owner = (np.arange(c)[None, :] != (J % c)[:, None])          # (N, c)
-        C += row_t * not_owner[:, None, :]
+        R += row_t * not_owner[:, None, :]
+        got += row_bytes[:, :, None] * not_owner[:, None, :]
+    R += LOOP_SHARE * movement.cold_k(sp) * got / WORD
+    # The owner packs its panel piece into a new send buffer (and, on 2-D grids, the column
+    # pieces into more), before any of it leaves: on its clock, after the trsm.
+    packs = (r > 1) + (c > 1)
+    packed = packs * below * s
+    Pk = movement.copies(sp, packed) + LOOP_SHARE * movement.cold_k(sp) * packed if p > 1 else np.zeros_like(below)
     # Clock recurrence over the steps.
     t = np.zeros((r, c))
     busy = np.zeros((r, c))
@@ -161,13 +179,12 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         diag[iK] = done
         busy[iK, jK] += D[Kb]
         busy[:, jK] += S[:, Kb]
-        return np.maximum(start, diag) + S[:, Kb]
+        return np.maximum(start, diag) + S[:, Kb] + Pk[:, Kb]
 
     ready = factor(0, t[:, 0])
     t[:, 0] = ready
-    arrive = ready.max() + C[0]
     for k in range(N):
-        t = np.maximum(t, arrive)
+        t = np.maximum(t, ready.max()) + R[k]
         if k == N - 1:
             break
         Kb, jK = k + 1, (k + 1) % c
@@ -182,7 +199,12 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
             t = t + Uk
             ready = factor(Kb, t[:, jK])
             t[:, jK] = ready
-        arrive = ready.max() + C[Kb]
+    # The factor's strict upper triangle zeroed on every rank (its local rows above each block
+    # column, and the triangle of the diagonal blocks it owns), out of cache by then.
+    above = (M[:, :1] - M[:, :N]) * s + rowm * s * (s - 1) / 2.0      # (r, N)
+    zero = movement.fill(sp, (colm[None, :, :] * above[:, None, :]).sum(axis=-1))
+    t = t + zero
+    busy += zero
     loop = float(t.max())
     compute = float(busy[t >= loop * (1.0 - 1e-9)].max())   # the busiest of the ranks finishing last
     dist, coll = _moves(n, r, c, b, p, sp, cp, backend, threads)

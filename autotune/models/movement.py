@@ -17,12 +17,19 @@ PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 # n x n matrix into a buffer takes 0.6-0.8 of the add pass (n = 1024..3072).
 COPY_SHARE = 2.0 / 3.0
 # The gemv series is timed on operands the caches hold; a run's check reads a matrix they no
-# longer do: measured here at 0.5-0.6 of an add pass (0.20 ms at n = 1024, 0.99 ms at 2048),
-# where the gemv series predicts 0.08 and 0.69 ms.
-READ_SHARE = 0.5
+# longer do, at 0.26 ns per element here (n = 1024..2560, 8 B read each), 0.42 of the add
+# series' out-of-cache rate (24 B moved per element).
+READ_SHARE = 0.42
+# Zeroing memory the caches no longer hold (the factor's other triangle after the loop) runs at
+# 0.53-0.58 ns per element here with both ranks at it (n = 1024..3072 on 2 ranks), 0.9 of the
+# add series' out-of-cache rate (0.62 ns, its largest sizes; a fill writes 8 B per element and
+# reads the line for ownership, an add moves 24 B but single-handed).
+FILL_SHARE = 0.9
+COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
+MMAP_MAX = 32 << 20                 # glibc's largest mmap threshold (64-bit): bigger arrays are always fresh pages
 
-__all__ = ["COPY_SHARE", "ITEM", "PACK_BACKEND", "READ_SHARE", "copy", "finite_check", "first_touch", "k", "pack",
-           "passes", "run_length"]
+__all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "PACK_BACKEND", "READ_SHARE", "cold_k", "copies", "copy", "fill",
+           "finite_check", "first_touch", "k", "pack", "passes", "run_length"]
 
 
 def k(sp, routine: str, backend: str, threads: int, x: float, pattern: str = "square", param: float = 0.0) -> float:
@@ -51,6 +58,24 @@ def copy(sp, elems: float) -> float:
     return COPY_SHARE * passes(sp, elems)
 
 
+def copies(sp, elems: np.ndarray) -> np.ndarray:
+    """``copy`` of each element count in ``elems`` (vectorised; 0 where elems <= 0)."""
+    e = np.asarray(elems, float)
+    x = np.sqrt(np.maximum(e, 1.0)).ravel()
+    per = np.asarray(sp.k("add", PACK_BACKEND, 1, x, "view"), float).reshape(e.shape)
+    return COPY_SHARE * np.where(e > 0, e, 0.0) * per
+
+
+def cold_k(sp) -> float:
+    """Seconds per element of an addition on memory no cache holds (the add series' largest sizes)."""
+    return add_k(sp, COLD_SIDE)
+
+
+def fill(sp, elems: np.ndarray) -> np.ndarray:
+    """Seconds of zeroing ``elems`` elements of memory the caches no longer hold."""
+    return FILL_SHARE * np.maximum(np.asarray(elems, float), 0.0) * cold_k(sp)
+
+
 def pack(sp, cp, elems: float, run: float, kind: str = "take") -> float:
     """The root's block-cyclic packing ("take") or unpacking ("put") of ``elems`` column-major
     elements in contiguous runs of ``run``: the comm probe's measured cost, else one memory pass."""
@@ -68,13 +93,23 @@ def run_length(rows: int, parts: int, b: int) -> int:
 def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
     """The root's finiteness check of a rows x cols matrix: one gemv with a ones vector on the
     plan's library and threads (``distributed.checks.all_finite``), 2 rows cols flops, but
-    no faster than one read of a matrix the caches no longer hold (``READ_SHARE`` of a pass)."""
+    no faster than one read of a matrix the caches no longer hold (``READ_SHARE`` of a pass out
+    of cache)."""
     if rows * cols <= 0:
         return 0.0
     flops = 2.0 * rows * cols * k(sp, "gemv", backend, threads, math.sqrt(rows * cols))
-    return max(flops, READ_SHARE * passes(sp, float(rows) * cols))
+    return max(flops, READ_SHARE * float(rows) * cols * cold_k(sp))
 
 
-def first_touch(cp, nbytes: float) -> float:
-    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch`` per byte)."""
-    return float(getattr(cp, "first_touch", 0.0) or 0.0) * float(nbytes)
+def first_touch(cp, nbytes):
+    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch`` per byte).
+
+    Only arrays of at least ``MMAP_MAX`` bytes: glibc serves smaller ones, once a freed block of
+    that size has raised its mmap threshold, from the heap's pages already mapped (repeated
+    calls then fault nothing: measured here, 18 MiB arrays fill at warm speed from the third
+    allocation on, 32 MiB ones pay 0.04 ms per MiB every time).
+    """
+    per = float(getattr(cp, "first_touch", 0.0) or 0.0)
+    nb = np.asarray(nbytes, float)
+    out = np.where(nb >= MMAP_MAX, per * nb, 0.0)
+    return float(out) if out.ndim == 0 else out
