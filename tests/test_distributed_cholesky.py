@@ -220,20 +220,19 @@ def test_model_uses_grid_broadcasts_at_message_sizes():
 
 def test_model_distribution_charges_check_copy_and_faults():
     """1-D: the root's gemv check plus its own blocks' copy plus the cold stream; collection: the
-    new factor's page faults (``first_touch``, only from glibc's mmap ceiling up) plus the copy
-    plus the gather."""
+    new factor's page faults (``first_touch``) plus the copy plus the gather."""
     from autotune.models import movement
 
     class TouchCP(FakeCP):
         first_touch = 3e-11
 
     sp, cp = FakeSP(), TouchCP()
-    for n in (2100, 2000):                     # 35 MB: fresh pages every call; 32 MB < 32 MiB: none
+    for n in (2100, 1000):
         out = model(n, Plan("cholesky", 2, 1, 2, b=100), sp, cp)
         own = movement.copy(sp, n * n / 2)
         assert ("gemv", "square") in sp.calls
         check = movement.finite_check(sp, n, n, "numpy-openblas", 1)
-        faults = 3e-11 * 8 * n * n if 8 * n * n >= movement.MMAP_MAX else 0.0
+        faults = 3e-11 * 8 * n * n
         assert out["distribution"] == pytest.approx(check + own + cp.time("scatterv_cold", 2, 8.0 * n * n / 2))
         assert out["collection"] == pytest.approx(faults + own + cp.time("gatherv", 2, 8.0 * n * n / 2))
         assert own == pytest.approx(movement.COPY_SHARE * movement.passes(sp, n * n / 2))

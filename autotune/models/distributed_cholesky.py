@@ -23,21 +23,26 @@ Communication per panel k (fits of ``cp`` at the real message sizes, 8-byte word
 block down the owner's process column, ``bcast_col`` of 8 w^2 bytes (r > 1); the panel piece of
 each process row to that row, ``bcast_row`` of 8 m_i w bytes (c > 1); the transposed pieces, of
 which rank (i, j) receives 8 w n_j (r-1)/r bytes (n_j its trailing columns), ``bcast_col`` (r > 1).
-A receiver gets the row and column parts one after the other (their sum).
+A receiver gets the row and column parts one after the other (their sum). With one core per
+rank these are not latencies hidden behind the update: the receiver itself copies the pieces in
+(single-copy shared memory, inside its polls and waits), so each costs its probe time plus
+``LOOP_SHARE`` of an out-of-cache pass per element on the receiver's own clock. The owner packs
+its piece (and on 2-D grids the column pieces) into send buffers first: a copy plus the same
+per-element extra, on its clock after the trsm.
 
 Combination (``total``): a per-rank clock recurrence over the steps, the critical path of the
 implementation. Step k on rank (i, j) starts when both its own previous work is done and panel k
-has arrived (panel ready on its column + its message time). With look-ahead, the column owning
-panel k+1 first updates block column k+1 (L), factors panel k+1 (diagonal potrf, diagonal
-message, trsm) and sends it, then finishes its step-k update; everyone else just updates. So
-per step the others see max(their update U, L + potrf + diag + trsm + panel message) and the
-owner column U + its panel work: per step, max(communication, compute) where they overlap.
-Without look-ahead the panel is factored after the whole update and everyone waits for it
-(serial). ``total`` = distribution + max over ranks of the final clock + collection.
-Reported phases are those of the rank finishing last (the busiest of them if several tie, as
-every step synchronises the ranks): ``compute`` its busy time (BLAS),
-``communication`` the rest of its loop time (message costs not hidden behind its computation and
-waits for late panels), so total = sum of the phases and >= each of them.
+is ready (factored and packed on its column), then pays its receive copy. With look-ahead, the
+column owning panel k+1 first updates block column k+1 (L), factors panel k+1 (diagonal potrf,
+diagonal message, trsm, packing) and sends it, then finishes its step-k update; everyone else
+just updates. Without look-ahead the panel is factored after the whole update and everyone waits
+for it (serial). After the loop every rank zeroes its part of the factor's strict upper triangle
+(``movement.fill``, counted as compute as the run counts it). ``total`` = distribution + max over
+ranks of the final clock + collection. Reported phases are those of the rank finishing last (the
+busiest of them if several tie, as every step synchronises the ranks): ``compute`` its busy time
+(BLAS and the zeroing), ``communication`` the rest of its loop time (packing, receive copies,
+waits for late panels: the run times everything in its loop outside BLAS as communication), so
+total = sum of the phases and >= each of them.
 
 ``distribution`` / ``collection`` (``_moves``): the root's finiteness check (one gemv), its own
 blocks copied (1-D grids) or every element packed (2-D, ``cp.pack_time`` by run length b),

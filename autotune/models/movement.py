@@ -26,7 +26,6 @@ READ_SHARE = 0.42
 # reads the line for ownership, an add moves 24 B but single-handed).
 FILL_SHARE = 0.9
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
-MMAP_MAX = 32 << 20                 # glibc's largest mmap threshold (64-bit): bigger arrays are always fresh pages
 
 __all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "PACK_BACKEND", "READ_SHARE", "cold_k", "copies", "copy", "fill",
            "finite_check", "first_touch", "k", "pack", "passes", "run_length"]
@@ -101,15 +100,6 @@ def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
     return max(flops, READ_SHARE * float(rows) * cols * cold_k(sp))
 
 
-def first_touch(cp, nbytes):
-    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch`` per byte).
-
-    Only arrays of at least ``MMAP_MAX`` bytes: glibc serves smaller ones, once a freed block of
-    that size has raised its mmap threshold, from the heap's pages already mapped (repeated
-    calls then fault nothing: measured here, 18 MiB arrays fill at warm speed from the third
-    allocation on, 32 MiB ones pay 0.04 ms per MiB every time).
-    """
-    per = float(getattr(cp, "first_touch", 0.0) or 0.0)
-    nb = np.asarray(nbytes, float)
-    out = np.where(nb >= MMAP_MAX, per * nb, 0.0)
-    return float(out) if out.ndim == 0 else out
+def first_touch(cp, nbytes: float) -> float:
+    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch`` per byte)."""
+    return float(getattr(cp, "first_touch", 0.0) or 0.0) * float(nbytes)
