@@ -1,5 +1,6 @@
-"""Median APE per phase (phases > 1 ms) of the current analytical models on saved ``mpi_validate``
-runs, without re-timing (one-process rows left out):
+"""Re-score saved ``mpi_validate`` runs with the current analytical models, without re-timing:
+each distributed row's analytical prediction is replaced, then ``mpi_validate.summarise`` gives
+the median APE per phase (one-process rows keep their saved prediction).
 
     python bench/mpi_rescore.py DB P FAMILY RUN.json...      # P: the platform's world size
 """
@@ -9,18 +10,18 @@ import json
 import re
 import sys
 
-import numpy as np
+from mpi_validate import summarise  # run as a script: bench/ is on sys.path
 
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
-from autotune.distributed.plan import PHASES, Plan
+from autotune.distributed.plan import Plan
 from autotune.select.distributed import predict
 
 PLAN = re.compile(r"(\w+) p=(\d+) grid=(\d+)x(\d+)(?: b=(\d+))?(?: l=(\d+))? \[([\w-]+), (\d+)t\]")
 
 
 def parse(text: str) -> Plan | None:
-    """The Plan a result row names (None for the one-process row)."""
+    """The Plan a result row names (``str(plan)``); None for the one-process row."""
     m = PLAN.match(text)
     if not m or m.group(1) == "local":
         return None
@@ -28,23 +29,20 @@ def parse(text: str) -> Plan | None:
     return Plan(alg, int(p), int(r), int(c), int(b or 0), int(level or 0), int(threads), backend)
 
 
-def main(db: str, nprocs: int, family: str, files: list[str]) -> dict[str, float]:
-    sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
-    apes: dict[str, list[float]] = {k: [] for k in (*PHASES, "total")}
-    for path in files:
-        for res in json.load(open(path))["results"]:
-            dims = (res["n"],) if family == "cholesky" else (res["n"],) * 3
-            for row in res["rows"]:
-                plan = parse(row["plan"])
-                if plan is None:
-                    continue
-                mod = predict(family, dims, plan, sp, cp, fitted=False)
-                for k, v in apes.items():
-                    if row["measured"][k] > 1e-3:
-                        v.append(abs(mod[k] / row["measured"][k] - 1) * 100)
-    return {k: float(np.median(v)) for k, v in apes.items() if v}
+def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
+    """``results`` with every distributed row's ``model`` predicted by the current code."""
+    for res in results:
+        dims = (res["n"],) if family == "cholesky" else (res["n"],) * 3
+        for row in res["rows"]:
+            plan = parse(row["plan"])
+            if plan is not None:
+                row["model"] = predict(family, dims, plan, sp, cp, fitted=False)
+    return results
 
 
 if __name__ == "__main__":
-    out = main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:])
-    print(" ".join(f"{k} {v:.1f}" for k, v in out.items()))
+    db, nprocs, family = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
+    results = [res for path in sys.argv[4:] for res in json.load(open(path))["results"]]
+    ape = summarise(rescore(results, family, sp, cp))["ape_median_analytical"]
+    print(" ".join(f"{k} {v:.1f}" for k, v in ape.items() if v is not None))

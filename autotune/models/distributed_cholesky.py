@@ -167,12 +167,12 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         not_owner = (np.arange(c)[None, :] != (J % c)[:, None])          # (N, c)
         R += row_t * not_owner[:, None, :]
         got += row_bytes[:, :, None] * not_owner[:, None, :]
-    R += LOOP_SHARE * movement.cold_k(sp) * got / WORD
+    extra = LOOP_SHARE * movement.cold_k(sp)                            # seconds per element moved in the loop
+    R += extra * got / WORD
     # The owner packs its panel piece into a new send buffer (and, on 2-D grids, the column
     # pieces into more), before any of it leaves: on its clock, after the trsm.
-    packs = (r > 1) + (c > 1)
-    packed = packs * below * s
-    Pk = movement.copies(sp, packed) + LOOP_SHARE * movement.cold_k(sp) * packed if p > 1 else np.zeros_like(below)
+    packed = ((r > 1) + (c > 1)) * below * s
+    Pk = movement.copies(sp, packed) + extra * packed
     # Clock recurrence over the steps.
     t = np.zeros((r, c))
     busy = np.zeros((r, c))
@@ -226,8 +226,8 @@ def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads
     Distribution: the root's finiteness check, then on 1-D grids its own column blocks copied
     while the receivers pull theirs (one stream each of 8 n^2/p bytes, the cold ``scatterv``
     curve), on 2-D grids every element packed into a new send buffer, then ``scatterv_cold``.
-    The copy and the transfers share the memory system, so they add (measured: 1.6-1.8 ms for
-    copy 0.6 + transfers 0.8 at n = 2048). Collection: the new result's page faults, the
+    The copy and the transfers share the memory system, so they add (measured in runs at n = 2048:
+    1.6 ms, for a modelled copy 0.6 + transfers 1.0). Collection: the new result's page faults, the
     ``gatherv`` of the pieces, and the root's own copy (1-D) or the unpacking (2-D, into a new
     gather buffer too).
     """

@@ -60,9 +60,7 @@ def copy(sp, elems: float) -> float:
 def copies(sp, elems: np.ndarray) -> np.ndarray:
     """``copy`` of each element count in ``elems`` (vectorised; 0 where elems <= 0)."""
     e = np.asarray(elems, float)
-    x = np.sqrt(np.maximum(e, 1.0)).ravel()
-    per = np.array([add_k(sp, v) for v in x]).reshape(e.shape)
-    return COPY_SHARE * np.where(e > 0, e, 0.0) * per
+    return COPY_SHARE * np.array([passes(sp, v) for v in e.ravel()]).reshape(e.shape)
 
 
 def cold_k(sp) -> float:
