@@ -11,6 +11,7 @@ from mpi_helpers import run_mpi
 
 from autotune.distributed.plan import PHASES, Plan
 from autotune.models import distributed_gemm as dg
+from autotune.models.movement import in_loop
 
 # -- collective runs -------------------------------------------------------------------------------
 
@@ -270,6 +271,8 @@ def test_phases_sum_to_total_and_grow_with_size(p):
             assert set(t) == {*PHASES, "total"} and all(v >= 0 and math.isfinite(v) for v in t.values())
             if plan.algorithm == "strassen_ms":        # overlapped: makespan, not the sum
                 assert t["total"] >= max(t["compute"], t["distribution"]) > 0
+            elif "summa" in plan.algorithm:            # phases of the busiest and the idlest rank
+                assert max(t[ph] for ph in PHASES) <= t["total"] <= sum(t[ph] for ph in PHASES) * (1 + 1e-12)
             else:
                 assert t["total"] == pytest.approx(sum(t[ph] for ph in PHASES), rel=1e-12)
         for ph in PHASES:
@@ -308,11 +311,25 @@ def test_summa_communication_falls_as_b_grows():
     # same volume, ceil(k/b) steps of two broadcasts: the difference is start-ups
     assert comm[0] - comm[3] == pytest.approx(2 * (1024 // 8 - 1024 // 512) * CP.ts, rel=1e-6)
     # a 1 x p or p x 1 grid broadcasts along one direction only (row-major: C^T = B^T A^T on p x 1,
-    # so 1024 x 64 panels travel down the column, each packed first by one pass at k2_add)
+    # so 1024 x 64 panels travel down the column, each packed first by one pass at k2_add); every
+    # panel moved inside the loop also pays movement.in_loop per element
+    loop = float(in_loop(SP, 1024 * 64))
+    assert loop > 0
     row_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 1, 4, b=64), SP, CP)["communication"]
-    assert row_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + 2e-10 * 1024 * 64))
+    assert row_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + 2e-10 * 1024 * 64 + loop))
     col_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 4, 1, b=64), SP, CP)["communication"]
-    assert col_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64))     # panels sent as they lie
+    assert col_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + loop))     # panels sent as they lie
+
+
+def test_summa_idle_rank_waits_out_the_imbalance():
+    """Uneven block-cyclic splits: the rank with fewer columns waits in the broadcasts (and, for
+    the last step, in the gather); compute is the loaded rank's, total its critical path."""
+    even = dg.summa(1024, 1024, 1024, Plan("summa", 2, 2, 1, b=512), SP, CP)
+    odd = dg.summa(1536, 1536, 1536, Plan("summa", 2, 2, 1, b=512), SP, CP)   # 3 blocks: 2 vs 1
+    assert even["total"] == pytest.approx(sum(even[ph] for ph in PHASES))
+    idle = sum(odd[ph] for ph in PHASES) - odd["total"]
+    assert idle == pytest.approx(odd["compute"] / 2, rel=0.05)   # half the columns, the same k
+    assert odd["communication"] > idle / 2
 
 
 def test_cbsr_gathers_along_rows_only_with_several_columns():

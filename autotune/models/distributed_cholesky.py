@@ -26,7 +26,7 @@ which rank (i, j) receives 8 w n_j (r-1)/r bytes (n_j its trailing columns), ``b
 A receiver gets the row and column parts one after the other (their sum). With one core per
 rank these are not latencies hidden behind the update: the receiver itself copies the pieces in
 (single-copy shared memory, inside its polls and waits), so each costs its probe time plus
-``LOOP_SHARE`` of an out-of-cache pass per element on the receiver's own clock. The owner packs
+``movement.LOOP_SHARE`` of an out-of-cache pass per element on the receiver's own clock. The owner packs
 its piece (and on 2-D grids the column pieces) into send buffers first: a copy plus the same
 per-element extra, on its clock after the trsm.
 
@@ -63,12 +63,6 @@ WORD = 8   # bytes per float64
 # ``add`` moves 24 bytes per element (two reads, one write), so the update's memory time per
 # element is 2/3 of an add's.
 MEMORY_SHARE = 2.0 / 3.0
-# A panel moved inside the loop (packed by its owner, copied in by a receiver) costs more than the
-# probe's warm transfer or copy of the same bytes: measured here (n = 1536..2560, b = 64..512,
-# 2 ranks) 0.3 ns per element more, 0.44 of the add series' out-of-cache rate. Not page faults
-# (reusing the buffers changed nothing); the copies run while the other rank's update holds the
-# memory system. Calibrated, like ``movement``'s shares.
-LOOP_SHARE = 0.44
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
@@ -167,12 +161,11 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         not_owner = (np.arange(c)[None, :] != (J % c)[:, None])          # (N, c)
         R += row_t * not_owner[:, None, :]
         got += row_bytes[:, :, None] * not_owner[:, None, :]
-    extra = LOOP_SHARE * movement.cold_k(sp)                            # seconds per element moved in the loop
-    R += extra * got / WORD
+    R += movement.in_loop(sp, got / WORD)
     # The owner packs its panel piece into a new send buffer (and, on 2-D grids, the column
     # pieces into more), before any of it leaves: on its clock, after the trsm.
     packed = ((r > 1) + (c > 1)) * below * s
-    Pk = movement.copies(sp, packed) + extra * packed
+    Pk = movement.copies(sp, packed) + movement.in_loop(sp, packed)
     # Clock recurrence over the steps.
     t = np.zeros((r, c))
     busy = np.zeros((r, c))

@@ -41,6 +41,7 @@ from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas
 from autotune.models.gemm import strassen as strassen_seq
 from autotune.models.movement import ITEM, first_touch
 from autotune.models.movement import add_k as _k2_add
+from autotune.models.movement import in_loop as _in_loop
 from autotune.models.movement import k as _k
 from autotune.models.movement import pack as _pack
 from autotune.models.movement import passes as _passes
@@ -79,11 +80,17 @@ def _ceil(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-def _numroc0(n: int, parts: int, block: int) -> int:
-    """Indices part 0 (the largest) owns of n split block-cyclically (ScaLAPACK numroc)."""
+def _numroc(n: int, parts: int, block: int) -> np.ndarray:
+    """Indices each part owns of n split block-cyclically (ScaLAPACK numroc), part 0 the largest."""
     nblocks, last = divmod(int(n), int(block))
     full, extra = divmod(nblocks, int(parts))
-    return full * block + (block if extra > 0 else last)
+    i = np.arange(int(parts))
+    return full * block + np.where(i < extra, block, np.where(i == extra, last, 0))
+
+
+def _numroc0(n: int, parts: int, block: int) -> int:
+    """Indices part 0 (the largest) owns of n split block-cyclically."""
+    return int(_numroc(n, parts, block)[0])
 
 
 def _coll(cp, primitive: str, members: int, nbytes, p: int | None = None, grid=None) -> float:
@@ -160,27 +167,36 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
     return n, k, m, plan.c, plan.r
 
 
-def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp, cp) -> tuple[float, float]:
-    """(communication, compute) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
-    bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after
-    one copy pass packing it), a
-    rank-w update (pattern ``rankb``, param b, at the local size sqrt(mloc nloc))."""
-    mloc, nloc = _numroc0(mm, R, b), _numroc0(nn, C, b)
+def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
+                 cp) -> tuple[float, float, tuple[float, float]]:
+    """(communication, compute, wait) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on
+    R x C: bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R
+    (after one copy pass packing it), each plus ``movement.in_loop`` of its elements (every rank
+    of a synchronous broadcast spends it: the root until the single copy is done); a rank-w update
+    (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). ``compute`` is the largest
+    rank's. The broadcasts synchronise the ranks each step, so the least loaded rank waits out
+    the difference: ``wait`` is (in its broadcasts, in the gather after the last step)."""
+    mrows, ncols = _numroc(mm, R, b), _numroc(nn, C, b)
+    mloc, nloc = int(mrows[0]), int(ncols[0])
     full, rest = divmod(kk, b)
     widths = np.array([b] * (full > 0) + [rest] * (rest > 0), dtype=float)
     counts = np.array([full] * (full > 0) + [1] * (rest > 0), dtype=float)
     if widths.size == 0:
-        return 0.0, 0.0
+        return 0.0, 0.0, (0.0, 0.0)
     p = R * C
     comm = 0.0
     if C > 1:
-        comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))))
+        comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))
+                             + _in_loop(sp, mloc * widths)))
     if R > 1:      # the owning row first copies its w x nloc slab of Y into the contiguous panel
         comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))
-                             + [_passes(sp, w * nloc) for w in widths]))
-    k3 = _k3(sp, plan, math.sqrt(max(mloc * nloc, 1)), "rankb", b)
-    comp = float(np.dot(counts, 2.0 * mloc * widths * nloc)) * k3
-    return comm, comp
+                             + [_passes(sp, w * nloc) for w in widths] + _in_loop(sp, nloc * widths)))
+    area = (mrows[:, None] * ncols[None, :]).ravel()
+    k3 = np.array([_k3(sp, plan, math.sqrt(max(x, 1)), "rankb", b) for x in area])
+    comp = 2.0 * float(np.dot(counts, widths)) * area * k3
+    idle = float(comp.max() - comp.min())
+    last = widths[-1] / float(np.dot(counts, widths))
+    return comm, float(comp.max()), (idle * (1.0 - last), idle * last)
 
 
 def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -193,10 +209,10 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     dist = (_coll(cp, SCATTER, p, ITEM * _numroc0(mm, R, b) * _numroc0(kk, C, b))
             + _coll(cp, SCATTER, p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
             + _pack(sp, cp, mm * kk, _run(mm, R, b)) + _pack(sp, cp, kk * nn, _run(kk, R, b)))
-    comm, comp = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
+    comm, comp, (idle, end) = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
     coll = (_coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b))
             + _pack(sp, cp, mm * nn, _run(mm, R, b), "put"))
-    return _result(dist, comm, comp, coll)
+    return _result(dist, comm + idle, comp, coll + end, total=dist + comm + comp + coll)
 
 
 def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -212,8 +228,9 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     yk, yn = _numroc0(kl, R, b), _numroc0(nl, C, b)
     dist = (_coll(cp, SCATTER, p, ITEM * g * g * xm * xk) + _coll(cp, SCATTER, p, ITEM * g * g * yk * yn)
             + _pack(sp, cp, g * g * ml * kl, _run(ml, R, b)) + _pack(sp, cp, g * g * kl * nl, _run(kl, R, b)))
-    comm, comp = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
-    comm, comp = 7.0 ** lv * comm, 7.0 ** lv * comp
+    comm, comp, (idle, end) = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
+    scale = 7.0 ** lv           # every leaf product waits out its imbalance; the gather, the last one's
+    comm, comp, idle = scale * comm, scale * comp, scale * (idle + end) - end
     for i in range(1, lv + 1):
         leaves = 4.0 ** (lv - i)
         ea, eb, ec = leaves * xm * xk, leaves * yk * yn, leaves * xm * yn
@@ -222,7 +239,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         k2 = _k2_add(sp, size)
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
     coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _pack(sp, cp, m * n, _run(ml, R, b), "put")
-    return _result(dist, comm, comp, coll)
+    return _result(dist, comm + idle, comp, coll + end, total=dist + comm + comp + coll)
 
 
 # Per level-1 product of StMS: root passes to accumulate it into C's quadrants.
