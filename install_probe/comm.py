@@ -647,11 +647,12 @@ def first_touch_cost(nbytes: int = 64 << 20, reps: int = 5) -> float:
 PACK_RUNS = (8, 32, 128, 512)      # contiguous run lengths timed, plus whole columns
 
 
-def pack_costs(n: int = 2048, reps: int = 3) -> dict:
+def pack_costs(n: int = 2048, reps: int = 7) -> dict:
     """Seconds per element of the root's block-cyclic packing (``take_padded``, distribution) and
     unpacking (``put_clipped``, collection) of an n x n column-major matrix split in two by rows,
     caches flushed first, by the length of the contiguous runs the split leaves: the block when
-    the rows are split, the whole column (``n``) when not. Median of ``reps``."""
+    the rows are split, the whole column (``n``) when not. Median of ``reps``: with 3, two probes
+    of this machine differed up to 2x at single run lengths (whole columns 1.15 vs 0.57 ns)."""
     from autotune.kernels.dist_gemm import put_clipped, take_padded
 
     from autotune.distributed.layout import Axis
