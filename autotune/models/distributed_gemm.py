@@ -175,7 +175,7 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     of a synchronous broadcast spends it: the root until the single copy is done); a rank-w update
     (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). ``compute`` is the largest
     rank's. The broadcasts synchronise the ranks each step, so the least loaded rank waits out
-    the difference: ``wait`` is (in its broadcasts, in the gather after the last step)."""
+    the difference: ``wait`` = (seconds of it in its broadcasts, in the gather after the last step)."""
     mrows, ncols = _numroc(mm, R, b), _numroc(nn, C, b)
     mloc, nloc = int(mrows[0]), int(ncols[0])
     full, rest = divmod(kk, b)
