@@ -37,6 +37,7 @@ import math
 
 import numpy as np
 
+from autotune.distributed.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
 from autotune.models.movement import ITEM, first_touch
@@ -81,16 +82,14 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _numroc(n: int, parts: int, block: int) -> np.ndarray:
-    """Indices each part owns of n split block-cyclically (ScaLAPACK numroc), part 0 the largest."""
-    nblocks, last = divmod(int(n), int(block))
-    full, extra = divmod(nblocks, int(parts))
-    i = np.arange(int(parts))
-    return full * block + np.where(i < extra, block, np.where(i == extra, last, 0))
+    """Indices each part owns of n split block-cyclically: the runs' own ``Axis.count`` (numroc)."""
+    axis = Axis(int(n), int(parts), int(block))
+    return np.array([axis.count(i) for i in range(int(parts))])
 
 
 def _numroc0(n: int, parts: int, block: int) -> int:
     """Indices part 0 (the largest) owns of n split block-cyclically."""
-    return int(_numroc(n, parts, block)[0])
+    return Axis(int(n), int(parts), int(block)).count(0)
 
 
 def _coll(cp, primitive: str, members: int, nbytes, p: int | None = None, grid=None) -> float:
