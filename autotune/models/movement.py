@@ -74,15 +74,20 @@ def cold_k(sp) -> float:
     return add_k(sp, COLD_SIDE)
 
 
+def _cold(sp, share: float, elems) -> np.ndarray:
+    """``share`` of an out-of-cache pass over each of ``elems`` elements (0 where elems <= 0)."""
+    return share * np.maximum(np.asarray(elems, float), 0.0) * cold_k(sp)
+
+
 def in_loop(sp, elems):
     """Extra seconds of moving ``elems`` elements inside a distributed loop, on top of the probe's
     transfer or copy time (``LOOP_SHARE`` of an out-of-cache pass per element)."""
-    return LOOP_SHARE * np.maximum(np.asarray(elems, float), 0.0) * cold_k(sp)
+    return _cold(sp, LOOP_SHARE, elems)
 
 
 def fill(sp, elems: np.ndarray) -> np.ndarray:
     """Seconds of zeroing ``elems`` elements of memory the caches no longer hold."""
-    return FILL_SHARE * np.maximum(np.asarray(elems, float), 0.0) * cold_k(sp)
+    return _cold(sp, FILL_SHARE, elems)
 
 
 def pack(sp, cp, elems: float, run: float, kind: str = "take") -> float:
