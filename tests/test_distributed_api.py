@@ -60,6 +60,15 @@ for plan in [Plan("summa", P, P, 1, b=16), Plan("bsr", P, P, 1), Plan("cbsr", P,
 f = tuned_cholesky(s if root else None, comm=comm, config={"algorithm": "cholesky", "p": P, "r": 1, "c": P, "b": 16})
 if root:
     np.testing.assert_allclose(f, sl.cholesky(s), rtol=1e-10, atol=1e-10)
+# a local plan reports its phases as the distributed ones do (the root's check and call; nothing elsewhere)
+from autotune.distributed.api import distributed_cholesky, distributed_gemm
+from autotune.distributed.plan import Phases
+ph = Phases()
+f = distributed_cholesky(s if root else None, comm, config=Plan("local", 1), phases=ph)
+assert (set(ph.seconds) == {"distribution", "compute"}) if root else not ph.seconds, ph.seconds
+ph = Phases()
+c = distributed_gemm(a if root else None, b if root else None, comm, config=Plan("local", 1), phases=ph)
+assert (set(ph.seconds) == {"compute"}) if root else not ph.seconds, ph.seconds
 # the same error on every rank, no hang (NaN: checked before the local path, and by the distributed run)
 nan = s.copy()
 nan[2, 3] = np.nan

@@ -14,7 +14,7 @@ from autotune.config import available_cores, get_options, options
 
 from .checks import all_finite
 from .collective import agree
-from .plan import Phases, Plan
+from .plan import Phases, Plan, timed
 
 _DECISIONS: dict[tuple, Plan] = {}
 
@@ -65,9 +65,10 @@ def _root_check(family: str, arrays: tuple) -> tuple[tuple[int, ...], bool]:
     return (n,), tuned and n > 0
 
 
-def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
+def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool, phases: Phases | None,
             **problem) -> tuple[Plan | None, tuple]:
-    """Collective: the root's verdict and plan, on every rank."""
+    """Collective: the root's verdict and plan, on every rank (a local Cholesky's finiteness check
+    counts as its ``distribution`` phase, as the distributed runs' check does)."""
     err = verdict = None
     if comm.rank == root:
         try:
@@ -80,8 +81,11 @@ def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
             # The distributed run checks its own input (on the root, agreed); the local one is
             # checked here, where the verdict still reaches every rank.
             local = family == "cholesky" and plan.algorithm == "local"
-            if local and not all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1)):
-                raise ValueError("array must not contain infs or NaNs")
+            if local:
+                with timed(phases, "distribution"):
+                    finite = all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1))
+                if not finite:
+                    raise ValueError("array must not contain infs or NaNs")
             verdict = (plan, dims)
         except (ValueError, TypeError, LookupError) as exc:
             err = exc if not isinstance(exc, LookupError) else ValueError(str(exc))
@@ -92,13 +96,13 @@ def _decide(family: str, arrays: tuple, comm, root: int, config, explain: bool,
 def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = False,
                      phases: Phases | None = None) -> np.ndarray | None:
     """Collective ``a @ b``: the root passes a and b and gets the product; others get None."""
-    plan, _ = _decide("gemm", (a, b), comm, root, config, explain)
+    plan, _ = _decide("gemm", (a, b), comm, root, config, explain, phases)
     if plan.algorithm == "local":
         if comm.rank != root:
             return None
         from autotune.api import tuned_gemm
 
-        with options(threads=max(plan.threads, 1)):
+        with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
             return tuned_gemm(a, b)
     from .gemm import ALGORITHMS
 
@@ -109,13 +113,13 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
 def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=None, explain: bool = False,
                          phases: Phases | None = None) -> np.ndarray | None:
     """Collective Cholesky factor: the root passes a and gets the factor; others get None."""
-    plan, _ = _decide("cholesky", (a,), comm, root, config, explain, lower=bool(lower))
+    plan, _ = _decide("cholesky", (a,), comm, root, config, explain, phases, lower=bool(lower))
     if plan.algorithm == "local":
         if comm.rank != root:
             return None
         from autotune.api import tuned_cholesky
 
-        with options(threads=max(plan.threads, 1)):
+        with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
             return tuned_cholesky(a, lower=lower, check_finite=False)
     from .cholesky import ALGORITHMS
 

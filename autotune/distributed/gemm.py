@@ -58,7 +58,6 @@ Lower-level API on distributed data: ``summa_dist`` (block-cyclic DistMatrix ope
 """
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,7 +72,7 @@ from .collective import agree
 from .grid import ProcessGrid
 from .layout import Axis, Layout
 from .movement import DistMatrix
-from .plan import Phases, Plan
+from .plan import Phases, Plan, timed
 
 __all__ = ["ALGORITHMS", "bsr", "bsr_dist", "cannon", "cbsr", "distributed_gemm", "strassen_ms",
            "strassen_summa", "summa", "summa_dist"]
@@ -87,10 +86,6 @@ def _double():
     from mpi4py import MPI
 
     return MPI.DOUBLE
-
-
-def _phase(phases: Phases | None, name: str):
-    return phases(name) if phases is not None else contextlib.nullcontext()
 
 
 # -- local products on any mix of row-/column-major operands -----------------------------------
@@ -146,7 +141,7 @@ class _Run:
         return self.comm.rank == 0
 
     def ph(self, name: str):
-        return _phase(self.phases, name)
+        return timed(self.phases, name)
 
 
 def _operand(x, name: str) -> np.ndarray:
@@ -371,7 +366,7 @@ def bsr_dist(A: DistMatrix, B: np.ndarray, *, backend: str = "numpy-openblas", t
     agree(comm, err)
     lay = Layout(A.layout.rows, Axis(bb.shape[1], 1))
     cloc = lay.empty_local(comm.rank)
-    with _phase(phases, "compute"), be.threads(threads):
+    with timed(phases, "compute"), be.threads(threads):
         _gemm(be, A.local, bb, cloc)
     return DistMatrix(cloc, lay, comm)
 
@@ -505,7 +500,7 @@ def _summa_core(grid: ProcessGrid, xloc: np.ndarray, yloc: np.ndarray, zloc: np.
         w = min(b, kk - s * b)
         own_c, off_c = s % c, (s // c) * b
         own_r, off_r = s % r, (s // r) * b
-        with _phase(phases, "communication"):
+        with timed(phases, "communication"):
             if grid.pc == own_c:
                 xp = xloc[:, off_c:off_c + w]
                 if c > 1:
@@ -522,7 +517,7 @@ def _summa_core(grid: ProcessGrid, xloc: np.ndarray, yloc: np.ndarray, zloc: np.
                 if grid.pr == own_r:
                     yp[...] = yloc[off_r:off_r + w, :]
                 grid.col.Bcast([flat, dbl], root=own_r)
-        with _phase(phases, "compute"):
+        with timed(phases, "compute"):
             _gemm(be, xp, yp, zloc, beta if s == 0 else 1.0)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 # Phase names shared by the algorithms (measured) and the models (predicted).
@@ -50,3 +50,8 @@ class Phases:
 
     def total(self) -> float:
         return sum(self.seconds.values())
+
+
+def timed(phases: Phases | None, name: str) -> AbstractContextManager:
+    """``phases(name)``, or nothing when the caller passed no ``Phases``."""
+    return phases(name) if phases is not None else nullcontext()

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from autotune.distributed.plan import PHASES, Plan
+from autotune.models import movement
 
 from .rank import choose
 
@@ -133,9 +134,10 @@ def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int
     plan = Plan("local", 1, 1, 1, threads=dec.chosen.threads, backend=dec.chosen.backend)
     phases = dict.fromkeys(PHASES, 0.0)
     phases["compute"] = best.predicted
-    if family == "cholesky":     # the working copy and the finiteness check: two passes over n^2 words
+    if family == "cholesky":     # as run: the root's finiteness check, then the call's working copy
         (n,) = dims
-        phases["distribution"] = 2.0 * n * n * float(sp.k("add", "numba-reference", 1, n, "view"))
+        phases["distribution"] = movement.finite_check(sp, n, n, plan.backend, plan.threads)
+        phases["compute"] += movement.copy(sp, n * n)
     phases["total"] = phases["compute"] + phases["distribution"]
     return plan, phases
 
