@@ -48,7 +48,7 @@ from .collective import agree
 from .grid import ProcessGrid
 from .layout import Axis, block_cyclic
 from .movement import DistMatrix
-from .plan import Phases, Plan
+from .plan import Phases, Plan, timed
 
 # Point-to-point tags: 2 per panel (diagonal block, panel pieces), cycled (at most 2 panels in flight).
 _TAG_CYCLE = 8192
@@ -549,16 +549,14 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
             out = cholesky_dist(dist, grid, plan.b, lower=lower != flip, lookahead=lookahead,
                                 backend=plan.backend, threads=plan.threads, overwrite_a=True,
                                 check_finite=False, phases=phases)
-            t0 = time.perf_counter()
-            if not direct:
-                res = out.to_root(root, order="F")
-            elif plan.r == 1:
-                res = _gather_blocks(out.local, n, plan.c, plan.b, sub, root)
-            else:
-                res = _gather_blocks(out.local.T, n, plan.r, plan.b, sub, root)
-                res = None if res is None else res.T
-            if phases is not None:
-                phases.seconds["collection"] += time.perf_counter() - t0
+            with timed(phases, "collection"):
+                if not direct:
+                    res = out.to_root(root, order="F")
+                elif plan.r == 1:
+                    res = _gather_blocks(out.local, n, plan.c, plan.b, sub, root)
+                else:
+                    res = _gather_blocks(out.local.T, n, plan.r, plan.b, sub, root)
+                    res = None if res is None else res.T
             return res.T if flip and res is not None else res
         finally:
             grid.free()
