@@ -15,7 +15,7 @@ at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s
 before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
 and buffers no cache holds any more, two to three times slower than the warm repeated calls.
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
-new result (``first_touch_cost``) and block-cyclic packing/unpacking by run length (``pack_costs``).
+new result by its size (``first_touch_costs``) and block-cyclic packing/unpacking by run length (``pack_costs``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
@@ -628,20 +628,33 @@ class _Run:
         quiet_barrier(world, poll_seconds=0.0005)
 
 
-def first_touch_cost(nbytes: int = 64 << 20, reps: int = 5) -> float:
-    """Seconds per byte that filling fresh memory costs over filling the same memory again (the
-    page faults a new result array takes where a run writes it first), median of ``reps``."""
-    extra = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        a = np.empty(nbytes // 8)
-        a.fill(1.0)
-        t1 = time.perf_counter()
-        a.fill(2.0)
-        t2 = time.perf_counter()
-        extra.append(max((t1 - t0) - (t2 - t1), 0.0) / nbytes)
-        del a
-    return float(np.median(extra))
+FIRST_TOUCH_SIZES = tuple(int(2 ** (22 + q / 4)) for q in range(17))   # 4 .. 64 MiB, quarter octaves
+
+
+def first_touch_costs(sizes=FIRST_TOUCH_SIZES, reps: int = 5) -> dict:
+    """Seconds per byte that copying into a new array costs over copying into the same array again
+    (caches flushed before each), by the array's bytes, median of ``reps``: the page faults a new
+    result takes where a run writes it first. Measured by size because the allocator decides:
+    glibc maps arrays above its mmap threshold (32 MiB at most) fresh each time, and hands smaller
+    ones back already faulted, so the cost steps from about nothing to its full value there."""
+    flush, out = CacheFlush(), {"bytes": [], "per_byte": []}
+    for nbytes in sizes:
+        src, extra = np.ones(nbytes // 8), []
+        for _ in range(reps):
+            flush()
+            t0 = time.perf_counter()
+            fresh = np.empty(nbytes // 8)
+            np.copyto(fresh, src)
+            t1 = time.perf_counter()
+            flush()
+            t2 = time.perf_counter()
+            np.copyto(fresh, src)
+            t3 = time.perf_counter()
+            extra.append((t1 - t0) - (t3 - t2))
+            del fresh
+        out["bytes"].append(int(nbytes))
+        out["per_byte"].append(max(float(np.median(extra)), 0.0) / nbytes)
+    return out
 
 
 PACK_RUNS = (8, 32, 128, 512)      # contiguous run lengths timed, plus whole columns
@@ -698,7 +711,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
     if world.Get_rank() == 0:
-        info["first_touch"] = first_touch_cost()      # the others wait in the fit's bcast below
+        info["first_touch"] = first_touch_costs()     # the others wait in the fit's bcast below
         info["pack"] = pack_costs()
     measured = time.perf_counter() - t_start
     result, error = None, ""

@@ -528,25 +528,36 @@ def test_cli_rejects_bad_mpi_arguments(tmp_path, capsys):
     assert cli.main(["--mpi", "--resume"]) == 2
 
 
-def test_first_touch_cost_comes_with_the_platform(tmp_path):
-    """The probe stores the root's page-fault cost per byte of a new array with the platform;
-    a platform probed before it existed, or none, gives the nominal value."""
+def test_first_touch_cost_comes_with_the_platform_by_size(tmp_path):
+    """The probe stores the root's page-fault cost per byte of a new array by its size: the model
+    interpolates log-linearly and holds the end values outside; an older single value applies to
+    every size; a platform without one, or none, gives the nominal value."""
     path = tmp_path / "ft.h5"
-    write_synthetic(path, 2, first_touch=3e-11)
-    assert dbc.load_comm(path, nprocs=2).first_touch == 3e-11
-    old = tmp_path / "old.h5"
-    write_synthetic(old, 2)
-    assert dbc.load_comm(old, nprocs=2).first_touch == dbc.DEFAULT_FIRST_TOUCH
+    write_synthetic(path, 2, first_touch={"bytes": [1 << 22, 1 << 24, 1 << 26], "per_byte": [0.0, 0.0, 4e-11]})
+    cp = dbc.load_comm(path, nprocs=2)
+    assert cp.first_touch_time(1 << 20) == 0.0 and cp.first_touch_time(1 << 24) == 0.0
+    assert cp.first_touch_time(1 << 25) == pytest.approx(2e-11 * (1 << 25))
+    assert cp.first_touch_time(1 << 28) == pytest.approx(4e-11 * (1 << 28))
+    single = tmp_path / "single.h5"
+    write_synthetic(single, 2, first_touch=3e-11)
+    assert dbc.load_comm(single, nprocs=2).first_touch_time(1000.0) == pytest.approx(3e-8)
+    nominal = 1000.0 * dbc.DEFAULT_FIRST_TOUCH
+    bads = (None, "x", {"bytes": [1, 2]}, {"bytes": [1, 2], "per_byte": [1.0, float("nan")]})
+    for i, bad in enumerate(bads):
+        old = tmp_path / f"old{i}.h5"
+        write_synthetic(old, 2, **({} if bad is None else {"first_touch": bad}))
+        assert dbc.load_comm(old, nprocs=2).first_touch_time(1000.0) == pytest.approx(nominal), bad
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        assert dbc.load_comm(tmp_path / "missing.h5", nprocs=2).first_touch == dbc.DEFAULT_FIRST_TOUCH
+        assert dbc.load_comm(tmp_path / "missing.h5", nprocs=2).first_touch_time(1000.0) == pytest.approx(nominal)
 
 
-def test_first_touch_probe_measures_a_positive_cost():
-    from autotune.install_probe.comm import first_touch_cost
+def test_first_touch_probe_measures_by_size_and_a_positive_cost_past_the_mmap_threshold():
+    from autotune.install_probe.comm import first_touch_costs
 
-    cost = first_touch_cost(64 << 20, reps=3)      # > glibc's largest mmap threshold: always new pages
-    assert 0 < cost < 1e-8          # faster than 100 MB/s, slower than free
+    out = first_touch_costs((1 << 22, 64 << 20), reps=3)   # 64 MiB > glibc's largest mmap threshold
+    assert out["bytes"] == [1 << 22, 64 << 20] and min(out["per_byte"]) >= 0
+    assert 0 < out["per_byte"][1] < 1e-8          # faster than 100 MB/s, slower than free
 
 
 # -- cold-cache curves (distribution) ---------------------------------------------------------------

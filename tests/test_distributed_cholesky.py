@@ -220,11 +220,12 @@ def test_model_uses_grid_broadcasts_at_message_sizes():
 
 def test_model_distribution_charges_check_copy_and_faults():
     """1-D: the root's gemv check plus its own blocks' copy plus the cold stream; collection: the
-    new factor's page faults (``first_touch``) plus the copy plus the gather."""
+    new factor's page faults (``first_touch_time``) plus the copy plus the gather."""
     from autotune.models import movement
 
     class TouchCP(FakeCP):
-        first_touch = 3e-11
+        def first_touch_time(self, nbytes):
+            return 3e-11 * nbytes
 
     sp, cp = FakeSP(), TouchCP()
     for n in (2100, 1000):

@@ -425,9 +425,10 @@ def test_thread_options_keep_ranks_times_threads_within_cores():
 
 def test_models_charge_the_page_faults_of_the_roots_new_result():
     """C is a new array on the root: every distributed algorithm's collection (and strassen_ms's
-    makespan) grows by first_touch x its bytes; one process pays nothing extra."""
+    makespan) grows by its page faults (first_touch_time of its bytes); one process pays nothing extra."""
     class Faulting(FakeCP):
-        first_touch = 1e-10
+        def first_touch_time(self, nbytes):
+            return 1e-10 * nbytes
 
     m, k, n = 300, 200, 250
     for plan in plans_for(4):

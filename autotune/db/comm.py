@@ -616,12 +616,25 @@ class CommParams:
                 "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
                 "key": self._platform.key, "source": "database"}
 
-    @property
-    def first_touch(self) -> float:
-        """Seconds per byte that writing fresh memory (a new result) costs over warm memory: the
-        page faults, measured by the probe on the root (nominal DEFAULT_FIRST_TOUCH otherwise)."""
+    def first_touch_time(self, nbytes: float) -> float:
+        """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),
+        log-linear between the sizes the probe measured on the root (a single per-byte value from
+        older probes; nominal DEFAULT_FIRST_TOUCH per byte when unmeasured or unreadable)."""
         value = self._platform.info.get("first_touch") if self._platform is not None else None
-        return float(value) if value is not None else DEFAULT_FIRST_TOUCH
+        if isinstance(value, dict):
+            try:
+                sizes, cost = np.asarray(value["bytes"], float), np.asarray(value["per_byte"], float)
+                if sizes.size and sizes.size == cost.size and np.all(sizes > 0) and np.all(np.isfinite(cost)):
+                    per_byte = np.interp(math.log(max(float(nbytes), 1.0)), np.log(sizes), cost)
+                    return float(nbytes) * float(per_byte)
+            except (KeyError, TypeError, ValueError):
+                pass
+            value = None
+        try:
+            per_byte = float(value) if value is not None else DEFAULT_FIRST_TOUCH
+        except (TypeError, ValueError):
+            per_byte = DEFAULT_FIRST_TOUCH
+        return float(nbytes) * (per_byte if math.isfinite(per_byte) else DEFAULT_FIRST_TOUCH)
 
     def pack_time(self, kind: str, elements: float, run: float) -> float | None:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of

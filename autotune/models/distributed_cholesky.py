@@ -47,7 +47,7 @@ total = sum of the phases and >= each of them.
 ``distribution`` / ``collection`` (``_moves``): the root's finiteness check (one gemv), its own
 blocks copied (1-D grids) or every element packed (2-D, ``cp.pack_time`` by run length b),
 ``scatterv_cold`` of the 8 n^2/p byte pieces; back, the new factor's page faults
-(``cp.first_touch``), ``gatherv`` and the copy or unpacking. The root-side costs are
+(``cp.first_touch_time``), ``gatherv`` and the copy or unpacking. The root-side costs are
 ``models.movement``'s, shared with the gemm models.
 """
 from __future__ import annotations

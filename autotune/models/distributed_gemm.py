@@ -20,7 +20,7 @@ distribution and collection, for the block-cyclic runs at the comm probe's measu
 element by contiguous run length (``cp.pack_time``: a block of b when the column-major operand's
 rows are split, else whole columns; 2-4x a plain copy), otherwise as one memory pass per element
 at ``k2_add`` (``movement.PACK_BACKEND``; these root-side costs live in ``models.movement``).
-The root's C is a new array: collection also pays its page faults (``cp.first_touch`` per byte,
+The root's C is a new array: collection also pays its page faults (``cp.first_touch_time``, by size,
 measured by the probe), which the gather's warm-buffer timings leave out.
 Operands are assumed row-major (numpy's default), as the runs then are: BSR sends A's bands and
 gathers C's straight from/into the matrices; SUMMA and parallel Strassen multiply ``C^T = B^T A^T``
@@ -302,7 +302,7 @@ def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
 
 
 def _new_result(model):
-    """``model`` plus the page faults of the root's new m x n C (``cp.first_touch`` per byte),
+    """``model`` plus the page faults of the root's new m x n C (``cp.first_touch_time``),
     first written as it is gathered (or accumulated, strassen_ms): collection and total, p > 1."""
     @functools.wraps(model)
     def charged(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:

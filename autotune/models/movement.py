@@ -116,5 +116,7 @@ def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
 
 
 def first_touch(cp, nbytes: float) -> float:
-    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch`` per byte)."""
-    return float(getattr(cp, "first_touch", 0.0) or 0.0) * float(nbytes)
+    """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch_time``;
+    nothing for communication parameters that do not model them)."""
+    timer = getattr(cp, "first_touch_time", None)
+    return float(timer(float(nbytes))) if timer is not None else 0.0
