@@ -14,6 +14,7 @@ at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s
 ``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
 before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
 and buffers no cache holds any more, two to three times slower than the warm repeated calls.
+All ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
 new result by its size (``first_touch_costs``) and block-cyclic packing/unpacking by run length (``pack_costs``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
@@ -657,6 +658,31 @@ def first_touch_costs(sizes=FIRST_TOUCH_SIZES, reps: int = 5) -> dict:
     return out
 
 
+SKEW_SHAPES = ((1024, 64, 1024), (1024, 128, 1024), (2048, 256, 1024))   # (m, b, n) rank-b updates
+
+
+def compute_skew(world, shapes=SKEW_SHAPES, reps: int = 50) -> float:
+    """Mean relative spread (slowest minus fastest rank, over their mean) of the same one-thread
+    rank-b update started on every rank at once: the share of a step's compute that the ranks a
+    broadcast synchronises wait for the slowest (SUMMA). The mean, not the median: a loop of many
+    steps pays the tail. Collective; every rank returns the value."""
+    from threadpoolctl import threadpool_limits
+
+    rng, spreads = np.random.default_rng(world.Get_rank()), []
+    with threadpool_limits(1, "blas"):
+        for m, b, n in shapes:
+            x, y = np.asfortranarray(rng.random((m, b))), np.asfortranarray(rng.random((b, n)))
+            z = np.empty((m, n), order="F")
+            np.matmul(x, y, out=z)                                  # warm up
+            for _ in range(reps):
+                world.Barrier()
+                t0 = time.perf_counter()
+                np.matmul(x, y, out=z)
+                times = np.array(world.allgather(time.perf_counter() - t0))
+                spreads.append(float((times.max() - times.min()) / times.mean()))
+    return float(np.mean(spreads))
+
+
 PACK_RUNS = (8, 32, 128, 512)      # contiguous run lengths timed, plus whole columns
 
 
@@ -710,6 +736,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
+    info["compute_skew"] = compute_skew(world)
     if world.Get_rank() == 0:
         info["first_touch"] = first_touch_costs()     # the others wait in the fit's bcast below
         info["pack"] = pack_costs()

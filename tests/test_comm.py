@@ -517,6 +517,8 @@ def test_cli_launches_mpiexec_itself(tmp_path):
     cp = load_comm(path, nprocs=2)
     assert cp.available and cp.platform["P"] == 2 and cp.loggp is not None
     assert "bcast_row" not in cp.primitives() and "pingpong" in cp.primitives()
+    info = cp._platform.info                     # the root's own costs and the ranks' compute spread
+    assert 0 <= info["compute_skew"] < 1 and len(info["first_touch"]["bytes"]) == len(info["first_touch"]["per_byte"])
 
 
 def test_cli_rejects_bad_mpi_arguments(tmp_path, capsys):
@@ -558,6 +560,21 @@ def test_first_touch_probe_measures_by_size_and_a_positive_cost_past_the_mmap_th
     out = first_touch_costs((1 << 22, 64 << 20), reps=3)   # 64 MiB > glibc's largest mmap threshold
     assert out["bytes"] == [1 << 22, 64 << 20] and min(out["per_byte"]) >= 0
     assert 0 < out["per_byte"][1] < 1e-8          # faster than 100 MB/s, slower than free
+
+
+def test_compute_skew_comes_with_the_platform_and_one_rank_has_none(tmp_path):
+    from autotune.install_probe.comm import compute_skew
+    from mpi4py import MPI
+
+    assert compute_skew(MPI.COMM_SELF, shapes=((64, 8, 64),), reps=3) == 0.0
+    path, old = tmp_path / "skew.h5", tmp_path / "old.h5"
+    write_synthetic(path, 2, compute_skew=0.012)
+    write_synthetic(old, 2)
+    assert dbc.load_comm(path, nprocs=2).compute_skew == 0.012
+    assert dbc.load_comm(old, nprocs=2).compute_skew == dbc.DEFAULT_COMPUTE_SKEW
+    for i, bad in enumerate(("x", -1.0, float("nan"))):
+        write_synthetic(tmp_path / f"bad{i}.h5", 2, compute_skew=bad)
+        assert dbc.load_comm(tmp_path / f"bad{i}.h5", nprocs=2).compute_skew == dbc.DEFAULT_COMPUTE_SKEW
 
 
 # -- cold-cache curves (distribution) ---------------------------------------------------------------

@@ -11,7 +11,7 @@ from mpi_helpers import run_mpi
 
 from autotune.distributed.plan import PHASES, Plan
 from autotune.models import distributed_gemm as dg
-from autotune.models.movement import in_loop
+from autotune.models.movement import cold_copies, in_loop
 
 # -- collective runs -------------------------------------------------------------------------------
 
@@ -311,12 +311,12 @@ def test_summa_communication_falls_as_b_grows():
     # same volume, ceil(k/b) steps of two broadcasts: the difference is start-ups
     assert comm[0] - comm[3] == pytest.approx(2 * (1024 // 8 - 1024 // 512) * CP.ts, rel=1e-6)
     # a 1 x p or p x 1 grid broadcasts along one direction only (row-major: C^T = B^T A^T on p x 1,
-    # so 1024 x 64 panels travel down the column, each packed first by one pass at k2_add); every
-    # panel moved inside the loop also pays movement.in_loop per element
-    loop = float(in_loop(SP, 1024 * 64))
-    assert loop > 0
+    # so 1024 x 64 panels travel down the column, each packed first by one out-of-cache pass,
+    # movement.cold_copies); every panel moved inside the loop also pays movement.in_loop per element
+    loop, pack = float(in_loop(SP, 1024 * 64)), float(cold_copies(SP, 1024 * 64))
+    assert loop > 0 and pack > 0
     row_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 1, 4, b=64), SP, CP)["communication"]
-    assert row_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + 2e-10 * 1024 * 64 + loop))
+    assert row_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + pack + loop))
     col_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 4, 1, b=64), SP, CP)["communication"]
     assert col_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + loop))     # panels sent as they lie
 
@@ -330,6 +330,22 @@ def test_summa_idle_rank_waits_out_the_imbalance():
     idle = sum(odd[ph] for ph in PHASES) - odd["total"]
     assert idle == pytest.approx(odd["compute"] / 2, rel=0.05)   # half the columns, the same k
     assert odd["communication"] > idle / 2
+
+
+def test_summa_waits_for_the_slowest_of_equal_ranks_or_the_imbalance_whichever_is_larger():
+    """Equal loads: every step waits ``cp.compute_skew`` of its compute for the slowest rank (in
+    the broadcasts; the last step's in the gather). Uneven loads: the imbalance alone, when larger."""
+    class Skewed(FakeCP):
+        compute_skew = 0.02
+
+    even_plan, odd_plan = Plan("summa", 2, 2, 1, b=128), Plan("summa", 2, 2, 1, b=512)
+    base, skewed = dg.summa(1024, 1024, 1024, even_plan, SP, CP), dg.summa(1024, 1024, 1024, even_plan, SP, Skewed())
+    waited = {ph: skewed[ph] - base[ph] for ph in ("communication", "collection", "total")}
+    assert waited["communication"] == pytest.approx(0.02 * base["compute"] * 7 / 8)     # 8 steps of b = 128
+    assert waited["collection"] == pytest.approx(0.02 * base["compute"] / 8)
+    assert waited["total"] == pytest.approx(0.0, abs=1e-15)      # the critical path is the slowest rank's
+    odd = [dg.summa(1536, 1536, 1536, odd_plan, SP, cp) for cp in (CP, Skewed())]
+    assert odd[0] == odd[1]                                       # half the compute idle > 2% of it
 
 
 def test_cbsr_gathers_along_rows_only_with_several_columns():

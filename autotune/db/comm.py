@@ -61,6 +61,7 @@ COLLECTIVES = ("bcast", "allgather", "allgatherv", "reduce", "allreduce", "scatt
 DEFAULT_TS = 2e-6      # seconds
 DEFAULT_TW = 1e-10     # seconds per byte (10 GB/s)
 DEFAULT_FIRST_TOUCH = 5e-11   # seconds per byte of fresh memory written the first time (page faults)
+DEFAULT_COMPUTE_SKEW = 0.01   # slowest minus fastest of P ranks doing the same update, over its time
 
 POINT_DTYPE = np.dtype([
     ("primitive", "S16"), ("p", "i4"), ("r", "i4"), ("c", "i4"), ("nbytes", "i8"),
@@ -615,6 +616,17 @@ class CommParams:
         return {"library": info.get("library"), "P": int(info.get("P", 0)),
                 "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
                 "key": self._platform.key, "source": "database"}
+
+    @property
+    def compute_skew(self) -> float:
+        """Share of a synchronised step's compute that ranks wait for the slowest (the probe's mean
+        spread of one update run on all ranks at once; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
+        value = self._platform.info.get("compute_skew") if self._platform is not None else None
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            return DEFAULT_COMPUTE_SKEW
+        return value if math.isfinite(value) and value >= 0 else DEFAULT_COMPUTE_SKEW
 
     def first_touch_time(self, nbytes: float) -> float:
         """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),

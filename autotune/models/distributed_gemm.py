@@ -42,6 +42,7 @@ from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas
 from autotune.models.gemm import strassen as strassen_seq
 from autotune.models.movement import ITEM, first_touch
 from autotune.models.movement import add_k as _k2_add
+from autotune.models.movement import cold_copies as _cold_copies
 from autotune.models.movement import in_loop as _in_loop
 from autotune.models.movement import k as _k
 from autotune.models.movement import pack as _pack
@@ -170,11 +171,14 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
                  cp) -> tuple[float, float, tuple[float, float]]:
     """(communication, compute, wait) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on
     R x C: bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R
-    (after one copy pass packing it), each plus ``movement.in_loop`` of its elements (every rank
+    (after its owner copies it out of the local Y, which the last update evicted: one out-of-cache
+    pass, ``movement.cold_copies``), each plus ``movement.in_loop`` of its elements (every rank
     of a synchronous broadcast spends it: the root until the single copy is done); a rank-w update
     (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). ``compute`` is the largest
     rank's. The broadcasts synchronise the ranks each step, so the least loaded rank waits out
-    the difference: ``wait`` = (seconds of it in its broadcasts, in the gather after the last step)."""
+    the difference, or, where loads are (nearly) equal, the slowest of ranks doing the same work
+    (``cp.compute_skew`` of the compute), whichever is larger: ``wait`` = (seconds of it in the
+    broadcasts, in the gather after the last step)."""
     mrows, ncols = _numroc(mm, R, b), _numroc(nn, C, b)
     mloc, nloc = int(mrows[0]), int(ncols[0])
     full, rest = divmod(kk, b)
@@ -189,11 +193,12 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
                              + _in_loop(sp, mloc * widths)))
     if R > 1:      # the owning row first copies its w x nloc slab of Y into the contiguous panel
         comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))
-                             + [_passes(sp, w * nloc) for w in widths] + _in_loop(sp, nloc * widths)))
+                             + _cold_copies(sp, nloc * widths) + _in_loop(sp, nloc * widths)))
     area = (mrows[:, None] * ncols[None, :]).ravel()
     k3 = np.array([_k3(sp, plan, math.sqrt(max(x, 1)), "rankb", b) for x in area])
     comp = 2.0 * float(np.dot(counts, widths)) * area * k3
-    idle = float(comp.max() - comp.min())
+    skew = float(getattr(cp, "compute_skew", 0.0))
+    idle = max(float(comp.max() - comp.min()), skew * float(comp.max()))
     last = widths[-1] / float(np.dot(counts, widths))
     return comm, float(comp.max()), (idle * (1.0 - last), idle * last)
 
