@@ -683,6 +683,24 @@ def compute_skew(world, shapes=SKEW_SHAPES, reps: int = 50) -> float:
     return float(np.mean(spreads))
 
 
+def first_touch_in_fresh_process(sizes=FIRST_TOUCH_SIZES, reps: int = 5, timeout: float = 120.0) -> dict:
+    """``first_touch_costs`` measured in a new Python process: which sizes come back already
+    faulted depends on what the process freed before (a heap this probe has churned through
+    hands even 32 MiB back warm), and a run's new result meets a heap like a fresh one's,
+    in which glibc maps arrays past its threshold anew. In this process if that fails."""
+    import json
+    import subprocess
+
+    code = ("import json; from autotune.install_probe.comm import first_touch_costs as f; "
+            f"print(json.dumps(f({tuple(int(x) for x in sizes)!r}, {int(reps)})))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                              check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return first_touch_costs(sizes, reps)
+
+
 PACK_RUNS = (8, 32, 128, 512)      # contiguous run lengths timed, plus whole columns
 
 
@@ -738,7 +756,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.run()
     info["compute_skew"] = compute_skew(world)
     if world.Get_rank() == 0:
-        info["first_touch"] = first_touch_costs()     # the others wait in the fit's bcast below
+        info["first_touch"] = first_touch_in_fresh_process()     # the others wait in the fit's bcast below
         info["pack"] = pack_costs()
     measured = time.perf_counter() - t_start
     result, error = None, ""
