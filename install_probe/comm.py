@@ -658,31 +658,6 @@ def first_touch_costs(sizes=FIRST_TOUCH_SIZES, reps: int = 5) -> dict:
     return out
 
 
-SKEW_SHAPES = ((1024, 64, 1024), (1024, 128, 1024), (2048, 256, 1024))   # (m, b, n) rank-b updates
-
-
-def compute_skew(world, shapes=SKEW_SHAPES, reps: int = 50) -> float:
-    """Mean relative spread (slowest minus fastest rank, over their mean) of the same one-thread
-    rank-b update started on every rank at once: the share of a step's compute that the ranks a
-    broadcast synchronises wait for the slowest (SUMMA). The mean, not the median: a loop of many
-    steps pays the tail. Collective; every rank returns the value."""
-    from threadpoolctl import threadpool_limits
-
-    rng, spreads = np.random.default_rng(world.Get_rank()), []
-    with threadpool_limits(1, "blas"):
-        for m, b, n in shapes:
-            x, y = np.asfortranarray(rng.random((m, b))), np.asfortranarray(rng.random((b, n)))
-            z = np.empty((m, n), order="F")
-            np.matmul(x, y, out=z)                                  # warm up
-            for _ in range(reps):
-                world.Barrier()
-                t0 = time.perf_counter()
-                np.matmul(x, y, out=z)
-                times = np.array(world.allgather(time.perf_counter() - t0))
-                spreads.append(float((times.max() - times.min()) / times.mean()))
-    return float(np.mean(spreads))
-
-
 def first_touch_in_fresh_process(sizes=FIRST_TOUCH_SIZES, reps: int = 5, timeout: float = 120.0) -> dict:
     """``first_touch_costs`` measured in a new Python process: which sizes come back already
     faulted depends on what the process freed before (a heap this probe has churned through
@@ -754,6 +729,8 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
+    from autotune.install_probe.contention import compute_skew
+
     info["compute_skew"] = compute_skew(world)
     if world.Get_rank() == 0:
         info["first_touch"] = first_touch_in_fresh_process()     # the others wait in the fit's bcast below

@@ -4,7 +4,8 @@ Each group of p ranks runs the same products simultaneously (a barrier before ev
 time of a call is the slowest rank's. Two access patterns: square products (compute-bound) and
 the rank-b updates of SUMMA and the parallel Cholesky (x-by-b times b-by-x into an x-by-x C:
 bandwidth-bound, so concurrent ranks slow each other more). Stored with
-``autotune.db.contention.save_contention``.
+``autotune.db.contention.save_contention``. The same concurrent timings give the ranks' spread on
+equal work (``compute_skew``), which the comm probe stores with its platform.
 """
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ RANKB_BLOCK = 256
 REPS = 3
 
 
-def _time_gemm(comm, n: int, reps: int, k: int | None = None) -> float:
-    """Median over reps of the slowest rank's one-thread dgemm time: n x k by k x n (k = n: square)."""
-    from mpi4py import MPI
+SKEW_SHAPES = ((1024, 64), (1024, 128), (1536, 256))   # (x, b) rank-b updates, as in SUMMA's steps
+SKEW_REPS = 50
 
+
+def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
+    """Every rank's time of the same one-thread n x k by k x n dgemm, all started together (a
+    barrier before each): shape (reps, ranks)."""
     rng = np.random.default_rng(comm.rank)
-    k = n if k is None else k
     a, b = rng.standard_normal((n, k)), rng.standard_normal((k, n))
     c = np.empty((n, n))
     np.matmul(a, b, out=c)
@@ -32,8 +35,25 @@ def _time_gemm(comm, n: int, reps: int, k: int | None = None) -> float:
         comm.Barrier()
         t0 = time.perf_counter()
         np.matmul(a, b, out=c)
-        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
-    return float(np.median(times))
+        times.append(comm.allgather(time.perf_counter() - t0))
+    return np.array(times)
+
+
+def _time_gemm(comm, n: int, reps: int, k: int | None = None) -> float:
+    """Median over reps of the slowest rank's one-thread dgemm time: n x k by k x n (k = n: square)."""
+    return float(np.median(_concurrent_times(comm, n, n if k is None else k, reps).max(axis=1)))
+
+
+def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
+    """Mean relative spread, (slowest - fastest rank) / their mean, of the same one-thread rank-b
+    update started on every rank at once: the share of a step's compute that ranks a broadcast
+    synchronises wait for the slowest (SUMMA). The mean, not the median: a loop of many steps
+    pays the tail. Collective; every rank returns the value."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, "blas"):
+        t = np.concatenate([_concurrent_times(world, n, b, reps) for n, b in shapes])
+    return float(np.mean((t.max(axis=1) - t.min(axis=1)) / t.mean(axis=1)))
 
 
 def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> list[tuple[int, int, float]]:

@@ -563,11 +563,22 @@ def test_first_touch_probe_measures_by_size_and_a_positive_cost_past_the_mmap_th
         assert 0 < out["per_byte"][1] < 1e-8          # faster than 100 MB/s, slower than free
 
 
-def test_compute_skew_comes_with_the_platform_and_one_rank_has_none(tmp_path):
-    from autotune.install_probe.comm import compute_skew
-    from mpi4py import MPI
+class _TwoRanks:
+    """Rank 0 of a pretend pair whose partner always reports twice rank 0's time (no MPI in-process)."""
 
-    assert compute_skew(MPI.COMM_SELF, shapes=((64, 8, 64),), reps=3) == 0.0
+    rank = 0
+
+    def Barrier(self):
+        pass
+
+    def allgather(self, t):
+        return [t, 2 * t]
+
+
+def test_compute_skew_is_the_mean_relative_spread_and_comes_with_the_platform(tmp_path):
+    from autotune.install_probe.contention import compute_skew
+
+    assert compute_skew(_TwoRanks(), shapes=((64, 8),), reps=3) == pytest.approx(2 / 3)   # (2t - t) / 1.5t
     path, old = tmp_path / "skew.h5", tmp_path / "old.h5"
     write_synthetic(path, 2, compute_skew=0.012)
     write_synthetic(old, 2)
