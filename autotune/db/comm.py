@@ -581,6 +581,18 @@ class _Curve:
 _ZERO = _Curve(np.zeros(0), np.zeros(1), np.zeros(1))
 
 
+def _log_interp(table, xkey: str, ykey: str, x: float) -> float | None:
+    """``table[ykey]`` at ``x``, log-linear in ``table[xkey]`` (end values held outside): a probe
+    series stored with the platform. None if it is missing, mismatched or not finite."""
+    try:
+        xs, ys = np.asarray(table[xkey], float), np.asarray(table[ykey], float)
+    except (TypeError, KeyError, ValueError):
+        return None
+    if xs.size == 0 or xs.shape != ys.shape or not np.all(xs > 0) or not np.all(np.isfinite(ys)):
+        return None
+    return float(np.interp(math.log(max(float(x), 1.0)), np.log(xs), ys))
+
+
 class CommParams:
     """What models consult for communication: the chosen platform's fits, or defaults."""
 
@@ -621,9 +633,8 @@ class CommParams:
     def compute_skew(self) -> float:
         """Share of a synchronised step's compute that ranks wait for the slowest (the probe's mean
         spread of one update run on all ranks at once; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
-        value = self._platform.info.get("compute_skew") if self._platform is not None else None
         try:
-            value = float(value)
+            value = float(self._info("compute_skew"))
         except (TypeError, ValueError):
             return DEFAULT_COMPUTE_SKEW
         return value if math.isfinite(value) and value >= 0 else DEFAULT_COMPUTE_SKEW
@@ -632,18 +643,10 @@ class CommParams:
         """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),
         log-linear between the sizes the probe measured on the root (a single per-byte value from
         older probes; nominal DEFAULT_FIRST_TOUCH per byte when unmeasured or unreadable)."""
-        value = self._platform.info.get("first_touch") if self._platform is not None else None
-        if isinstance(value, dict):
-            try:
-                sizes, cost = np.asarray(value["bytes"], float), np.asarray(value["per_byte"], float)
-                if sizes.size and sizes.size == cost.size and np.all(sizes > 0) and np.all(np.isfinite(cost)):
-                    per_byte = np.interp(math.log(max(float(nbytes), 1.0)), np.log(sizes), cost)
-                    return float(nbytes) * float(per_byte)
-            except (KeyError, TypeError, ValueError):
-                pass
-            value = None
+        value = self._info("first_touch")
+        per_byte = _log_interp(value, "bytes", "per_byte", nbytes) if isinstance(value, dict) else value
         try:
-            per_byte = float(value) if value is not None else DEFAULT_FIRST_TOUCH
+            per_byte = float(per_byte)
         except (TypeError, ValueError):
             per_byte = DEFAULT_FIRST_TOUCH
         return float(nbytes) * (per_byte if math.isfinite(per_byte) else DEFAULT_FIRST_TOUCH)
@@ -652,14 +655,12 @@ class CommParams:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
         ``elements`` costs when its contiguous runs are ``run`` elements long (log-linear between
         the probe's run lengths); None if the probe did not measure it."""
-        data = self._platform.info.get("pack") if self._platform is not None else None
-        try:
-            runs, cost = np.log(np.asarray(data["runs"], float)), np.asarray(data[kind], float)
-        except (TypeError, KeyError, ValueError):
-            return None
-        if runs.size == 0 or runs.size != cost.size or not np.all(np.isfinite(cost)):
-            return None
-        return float(elements) * float(np.interp(math.log(max(float(run), 1.0)), runs, cost))
+        per_element = _log_interp(self._info("pack"), "runs", kind, run)
+        return None if per_element is None else float(elements) * per_element
+
+    def _info(self, name: str):
+        """One value the probe stored with this platform, None without a platform or the value."""
+        return self._platform.info.get(name) if self._platform is not None else None
 
     @property
     def loggp(self) -> dict | None:
