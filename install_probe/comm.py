@@ -99,15 +99,36 @@ class CommProfile:
     loggp_messages: int = 8
     loggp_max_bytes: int = 1 << 20
     cold_sizes: tuple[int, ...] | None = None   # sizes of the cold-cache primitives (None: sizes >= COLD_MIN_BYTES)
+    heldout: bool = False                       # also time the midpoints of each grid, to check the fits on
     source: str = ""
 
-    def sizes_for(self, prim: str) -> tuple[int, ...]:
-        """The message sizes ``prim`` is timed at."""
+    def fitted_sizes(self, prim: str) -> tuple[int, ...]:
+        """The message sizes ``prim``'s fit is made from."""
         if prim not in COLD:
             return self.sizes
         if self.cold_sizes is not None:
             return self.cold_sizes
         return tuple(s for s in self.sizes if s >= COLD_MIN_BYTES)
+
+    def heldout_for(self, prim: str) -> tuple[int, ...]:
+        """Sizes ``prim`` is timed at only to check its fit: the geometric midpoint of each pair of
+        neighbours in its grid (multiples of 8 B, none a fitted size of any primitive); () without
+        ``heldout``."""
+        if not self.heldout:
+            return ()
+        own = self.fitted_sizes(prim)
+        fitted = set(self.sizes) | set(self.fitted_sizes(next(iter(COLD))))
+        mids = {int(round(math.sqrt(a * b) / 8.0)) * 8 for a, b in zip(own[:-1], own[1:], strict=False)}
+        return tuple(sorted(mids - fitted))
+
+    @property
+    def heldout_sizes(self) -> tuple[int, ...]:
+        """Every held-out size of any primitive (what the fits leave out)."""
+        return tuple(sorted({m for prim in self.primitives for m in self.heldout_for(prim)}))
+
+    def sizes_for(self, prim: str) -> tuple[int, ...]:
+        """The message sizes ``prim`` is timed at: its fitted sizes and the held-out ones between them."""
+        return tuple(sorted(set(self.fitted_sizes(prim)) | set(self.heldout_for(prim))))
 
     def p_values(self, world: int) -> list[int]:
         if world < 2:
@@ -154,7 +175,7 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
-               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes"}
+               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -181,7 +202,13 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
-                       source=source)
+                       heldout=_heldout(data.get("heldout", "none"), source), source=source)
+
+
+def _heldout(value, source: str) -> bool:
+    if value not in ("midpoints", "none"):
+        raise CommProfileError(f"{source}: heldout must be midpoints or none, got {value!r}")
+    return value == "midpoints"
 
 
 def load_comm_profile(name_or_path: str) -> CommProfile:
@@ -740,7 +767,8 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     if world.Get_rank() == 0:
         try:
             points = np.array(run.best_rows(), dtype=dbc.POINT_DTYPE)
-            fits = dbc.fit_points(points, max_regimes=profile.max_regimes)
+            info["heldout_sizes"] = list(profile.heldout_sizes)
+            fits = dbc.fit_points(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
             prtt = np.array(run.best_prtt(), dtype=dbc.PRTT_DTYPE)
             loggp = dbc.fit_loggp(prtt, fits) if len(prtt) else None
             info.update({"profile": profile.name, "seconds": round(time.perf_counter() - t_start, 3),

@@ -67,9 +67,11 @@ def test_criterion_does_not_split_a_regime_at_noise():
 
 
 def test_protocol_break_at_the_power_of_two_in_the_middle_of_the_gap():
-    """Between measured 256 and 1024 B a switch at 512 is as likely as at 1024: the boundary is
-    the power of two nearest the middle of the gap in log size; a single one is taken as is."""
-    assert dbc._boundary(256.0, 1024.0) == 512.0
+    """Between measured 384 and 1024 B a switch at 512 is as likely as at 1024: the boundary is
+    the power of two nearest the middle of the gap in log size; a single one is taken as is.
+    A power of two measured as the last size of its regime ends it (a limit admits L bytes)."""
+    assert dbc._boundary(384.0, 1024.0) == 512.0
+    assert dbc._boundary(256.0, 1024.0) == 257.0 and dbc._boundary(2048.0, 2432.0) == 2049.0
     assert dbc._boundary(3456.0, 4864.0) == 4096.0
     assert dbc._boundary(2880.0, 4096.0) == 4096.0
     assert dbc._boundary(4096.0 * 1.1, 4096.0 * 1.3) == pytest.approx(4096.0 * math.sqrt(1.1 * 1.3))
@@ -139,6 +141,24 @@ def test_fit_curve_groups_heldout_error_by_regime():
     assert len(cf.err_med) == len(cf.fit.regimes) == 2
     assert sum(cf.n_heldout) == len(m) // 2 - (1 if len(m) % 2 == 0 else 0)
     assert max(cf.err_max) < 0.10 and all(e <= x for e, x in zip(cf.err_med, cf.err_max, strict=True))
+
+
+def test_fit_curve_leaves_the_heldout_sizes_out_and_checks_the_fit_on_them():
+    """Probed held-out sizes: the stored fit never sees them, and its error there is what is
+    reported; a disturbed held-out size moves the error, not the fit."""
+    m = np.array(STANDARD_SIZES, dtype=float)
+    mids = np.sqrt(m[:-1] * m[1:]).round()
+    sizes = np.concatenate([m, mids])
+    law = np.where(sizes < 4096, 1.5e-6 + sizes / 3e9, 4e-6 + sizes / 12e9)
+    t = law.copy()
+    t[len(m) + 20] *= 1.3                                   # one held-out size 30% slow
+    cf = dbc.fit_curve(sizes, t, mids)
+    assert cf.heldout_fit is None and sum(r.npts for r in cf.fit.regimes) == len(m)
+    assert sum(cf.n_heldout) == len(mids)
+    assert cf.fit.predict(sizes) == pytest.approx(law, rel=1e-6)
+    assert max(x for x in cf.err_max if x == x) == pytest.approx(0.3 / 1.3, rel=1e-3)
+    fallback = dbc.fit_curve(m, law[:len(m)], mids)         # none of them measured: every other size
+    assert fallback.heldout_fit is not None and sum(fallback.n_heldout) == len(m) // 2 - 1
 
 
 def test_loggp_from_prtt_recovers_o_O_g_G():
@@ -386,6 +406,15 @@ def test_builtin_profiles_and_errors(tmp_path):
     assert quick.p_values(4) == [2, 4] and std.p_values(4) == [2, 3, 4]
     assert std.grid_values(4) == [(1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1)]
     assert quick.grid_values(4) == [(1, 4), (2, 2), (4, 1)]
+    assert std.heldout and not quick.heldout and not quick.heldout_sizes
+    held = set(std.heldout_sizes)
+    assert not held & (set(std.sizes) | set(std.fitted_sizes("bcast_cold")))
+    assert set(std.sizes_for("bcast")) == set(std.sizes) | set(std.heldout_for("bcast"))
+    gaps = np.searchsorted(std.sizes, std.heldout_for("bcast"))     # one per gap (none fits between 8 and 16)
+    assert 24 in held and list(gaps) == list(range(2, len(std.sizes)))
+    assert set(std.heldout_for("bcast_cold")) <= held and min(std.heldout_for("bcast_cold")) > 65536
+    with pytest.raises(CommProfileError, match="heldout must be"):
+        parse_comm_profile({"sizes": [8], "heldout": "every-other"})
     with pytest.raises(CommProfileError, match="unknown key"):
         parse_comm_profile({"sizes": [8], "bogus": 1})
     with pytest.raises(CommProfileError, match="multiples of 8"):
@@ -510,7 +539,7 @@ def test_show_lists_comm_fits_and_plots(probed, tmp_path, capsys):
 
 def test_cli_launches_mpiexec_itself(tmp_path):
     path, prof = tmp_path / "cli.h5", tmp_path / "tiny.yaml"
-    prof.write_text(yaml.safe_dump(dict(TINY, procs=[2], grids="none")))
+    prof.write_text(yaml.safe_dump(dict(TINY, procs=[2], grids="none", heldout="midpoints")))
     proc = run([sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--np", "2", "--profile", str(prof),
                 "--db", str(path), "--no-progress", "--timeout", "50"], tmp_path)
     assert "MPI probe on 2 processes complete" in proc.stdout
@@ -519,6 +548,13 @@ def test_cli_launches_mpiexec_itself(tmp_path):
     assert "bcast_row" not in cp.primitives() and "pingpong" in cp.primitives()
     info = cp._platform.info                     # the root's own costs and the ranks' compute spread
     assert 0 <= info["compute_skew"] < 1 and len(info["first_touch"]["bytes"]) == len(info["first_touch"]["per_byte"])
+    held = set(info["heldout_sizes"])                # timed, left out of the fits, checked on
+    assert held and not held & set(TINY["sizes"]) and 24 in held
+    fits, pts = cp._platform.fits, cp._platform.points
+    bcast = fits[fits["primitive"] == b"bcast"]
+    extra = set(pts[pts["primitive"] == b"bcast"]["nbytes"]) - set(TINY["sizes"])
+    assert extra <= held and len(extra) >= len(TINY["sizes"]) - 2      # 65536, a cold size, is not held out
+    assert bcast["npts"].sum() == len(TINY["sizes"]) and bcast["n_heldout"].sum() == len(extra)
 
 
 def test_cli_rejects_bad_mpi_arguments(tmp_path, capsys):

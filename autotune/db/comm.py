@@ -18,8 +18,11 @@ from the size before it (past the caches, time grows faster than linearly and a 
 a negative intercept). A breakpoint between the last size of a regime and the first of the next
 lies at the power of two nearest the middle of the gap (protocol limits are powers of two) up to
 1 MiB; above, where the lines cross if they do in the gap (the change is gradual), else halfway
-in log size. The held-out error comes from the same procedure run on every other size and
-checked on the rest.
+in log size, except that a power of two measured in the lower regime ends it (a limit of L bytes
+admits a message of L bytes). The held-out error is that of the stored fit at sizes the probe
+timed but left out of it (``heldout_sizes``: the midpoints of the fitted grid, a size the
+runtime asks for lies between measured ones); without them, that of the same procedure fitted on
+every other size and checked on the rest.
 
 Nothing here imports mpi4py: the run time reads what the probe (``autotune.install_probe.comm``)
 wrote. ``load_comm`` never raises: a missing or damaged file, no communication data, or another
@@ -202,11 +205,16 @@ POW2_BREAK_LIMIT = 1 << 20   # protocol thresholds (eager, pipelining, algorithm
 def _boundary(last: float, first: float, below: Regime | None = None, above: Regime | None = None) -> float:
     """Where one regime ends and the next begins, between the measured sizes ``last`` < ``first``.
 
-    Up to POW2_BREAK_LIMIT, the power of two in (last, first] nearest the middle of the gap in log
-    size (MPI libraries switch protocol at such sizes, e.g. an eager limit of 4096 B). Otherwise
-    the change is gradual (messages outgrowing a cache): where the two regimes' lines cross if
-    that is inside the gap (the model stays continuous), else halfway in log size.
+    Up to POW2_BREAK_LIMIT, MPI libraries switch protocol at powers of two: just above ``last``
+    if it is one (a limit of L bytes admits L; measured: 256 B and 2048 B are the last sizes of
+    their regimes here), else the power of two in (last, first] nearest the middle of the gap in
+    log size (a limit that counts a header, such as the 4096 B eager limit, moves a message of L
+    bytes up). Otherwise the change is gradual (messages outgrowing a cache): where the two
+    regimes' lines cross if that is inside the gap (the model stays continuous), else halfway in
+    log size.
     """
+    if POW2_BREAK_LIMIT >= first > last > 0 and last == 2.0 ** round(math.log2(last)):
+        return last + 1.0
     if POW2_BREAK_LIMIT >= first > last > 0:
         lo_exp, hi_exp = math.floor(math.log2(last)) + 1, math.floor(math.log2(first))
         if hi_exp >= lo_exp:
@@ -306,7 +314,7 @@ def relative_errors(fit: HockneyFit, nbytes, times) -> np.ndarray:
 def heldout(nbytes, times, **kw) -> tuple[HockneyFit | None, np.ndarray, np.ndarray]:
     """Fit on every other size (the smallest, the third, ... and always the largest), check on
     the rest: every held-out size lies between two fitted ones, as a lookup between measured
-    sizes would.
+    sizes would. For curves probed without held-out sizes of their own.
 
     Returns (the half fit, the held-out sizes, their relative errors); (None, [], []) when there
     are too few sizes to split (fewer than 4).
@@ -326,7 +334,8 @@ def heldout(nbytes, times, **kw) -> tuple[HockneyFit | None, np.ndarray, np.ndar
 
 @dataclass(frozen=True)
 class CurveFit:
-    """Final fit (all sizes) plus the held-out error of the procedure, grouped by final regime."""
+    """The stored fit plus its held-out error, grouped by regime (``heldout_fit``: the fit the
+    error was measured on, when that is not the stored one)."""
 
     fit: HockneyFit
     err_med: tuple[float, ...]
@@ -335,9 +344,18 @@ class CurveFit:
     heldout_fit: HockneyFit | None = None
 
 
-def fit_curve(nbytes, times, **kw) -> CurveFit:
-    fit = fit_hockney(nbytes, times, **kw)
-    half, hm, herr = heldout(nbytes, times, **kw)
+def fit_curve(nbytes, times, heldout_sizes=(), **kw) -> CurveFit:
+    """Fit a curve leaving out the sizes in ``heldout_sizes`` and check it on them; if the curve
+    has fewer than two of them, fit all sizes and check the every-other procedure (``heldout``)."""
+    m = np.asarray(nbytes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    held = np.isin(m, np.asarray(heldout_sizes, dtype=float))
+    if held.sum() >= 2 and (~held).sum() >= 2:
+        fit = fit_hockney(m[~held], t[~held], **kw)
+        half, hm, herr = None, m[held], relative_errors(fit, m[held], t[held])
+    else:
+        fit = fit_hockney(m, t, **kw)
+        half, hm, herr = heldout(m, t, **kw)
     where = fit.index(hm)
     med, mx, cnt = [], [], []
     for i in range(len(fit.regimes)):
@@ -348,14 +366,15 @@ def fit_curve(nbytes, times, **kw) -> CurveFit:
     return CurveFit(fit, tuple(med), tuple(mx), tuple(cnt), half)
 
 
-def fit_points(points: np.ndarray, **kw) -> np.ndarray:
-    """FIT_DTYPE rows for every (primitive, p, r, c) curve in ``points``."""
+def fit_points(points: np.ndarray, heldout_sizes=(), **kw) -> np.ndarray:
+    """FIT_DTYPE rows for every (primitive, p, r, c) curve in ``points``, the sizes in
+    ``heldout_sizes`` left out of the fits and used to check them (``fit_curve``)."""
     rows = []
     for key in sorted({(r["primitive"], int(r["p"]), int(r["r"]), int(r["c"])) for r in points}):
         prim, p, rr, cc = key
         sel = (points["primitive"] == prim) & (points["p"] == p) & (points["r"] == rr) & (points["c"] == cc)
         pts = points[sel]
-        cf = fit_curve(pts["nbytes"], pts["t_mean"], **kw)
+        cf = fit_curve(pts["nbytes"], pts["t_mean"], heldout_sizes, **kw)
         k = len(cf.fit.regimes)
         for i, g in enumerate(cf.fit.regimes):
             rows.append((prim, p, rr, cc, i, k, g.lo, g.hi, g.ts, g.tw, g.m_first, g.m_last, g.npts,
@@ -480,7 +499,7 @@ def write_platform(path, info: dict, points: np.ndarray, fits: np.ndarray | None
     series and LoOgGP fit; replaces an earlier probe of the same platform. Returns its key."""
     points = as_points(points)
     if fits is None:
-        fits = fit_points(points)
+        fits = fit_points(points, info.get("heldout_sizes", ()))
     info = dict(info)
     info["key"] = key = platform_key(info)
 
