@@ -117,7 +117,7 @@ class CommProfile:
         if not self.heldout:
             return ()
         own = self.fitted_sizes(prim)
-        fitted = set(self.sizes) | set(self.fitted_sizes(next(iter(COLD))))
+        fitted = set(self.sizes) | set(self.fitted_sizes(COLD[0]))   # every cold primitive: one grid
         mids = {int(round(math.sqrt(a * b) / 8.0)) * 8 for a, b in zip(own[:-1], own[1:], strict=False)}
         return tuple(sorted(mids - fitted))
 

@@ -346,11 +346,11 @@ class CurveFit:
 
 def fit_curve(nbytes, times, heldout_sizes=(), **kw) -> CurveFit:
     """Fit a curve leaving out the sizes in ``heldout_sizes`` and check it on them; if the curve
-    has fewer than two of them, fit all sizes and check the every-other procedure (``heldout``)."""
+    has none of them, fit all sizes and check the every-other procedure (``heldout``)."""
     m = np.asarray(nbytes, dtype=float)
     t = np.asarray(times, dtype=float)
     held = np.isin(m, np.asarray(heldout_sizes, dtype=float))
-    if held.sum() >= 2 and (~held).sum() >= 2:
+    if held.any() and (~held).sum() >= 2:
         fit = fit_hockney(m[~held], t[~held], **kw)
         half, hm, herr = None, m[held], relative_errors(fit, m[held], t[held])
     else:
