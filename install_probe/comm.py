@@ -33,6 +33,11 @@ collectives (bcast, reduce, scatterv, gatherv, grid broadcasts) time one call pe
 back-to-back calls would overlap. The whole plan is swept ``passes`` times (alternately
 backwards) and each point keeps its fastest pass (by mean), so one caught by another program's
 burst is timed again at another moment.
+Messages leave from and arrive in buffers made as the runs' workspace makes its own
+(``workspace.huge_empty``: 2 MiB pages): the shared-memory transport's single copy walks both
+processes' pages, 2-3.4x faster on huge pages than on 4 KiB ones, so a numpy buffer's time
+depended on where its 2 MiB boundaries fell (three broadcasts among the same two ranks read
+37, 54 and 125 us for 2 MiB in one probe).
 Rank 0 fits and writes the database.
 """
 from __future__ import annotations
@@ -48,6 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.db import comm as dbc
+from autotune.distributed import workspace
 from autotune.distributed.collective import quiet_barrier
 
 BUILTIN = ("quick", "standard")
@@ -290,13 +296,21 @@ def _mean_known(times: list[float], tol: float) -> bool:
 
 # -- the operations -------------------------------------------------------------------------------
 
+def _message_buffer(nbytes: int) -> np.ndarray:
+    """``nbytes`` of memory made as the runs' workspace makes theirs (huge pages from
+    ``workspace.HUGE_MIN_BYTES``: a transfer's time depends on the page size), touched once."""
+    buf = workspace.huge_empty(-(-nbytes // 8)).view(np.uint8)[:nbytes]
+    buf.fill(1)
+    return buf
+
+
 class Buffers:
     """Send/receive arrays sized for the largest message, touched once (no page faults timed)."""
 
     def __init__(self, nbytes: int):
         self.n = nbytes
-        self.send = np.ones(nbytes, dtype=np.uint8)
-        self.recv = np.ones(nbytes, dtype=np.uint8)
+        self.send = _message_buffer(nbytes)
+        self.recv = _message_buffer(nbytes)
 
 
 class CacheFlush:
@@ -419,9 +433,10 @@ class ColdOp:
     """One call of a cold primitive: a run's distribution of a user's matrix. Arrays of exactly
     the matrix's size, in float64, the root's own Scatterv block left in place; ``renew()`` (before
     each repetition, untimed) allocates and touches new ones, then every member's caches are
-    flushed. New arrays because the single-copy transfer pins each page: how much of an array
-    huge pages back depends on where it falls, and moves its time by up to 2x from one
-    allocation to the next; the mean over allocations is what a user's matrices cost."""
+    flushed. The root's is a numpy array, as a user's matrix is: the single-copy transfer walks
+    its pages, and how much of it huge pages back depends on where it falls (up to 2x from one
+    allocation to the next), so the mean over allocations is what a user's matrices cost. The
+    other members receive into memory made as the runs' workspace is (``_message_buffer``)."""
 
     def __init__(self, prim: str, comm, m: int, flush: CacheFlush | None = None):
         if prim not in COLD:
@@ -435,7 +450,10 @@ class ColdOp:
         p, d = self.comm.Get_size(), self.d
         rooted_scatter = self.prim == "scatterv_cold" and self.comm.Get_rank() == 0
         self.buf = None                          # the old arrays go before the new ones come
-        self.buf = np.ones(p * d if rooted_scatter else d)
+        if self.comm.Get_rank() == 0:
+            self.buf = np.ones(p * d if rooted_scatter else d)
+        else:
+            self.buf = _message_buffer(8 * d).view(np.float64)
         if self.flush is not None:
             self.flush()
 

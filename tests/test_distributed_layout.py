@@ -120,6 +120,39 @@ def test_workspace_reuses_grows_and_releases():
     assert workspace.held_bytes() == 0
 
 
+def test_huge_empty_is_a_float64_array_on_a_huge_page_boundary():
+    from autotune.distributed import workspace
+
+    x = workspace.huge_empty(300_001)
+    assert x.dtype == np.float64 and x.shape == (300_001,) and x.flags.c_contiguous and x.flags.writeable
+    assert x.ctypes.data % workspace.HUGE_PAGE == 0
+    x[:] = 2.0                                   # all of it is ours
+    assert x.sum() == 600_002.0
+    assert workspace.huge_empty(0).shape == (1,)
+
+
+def test_workspace_backs_message_sized_buffers_with_huge_pages():
+    from autotune.distributed import workspace
+
+    workspace.release()
+    big = workspace.empty("big", (workspace.HUGE_MIN_BYTES // 8, 2), order="F")
+    small = workspace.empty("small", workspace.HUGE_MIN_BYTES // 8 - 1)
+    assert big.ctypes.data % workspace.HUGE_PAGE == 0 and big.flags.f_contiguous
+    assert small.ctypes.data % 64 == 0 and small.nbytes < workspace.HUGE_MIN_BYTES
+    workspace.release()
+
+
+def test_probe_message_buffers_are_made_like_the_workspace():
+    from autotune.install_probe.comm import Buffers
+
+    from autotune.distributed import workspace
+
+    bufs = Buffers(3 * workspace.HUGE_PAGE + 5)
+    for buf in (bufs.send, bufs.recv):
+        assert buf.dtype == np.uint8 and buf.size == bufs.n and buf.ctypes.data % workspace.HUGE_PAGE == 0
+        assert buf.min() == buf.max() == 1       # touched: no page faults in the timings
+
+
 def test_workspace_limit_gives_fresh_memory():
     from autotune.config import options
     from autotune.distributed import workspace

@@ -110,6 +110,7 @@ class _Factor:
         self.last = n - (self.N - 1) * b if n else 0
         self.mloc, self.nloc = x.shape
         self.sends: list = []          # (request, buffer) pairs still in flight
+        self.slot_sends: dict[str, list] = {}   # workspace slot -> its sends' requests
         self.recvs: dict[int, tuple] = {}  # panel -> (requests, buffers, sources)
         self.own_info: dict[int, int] = {}
         self.seconds = {"compute": 0.0, "communication": 0.0}
@@ -137,6 +138,16 @@ class _Factor:
     def tag(self, K: int, kind: int) -> int:
         return 2 * (K % _TAG_CYCLE) + kind
 
+    def buffer(self, role: str, K: int, size: int) -> tuple[str, np.ndarray]:
+        """(slot, workspace buffer) ``role`` of panel K: two slots by K's parity, since panel K's
+        pieces are done with once panel K + 2 is posted (its sends, if any, completed first).
+        Reused, huge-page backed memory: what the probe times its messages on."""
+        slot = f"chol_{role}{K % 2}"
+        pending = self.slot_sends.pop(slot, None)
+        if pending:
+            self.MPI.Request.Waitall(pending)
+        return slot, workspace.empty(slot, size)
+
     # -- communication ---------------------------------------------------------------------
     def post_recv(self, K: int) -> None:
         """Irecv the pieces of panel K this rank needs (header-only when empty or failed)."""
@@ -148,7 +159,7 @@ class _Factor:
             if i == self.myr and self.myc == pcK:
                 continue
             rows = (self.mloc - self.lr(K + 1)) if i == self.myr else self.rows_of(self.blocks(K + 1, i, self.myc))
-            buf = np.empty(1 + rows * w)
+            _, buf = self.buffer(f"r{i}", K, 1 + rows * w)
             reqs.append(self.comm.Irecv([buf, self.MPI.DOUBLE], self.rank_of(i, pcK), self.tag(K, 1)))
             bufs.append(buf)
             srcs.append(i)
@@ -178,8 +189,11 @@ class _Factor:
         self.seconds["communication"] += time.perf_counter() - t0
         return info, lrow, pieces
 
-    def send(self, buf: np.ndarray, i: int, j: int, tag: int) -> None:
-        self.sends.append((self.comm.Isend([buf, self.MPI.DOUBLE], self.rank_of(i, j), tag), buf))
+    def send(self, buf: np.ndarray, i: int, j: int, tag: int, slot: str | None = None) -> None:
+        req = self.comm.Isend([buf, self.MPI.DOUBLE], self.rank_of(i, j), tag)
+        self.sends.append((req, buf))
+        if slot is not None:
+            self.slot_sends.setdefault(slot, []).append(req)
 
     def poll(self) -> None:
         """Let outstanding messages progress while computing (a receiver copies its pieces in
@@ -213,17 +227,17 @@ class _Factor:
             info = K * self.b + info if info else 0
             if self.nr > 1:
                 t1 = time.perf_counter()
-                buf = np.empty(1 + (0 if info else w * w))
+                slot, buf = self.buffer("ds", K, 1 + (0 if info else w * w))
                 buf[0] = info
                 if not info:
                     buf[1:].reshape((w, w), order=order)[...] = diag
                 for i in range(self.nr):
                     if i != self.myr:
-                        self.send(buf, i, self.myc, self.tag(K, 0))
+                        self.send(buf, i, self.myc, self.tag(K, 0), slot)
                 comm_t += time.perf_counter() - t1
         else:
             t1 = time.perf_counter()
-            buf = np.empty(1 + w * w)
+            _, buf = self.buffer("dr", K, 1 + w * w)
             self.comm.Recv([buf, self.MPI.DOUBLE], self.rank_of(K % self.nr, self.myc), self.tag(K, 0))
             info = int(buf[0])
             diag = buf[1:].reshape((w, w), order=order)
@@ -241,28 +255,28 @@ class _Factor:
     def _send_pieces(self, K: int, info: int, panel: np.ndarray) -> None:
         w, order, tag = self.size(K), self.order, self.tag(K, 1)
         header = np.array([float(info)])
-        whole = None
+        whole, wslot = None, None
         if self.nc > 1 or self.nr > 1:
             if info:
                 whole = header
             else:
-                whole = np.empty(1 + panel.size)
+                wslot, whole = self.buffer("w", K, 1 + panel.size)
                 whole[0] = 0.0
                 whole[1:].reshape(panel.shape, order=order)[...] = panel
         for q in range(self.nc):
             if q != self.myc:
-                self.send(whole, self.myr, q, tag)
+                self.send(whole, self.myr, q, tag, wslot)
         if self.nr == 1:
             return
         it = self.lr(K + 1)
         for q in range(self.nc):
             if info:
-                sub = header
+                sub, sslot = header, None
             elif self.nc == 1:
-                sub = whole
+                sub, sslot = whole, wslot
             else:
                 J = self.blocks(K + 1, self.myr, q)
-                sub = np.empty(1 + self.rows_of(J) * w)
+                sslot, sub = self.buffer(f"s{q}", K, 1 + self.rows_of(J) * w)
                 sub[0] = 0.0
                 data = sub[1:].reshape((-1, w), order=order)
                 pos = 0
@@ -273,7 +287,7 @@ class _Factor:
                     pos += h
             for i in range(self.nr):
                 if i != self.myr:
-                    self.send(sub, i, q, tag)
+                    self.send(sub, i, q, tag, sslot)
 
     # -- trailing update ----------------------------------------------------------------------
     def update(self, k: int, lrow: np.ndarray, pieces: dict[int, np.ndarray], hook=None) -> None:

@@ -43,7 +43,6 @@ from autotune.models.gemm import strassen as strassen_seq
 from autotune.models.movement import ITEM, first_touch
 from autotune.models.movement import add_k as _k2_add
 from autotune.models.movement import cold_copies as _cold_copies
-from autotune.models.movement import in_loop as _in_loop
 from autotune.models.movement import k as _k
 from autotune.models.movement import pack as _pack
 from autotune.models.movement import passes as _passes
@@ -172,8 +171,10 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     """(communication, compute, wait) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on
     R x C: bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R
     (after its owner copies it out of the local Y, which the last update evicted: one out-of-cache
-    pass, ``movement.cold_copies``), each plus ``movement.in_loop`` of its elements (every rank
-    of a synchronous broadcast spends it: the root until the single copy is done); a rank-w update
+    pass, ``movement.cold_copies``), at the probe's times: the panels are huge-page workspace, as
+    the probe's buffers, and no rank updates while they travel (the broadcasts are synchronous),
+    so nothing is added for moving them inside the loop (``movement.in_loop``: 0.44 of an
+    out-of-cache pass per element, when the panels were on 4 KiB pages; session 19); a rank-w update
     (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). ``compute`` is the largest
     rank's. The broadcasts synchronise the ranks each step, so the least loaded rank waits out
     the difference, or, where loads are (nearly) equal, the slowest of ranks doing the same work
@@ -189,11 +190,10 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     p = R * C
     comm = 0.0
     if C > 1:
-        comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))
-                             + _in_loop(sp, mloc * widths)))
+        comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))))
     if R > 1:      # the owning row first copies its w x nloc slab of Y into the contiguous panel
         comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))
-                             + _cold_copies(sp, nloc * widths) + _in_loop(sp, nloc * widths)))
+                             + _cold_copies(sp, nloc * widths)))
     area = (mrows[:, None] * ncols[None, :]).ravel()
     k3 = np.array([_k3(sp, plan, math.sqrt(max(x, 1)), "rankb", b) for x in area])
     comp = 2.0 * float(np.dot(counts, widths)) * area * k3

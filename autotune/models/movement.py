@@ -25,11 +25,14 @@ READ_SHARE = 0.42
 # add series' out-of-cache rate (0.62 ns, its largest sizes; a fill writes 8 B per element and
 # reads the line for ownership, an add moves 24 B but single-handed).
 FILL_SHARE = 0.9
-# A panel moved inside a distributed loop (packed by its owner, copied in by a receiver) costs
-# more than the probe's warm transfer or copy of the same bytes: measured here (Cholesky,
-# n = 1536..2560, b = 64..512, 2 ranks) 0.3 ns per element more, 0.44 of the add series'
-# out-of-cache rate. Not page faults (reusing the buffers changed nothing); the copies run while
-# the other rank's update holds the memory system. Calibrated, like the shares above.
+# A panel moved inside a distributed loop while the other ranks update (Cholesky's look-ahead:
+# packed by its owner, copied in by a receiver) costs more than the probe's warm transfer or copy
+# of the same bytes: measured here (Cholesky, n = 1536..2560, b = 64..512, 2 ranks) 0.3 ns per
+# element more, 0.44 of the add series' out-of-cache rate. Not page faults (reusing the buffers
+# changed nothing); the copies run while the other rank's update holds the memory system.
+# Calibrated, like the shares above; still there with huge-page buffers (session 19: Cholesky's
+# communication median APE 4-10% with it, 13-23% without). SUMMA's synchronous broadcasts, during
+# which no rank updates, do not pay it.
 LOOP_SHARE = 0.44
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
