@@ -448,10 +448,9 @@ class ColdOp:
 
     def renew(self) -> None:
         p, d = self.comm.Get_size(), self.d
-        rooted_scatter = self.prim == "scatterv_cold" and self.comm.Get_rank() == 0
         self.buf = None                          # the old arrays go before the new ones come
         if self.comm.Get_rank() == 0:
-            self.buf = np.ones(p * d if rooted_scatter else d)
+            self.buf = np.ones(p * d if self.prim == "scatterv_cold" else d)
         else:
             self.buf = _message_buffer(8 * d).view(np.float64)
         if self.flush is not None:

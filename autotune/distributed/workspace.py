@@ -29,7 +29,7 @@ import numpy as np
 
 from autotune.kernels._front import aligned_empty
 
-__all__ = ["HUGE_MIN_BYTES", "empty", "held_bytes", "huge_empty", "limit_bytes", "release"]
+__all__ = ["HUGE_MIN_BYTES", "HUGE_PAGE", "empty", "held_bytes", "huge_empty", "limit_bytes", "release"]
 
 HUGE_PAGE = 2 << 20          # x86-64 transparent huge page
 HUGE_MIN_BYTES = 16 << 10    # the shared-memory transport copies once from 4 KiB up; 2x faster at 32 KiB here
