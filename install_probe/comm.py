@@ -859,7 +859,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print("\n".join(loggp_lines(result["loggp"])))
         solo = {n: t for p, n, t in rows if p == 1}
-        print("compute contention (one-thread dgemm, slowest of p concurrent ranks / alone): "
+        print("compute contention (one-thread dgemm, p concurrent ranks / alone): "
               + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
               f"for {info['library']} P={info['P']}{' oversubscribed' if info['oversubscribed'] else ''} "

@@ -1,7 +1,8 @@
 """Compute contention probe (collective, under mpiexec): one-thread dgemm on p = 1..P ranks at once.
 
-Each group of p ranks runs the same products simultaneously (a barrier before every call); the
-time of a call is the slowest rank's. Two access patterns: square products (compute-bound) and
+Each group of p ranks runs the same products simultaneously (a barrier before every call), in
+rounds that run every group size in turn; the time of a call is the mean of its ranks' (their
+spread is ``compute_skew``). Two access patterns: square products (compute-bound) and
 the rank-b updates of SUMMA and the parallel Cholesky (x-by-b times b-by-x into an x-by-x C:
 bandwidth-bound, so concurrent ranks slow each other more). Stored with
 ``autotune.db.contention.save_contention``. The same concurrent timings give the ranks' spread on
@@ -16,7 +17,7 @@ import numpy as np
 SIZES = (256, 512, 1024, 2048)
 RANKB_SIZES = (1024, 2048, 4096)
 RANKB_BLOCK = 256
-REPS = 3
+REPS = 5
 
 
 SKEW_SHAPES = ((1024, 64), (1024, 128), (1536, 256))   # (x, b) rank-b updates, as in SUMMA's steps
@@ -39,11 +40,6 @@ def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
     return np.array(times)
 
 
-def _time_gemm(comm, n: int, reps: int, k: int | None = None) -> float:
-    """Median over reps of the slowest rank's one-thread dgemm time: n x k by k x n (k = n: square)."""
-    return float(np.median(_concurrent_times(comm, n, n if k is None else k, reps).max(axis=1)))
-
-
 def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
     """Mean relative spread, (slowest - fastest rank) / their mean, of the same one-thread rank-b
     update started on every rank at once: the share of a step's compute that ranks a broadcast
@@ -56,30 +52,58 @@ def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
     return float(np.mean((t.max(axis=1) - t.min(axis=1)) / t.mean(axis=1)))
 
 
+def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, float]:
+    """Rank 0's solo time times the slowdown of each group size p (groups: p -> its communicator, or None off it) on one
+    one-thread n x k by k x n dgemm: rounds running p = 1, 2, .. P in turn, each round's mean over
+    the group's ranks over rank 0's solo time, median over rounds. Interleaved so that the clock
+    drift between probe phases (3-4% here) cancels; the ranks' mean, as their spread on equal
+    work is the platform's ``compute_skew``, charged separately."""
+    from autotune.distributed.collective import quiet_barrier
+
+    rng = np.random.default_rng(world.rank)
+    a, b = rng.standard_normal((n, k)), rng.standard_normal((k, n))
+    c = np.empty((n, n))
+    np.matmul(a, b, out=c)
+    mine: dict[int, list[float]] = {p: [] for p in groups}
+    for _ in range(reps):
+        for p, sub in groups.items():
+            if sub is not None:
+                sub.Barrier()
+                t0 = time.perf_counter()
+                np.matmul(a, b, out=c)
+                mine[p].append(float(np.mean(sub.allgather(time.perf_counter() - t0))))
+            quiet_barrier(world, poll_seconds=0.0005)
+    if world.rank != 0:
+        return {}
+    solo = np.array(mine[1])
+    return {p: float(np.median(solo) * np.median(np.array(t) / solo)) for p, t in mine.items()}
+
+
 def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> list[tuple[int, int, float]]:
-    """Measure p = 1..P (collective over ``world``); rank 0 stores and returns the square rows."""
+    """Measure p = 1..P (collective over ``world``); rank 0 stores the rows (per pattern, p, n: the
+    solo time times the slowdown) and returns the square ones."""
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
-    from autotune.distributed.collective import quiet_barrier
-
+    groups = {}
+    for p in range(1, world.size + 1):
+        sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
+        groups[p] = None if sub == MPI.COMM_NULL else sub
     rows = []
-    with threadpool_limits(1):
-        for p in range(1, world.size + 1):
-            sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
-            if sub != MPI.COMM_NULL:
-                rows += [(p, n, "square", _time_gemm(sub, n, reps)) for n in sizes]
-                rows += [(p, n, "rankb", _time_gemm(sub, n, reps, RANKB_BLOCK)) for n in RANKB_SIZES]
+    try:
+        with threadpool_limits(1):
+            for pattern, n, k in [("square", n, n) for n in sizes] + [("rankb", n, RANKB_BLOCK) for n in RANKB_SIZES]:
+                rows += [(p, n, pattern, t) for p, t in _interleaved(world, groups, n, k, reps).items()]
+    finally:
+        for sub in groups.values():
+            if sub is not None:
                 sub.Free()
-            # Ranks outside the group wait without polling: two ranks spinning in a blocking
-            # barrier took cores from the computing pair on the 4-on-2 platform (p = 2 measured
-            # 1.8x slower in one probe, 1.2x in another), which the distributed runs do not see.
-            quiet_barrier(world)
     if world.rank == 0:
         from autotune.db.contention import save_contention
 
         p, n, pattern, t = zip(*rows, strict=True)
         save_contention(db_path, key, p, n, t, {"routine": "gemm", "threads_per_rank": 1,
-                                                "rankb_block": RANKB_BLOCK}, pattern=pattern)
+                                                "rankb_block": RANKB_BLOCK, "statistic": "rank mean"},
+                        pattern=pattern)
         return [(q, m, x) for q, m, pat, x in rows if pat == "square"]
     return []

@@ -625,6 +625,36 @@ def test_compute_skew_is_the_mean_relative_spread_and_comes_with_the_platform(tm
         assert dbc.load_comm(tmp_path / f"bad{i}.h5", nprocs=2).compute_skew == dbc.DEFAULT_COMPUTE_SKEW
 
 
+class _Group:
+    """A group communicator that reports fixed per-rank times (its slowdown is known exactly)."""
+
+    def __init__(self, times):
+        self.times = times
+
+    def Barrier(self):
+        pass
+
+    def allgather(self, _):
+        return self.times
+
+
+class _World:
+    rank, size = 0, 2
+
+    def Ibarrier(self):
+        return type("Done", (), {"Test": lambda self: True})()
+
+
+def test_contention_is_the_ranks_mean_over_the_solo_time_of_the_same_round():
+    """The interleaved contention rounds: each group size's time is the solo time times the
+    median ratio of its ranks' mean to the solo run of the same round (not the slowest rank)."""
+    from autotune.install_probe.contention import _interleaved
+
+    groups = {1: _Group([0.010]), 2: _Group([0.010, 0.030])}
+    out = _interleaved(_World(), groups, 8, 8, reps=3)
+    assert out[1] == pytest.approx(0.010) and out[2] == pytest.approx(0.020)
+
+
 # -- cold-cache curves (distribution) ---------------------------------------------------------------
 
 def test_cold_curve_applies_from_its_first_size_warm_below_and_when_missing(tmp_path):

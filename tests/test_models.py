@@ -17,17 +17,41 @@ class UnitK:
         return np.ones(np.shape(x))
 
 
+class FlopK:
+    """k = 1 s/flop for the BLAS/LAPACK routines, 0 for the memory pass (``add``): a Cholesky
+    model then returns its flop count."""
+
+    def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+        return np.full(np.shape(x), 0.0 if routine == "add" else 1.0)
+
+
+class MemoryK:
+    """k = 1 s per element for ``add`` only: a model then returns its charged memory passes."""
+
+    def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+        return np.full(np.shape(x), 1.0 if routine == "add" else 0.0)
+
+
 @pytest.mark.parametrize("n", [33, 100, 257, 1000, 3001])
 def test_cholesky_models_count_the_cholesky_flops(n):
     blocks = np.array([b for b in (8, 32, 64, 256) if b < n] or [1])
     total = chol.chol_flops(n)
-    np.testing.assert_allclose(chol.blocked_variants(n, blocks, (0, 1), "x", 1, UnitK()), total, rtol=1e-12)
+    np.testing.assert_allclose(chol.blocked_variants(n, blocks, (0, 1), "x", 1, FlopK()), total, rtol=1e-12)
     # unblocked gemv: n^3/3 - n/3 update flops (segment quadrature) plus the n^2/2 column
     # scalings costed at half a level-1 flop each; axpy: whole steps (trail pattern), whose
     # x(x-1) axpy flops over x = 2..n sum to (n^3 - n)/3 exactly
     expected = n**3 / 3.0 - n / 3.0 + n * n / 4.0
     assert chol.unblocked_gemv(n, "x", 1, UnitK()) == pytest.approx(expected, rel=1e-3)
     assert chol.unblocked_axpy(n, "x", 1, UnitK()) == pytest.approx((n**3 - n) / 3.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("n, b", [(1000, 64), (257, 32), (96, 32)])
+def test_blocked_variant_one_streams_the_trailing_triangle_once_per_step(n, b):
+    """Variant 1 pays a memory pass over the elements its syrk/gemm calls update in each step
+    (block columns from their diagonal down), as the kernel loop visits them; variant 0 none."""
+    elems = sum(min(b, n - jj) * (n - jj) for j in range(0, n, b) for jj in range(j + b, n, b))
+    v0, v1 = chol.blocked_variants(n, np.array([b]), (0, 1), "x", 1, MemoryK())[:, 0]
+    assert v0 == 0.0 and v1 == pytest.approx(chol.MEMORY_SHARE * elems, rel=1e-12)
 
 
 def test_blocked_variant_one_groups_gemms_like_the_kernel_loop():

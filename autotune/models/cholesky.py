@@ -10,6 +10,10 @@ from autotune.routines import SEGMENT_FRACTIONS, flops
 
 # Share of the unblocked gemv variant's n^3/3 flops falling in each eighth-segment (x 96/n^3).
 SEGMENT_WEIGHTS = (5.0, 11.0, 11.0, 5.0)
+# Variant 1 streams the trailing triangle through b-wide calls whose probe timings keep their
+# operands in cache: each step's read and write of every trailing element (16 B) is added at this
+# share of the ``add`` series' time per element (24 B moved), as in the distributed model.
+MEMORY_SHARE = 2.0 / 3.0
 
 
 def chol_flops(n) -> np.ndarray:
@@ -33,7 +37,10 @@ def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp) -
     Each step j: potf2 on the b x b diagonal block, trsm on the (x x b) panel below it
     (x = n - j - b), then the trailing update: one syrk of order x and rank b (variant 0), or
     (variant 1, eq. 3.30) per trailing block column a b x b syrk plus an (rows below) x b x b gemm
-    (these gemms summed by shape, ``_Steps``).
+    (these gemms summed by shape, ``_Steps``), plus variant 1's memory traffic: the probe times
+    its small calls on hot operands, while every step streams the whole trailing triangle
+    (``MEMORY_SHARE`` of an ``add`` pass per element; variant 0's one syrk is timed on a trailing
+    matrix of the real size, so its timing already holds that traffic).
     The k of every call is the one measured on that call's shape (panel pattern). All blocks are
     evaluated together: one lookup per routine over the concatenated steps of every b.
     """
@@ -50,6 +57,7 @@ def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp) -
             ks = sp.k("syrk", backend, threads, g.square_orders)
             upd[g.live] = (g.full * (g.bl + 1) * ks[:g.bl.size] + g.w * (g.w + 1) / g.bl * ks[g.bl.size:]) \
                 * g.bl * g.bl
+            upd[g.live] += MEMORY_SHARE * g.trailing * sp.k("add", backend, threads, np.sqrt(g.trailing))
         total = common + np.bincount(g.owner, weights=upd, minlength=g.nb)
         if variant == 1 and g.rows.size:
             total += np.bincount(g.gemm_owner, minlength=g.nb, weights=g.gemm_flops * sp.k(
@@ -75,6 +83,7 @@ class _Steps:
     full: np.ndarray          # variant 1: full b x b diagonal blocks of the trailing matrix
     w: np.ndarray             # ... and the order of its last, partial one
     square_orders: np.ndarray  # orders of variant 1's syrks: bl then max(w, 1)
+    trailing: np.ndarray      # elements of the trailing triangle variant 1 updates, by block column
     rows: np.ndarray          # variant 1's below-diagonal gemms, grouped by shape: rows x b x b ...
     gemm_b: np.ndarray
     gemm_owner: np.ndarray
@@ -99,8 +108,9 @@ class _Steps:
         i = np.concatenate(idx).astype(float)
         g_b = b_arr[g_owner].astype(float)
         rows = n - i * g_b
+        trailing = bl * full * xl - bl * bl * full * (full - 1) / 2.0 + w * w
         return _Steps(len(blocks), owner, widths, chol_flops(widths), live, xl, bl, xl * bl * bl,
-                      xl * (xl + 1) * bl, full, w, np.concatenate([bl, np.maximum(w, 1.0)]),
+                      xl * (xl + 1) * bl, full, w, np.concatenate([bl, np.maximum(w, 1.0)]), trailing,
                       rows, g_b, g_owner, (i - 1) * 2.0 * rows * g_b * g_b)
 
 
