@@ -14,7 +14,7 @@ at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s
 ``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
 before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
 and buffers no cache holds any more, two to three times slower than the warm repeated calls.
-All ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
+Groups of p = 2..P ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
 new result by its size (``first_touch_costs``) and block-cyclic packing/unpacking by run length (``pack_costs``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
@@ -773,9 +773,9 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
-    from autotune.install_probe.contention import compute_skew
+    from autotune.install_probe.contention import compute_skews
 
-    info["compute_skew"] = compute_skew(world)
+    info["compute_skew"] = compute_skews(world)
     if world.Get_rank() == 0:
         info["first_touch"] = first_touch_in_fresh_process()     # the others wait in the fit's bcast below
         info["pack"] = pack_costs()

@@ -52,12 +52,34 @@ def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
     return float(np.mean((t.max(axis=1) - t.min(axis=1)) / t.mean(axis=1)))
 
 
+def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> dict[str, list]:
+    """``compute_skew`` of the first p ranks for p = 2..P, ``{"p": [...], "skew": [...]}`` on every
+    rank: a plan on p ranks waits for the spread of p ranks, not of all P (on an oversubscribed
+    node the whole platform time-shares, 24% here at 4 ranks on 2 cores, while 2 of them do not).
+    Ranks outside a group wait without taking a core from it."""
+    from mpi4py import MPI
+
+    from autotune.distributed.collective import quiet_barrier
+
+    out: dict[str, list] = {"p": [], "skew": []}
+    for p in range(2, world.size + 1):
+        sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
+        value = None
+        if sub != MPI.COMM_NULL:
+            value = compute_skew(sub, shapes, reps)
+            sub.Free()
+        quiet_barrier(world, poll_seconds=0.0005)
+        out["p"].append(p)
+        out["skew"].append(world.bcast(value, root=0))
+    return out
+
+
 def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, float]:
-    """Rank 0's solo time times the slowdown of each group size p (groups: p -> its communicator, or None off it) on one
-    one-thread n x k by k x n dgemm: rounds running p = 1, 2, .. P in turn, each round's mean over
-    the group's ranks over rank 0's solo time, median over rounds. Interleaved so that the clock
-    drift between probe phases (3-4% here) cancels; the ranks' mean, as their spread on equal
-    work is the platform's ``compute_skew``, charged separately."""
+    """Rank 0's solo time times the slowdown of each group size p (``groups``: p -> its
+    communicator, None off it) on one one-thread n x k by k x n dgemm: rounds running p = 1..P in
+    turn, each round's mean over the group's ranks over rank 0's solo time, median over rounds.
+    Interleaved so that the clock drift between probe phases (3-4% here) cancels; the ranks'
+    mean, as their spread on equal work is the platform's ``compute_skew``, charged separately."""
     from autotune.distributed.collective import quiet_barrier
 
     rng = np.random.default_rng(world.rank)

@@ -547,7 +547,9 @@ def test_cli_launches_mpiexec_itself(tmp_path):
     assert cp.available and cp.platform["P"] == 2 and cp.loggp is not None
     assert "bcast_row" not in cp.primitives() and "pingpong" in cp.primitives()
     info = cp._platform.info                     # the root's own costs and the ranks' compute spread
-    assert 0 <= info["compute_skew"] < 1 and len(info["first_touch"]["bytes"]) == len(info["first_touch"]["per_byte"])
+    skews = info["compute_skew"]
+    assert skews["p"] == list(range(2, info["P"] + 1)) and all(0 <= v < 1 for v in skews["skew"])
+    assert len(info["first_touch"]["bytes"]) == len(info["first_touch"]["per_byte"])
     held = set(info["heldout_sizes"])                # timed, left out of the fits, checked on
     assert held and not held & set(TINY["sizes"]) and 24 in held
     fits, pts = cp._platform.fits, cp._platform.points
@@ -615,14 +617,17 @@ def test_compute_skew_is_the_mean_relative_spread_and_comes_with_the_platform(tm
     from autotune.install_probe.contention import compute_skew
 
     assert compute_skew(_TwoRanks(), shapes=((64, 8),), reps=3) == pytest.approx(2 / 3)   # (2t - t) / 1.5t
-    path, old = tmp_path / "skew.h5", tmp_path / "old.h5"
-    write_synthetic(path, 2, compute_skew=0.012)
+    path, old, single = tmp_path / "skew.h5", tmp_path / "old.h5", tmp_path / "single.h5"
+    write_synthetic(path, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]})
+    write_synthetic(single, 2, compute_skew=0.012)          # probes before session 20: one value
     write_synthetic(old, 2)
-    assert dbc.load_comm(path, nprocs=2).compute_skew == 0.012
-    assert dbc.load_comm(old, nprocs=2).compute_skew == dbc.DEFAULT_COMPUTE_SKEW
-    for i, bad in enumerate(("x", -1.0, float("nan"))):
+    cp = dbc.load_comm(path, nprocs=4)
+    assert (cp.compute_skew(2), cp.compute_skew(3), cp.compute_skew(4)) == (0.012, 0.1, 0.24)
+    assert dbc.load_comm(single, nprocs=2).compute_skew(2) == 0.012
+    assert dbc.load_comm(old, nprocs=2).compute_skew(2) == dbc.DEFAULT_COMPUTE_SKEW
+    for i, bad in enumerate(("x", -1.0, float("nan"), {"p": [2], "skew": ["x"]})):
         write_synthetic(tmp_path / f"bad{i}.h5", 2, compute_skew=bad)
-        assert dbc.load_comm(tmp_path / f"bad{i}.h5", nprocs=2).compute_skew == dbc.DEFAULT_COMPUTE_SKEW
+        assert dbc.load_comm(tmp_path / f"bad{i}.h5", nprocs=2).compute_skew(2) == dbc.DEFAULT_COMPUTE_SKEW
 
 
 class _Group:

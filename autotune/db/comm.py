@@ -648,12 +648,15 @@ class CommParams:
                 "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
                 "key": self._platform.key, "source": "database"}
 
-    @property
-    def compute_skew(self) -> float:
-        """Share of a synchronised step's compute that ranks wait for the slowest (the probe's mean
-        spread of one update run on all ranks at once; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
+    def compute_skew(self, p: int) -> float:
+        """Share of a synchronised step's compute that ``p`` ranks wait for the slowest (the probe's
+        mean spread of one update run on p ranks at once, log-linear between the group sizes it
+        measured; one value for every p from older probes; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
+        value = self._info("compute_skew")
+        if isinstance(value, dict):
+            value = _log_interp(value, "p", "skew", p)
         try:
-            value = float(self._info("compute_skew"))
+            value = float(value)
         except (TypeError, ValueError):
             return DEFAULT_COMPUTE_SKEW
         return value if math.isfinite(value) and value >= 0 else DEFAULT_COMPUTE_SKEW
