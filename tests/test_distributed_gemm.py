@@ -11,7 +11,7 @@ from mpi_helpers import run_mpi
 
 from autotune.distributed.plan import PHASES, Plan
 from autotune.models import distributed_gemm as dg
-from autotune.models.movement import cold_copies
+from autotune.models.movement import cold_copies, cold_reads
 
 # -- collective runs -------------------------------------------------------------------------------
 
@@ -317,8 +317,13 @@ def test_summa_communication_falls_as_b_grows():
     assert pack > 0
     row_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 1, 4, b=64), SP, CP)["communication"]
     assert row_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64 + pack))
-    col_only = dg.summa(1024, 1024, 1024, Plan("summa", 4, 4, 1, b=64), SP, CP)["communication"]
-    assert col_only == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64))     # panels sent as they lie
+    # the X-panels go as they lie, and each step waits for the owner reading its panel out of
+    # memory (movement.cold_reads), 3 of the 4 steps in turn; the owner pays its own as compute
+    col_plan, owner = Plan("summa", 4, 4, 1, b=64), float(cold_reads(SP, 1024 * 1024))
+    col_only = dg.summa(1024, 1024, 1024, col_plan, SP, CP)
+    assert col_only["communication"] == pytest.approx(16 * (CP.ts + CP.tw * 8 * 1024 * 64) + owner * 3 / 4)
+    update = 2.0 * 1024 * 1024 * 256 * dg._k3(SP, col_plan, 512.0, "rankb", 64)    # 1024 x 256 per rank
+    assert col_only["compute"] == pytest.approx(update + owner / 4)
 
 
 def test_summa_idle_rank_waits_out_the_imbalance():

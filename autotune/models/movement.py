@@ -37,7 +37,8 @@ LOOP_SHARE = 0.44
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
 __all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "cold_copies", "cold_k",
-           "copies", "copy", "fill", "finite_check", "first_touch", "in_loop", "k", "pack", "passes", "run_length"]
+           "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop", "k", "pack", "passes",
+           "run_length"]
 
 
 def k(sp, routine: str, backend: str, threads: int, x: float, pattern: str = "square", param: float = 0.0) -> float:
@@ -95,6 +96,13 @@ def cold_copies(sp, elems) -> np.ndarray:
     return _cold(sp, 1.0, elems)
 
 
+def cold_reads(sp, elems) -> np.ndarray:
+    """Seconds of reading ``elems`` elements the caches no longer hold (``READ_SHARE`` of an
+    out-of-cache pass each): a finiteness check, or a SUMMA X-panel its owner multiplies
+    straight out of its local X."""
+    return _cold(sp, READ_SHARE, elems)
+
+
 def fill(sp, elems: np.ndarray) -> np.ndarray:
     """Seconds of zeroing ``elems`` elements of memory the caches no longer hold."""
     return _cold(sp, FILL_SHARE, elems)
@@ -122,7 +130,7 @@ def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
     if rows * cols <= 0:
         return 0.0
     flops = 2.0 * rows * cols * k(sp, "gemv", backend, threads, math.sqrt(rows * cols))
-    return max(flops, READ_SHARE * float(rows) * cols * cold_k(sp))
+    return max(flops, float(cold_reads(sp, float(rows) * cols)))
 
 
 def first_touch(cp, nbytes: float) -> float:
