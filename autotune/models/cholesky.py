@@ -10,10 +10,13 @@ from autotune.routines import SEGMENT_FRACTIONS, flops
 
 # Share of the unblocked gemv variant's n^3/3 flops falling in each eighth-segment (x 96/n^3).
 SEGMENT_WEIGHTS = (5.0, 11.0, 11.0, 5.0)
-# Variant 1 streams the trailing triangle through b-wide calls whose probe timings keep their
-# operands in cache: each step's read and write of every trailing element (16 B) is added at this
-# share of the ``add`` series' time per element (24 B moved), as in the distributed model.
-MEMORY_SHARE = 2.0 / 3.0
+# A right-looking update in b-wide calls (variant 1 here, every step of the distributed Cholesky)
+# streams the trailing triangle, which the probe's timings of those calls, repeated on hot operands,
+# leave out: each element read and written once per step (16 B), 2/3 of an ``add``'s 24 B, of
+# which about half hides behind the update's flops. Measured: 1/3 of an add pass per element fits
+# the distributed Cholesky's compute phase best at n = 1024..4096, b = 64..512, 2 ranks (median
+# APE 1.3-5.5% over seven validation runs, 3.0-9.3% with the unhidden 2/3; session 20).
+MEMORY_SHARE = 1.0 / 3.0
 
 
 def chol_flops(n) -> np.ndarray:

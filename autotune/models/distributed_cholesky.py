@@ -14,10 +14,10 @@ shape the implementation really calls:
   x-by-b times b-by-x, is the shape of a single gemm over the whole local trailing piece; the
   implementation does not do that: it would spend half its flops above the diagonal.)
   Plus the memory traffic of the update, which the hot-operand probe timings leave out: each
-  step reads and writes every element of the rank's local trailing triangle, at 2/3 of the
-  ``add`` series' time per element (looked up at the square root of that element count), added
-  to the flop time. Measured on this machine it is what makes small blocks slow (b = 64:
-  +25% at n = 4096 on 2 ranks).
+  step reads and writes every element of the rank's local trailing triangle, at
+  ``cholesky.MEMORY_SHARE`` (1/3) of the ``add`` series' time per element (looked up at the
+  square root of that element count), added to the flop time. Measured on this machine it is
+  what makes small blocks slow (compute at b = 64 is 12% over b = 128 at n = 4096 on 2 ranks).
 
 Communication per panel k (fits of ``cp`` at the real message sizes, 8-byte words): the diagonal
 block down the owner's process column, ``bcast_col`` of 8 w^2 bytes (r > 1); the panel piece of
@@ -55,14 +55,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import movement
-from .cholesky import chol_flops
+from .cholesky import MEMORY_SHARE, chol_flops
 
 WORD = 8   # bytes per float64
-# The trailing update reads and writes each element of the local trailing triangle once per step
-# (16 bytes), which the probe's gemm timing, repeated on the same hot operands, leaves out; an
-# ``add`` moves 24 bytes per element (two reads, one write), so the update's memory time per
-# element is 2/3 of an add's.
-MEMORY_SHARE = 2.0 / 3.0
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
