@@ -794,7 +794,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
             path = resolve(db_path)
             key = dbc.write_platform(path, info, points, fits, prtt=prtt, loggp=loggp)
             result = {"path": str(path), "key": key, "info": info, "points": points, "fits": fits,
-                      "loggp": loggp, "seconds": time.perf_counter() - t_start}
+                      "prtt": prtt, "loggp": loggp, "seconds": time.perf_counter() - t_start}
         except Exception as exc:  # report on every rank, exit non-zero together
             error = f"{type(exc).__name__}: {exc}"
     error = world.bcast(error, root=0)
@@ -845,8 +845,14 @@ def main(argv: list[str] | None = None) -> int:
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
         from autotune.install_probe.contention import run_contention
+        from autotune.install_probe.loop import loop_overhead
 
         rows = run_contention(world, *where)
+        overhead = loop_overhead(world, where[0]) if where is not None else None
+        if overhead is not None:
+            result["info"]["loop_overhead"] = overhead
+            dbc.write_platform(result["path"], result["info"], result["points"], result["fits"],
+                               prtt=result["prtt"], loggp=result["loggp"])
     except (RuntimeError, PermissionError) as exc:
         if world.Get_rank() == 0:
             print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
@@ -861,6 +867,8 @@ def main(argv: list[str] | None = None) -> int:
         solo = {n: t for p, n, t in rows if p == 1}
         print("compute contention (one-thread dgemm, p concurrent ranks / alone): "
               + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
+        if "loop_overhead" in info:
+            print(f"distributed Cholesky loop overhead: {info['loop_overhead'] * 1e6:.1f} us per panel")
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
               f"for {info['library']} P={info['P']}{' oversubscribed' if info['oversubscribed'] else ''} "
               f"in {result['path']} [{result['key']}] ({result['seconds']:.1f} s)", flush=True)

@@ -495,6 +495,7 @@ def test_probe_writes_every_primitive_for_each_world_size(probed):
         assert (q.points["t_min"] <= q.points["t_median"]).all()
         assert q.info["P"] == P and q.info["hosts"] == 1 and "Open MPI" in q.info["library"]
         assert q.info["dist"] == dbc.mpi_distributions()
+        assert "loop_overhead" not in q.info     # no BLAS panel series here: the calibration is skipped
         assert (q.fits["ts"] >= 0).all() and (q.fits["tw"] >= 0).all()
         assert q.loggp["L"] > 0 and q.loggp["regimes"] and len(q.prtt) == len(TINY["sizes"])
         assert all(r[k] >= 0 for r in q.loggp["regimes"] for k in ("o", "O", "g", "G"))

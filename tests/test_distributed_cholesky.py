@@ -339,3 +339,50 @@ def test_model_orients_the_loop_grid_as_the_run_does():
     low = model(2048, Plan("cholesky", 2, 2, 1, b=256), sp, cp, lower=True)
     assert up[0] == up[1] != low
     assert model(2048, Plan("cholesky", 2, 2, 1, b=256), sp, cp, lower=True, order="F") == up[0]
+
+
+def test_model_charges_the_measured_loop_overhead_on_every_rank_each_panel():
+    """``cp.loop_overhead`` (the probe's calibration) is time on every rank's clock per panel
+    step, outside BLAS: communication and total grow by it times the panel count."""
+    class Overhead(FakeCP):
+        loop_overhead = 2e-4
+
+    for r, c in ((1, 2), (2, 1), (2, 2)):
+        plan = Plan("cholesky", r * c, r, c, b=64)
+        base, more = (model(1000, plan, FakeSP(), cp) for cp in (FakeCP(), Overhead()))
+        assert more["communication"] - base["communication"] == pytest.approx(16 * 2e-4, rel=1e-6)
+        assert more["total"] - base["total"] == pytest.approx(16 * 2e-4, rel=1e-6)
+        assert more["compute"] == base["compute"]
+
+
+def test_loop_overhead_calibration_runs_the_real_loop(tmp_path, tiny_db):
+    """The comm probe's calibration (two ranks, the distributed Cholesky on a small matrix, its
+    measured communication minus the model's per panel) on a database with BLAS records; none
+    without them. Stored, the model reads it back from the platform."""
+    import shutil
+
+    from test_comm import write_synthetic
+
+    from autotune.db.comm import load_comm
+
+    path, bare = tmp_path / "db.h5", tmp_path / "bare.h5"
+    shutil.copy(tiny_db, path)
+    write_synthetic(path, 2)
+    write_synthetic(bare, 2)
+    out = run_mpi("""
+        import sys
+        from mpi4py import MPI
+        from autotune.install_probe.loop import loop_overhead
+        for db in sys.argv[1:]:
+            x = loop_overhead(MPI.COMM_WORLD, db, reps=2)
+            if MPI.COMM_WORLD.rank == 0:
+                print("OVERHEAD", x)
+    """, 2, tmp_path, args=[str(path), str(bare)])
+    values = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("OVERHEAD")]
+    assert len(values) == 2 and values[1] == "None"
+    assert 0.0 <= float(values[0]) < 0.01                 # seconds per panel: measured, not absurd
+    write_synthetic(path, 2, loop_overhead=float(values[0]))
+    assert load_comm(path, nprocs=2).loop_overhead == float(values[0])
+    for bad in ("x", -1.0, float("nan")):
+        write_synthetic(bare, 2, loop_overhead=bad)
+        assert load_comm(bare, nprocs=2).loop_overhead == 0.0

@@ -661,6 +661,16 @@ class CommParams:
             return DEFAULT_COMPUTE_SKEW
         return value if math.isfinite(value) and value >= 0 else DEFAULT_COMPUTE_SKEW
 
+    @property
+    def loop_overhead(self) -> float:
+        """Seconds one panel step of the distributed Cholesky's loop costs beyond its messages and
+        BLAS calls (the probe's calibration run, ``install_probe.loop``); 0 when unmeasured."""
+        try:
+            value = float(self._info("loop_overhead"))
+        except (TypeError, ValueError):
+            return 0.0
+        return value if math.isfinite(value) and value >= 0 else 0.0
+
     def first_touch_time(self, nbytes: float) -> float:
         """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),
         log-linear between the sizes the probe measured on the root (a single per-byte value from

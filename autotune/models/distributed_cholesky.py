@@ -28,7 +28,9 @@ rank these are not latencies hidden behind the update: the receiver itself copie
 (single-copy shared memory, inside its polls and waits), so each costs its probe time plus
 ``movement.LOOP_SHARE`` of an out-of-cache pass per element on the receiver's own clock. The owner packs
 its piece (and on 2-D grids the column pieces) into send buffers first: a copy plus the same
-per-element extra, on its clock after the trsm.
+per-element extra, on its clock after the trsm. Every step also costs each rank the loop's own
+bookkeeping (posting and completing requests, Python), ``cp.loop_overhead`` per panel, measured
+by the comm probe (``install_probe.loop``).
 
 Combination (``total``): a per-rank clock recurrence over the steps, the critical path of the
 implementation. Step k on rank (i, j) starts when both its own previous work is done and panel k
@@ -157,6 +159,7 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         R += row_t * not_owner[:, None, :]
         got += row_bytes[:, :, None] * not_owner[:, None, :]
     R += movement.in_loop(sp, got / WORD)
+    R += float(getattr(cp, "loop_overhead", 0.0))       # the step's own bookkeeping, every rank
     # The owner packs its panel piece into a new send buffer (and, on 2-D grids, the column
     # pieces into more), before any of it leaves: on its clock, after the trsm.
     packed = ((r > 1) + (c > 1)) * below * s
