@@ -17,6 +17,8 @@ and buffers no cache holds any more, two to three times slower than the warm rep
 Groups of p = 2..P ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
 new result by its size (``first_touch_costs``) and block-cyclic packing/unpacking by run length (``pack_costs``).
+After the contention probe, ``install_probe.loop`` calibrates the distributed Cholesky's per-panel
+overhead (``loop_overhead``, stored with the platform).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 

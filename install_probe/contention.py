@@ -94,6 +94,9 @@ def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, float]:
                 t0 = time.perf_counter()
                 np.matmul(a, b, out=c)
                 mine[p].append(float(np.mean(sub.allgather(time.perf_counter() - t0))))
+            # Ranks outside the group wait without polling: two ranks spinning in a blocking
+            # barrier took cores from the computing pair on the 4-on-2 platform (p = 2 measured
+            # 1.8x slower in one probe), which the distributed runs do not see.
             quiet_barrier(world, poll_seconds=0.0005)
     if world.rank != 0:
         return {}
