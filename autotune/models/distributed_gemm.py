@@ -174,8 +174,8 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     (after its owner copies it out of the local Y, which the last update evicted: one out-of-cache
     pass, ``movement.cold_copies``), at the probe's times: the panels are huge-page workspace, as
     the probe's buffers, and no rank updates while they travel (the broadcasts are synchronous),
-    so nothing is added for moving them inside the loop (``movement.in_loop``: 0.44 of an
-    out-of-cache pass per element, when the panels were on 4 KiB pages; session 19); a rank-w update
+    so nothing is added for moving them inside the loop (``movement.in_loop``, which SUMMA paid
+    while its panels were on 4 KiB pages, until session 19); a rank-w update
     (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). ``compute`` is the largest
     rank's. The broadcasts synchronise the ranks each step, so the least loaded rank waits out
     the difference, or, where loads are (nearly) equal, the slowest of ranks doing the same work
