@@ -17,8 +17,8 @@ and buffers no cache holds any more, two to three times slower than the warm rep
 Groups of p = 2..P ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
 new result by its size (``first_touch_costs``) and block-cyclic packing/unpacking by run length (``pack_costs``).
-After the contention probe, ``install_probe.loop`` calibrates the distributed Cholesky's per-panel
-overhead (``loop_overhead``, stored with the platform).
+After the contention probe, ``install_probe.calibrate`` measures what runs of the distributed routines
+cost beyond their models (``loop_overhead``, ``call_overhead``, stored with the platform).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
@@ -849,13 +849,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
+        from autotune.install_probe.calibrate import call_overheads, loop_overhead
         from autotune.install_probe.contention import run_contention
-        from autotune.install_probe.loop import loop_overhead
 
         rows = run_contention(world, *where)
-        overhead = loop_overhead(world, where[0]) if where is not None else None
-        if overhead is not None:
-            result["info"]["loop_overhead"] = overhead
+        calibrated = {"loop_overhead": loop_overhead(world, where[0]), "call_overhead": call_overheads(world, where[0])}
+        calibrated = {k: v for k, v in calibrated.items() if v is not None}
+        if calibrated:                              # rank 0, with the database's BLAS records
+            result["info"].update(calibrated)
             dbc.write_platform(result["path"], result["info"], result["points"], result["fits"],
                                prtt=result["prtt"], loggp=result["loggp"])
     except (RuntimeError, PermissionError) as exc:
@@ -874,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
               + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
         if "loop_overhead" in info:
             print(f"distributed Cholesky loop overhead: {info['loop_overhead'] * 1e6:.1f} us per panel")
+        for alg, cost in info.get("call_overhead", {}).items():
+            print(f"{alg} call overhead: " + ", ".join(f"{ph} {t * 1e6:.0f} us" for ph, t in cost.items()))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
               f"for {info['library']} P={info['P']}{' oversubscribed' if info['oversubscribed'] else ''} "
               f"in {result['path']} [{result['key']}] ({result['seconds']:.1f} s)", flush=True)

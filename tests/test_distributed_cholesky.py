@@ -355,10 +355,11 @@ def test_model_charges_the_measured_loop_overhead_on_every_rank_each_panel():
         assert more["compute"] == base["compute"]
 
 
-def test_loop_overhead_calibration_runs_the_real_loop(tmp_path, tiny_db):
-    """The comm probe's calibration (two ranks, the distributed Cholesky on a small matrix, its
-    measured communication minus the model's per panel) on a database with BLAS records; none
-    without them. Stored, the model reads it back from the platform."""
+def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
+    """The comm probe's calibrations on a database with BLAS records: the distributed Cholesky's
+    loop overhead per panel, and each algorithm's fixed per-call costs; none without BLAS
+    records. Stored, the platform reads them back; bad values read as nothing."""
+    import json
     import shutil
 
     from test_comm import write_synthetic
@@ -370,19 +371,26 @@ def test_loop_overhead_calibration_runs_the_real_loop(tmp_path, tiny_db):
     write_synthetic(path, 2)
     write_synthetic(bare, 2)
     out = run_mpi("""
-        import sys
+        import json, sys
         from mpi4py import MPI
-        from autotune.install_probe.loop import loop_overhead
+        from autotune.install_probe.calibrate import call_overheads, loop_overhead
         for db in sys.argv[1:]:
-            x = loop_overhead(MPI.COMM_WORLD, db, reps=2)
+            x, calls = loop_overhead(MPI.COMM_WORLD, db, reps=2), call_overheads(MPI.COMM_WORLD, db, reps=2)
             if MPI.COMM_WORLD.rank == 0:
-                print("OVERHEAD", x)
+                print("CAL", json.dumps([x, calls]))
     """, 2, tmp_path, args=[str(path), str(bare)])
-    values = [line.split()[1] for line in out.stdout.splitlines() if line.startswith("OVERHEAD")]
-    assert len(values) == 2 and values[1] == "None"
-    assert 0.0 <= float(values[0]) < 0.01                 # seconds per panel: measured, not absurd
-    write_synthetic(path, 2, loop_overhead=float(values[0]))
-    assert load_comm(path, nprocs=2).loop_overhead == float(values[0])
+    (loop, calls), (none_loop, none_calls) = [json.loads(line[4:]) for line in out.stdout.splitlines()
+                                              if line.startswith("CAL ")]
+    assert none_loop is None and none_calls is None
+    assert 0.0 <= loop < 0.01                              # seconds per panel: measured, not absurd
+    assert set(calls) == {"cholesky", "bsr", "cbsr", "summa"}
+    assert all(set(c) == {"distribution", "collection"} and all(0 <= t < 0.1 for t in c.values())
+               for c in calls.values())
+    write_synthetic(path, 2, loop_overhead=loop, call_overhead=calls)
+    cp = load_comm(path, nprocs=2)
+    assert cp.loop_overhead == loop and cp.call_overhead("summa") == calls["summa"]
+    assert cp.call_overhead("cannon") == {}
     for bad in ("x", -1.0, float("nan")):
-        write_synthetic(bare, 2, loop_overhead=bad)
-        assert load_comm(bare, nprocs=2).loop_overhead == 0.0
+        write_synthetic(bare, 2, loop_overhead=bad, call_overhead={"bsr": {"distribution": bad}})
+        cp = load_comm(bare, nprocs=2)
+        assert cp.loop_overhead == 0.0 and cp.call_overhead("bsr") == {}

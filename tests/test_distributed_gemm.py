@@ -482,3 +482,23 @@ def test_block_cyclic_packing_is_charged_at_the_probes_cost_by_run_length():
         extra = packed["distribution"] + packed["collection"] - base["distribution"] - base["collection"]
         assert extra == pytest.approx(moved - passes)
         assert packed["compute"] == base["compute"] and packed["communication"] == base["communication"]
+
+
+def test_selector_adds_the_measured_call_overhead_to_the_phases():
+    """``cp.call_overhead(algorithm)`` (the probe's calibration) is added to its phases and the
+    total of every plan of that algorithm; other algorithms and test doubles without it: as is."""
+    from autotune.select.distributed import _with_call_overhead
+
+    class Costly(FakeCP):
+        def call_overhead(self, algorithm):
+            return {"distribution": 1e-3, "collection": 2e-4} if algorithm == "summa" else {}
+
+    plan = Plan("summa", 2, 2, 1, b=64)
+    base = dg.summa(512, 512, 512, plan, SP, CP)
+    more = _with_call_overhead(base, plan, Costly())
+    assert more["distribution"] == pytest.approx(base["distribution"] + 1e-3)
+    assert more["collection"] == pytest.approx(base["collection"] + 2e-4)
+    assert more["total"] == pytest.approx(base["total"] + 1.2e-3)
+    assert more["compute"] == base["compute"] and more["communication"] == base["communication"]
+    assert _with_call_overhead(base, Plan("bsr", 2, 2, 1), Costly()) == base
+    assert _with_call_overhead(base, plan, CP) == base

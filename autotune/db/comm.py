@@ -664,12 +664,29 @@ class CommParams:
     @property
     def loop_overhead(self) -> float:
         """Seconds one panel step of the distributed Cholesky's loop costs beyond its messages and
-        BLAS calls (the probe's calibration run, ``install_probe.loop``); 0 when unmeasured."""
+        BLAS calls (the probe's calibration run, ``install_probe.calibrate``); 0 when unmeasured."""
         try:
             value = float(self._info("loop_overhead"))
         except (TypeError, ValueError):
             return 0.0
         return value if math.isfinite(value) and value >= 0 else 0.0
+
+    def call_overhead(self, algorithm: str) -> dict[str, float]:
+        """Fixed seconds one distributed call of ``algorithm`` costs in its phases beyond their
+        models (the probe's calibration, ``install_probe.calibrate``); {} when unmeasured."""
+        value = self._info("call_overhead")
+        cost = value.get(algorithm) if isinstance(value, dict) else None
+        if not isinstance(cost, dict):
+            return {}
+        out = {}
+        for phase, t in cost.items():
+            try:
+                t = float(t)
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(t) and t >= 0:
+                out[str(phase)] = t
+        return out
 
     def first_touch_time(self, nbytes: float) -> float:
         """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),

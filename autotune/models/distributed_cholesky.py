@@ -30,7 +30,7 @@ rank these are not latencies hidden behind the update: the receiver itself copie
 its piece (and on 2-D grids the column pieces) into send buffers first: a copy plus the same
 per-element extra, on its clock after the trsm. Every step also costs each rank the loop's own
 bookkeeping (posting and completing requests, Python), ``cp.loop_overhead`` per panel, measured
-by the comm probe (``install_probe.loop``).
+by the comm probe (``install_probe.calibrate``).
 
 Combination (``total``): a per-rank clock recurrence over the steps, the critical path of the
 implementation. Step k on rank (i, j) starts when both its own previous work is done and panel k

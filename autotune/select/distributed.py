@@ -116,7 +116,18 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
     cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
     if cont.available and plan.p > 1:
         sp = ContendedSP(sp, cont, plan.p * plan.threads)
-    return model(*dims, plan, sp, cp, **(problem if family == "cholesky" else {}))
+    return _with_call_overhead(model(*dims, plan, sp, cp, **(problem if family == "cholesky" else {})), plan, cp)
+
+
+def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, float]:
+    """The phases plus the fixed per-call costs the comm probe measured for this algorithm
+    (``cp.call_overhead``: the call's agreement, communicator split and grid, beyond its model)."""
+    extra = cp.call_overhead(plan.algorithm) if hasattr(cp, "call_overhead") else {}
+    if not extra:
+        return phases
+    out = {k: v + extra.get(k, 0.0) for k, v in phases.items()}
+    out["total"] = phases["total"] + sum(extra.get(k, 0.0) for k in PHASES)
+    return out
 
 
 def _fitted(family: str, plan: Plan, phases: dict[str, float], sp, cp) -> dict[str, float]:
