@@ -66,55 +66,43 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
     return out
 
 
-def _models(world, db_path):
-    """(sp, cp) of the database on rank 0, None if it has no BLAS records the models can use."""
+def _residuals(world, db_path, cases, reps: int) -> list[dict[str, float]] | None:
+    """Measured minus modelled seconds per phase of each ``(family, plan, n)`` in ``cases`` (run in
+    turn on the first ranks), on rank 0; None elsewhere or without BLAS records the models can use."""
     from autotune.db import load_sp
     from autotune.db.comm import load_comm
+    from autotune.db.store import DatabaseError
+    from autotune.select.distributed import predict
 
-    sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
-    return (sp, cp) if sp.has("gemm", PLAN.backend, PLAN.threads, "panel") else None
+    measured = [_measured_phases(world, fam, plan, n, reps) for fam, plan, n in cases]
+    if world.rank != 0:
+        return None
+    try:
+        sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
+        if not sp.has("gemm", PLAN.backend, PLAN.threads, "panel"):
+            return None
+        models = [predict(fam, (n,) if fam == "cholesky" else (n,) * 3, plan, sp, cp, fitted=False)
+                  for fam, plan, n in cases]
+    except (DatabaseError, LookupError, OSError, ValueError):
+        return None
+    return [{ph: meas[ph] - model[ph] for ph in meas} for meas, model in zip(measured, models, strict=True)]
 
 
 def loop_overhead(world, db_path, reps: int = REPS) -> float | None:
     """Seconds per panel step (>= 0) on rank 0, None elsewhere or without the database's BLAS
     records. Collective over ``world``."""
-    from autotune.db.store import DatabaseError
-    from autotune.select.distributed import predict
-
-    measured = _measured_phases(world, "cholesky", PLAN, N, reps)
-    if world.rank != 0:
-        return None
-    try:
-        models = _models(world, db_path)
-        if models is None:
-            return None
-        model = predict("cholesky", (N,), PLAN, *models, fitted=False)["communication"]
-    except (DatabaseError, LookupError, OSError, ValueError):
-        return None
-    return max(measured["communication"] - model, 0.0) / -(-N // BLOCK)
+    res = _residuals(world, db_path, [("cholesky", PLAN, N)], reps)
+    return None if res is None else max(res[0]["communication"], 0.0) / -(-N // BLOCK)
 
 
 def call_overheads(world, db_path, reps: int = REPS) -> dict[str, dict[str, float]] | None:
     """``{algorithm: {phase: seconds}}`` (>= 0) of ``CALL_PLANS`` on rank 0, None elsewhere or
     without the database's BLAS records. Collective over ``world``."""
-    from autotune.db.store import DatabaseError
-    from autotune.select.distributed import predict
-
-    measured = [_measured_phases(world, fam, plan, CALL_N, reps) for fam, plan in CALL_PLANS]
-    if world.rank != 0:
+    res = _residuals(world, db_path, [(fam, plan, CALL_N) for fam, plan in CALL_PLANS], reps)
+    if res is None:
         return None
-    try:
-        models = _models(world, db_path)
-        if models is None:
-            return None
-        out = {}
-        for (fam, plan), meas in zip(CALL_PLANS, measured, strict=True):
-            dims = (CALL_N,) if fam == "cholesky" else (CALL_N,) * 3
-            model = predict(fam, dims, plan, *models, fitted=False)
-            out[plan.algorithm] = {ph: max(meas[ph] - model[ph], 0.0) for ph in CALL_PHASES}
-        return out
-    except (DatabaseError, LookupError, OSError, ValueError):
-        return None
+    return {plan.algorithm: {ph: max(r[ph], 0.0) for ph in CALL_PHASES}
+            for (_, plan), r in zip(CALL_PLANS, res, strict=True)}
 
 
 __all__ = ["call_overheads", "loop_overhead"]
