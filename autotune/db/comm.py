@@ -612,6 +612,15 @@ def _log_interp(table, xkey: str, ykey: str, x: float) -> float | None:
     return float(np.interp(math.log(max(float(x), 1.0)), np.log(xs), ys))
 
 
+def _nonnegative(value, default):
+    """``value`` as a finite float >= 0 (a probe value stored with the platform), else ``default``."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return default
+    return value if math.isfinite(value) and value >= 0 else default
+
+
 class CommParams:
     """What models consult for communication: the chosen platform's fits, or defaults."""
 
@@ -653,23 +662,14 @@ class CommParams:
         mean spread of one update run on p ranks at once, log-linear between the group sizes it
         measured; one value for every p from older probes; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
         value = self._info("compute_skew")
-        if isinstance(value, dict):
-            value = _log_interp(value, "p", "skew", p)
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            return DEFAULT_COMPUTE_SKEW
-        return value if math.isfinite(value) and value >= 0 else DEFAULT_COMPUTE_SKEW
+        value = _log_interp(value, "p", "skew", p) if isinstance(value, dict) else value
+        return _nonnegative(value, DEFAULT_COMPUTE_SKEW)
 
     @property
     def loop_overhead(self) -> float:
         """Seconds one panel step of the distributed Cholesky's loop costs beyond its messages and
         BLAS calls (the probe's calibration run, ``install_probe.calibrate``); 0 when unmeasured."""
-        try:
-            value = float(self._info("loop_overhead"))
-        except (TypeError, ValueError):
-            return 0.0
-        return value if math.isfinite(value) and value >= 0 else 0.0
+        return _nonnegative(self._info("loop_overhead"), 0.0)
 
     def call_overhead(self, algorithm: str) -> dict[str, float]:
         """Fixed seconds one distributed call of ``algorithm`` costs in its phases beyond their
@@ -678,15 +678,8 @@ class CommParams:
         cost = value.get(algorithm) if isinstance(value, dict) else None
         if not isinstance(cost, dict):
             return {}
-        out = {}
-        for phase, t in cost.items():
-            try:
-                t = float(t)
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(t) and t >= 0:
-                out[str(phase)] = t
-        return out
+        valid = {str(phase): _nonnegative(t, None) for phase, t in cost.items()}
+        return {phase: t for phase, t in valid.items() if t is not None}
 
     def first_touch_time(self, nbytes: float) -> float:
         """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),
@@ -694,11 +687,7 @@ class CommParams:
         older probes; nominal DEFAULT_FIRST_TOUCH per byte when unmeasured or unreadable)."""
         value = self._info("first_touch")
         per_byte = _log_interp(value, "bytes", "per_byte", nbytes) if isinstance(value, dict) else value
-        try:
-            per_byte = float(per_byte)
-        except (TypeError, ValueError):
-            per_byte = DEFAULT_FIRST_TOUCH
-        return float(nbytes) * (per_byte if math.isfinite(per_byte) else DEFAULT_FIRST_TOUCH)
+        return float(nbytes) * _nonnegative(per_byte, DEFAULT_FIRST_TOUCH)
 
     def pack_time(self, kind: str, elements: float, run: float) -> float | None:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
