@@ -413,6 +413,11 @@ def test_builtin_profiles_and_errors(tmp_path):
     gaps = np.searchsorted(std.sizes, std.heldout_for("bcast"))     # one per gap (none fits between 8 and 16)
     assert 24 in held and list(gaps) == list(range(2, len(std.sizes)))
     assert set(std.heldout_for("bcast_cold")) <= held and min(std.heldout_for("bcast_cold")) > 65536
+    # aligned as the fitted grid is: whole cache lines from 128 B, half the smaller neighbour below
+    assert all(m % 64 == 0 for m in held if m >= 128) and {24, 48, 96} <= held
+    for prim in ("bcast", "bcast_cold"):     # one strictly inside each gap, even where the middle is fitted
+        own, mids = std.fitted_sizes(prim), std.heldout_for(prim)
+        assert all(any(a < m < b for m in mids) for a, b in zip(own[1:-1], own[2:], strict=False))
     with pytest.raises(CommProfileError, match="heldout must be"):
         parse_comm_profile({"sizes": [8], "heldout": "every-other"})
     with pytest.raises(CommProfileError, match="unknown key"):
@@ -423,6 +428,22 @@ def test_builtin_profiles_and_errors(tmp_path):
         parse_comm_profile({"sizes": [8], "primitives": ["telepathy"]})
     with pytest.raises(CommProfileError, match="no such"):
         load_comm_profile(str(tmp_path / "absent.yaml"))
+
+
+def test_each_point_keeps_the_lower_median_of_its_passes():
+    from autotune.install_probe.comm import _Run
+
+    def row(prim, m, mean):
+        return (prim, 2, 0, 0, m, mean, mean, mean, mean, 5, 1, mean)
+
+    run = _Run(world=None, profile=None, verbose=False)
+    run.rows = [row("bcast", 64, 3.0), row("bcast", 64, 1.0), row("bcast", 64, 9.0),   # middle of three
+                row("pingpong", 8, 4.0), row("pingpong", 8, 2.0),                       # faster of two
+                row("pingpong", 16, 5.0), row("pingpong", 16, 1.0), row("pingpong", 16, 2.0),
+                row("pingpong", 16, 7.0)]                                               # second of four
+    best = {(r[0], r[4]): r[-1] for r in run.best_rows()}
+    assert best == {("bcast", 64): 3.0, ("pingpong", 8): 2.0, ("pingpong", 16): 2.0}
+    assert [r[0] for r in run.best_rows()] == ["pingpong", "pingpong", "bcast"]    # primitives' order
 
 
 # -- the real probe under mpiexec -------------------------------------------------------------------------
