@@ -40,11 +40,12 @@ diagonal message, trsm, packing) and sends it, then finishes its step-k update; 
 just updates. Without look-ahead the panel is factored after the whole update and everyone waits
 for it (serial). After the loop every rank zeroes its part of the factor's strict upper triangle
 (``movement.fill``, counted as compute as the run counts it). ``total`` = distribution + max over
-ranks of the final clock + collection. Reported phases are those of the rank finishing last (the
-busiest of them if several tie, as every step synchronises the ranks): ``compute`` its busy time
-(BLAS and the zeroing), ``communication`` the rest of its loop time (packing, receive copies,
-waits for late panels: the run times everything in its loop outside BLAS as communication), so
-total = sum of the phases and >= each of them.
+ranks of the final clock + collection. Each phase is its maximum over the ranks, as a run reports
+them (``Phases`` per rank, reduced with MAX): ``compute`` the busiest rank's busy time (BLAS and
+the zeroing), ``communication`` the largest rest of a rank's loop time (packing, receive copies,
+waits for late panels: the run times everything in its loop outside BLAS as communication). The
+ranks end together, so the least busy one waits longest: communication carries the compute
+imbalance of the block-cyclic columns. Each phase <= total <= their sum.
 
 ``distribution`` / ``collection`` (``_moves``): the root's finiteness check (one gemv), its own
 blocks copied (1-D grids) or every element packed (2-D, ``cp.pack_time`` by run length b),
@@ -202,9 +203,10 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     t = t + zero
     busy += zero
     loop = float(t.max())
-    compute = float(busy[t >= loop * (1.0 - 1e-9)].max())   # the busiest of the ranks finishing last
+    compute = float(busy.max())
     dist, coll = _moves(n, r, c, b, p, sp, cp, backend, threads)
-    waits = loop - compute if loop - compute > 1e-12 * loop else 0.0   # rounding of the clock sums
+    rest = float((t - busy).max())
+    waits = rest if rest > 1e-12 * loop else 0.0   # rounding of the clock sums
     out = {"distribution": dist, "communication": waits, "compute": compute,
            "collection": coll}
     out["total"] = dist + loop + coll
