@@ -73,6 +73,7 @@ COLD_MIN_BYTES = 65536   # default cold sizes: the profile's from here (below, t
 VECTOR_WIDTH = 8    # doubles per row of the strided column block
 VECTOR_STRIDE = 4   # the block is 1/VECTOR_STRIDE of the matrix width
 DARRAY_BLOCK = 8    # block-cyclic block size (elements) of the darray piece
+ALIGN_BYTES = 64    # sizes of the grids are whole cache lines
 
 
 class CommProfileError(ValueError):
@@ -161,9 +162,6 @@ class CommProfile:
         if self.grids == "full":
             out = [(r, c) for r, c in out if r * c == world]
         return sorted(out, key=lambda g: (g[0] * g[1], g))
-
-
-ALIGN_BYTES = 64     # sizes of the grids are whole cache lines
 
 
 def _aligned(x: float, q: int) -> int:
@@ -630,13 +628,14 @@ class _Run:
             self.sweep()
 
     def best_rows(self) -> list:
-        """Per point, the pass with the lower median mean (the faster of two, the middle of three,
-        the second of four): one pass caught by a disturbance, or by a slow state of the machine
-        lasting a few points, moves no point; as the BLAS probe keeps its points."""
+        """Per point, the pass with the lower median mean (``timing.lower_median``, as the BLAS
+        probe keeps its points)."""
+        from .timing import lower_median
+
         passes: dict[tuple, list] = {}
         for row in self.rows:
             passes.setdefault(row[:5], []).append(row)
-        best = [sorted(rows, key=lambda r: r[-1])[(len(rows) - 1) // 2] for rows in passes.values()]
+        best = [lower_median(rows, key=lambda r: r[-1]) for rows in passes.values()]
         return sorted(best, key=lambda r: (ALL_PRIMITIVES.index(r[0]), r[1], r[2], r[3], r[4]))
 
     def sweep(self) -> None:

@@ -18,7 +18,7 @@ from . import operands
 from .operands import build
 from .plan import Task, expand
 from .profile import Profile
-from .timing import measure
+from .timing import lower_median, measure
 
 CHECKPOINT_SECONDS = 5.0
 # After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
@@ -202,9 +202,9 @@ class _Session:
 
     def _lower_median(self, key: tuple, row: tuple) -> tuple:
         """The record of this point's pass with the lower median time over its passes so far."""
-        rows = sorted(self.passes.setdefault(key, []) + [row], key=lambda r: r[8])
-        self.passes[key] = rows
-        return rows[(len(rows) - 1) // 2]
+        rows = self.passes.setdefault(key, [])
+        rows.append(row)
+        return lower_median(rows, key=lambda r: r[8])
 
     def _measure(self, be, task: Task) -> tuple | None:
         """One point's record, or None (failure recorded) if the routine raised."""

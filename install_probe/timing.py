@@ -26,6 +26,13 @@ class Sample:
         return (self.q3 - self.q1) / self.median if self.median > 0 else 0.0
 
 
+def lower_median(passes: list, key):
+    """The pass with the lower median ``key`` (the faster of two, the middle of three, the second
+    of four): what a probe keeps of a point timed in several passes, so one pass caught by a
+    disturbance, or by a slow state of the machine lasting a few points, moves nothing."""
+    return sorted(passes, key=key)[(len(passes) - 1) // 2]
+
+
 def _once(call: Call, inner: int) -> float:
     """Seconds per call for one sample (``inner`` back-to-back calls, or one after a restore)."""
     if call.restore is not None:
