@@ -39,12 +39,12 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
     from threadpoolctl import threadpool_limits
 
     from autotune.distributed.api import distributed_cholesky, distributed_gemm
-    from autotune.distributed.collective import quiet_barrier
+    from autotune.distributed.collective import first_ranks
     from autotune.distributed.plan import PHASES
 
-    sub = world.Split(0 if world.rank < plan.p else MPI.UNDEFINED, world.rank)
-    out = None
-    if sub != MPI.COMM_NULL:
+    with first_ranks(world, plan.p) as sub:
+        if sub is None:
+            return None
         rng = np.random.default_rng(0)
         root = sub.rank == 0
         args = (((rng.standard_normal((n, n)), rng.standard_normal((n, n))) if root else (None, None))
@@ -60,10 +60,7 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
                 worst = np.empty_like(mine)
                 sub.Allreduce(mine, worst, op=MPI.MAX)
                 runs.append(worst)
-        out = dict(zip(PHASES, np.median(np.array(runs[1:]), axis=0).tolist(), strict=True))
-        sub.Free()
-    quiet_barrier(world, poll_seconds=0.0005)
-    return out
+        return dict(zip(PHASES, np.median(np.array(runs[1:]), axis=0).tolist(), strict=True))
 
 
 def _residuals(world, db_path, cases, reps: int) -> list[dict[str, float]] | None:

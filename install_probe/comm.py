@@ -57,7 +57,7 @@ import numpy as np
 
 from autotune.db import comm as dbc
 from autotune.distributed import workspace
-from autotune.distributed.collective import quiet_barrier
+from autotune.distributed.collective import first_ranks
 
 BUILTIN = ("quick", "standard")
 ALL_PRIMITIVES = dbc.PRIMITIVES
@@ -650,12 +650,11 @@ class _Run:
 
     def group(self, p: int) -> None:
         """The non-grid primitives on ranks 0..p-1 (pairs only at p = 2); the others wait."""
-        from mpi4py import MPI
-
-        world, pf = self.world, self.profile
+        pf = self.profile
         prims = [x for x in pf.primitives if x in GROUP or (p == 2 and x in PAIR)]
-        sub = world.Split(0 if world.Get_rank() < p else MPI.UNDEFINED, world.Get_rank())
-        if sub != MPI.COMM_NULL:
+        with first_ranks(self.world, p) as sub:
+            if sub is None:
+                return
             bufs = self.buffers(prims, p)
             for prim in prims:
                 self.curve(prim, sub, p, (0, 0), bufs)
@@ -663,20 +662,17 @@ class _Run:
             if p == 2 and pf.loggp:
                 self.prtt(sub, bufs)
                 self.log("PRTT (LoOgGP) p=2")
-            sub.Free()
-        quiet_barrier(world, poll_seconds=0.0005)
 
     def grid(self, r: int, c: int) -> None:
         """Row and column broadcasts (all rows / all columns at once) of an r x c grid on ranks 0..rc-1."""
-        from mpi4py import MPI
-
-        world, pf = self.world, self.profile
+        pf = self.profile
         p = r * c
         prims = [x for x in ("bcast_row", "bcast_col") if x in pf.primitives and (c if x == "bcast_row" else r) >= 2]
         if not prims:
             return
-        sub = world.Split(0 if world.Get_rank() < p else MPI.UNDEFINED, world.Get_rank())
-        if sub != MPI.COMM_NULL:
+        with first_ranks(self.world, p) as sub:
+            if sub is None:
+                return
             me = sub.Get_rank()
             row = sub.Split(me // c, me % c)   # the c members of my grid row
             col = sub.Split(me % c, me // c)   # the r members of my grid column
@@ -686,8 +682,6 @@ class _Run:
                 self.log(f"{prim} {r}x{c}")
             row.Free()
             col.Free()
-            sub.Free()
-        quiet_barrier(world, poll_seconds=0.0005)
 
 
 FIRST_TOUCH_SIZES = tuple(int(2 ** (22 + q / 4)) for q in range(17))   # 4 .. 64 MiB, quarter octaves

@@ -24,13 +24,19 @@ SKEW_SHAPES = ((1024, 64), (1024, 128), (1536, 256))   # (x, b) rank-b updates, 
 SKEW_REPS = 50
 
 
-def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
-    """Every rank's time of the same one-thread n x k by k x n dgemm, all started together (a
-    barrier before each): shape (reps, ranks)."""
-    rng = np.random.default_rng(comm.rank)
+def _operands(rank: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """This rank's n x k and k x n factors and n x n product, multiplied once (warm)."""
+    rng = np.random.default_rng(rank)
     a, b = rng.standard_normal((n, k)), rng.standard_normal((k, n))
     c = np.empty((n, n))
     np.matmul(a, b, out=c)
+    return a, b, c
+
+
+def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
+    """Every rank's time of the same one-thread n x k by k x n dgemm, all started together (a
+    barrier before each): shape (reps, ranks)."""
+    a, b, c = _operands(comm.rank, n, k)
     times = []
     for _ in range(reps):
         comm.Barrier()
@@ -57,18 +63,12 @@ def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> dict[str,
     rank: a plan on p ranks waits for the spread of p ranks, not of all P (on an oversubscribed
     node the whole platform time-shares, 24% here at 4 ranks on 2 cores, while 2 of them do not).
     Ranks outside a group wait without taking a core from it."""
-    from mpi4py import MPI
-
-    from autotune.distributed.collective import quiet_barrier
+    from autotune.distributed.collective import first_ranks
 
     out: dict[str, list] = {"p": [], "skew": []}
     for p in range(2, world.size + 1):
-        sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
-        value = None
-        if sub != MPI.COMM_NULL:
-            value = compute_skew(sub, shapes, reps)
-            sub.Free()
-        quiet_barrier(world, poll_seconds=0.0005)
+        with first_ranks(world, p) as sub:
+            value = None if sub is None else compute_skew(sub, shapes, reps)
         out["p"].append(p)
         out["skew"].append(world.bcast(value, root=0))
     return out
@@ -82,10 +82,7 @@ def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, float]:
     mean, as their spread on equal work is the platform's ``compute_skew``, charged separately."""
     from autotune.distributed.collective import quiet_barrier
 
-    rng = np.random.default_rng(world.rank)
-    a, b = rng.standard_normal((n, k)), rng.standard_normal((k, n))
-    c = np.empty((n, n))
-    np.matmul(a, b, out=c)
+    a, b, c = _operands(world.rank, n, k)
     mine: dict[int, list[float]] = {p: [] for p in groups}
     for _ in range(reps):
         for p, sub in groups.items():
@@ -107,13 +104,11 @@ def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, float]:
 def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> list[tuple[int, int, float]]:
     """Measure p = 1..P (collective over ``world``); rank 0 stores the rows (per pattern, p, n: the
     solo time times the slowdown) and returns the square ones."""
-    from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
-    groups = {}
-    for p in range(1, world.size + 1):
-        sub = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)
-        groups[p] = None if sub == MPI.COMM_NULL else sub
+    from autotune.distributed.collective import split_first
+
+    groups = {p: split_first(world, p) for p in range(1, world.size + 1)}
     rows = []
     try:
         with threadpool_limits(1):

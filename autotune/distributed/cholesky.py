@@ -44,7 +44,7 @@ from autotune.models.distributed_cholesky import flipped, memory_order, wanted_o
 
 from . import workspace
 from .checks import all_finite
-from .collective import agree
+from .collective import agree, split_first
 from .grid import ProcessGrid
 from .layout import Axis, block_cyclic
 from .movement import DistMatrix
@@ -513,7 +513,6 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
     every rank of ``comm``. Not positive definite: LinAlgError on every rank of the plan (ranks
     >= plan.p have already returned None).
     """
-    from mpi4py import MPI
 
     t0 = time.perf_counter()
     err, arr = None, None
@@ -544,8 +543,8 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
     n, flip = comm.bcast((arr.shape[0], flip) if comm.rank == root else None, root=root)
     if n == 0:
         return np.empty((0, 0), order="F") if comm.rank == root else None
-    sub = comm.Split(0 if comm.rank < plan.p else MPI.UNDEFINED, comm.rank)
-    if comm.rank >= plan.p:
+    sub = split_first(comm, plan.p)
+    if sub is None:
         return None
     try:
         grid = ProcessGrid(sub, plan.r, plan.c)

@@ -7,6 +7,7 @@ problem found (same type and message everywhere). Only small Python objects cros
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 _ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "LinAlgError": None}
 
@@ -46,3 +47,24 @@ def quiet_barrier(comm, poll_seconds: float = 0.001) -> None:
     req = comm.Ibarrier()
     while not req.Test():
         time.sleep(poll_seconds)
+
+
+def split_first(comm, p: int):
+    """The first ``p`` ranks of ``comm`` as their own communicator, None on the others (collective)."""
+    from mpi4py import MPI
+
+    sub = comm.Split(0 if comm.rank < p else MPI.UNDEFINED, comm.rank)
+    return None if sub == MPI.COMM_NULL else sub
+
+
+@contextmanager
+def first_ranks(comm, p: int, poll_seconds: float = 0.0005):
+    """``split_first`` for a block of work on the first ``p`` ranks: freed at the end, then every
+    rank meets in ``quiet_barrier``, so the ranks left out wait without taking a core from it."""
+    sub = split_first(comm, p)
+    try:
+        yield sub
+    finally:
+        if sub is not None:
+            sub.Free()
+        quiet_barrier(comm, poll_seconds)
