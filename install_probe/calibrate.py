@@ -12,6 +12,12 @@ implementation costs beyond what its models count, stored with the MPI platform.
   the per-call checks), by algorithm: a tiny problem whose modelled phases are next to nothing,
   measured minus modelled. Missed, it left both families' distribution 0.2-0.6 ms low at every
   size here (session 20). Added to the phases by the selector (``select.distributed``).
+- ``step_waits``: what SUMMA's ranks wait in its per-step broadcasts for the slowest rank's update,
+  as a share of the step's compute, by p and block b: SUMMA plans on the first p ranks at equal
+  loads, measured communication minus the model's messages (no wait), over the model's compute.
+  The probe's ``compute_skew`` (the same update timed on its own) measured 1.4% here where the
+  runs waited 2-3% at b >= 128 and 5-6% at b = 64 (session 21, n = 1024..2560): a rank's update is
+  slower for as long as its buffers live, which the isolated timing does not see.
 
 As the one-process probe's "dispatch" pattern: a whole run of the implementation minus what the
 models already count. Calibrations need the database's BLAS records (the models do).
@@ -29,6 +35,9 @@ CALL_PLANS = (("cholesky", Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)), ("gem
               ("gemm", Plan("cbsr", 2, 2, 1)), ("gemm", Plan("summa", 2, 2, 1, b=BLOCK)))
 CALL_N = 64
 CALL_PHASES = ("distribution", "collection")
+STEP_BLOCKS = (64, 128, 256, 512)   # SUMMA blocks the step waits are measured at
+STEP_N = 1536                       # about the order of those runs (raised to equal loads on p ranks)
+STEP_REPS = 9                       # runs of ~0.1 s: 8 plans take ~8 s on 2 ranks here
 
 
 def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[str, float] | None:
@@ -63,43 +72,90 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
         return dict(zip(PHASES, np.median(np.array(runs[1:]), axis=0).tolist(), strict=True))
 
 
-def _residuals(world, db_path, cases, reps: int) -> list[dict[str, float]] | None:
+class _NoWait:
+    """Communication parameters whose ranks never wait for each other (``step_wait`` 0)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+
+    def step_wait(self, p: int, b: int) -> float:
+        return 0.0
+
+    def __getattr__(self, name):
+        return getattr(self.cp, name)
+
+
+def _residuals(world, db_path, cases, reps: int, wait: bool = True) -> list[dict[str, float]] | None:
     """Measured minus modelled seconds per phase of each ``(family, plan, n)`` in ``cases`` (run in
-    turn on the first ranks), on rank 0; None elsewhere or without BLAS records the models can use."""
+    turn on the first ranks), on rank 0; [] on the others; None on every rank without BLAS
+    records the models can use (then nothing is run). Each entry also carries the model's
+    ``compute`` as ``model_compute``; ``wait=False`` models ranks that never wait for each other
+    (``step_waits``)."""
     from autotune.db import load_sp
     from autotune.db.comm import load_comm
     from autotune.db.store import DatabaseError
     from autotune.select.distributed import predict
 
+    models = None
+    if world.rank == 0:
+        try:
+            sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
+            cp = cp if wait else _NoWait(cp)
+            if sp.has("gemm", PLAN.backend, PLAN.threads, "panel"):
+                models = [predict(fam, (n,) if fam == "cholesky" else (n,) * 3, plan, sp, cp, fitted=False)
+                          for fam, plan, n in cases]
+        except (DatabaseError, LookupError, OSError, ValueError):
+            models = None
+    if not world.bcast(models is not None, root=0):       # nothing to compare with: measure nothing
+        return None
     measured = [_measured_phases(world, fam, plan, n, reps) for fam, plan, n in cases]
     if world.rank != 0:
-        return None
-    try:
-        sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
-        if not sp.has("gemm", PLAN.backend, PLAN.threads, "panel"):
-            return None
-        models = [predict(fam, (n,) if fam == "cholesky" else (n,) * 3, plan, sp, cp, fitted=False)
-                  for fam, plan, n in cases]
-    except (DatabaseError, LookupError, OSError, ValueError):
-        return None
-    return [{ph: meas[ph] - model[ph] for ph in meas} for meas, model in zip(measured, models, strict=True)]
+        return []
+    return [{**{ph: meas[ph] - model[ph] for ph in meas}, "model_compute": model["compute"]}
+            for meas, model in zip(measured, models, strict=True)]
 
 
 def loop_overhead(world, db_path, reps: int = REPS) -> float | None:
     """Seconds per panel step (>= 0) on rank 0, None elsewhere or without the database's BLAS
     records. Collective over ``world``."""
     res = _residuals(world, db_path, [("cholesky", PLAN, N)], reps)
-    return None if res is None else max(res[0]["communication"], 0.0) / -(-N // BLOCK)
+    return max(res[0]["communication"], 0.0) / -(-N // BLOCK) if res else None
 
 
 def call_overheads(world, db_path, reps: int = REPS) -> dict[str, dict[str, float]] | None:
     """``{algorithm: {phase: seconds}}`` (>= 0) of ``CALL_PLANS`` on rank 0, None elsewhere or
     without the database's BLAS records. Collective over ``world``."""
     res = _residuals(world, db_path, [(fam, plan, CALL_N) for fam, plan in CALL_PLANS], reps)
-    if res is None:
+    if not res:
         return None
     return {plan.algorithm: {ph: max(r[ph], 0.0) for ph in CALL_PHASES}
             for (_, plan), r in zip(CALL_PLANS, res, strict=True)}
 
 
-__all__ = ["call_overheads", "loop_overhead"]
+def step_n(p: int, blocks=STEP_BLOCKS, target: int = STEP_N) -> int:
+    """The order, near ``target``, at which every block of ``blocks`` gives p ranks equal loads."""
+    step = p * max(blocks)
+    return step * max(1, round(target / step))
+
+
+def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target: int = STEP_N) -> dict | None:
+    """``{"p": [2..P], "b": blocks, "wait": [[share per b] per p]}`` (>= 0) on rank 0: SUMMA on the
+    first p ranks, grids 1 x p and p x 1 (their mean), order ``step_n(p, blocks, target)``; None
+    elsewhere or without the database's BLAS records. Collective over ``world``."""
+    out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": []}
+    for p in range(2, world.size + 1):
+        order = step_n(p, blocks, target)
+        cases = [("gemm", Plan("summa", p, r, c, b=int(b), threads=1), order)
+                 for b in blocks for r, c in ((1, p), (p, 1))]
+        res = _residuals(world, db_path, cases, reps, wait=False)
+        if res is None:                 # every rank: no BLAS records
+            return None
+        if not res:                     # not rank 0
+            continue
+        share = [max(r["communication"], 0.0) / r["model_compute"] if r["model_compute"] > 0 else 0.0 for r in res]
+        out["p"].append(p)
+        out["wait"].append(np.mean(np.reshape(share, (len(blocks), 2)), axis=1).tolist())
+    return out if world.rank == 0 else None
+
+
+__all__ = ["call_overheads", "loop_overhead", "step_n", "step_waits"]

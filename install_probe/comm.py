@@ -110,6 +110,8 @@ class CommProfile:
     loggp_max_bytes: int = 1 << 20
     cold_sizes: tuple[int, ...] | None = None   # sizes of the cold-cache primitives (None: sizes >= COLD_MIN_BYTES)
     heldout: bool = False                       # also time the midpoints of each grid, to check the fits on
+    step_order: int = 1536                      # SUMMA calibration runs (``calibrate.step_waits``): order ...
+    step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
     source: str = ""
 
     def fitted_sizes(self, prim: str) -> tuple[int, ...]:
@@ -196,7 +198,8 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
-               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout"}
+               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
+               "step_waits"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -223,7 +226,26 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
-                       heldout=_heldout(data.get("heldout", "none"), source), source=source)
+                       heldout=_heldout(data.get("heldout", "none"), source),
+                       **_step_waits(data.get("step_waits") or {}, source), source=source)
+
+
+def _step_waits(value, source: str) -> dict:
+    """``step_waits: {order: N, blocks: [b, ...]}`` as CommProfile fields (defaults where left out)."""
+    if not isinstance(value, dict) or set(value) - {"order", "blocks"}:
+        raise CommProfileError(f"{source}: step_waits must be a mapping with order and/or blocks")
+    out = {}
+    try:
+        if "order" in value:
+            out["step_order"] = int(value["order"])
+        if "blocks" in value:
+            out["step_blocks"] = tuple(int(b) for b in value["blocks"])
+    except (TypeError, ValueError) as exc:
+        raise CommProfileError(f"{source}: step_waits: {exc}") from exc
+    if out.get("step_order", 1) < 1 or not all(b >= 1 for b in out.get("step_blocks", (1,))) \
+            or out.get("step_blocks", (1,)) == ():
+        raise CommProfileError(f"{source}: step_waits: order and blocks must be positive")
+    return out
 
 
 def _heldout(value, source: str) -> bool:
@@ -444,6 +466,23 @@ def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
     raise ValueError(f"unknown primitive {prim!r}")
 
 
+NUMPY_HUGE_MIN = 1 << 22    # numpy advises huge pages for its allocations from 4 MiB (madvise THP)
+
+
+def user_array(size: int, rng) -> np.ndarray:
+    """A new float64 array of ``size`` ones placed as a user's may be: numpy's, at a random 4 KiB
+    offset from the 2 MiB boundaries from numpy's huge-page threshold up. Only the 2 MiB-aligned
+    part of an allocation gets huge pages, so the rest (up to 2 MiB, up to half of a 4 MiB matrix)
+    depends on where it lands; glibc maps a freed size straight back to the same address, so
+    without the offset every repetition of a size landed alike and neighbouring sizes differed by
+    up to 1.5x (bcast_cold, 4.2 vs 5.0 MB, session 21) instead of averaging over placements."""
+    if 8 * size < NUMPY_HUGE_MIN:
+        return np.ones(size)
+    pages = workspace.HUGE_PAGE // 4096
+    offset = int(rng.integers(pages)) * (4096 // 8)
+    return np.ones(size + pages * (4096 // 8))[offset:offset + size]
+
+
 class ColdOp:
     """One call of a cold primitive: a run's distribution of a user's matrix. Arrays of exactly
     the matrix's size, in float64, the root's own Scatterv block left in place; ``renew()`` (before
@@ -457,6 +496,7 @@ class ColdOp:
         if prim not in COLD:
             raise ValueError(f"unknown cold primitive {prim!r}")
         self.prim, self.comm, self.d, self.flush = prim, comm, m // 8, flush
+        self.rng = np.random.default_rng(m)
         p = comm.Get_size()
         self.blocks = (np.full(p, self.d, dtype=np.int64), np.arange(p, dtype=np.int64) * self.d)
         self.renew()
@@ -465,7 +505,7 @@ class ColdOp:
         p, d = self.comm.Get_size(), self.d
         self.buf = None                          # the old arrays go before the new ones come
         if self.comm.Get_rank() == 0:
-            self.buf = np.ones(p * d if self.prim == "scatterv_cold" else d)
+            self.buf = user_array(p * d if self.prim == "scatterv_cold" else d, self.rng)
         else:
             self.buf = _message_buffer(8 * d).view(np.float64)
         if self.flush is not None:
@@ -858,11 +898,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
-        from autotune.install_probe.calibrate import call_overheads, loop_overhead
+        from autotune.install_probe.calibrate import call_overheads, loop_overhead, step_waits
         from autotune.install_probe.contention import run_contention
 
         rows = run_contention(world, *where)
-        calibrated = {"loop_overhead": loop_overhead(world, where[0]), "call_overhead": call_overheads(world, where[0])}
+        calibrated = {"loop_overhead": loop_overhead(world, where[0]), "call_overhead": call_overheads(world, where[0]),
+                      "step_wait": step_waits(world, where[0], blocks=profile.step_blocks, target=profile.step_order)}
         calibrated = {k: v for k, v in calibrated.items() if v is not None}
         if calibrated:                              # rank 0, with the database's BLAS records
             result["info"].update(calibrated)
@@ -884,6 +925,11 @@ def main(argv: list[str] | None = None) -> int:
               + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
         if "loop_overhead" in info:
             print(f"distributed Cholesky loop overhead: {info['loop_overhead'] * 1e6:.1f} us per panel")
+        if "step_wait" in info:
+            sw = info["step_wait"]
+            print("SUMMA step wait (share of a step's compute): " + "; ".join(
+                f"p={p} " + ", ".join(f"b={b} {100 * w:.1f}%" for b, w in zip(sw["b"], row, strict=True))
+                for p, row in zip(sw["p"], sw["wait"], strict=True)))
         for alg, cost in info.get("call_overhead", {}).items():
             print(f"{alg} call overhead: " + ", ".join(f"{ph} {t * 1e6:.0f} us" for ph, t in cost.items()))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "

@@ -672,6 +672,37 @@ class _World:
         return type("Done", (), {"Test": lambda self: True})()
 
 
+
+def test_step_wait_reads_the_calibration_by_nearest_p_and_log_block_else_the_probe_skew(tmp_path):
+    """The stored SUMMA calibration, {"p", "b", "wait"}: the nearest measured p (the larger on a
+    tie), log-linear in b with the ends held; without it, or malformed, ``compute_skew(p)``."""
+    path, bare = tmp_path / "cal.h5", tmp_path / "bare.h5"
+    table = {"p": [2, 4], "b": [64, 256], "wait": [[0.04, 0.02], [0.6, 0.2]]}
+    write_synthetic(path, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]}, step_wait=table)
+    cp = dbc.load_comm(path, nprocs=4)
+    assert cp.step_wait(2, 64) == pytest.approx(0.04) and cp.step_wait(2, 128) == pytest.approx(0.03)
+    assert cp.step_wait(2, 32) == pytest.approx(0.04) and cp.step_wait(2, 1024) == pytest.approx(0.02)
+    assert cp.step_wait(3, 256) == pytest.approx(0.2) and cp.step_wait(4, 64) == pytest.approx(0.6)
+    for bad in ({"p": [2], "b": [64], "wait": [[-1.0]]}, {"p": [2], "b": [64, 128], "wait": [[0.1]]}, "x",
+                {"p": [2], "wait": [[0.1]]}):
+        write_synthetic(bare, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]}, step_wait=bad)
+        cp = dbc.load_comm(bare, nprocs=4)
+        assert (cp.step_wait(2, 64), cp.step_wait(3, 64)) == (0.012, 0.1)
+
+
+def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
+    from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
+
+    base = {"name": "t", "sizes": [8, 64]}
+    prof = parse_comm_profile({**base, "step_waits": {"order": 256, "blocks": [32, 64]}})
+    assert (prof.step_order, prof.step_blocks) == (256, (32, 64))
+    assert parse_comm_profile(base).step_blocks == (64, 128, 256, 512)
+    assert load_comm_profile("quick").step_blocks == (32, 64)
+    for bad in ({"order": 0}, {"blocks": []}, {"blocks": ["x"]}, {"size": 3}, [1]):
+        with pytest.raises(CommProfileError, match="step_waits"):
+            parse_comm_profile({**base, "step_waits": bad})
+
+
 def test_contention_is_the_ranks_mean_over_the_solo_time_of_the_same_round():
     """The interleaved contention rounds: each group size's time is the solo time times the
     median ratio of its ranks' mean to the solo run of the same round (not the slowest rank)."""
@@ -754,3 +785,23 @@ def test_pack_costs_probe_measures_every_run_length():
     assert out["runs"] == [*PACK_RUNS, 256]
     for kind in ("take", "put"):
         assert len(out[kind]) == len(out["runs"]) and all(0 < t < 1e-6 for t in out[kind])
+
+
+def test_cold_user_arrays_land_at_varied_offsets_from_the_huge_page_boundaries():
+    """The cold primitives' root array: ones of the asked size; from numpy's huge-page threshold
+    up its offset from the 2 MiB boundaries varies between repetitions (a freed size would come
+    straight back at the same address), below it a plain new array."""
+    from autotune.install_probe.comm import NUMPY_HUGE_MIN, user_array
+
+    rng = np.random.default_rng(0)
+    big = NUMPY_HUGE_MIN // 8 + 1000
+    offsets = set()
+    for _ in range(8):
+        a = user_array(big, rng)
+        assert a.shape == (big,) and a.dtype == np.float64 and a[0] == a[-1] == 1.0
+        assert a.ctypes.data % 4096 == a.base.ctypes.data % 4096    # whole pages from numpy's start
+        offsets.add(a.ctypes.data % (2 << 20))
+        del a
+    assert len(offsets) >= 4
+    small = user_array(1000, rng)
+    assert small.base is None and small.shape == (1000,)

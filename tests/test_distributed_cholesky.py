@@ -357,8 +357,8 @@ def test_model_charges_the_measured_loop_overhead_on_every_rank_each_panel():
 
 def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     """The comm probe's calibrations on a database with BLAS records: the distributed Cholesky's
-    loop overhead per panel, and each algorithm's fixed per-call costs; none without BLAS
-    records. Stored, the platform reads them back; bad values read as nothing."""
+    loop overhead per panel, each algorithm's fixed per-call costs and SUMMA's step waits by
+    block; none without BLAS records. Stored, the platform reads them back; bad values read as nothing."""
     import json
     import shutil
 
@@ -373,22 +373,25 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     out = run_mpi("""
         import json, sys
         from mpi4py import MPI
-        from autotune.install_probe.calibrate import call_overheads, loop_overhead
+        from autotune.install_probe.calibrate import call_overheads, loop_overhead, step_waits
         for db in sys.argv[1:]:
             x, calls = loop_overhead(MPI.COMM_WORLD, db, reps=2), call_overheads(MPI.COMM_WORLD, db, reps=2)
+            waits = step_waits(MPI.COMM_WORLD, db, reps=1, blocks=(16, 32), target=64)
             if MPI.COMM_WORLD.rank == 0:
-                print("CAL", json.dumps([x, calls]))
+                print("CAL", json.dumps([x, calls, waits]))
     """, 2, tmp_path, args=[str(path), str(bare)])
-    (loop, calls), (none_loop, none_calls) = [json.loads(line[4:]) for line in out.stdout.splitlines()
-                                              if line.startswith("CAL ")]
-    assert none_loop is None and none_calls is None
+    (loop, calls, waits), none = [json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("CAL ")]
+    assert none == [None, None, None]
+    assert waits["p"] == [2] and waits["b"] == [16, 32] and len(waits["wait"][0]) == 2
+    assert all(0.0 <= w < 10.0 for w in waits["wait"][0])          # a share of the compute, measured
     assert 0.0 <= loop < 0.01                              # seconds per panel: measured, not absurd
     assert set(calls) == {"cholesky", "bsr", "cbsr", "summa"}
     assert all(set(c) == {"distribution", "collection"} and all(0 <= t < 0.1 for t in c.values())
                for c in calls.values())
-    write_synthetic(path, 2, loop_overhead=loop, call_overhead=calls)
+    write_synthetic(path, 2, loop_overhead=loop, call_overhead=calls, step_wait=waits)
     cp = load_comm(path, nprocs=2)
     assert cp.loop_overhead == loop and cp.call_overhead("summa") == calls["summa"]
+    assert cp.step_wait(2, 16) == pytest.approx(waits["wait"][0][0])
     assert cp.call_overhead("cannon") == {}
     for bad in ("x", -1.0, float("nan")):
         write_synthetic(bare, 2, loop_overhead=bad, call_overhead={"bsr": {"distribution": bad}})

@@ -354,6 +354,25 @@ def test_summa_waits_for_the_slowest_of_equal_ranks_or_the_imbalance_whichever_i
     assert odd[0] == odd[1]                                       # half the compute idle > 2% of it
 
 
+def test_summa_waits_the_calibrated_step_wait_of_its_p_and_block_over_the_probe_skew():
+    """``cp.step_wait(p, b)`` (the probe's SUMMA calibration) replaces ``compute_skew(p)``: each
+    block waits its own share of the compute."""
+    class Calibrated(FakeCP):
+        def compute_skew(self, p):
+            return 0.5
+
+        def step_wait(self, p, b):
+            return {64: 0.05, 256: 0.01}[b] if p == 2 else 1.0
+
+    for b, share in ((64, 0.05), (256, 0.01)):
+        plan = Plan("summa", 2, 2, 1, b=b)
+        base, cal = dg.summa(1024, 1024, 1024, plan, SP, CP), dg.summa(1024, 1024, 1024, plan, SP, Calibrated())
+        steps = 1024 // b
+        waited = share * base["compute"]
+        assert cal["communication"] - base["communication"] == pytest.approx(waited * (steps - 1) / steps)
+        assert cal["collection"] - base["collection"] == pytest.approx(waited / steps)
+
+
 def test_cbsr_gathers_along_rows_only_with_several_columns():
     one_col = dg.cbsr(800, 600, 400, Plan("cbsr", 4, 4, 1), SP, CP)
     two_col = dg.cbsr(800, 600, 400, Plan("cbsr", 4, 2, 2), SP, CP)

@@ -612,6 +612,17 @@ def _log_interp(table, xkey: str, ykey: str, x: float) -> float | None:
     return float(np.interp(math.log(max(float(x), 1.0)), np.log(xs), ys))
 
 
+def _step_wait_at(table, p: int, b: float) -> float | None:
+    """The calibrated SUMMA step wait ``{"p", "b", "wait"}`` at the nearest measured p (the larger
+    on a tie), log-linear in b; None if missing or malformed."""
+    try:
+        ps = [int(x) for x in table["p"]]
+        row = table["wait"][min(range(len(ps)), key=lambda i: (abs(ps[i] - p), -ps[i]))]
+        return _log_interp({"b": table["b"], "wait": row}, "b", "wait", b)
+    except (TypeError, KeyError, ValueError, IndexError):
+        return None
+
+
 def _nonnegative(value, default):
     """``value`` as a finite float >= 0 (a probe value stored with the platform), else ``default``."""
     try:
@@ -664,6 +675,13 @@ class CommParams:
         value = self._info("compute_skew")
         value = _log_interp(value, "p", "skew", p) if isinstance(value, dict) else value
         return _nonnegative(value, DEFAULT_COMPUTE_SKEW)
+
+    def step_wait(self, p: int, b: float) -> float:
+        """Share of a SUMMA step's compute that its ``p`` ranks wait for the slowest one, at block
+        ``b``: the probe's calibration runs (``install_probe.calibrate.step_waits``; nearest p,
+        log-linear in b), else ``compute_skew(p)``."""
+        value = _nonnegative(_step_wait_at(self._info("step_wait"), p, b), None)
+        return self.compute_skew(p) if value is None else value
 
     @property
     def loop_overhead(self) -> float:

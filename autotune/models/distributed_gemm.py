@@ -167,25 +167,33 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
     return n, k, m, plan.c, plan.r
 
 
+def _step_wait(cp, p: int, b: int) -> float:
+    """Share of a synchronised step's compute the ranks wait for the slowest: the calibrated
+    ``cp.step_wait(p, b)``, else the probe's ``cp.compute_skew(p)``; 0 for test doubles with neither."""
+    if hasattr(cp, "step_wait"):
+        return float(cp.step_wait(p, b))
+    return float(cp.compute_skew(p)) if hasattr(cp, "compute_skew") else 0.0
+
+
 def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
                  cp) -> tuple[float, float, tuple[float, float]]:
-    """(communication, compute, wait) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on
-    R x C: bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R
-    (after its owner copies it out of the local Y, which the last update evicted: one out-of-cache
-    pass, ``movement.cold_copies``), at the probe's times: the panels are huge-page workspace, as
-    the probe's buffers, and no rank updates while they travel (the broadcasts are synchronous),
-    so nothing is added for moving them inside the loop (``movement.in_loop``, which SUMMA paid
-    while its panels were on 4 KiB pages, until session 19); a rank-w update
-    (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). ``compute`` is the largest
-    rank's. The broadcasts synchronise the ranks each step, so the least loaded rank waits out
-    the difference, or, where loads are (nearly) equal, the slowest of ranks doing the same work
-    (``cp.compute_skew(p)`` of the compute), whichever is larger: ``wait`` = (seconds of it in the
-    broadcasts, in the gather after the last step). With C > 1 the X-panel's owner multiplies it
-    straight out of its local X, which the last update evicted (``movement.cold_reads``), while
+    """(communication, compute, wait) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
+    bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after its
+    owner copies it out of the local Y, which the last update evicted: one out-of-cache pass,
+    ``movement.cold_copies``), at the probe's times: the panels are huge-page workspace, as the
+    probe's buffers, and no rank updates while they travel (the broadcasts are synchronous), so
+    nothing is added for moving them inside the loop (``movement.in_loop``, which SUMMA paid while
+    its panels were on 4 KiB pages, until session 19); a rank-w update (pattern ``rankb``, param b,
+    at the local size sqrt(mloc nloc)). ``compute`` is the largest rank's. The broadcasts
+    synchronise the ranks each step, so the least loaded rank waits out the difference, or, where
+    loads are (nearly) equal, the slowest of ranks doing the same work (``_step_wait``: measured by
+    the probe's SUMMA calibration runs, by p and b), whichever is larger: ``wait`` = (seconds of it
+    in the broadcasts, in the gather after the last step). With C > 1 the X-panel's owner multiplies
+    it straight out of its local X, which the last update evicted (``movement.cold_reads``), while
     the receivers have it hot from the broadcast: every step is longer by that read, which a rank
     pays as compute in the 1/C of the steps it owns and waits out (in the next broadcast) in the
-    rest. Measured (P = 2, sessions 19-20, 2x1 grids): it is what kept SUMMA's communication
-    10-21% low; with it 6-9%."""
+    rest. Measured (P = 2, sessions 19-20, 2x1 grids): it is what kept SUMMA's communication 10-21%
+    low; with it 6-9%."""
     mrows, ncols = _numroc(mm, R, b), _numroc(nn, C, b)
     mloc, nloc = int(mrows[0]), int(ncols[0])
     full, rest = divmod(kk, b)
@@ -207,8 +215,7 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
         owner = float(_cold_reads(sp, mloc * kk))
         comm += owner * (1.0 - 1.0 / C)
         comp = comp + owner / C
-    skew_of = getattr(cp, "compute_skew", None)       # test doubles may leave it out: no skew
-    skew = float(skew_of(p)) if skew_of is not None else 0.0
+    skew = _step_wait(cp, p, b)
     idle = max(float(comp.max() - comp.min()), skew * float(comp.max()))
     last = widths[-1] / float(np.dot(counts, widths))
     return comm, float(comp.max()), (idle * (1.0 - last), idle * last)
