@@ -74,38 +74,47 @@ def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> dict[str,
     return out
 
 
-def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, float]:
+STATS = ("mean", "max", "min")      # over a group's ranks: the models' k (mean), slowest and fastest
+
+
+def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, dict[str, float]]:
     """Rank 0's solo time times the slowdown of each group size p (``groups``: p -> its
-    communicator, None off it) on one one-thread n x k by k x n dgemm: rounds running p = 1..P in
-    turn, each round's mean over the group's ranks over rank 0's solo time, median over rounds.
-    Interleaved so that the clock drift between probe phases (3-4% here) cancels; the ranks'
-    mean, as their spread on equal work is the platform's ``compute_skew``, charged separately."""
+    communicator, None off it) on one one-thread n x k by k x n dgemm, per statistic of the
+    group's ranks (``STATS``): rounds running p = 1..P in turn, each round's statistic over rank
+    0's solo time, median over rounds. Interleaved so that the clock drift between probe phases
+    (3-4% here) cancels. The slowest and fastest differ most where ranks outnumber cores: the
+    scheduler gives some ranks a core of their own and makes others share one."""
     from autotune.distributed.collective import quiet_barrier
 
     a, b, c = _operands(world.rank, n, k)
-    mine: dict[int, list[float]] = {p: [] for p in groups}
+    mine: dict[int, list[np.ndarray]] = {p: [] for p in groups}
     for _ in range(reps):
         for p, sub in groups.items():
             if sub is not None:
                 sub.Barrier()
                 t0 = time.perf_counter()
                 np.matmul(a, b, out=c)
-                mine[p].append(float(np.mean(sub.allgather(time.perf_counter() - t0))))
+                t = np.array(sub.allgather(time.perf_counter() - t0))
+                mine[p].append(np.array([t.mean(), t.max(), t.min()]))
             # Ranks outside the group wait without polling: two ranks spinning in a blocking
             # barrier took cores from the computing pair on the 4-on-2 platform (p = 2 measured
             # 1.8x slower in one probe), which the distributed runs do not see.
             quiet_barrier(world, poll_seconds=0.0005)
     if world.rank != 0:
         return {}
-    solo = np.array(mine[1])
-    return {p: float(np.median(solo) * np.median(np.array(t) / solo)) for p, t in mine.items()}
+    solo = np.array(mine[1])[:, 0]
+    return {p: dict(zip(STATS, (np.median(solo) * np.median(np.array(t) / solo[:, None], axis=0)).tolist(),
+                        strict=True))
+            for p, t in mine.items()}
 
 
 def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> list[tuple[int, int, float]]:
-    """Measure p = 1..P (collective over ``world``); rank 0 stores the rows (per pattern, p, n: the
-    solo time times the slowdown) and returns the square ones."""
+    """Measure p = 1..P (collective over ``world``); rank 0 stores the rows (per pattern and
+    statistic, ``autotune.db.contention.series``, p, n: the solo time times the slowdown) and
+    returns the square products' mean ones."""
     from threadpoolctl import threadpool_limits
 
+    from autotune.db.contention import series
     from autotune.distributed.collective import split_first
 
     groups = {p: split_first(world, p) for p in range(1, world.size + 1)}
@@ -113,7 +122,8 @@ def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> l
     try:
         with threadpool_limits(1):
             for pattern, n, k in [("square", n, n) for n in sizes] + [("rankb", n, RANKB_BLOCK) for n in RANKB_SIZES]:
-                rows += [(p, n, pattern, t) for p, t in _interleaved(world, groups, n, k, reps).items()]
+                rows += [(p, n, series(pattern, stat), t) for p, ts in _interleaved(world, groups, n, k, reps).items()
+                         for stat, t in ts.items()]
     finally:
         for sub in groups.values():
             if sub is not None:
@@ -122,8 +132,8 @@ def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS) -> l
         from autotune.db.contention import save_contention
 
         p, n, pattern, t = zip(*rows, strict=True)
-        save_contention(db_path, key, p, n, t, {"routine": "gemm", "threads_per_rank": 1,
-                                                "rankb_block": RANKB_BLOCK, "statistic": "rank mean"},
-                        pattern=pattern)
-        return [(q, m, x) for q, m, pat, x in rows if pat == "square"]
+        info = {"routine": "gemm", "threads_per_rank": 1, "rankb_block": RANKB_BLOCK,
+                "statistic": "pattern: the ranks' mean; pattern:max, pattern:min: the slowest, fastest"}
+        save_contention(db_path, key, p, n, t, info, pattern=pattern)
+        return [(q, m, x) for q, m, pat, x in rows if pat == "square"]     # the square products' mean
     return []

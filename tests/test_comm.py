@@ -703,14 +703,29 @@ def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
             parse_comm_profile({**base, "step_waits": bad})
 
 
-def test_contention_is_the_ranks_mean_over_the_solo_time_of_the_same_round():
+def test_contention_is_the_ranks_mean_slowest_and_fastest_over_the_solo_time_of_the_same_round():
     """The interleaved contention rounds: each group size's time is the solo time times the
-    median ratio of its ranks' mean to the solo run of the same round (not the slowest rank)."""
+    median ratio of its ranks' mean (and slowest, fastest) to the solo run of the same round."""
     from autotune.install_probe.contention import _interleaved
 
     groups = {1: _Group([0.010]), 2: _Group([0.010, 0.030])}
     out = _interleaved(_World(), groups, 8, 8, reps=3)
-    assert out[1] == pytest.approx(0.010) and out[2] == pytest.approx(0.020)
+    assert out[1] == pytest.approx({"mean": 0.010, "max": 0.010, "min": 0.010})
+    assert out[2] == pytest.approx({"mean": 0.020, "max": 0.030, "min": 0.010})
+
+
+def test_contention_factors_by_statistic_fall_back_to_the_mean_then_the_square_products():
+    from autotune.db.contention import Contention, series
+
+    rows = [(1, 256, "square", 1.0), (2, 256, "square", 1.5), (1, 256, series("square", "max"), 1.0),
+            (2, 256, series("square", "max"), 2.0), (1, 256, "rankb", 1.0), (2, 256, "rankb", 1.2)]
+    p, n, pattern, t = zip(*rows, strict=True)
+    c = Contention(p, n, t, pattern)
+    assert c.factor(2, 256) == pytest.approx(1.5) and c.factor(2, 256, statistic="max") == pytest.approx(2.0)
+    assert c.factor(2, 256, statistic="min") == pytest.approx(1.5)             # unmeasured: the mean
+    assert c.factor(2, 256, "rankb", "max") == pytest.approx(1.2)              # the pattern's own mean first
+    assert c.factor(2, 256, "view", "max") == pytest.approx(2.0)               # no such pattern: square's
+    assert series("rankb") == "rankb" and series("rankb", "min") == "rankb:min"
 
 
 # -- cold-cache curves (distribution) ---------------------------------------------------------------

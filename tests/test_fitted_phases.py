@@ -95,6 +95,30 @@ def test_per_process_count_factor_wins_over_the_pooled_one():
     assert f.apply("gemm", "cbsr", {"compute": 1.0}, p=4)["total"] == pytest.approx(2.0)
 
 
+def test_contended_plans_compute_at_the_slowest_rank_and_the_fastest_waits_in_the_wait_phase(tiny_db, tmp_path):
+    """With the slowest and fastest ranks' contention stored: compute is the slowest rank's; BSR's
+    fastest rank waits the difference in the gather (collection), off the total; SUMMA (its own
+    calibrated step waits) only slows down."""
+    from autotune.db.contention import save_contention, series
+
+    path = tmp_path / "db.h5"
+    shutil.copy(tiny_db, path)
+    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        plans = Plan("bsr", 3, 3, 1), Plan("summa", 3, 1, 3, b=64)
+        base = [predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False) for plan in plans]
+        rows = [(q, n, series(pat, stat), f if q == 3 else 1.0) for pat in ("square", "rankb") for n in (256, 1024)
+                for stat, f in (("mean", 1.5), ("max", 2.0), ("min", 1.0)) for q in (1, 3)]
+        q, n, pat, t = zip(*rows, strict=True)
+        save_contention(path, "test-P4", q, n, t, pattern=pat)
+        bsr, summa = (predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False) for plan in plans)
+    assert bsr["compute"] == pytest.approx(2.0 * base[0]["compute"])
+    assert bsr["collection"] - base[0]["collection"] == pytest.approx(base[0]["compute"])     # 2x - 1x
+    assert bsr["total"] - base[0]["total"] == pytest.approx(base[0]["compute"])               # compute only
+    assert summa["compute"] == pytest.approx(2.0 * base[1]["compute"], rel=0.02)
+
+
 def test_contention_round_trip_through_the_shared_reader(tmp_path, tiny_db):
     """Contention data uses the same cached, never-raising reader as the phase factors."""
     from autotune.db.contention import load_contention, save_contention

@@ -15,6 +15,12 @@ import numpy as np
 GROUP = "contention"
 
 
+def series(pattern: str, statistic: str = "mean") -> str:
+    """The stored name of one access pattern's curves for one statistic over the concurrent ranks:
+    the pattern itself for their mean, ``pattern:max`` (slowest) and ``pattern:min`` (fastest)."""
+    return pattern if statistic == "mean" else f"{pattern}:{statistic}"
+
+
 class Contention:
     """Slowdown factors by (access pattern, concurrent ranks p, operand size n); 1 where nothing
     was measured. Patterns without their own measurement use the square products' factors."""
@@ -35,9 +41,11 @@ class Contention:
     def available(self) -> bool:
         return any(q > 1 for _, q in self._curves)
 
-    def factor(self, p: int, n, pattern: str = "square") -> np.ndarray:
-        """Slowdown of one rank's compute with ``p`` ranks busy (nearest measured p), by size ``n``."""
-        pat = pattern if any(k[0] == pattern for k in self._curves) else "square"
+    def factor(self, p: int, n, pattern: str = "square", statistic: str = "mean") -> np.ndarray:
+        """Slowdown of one rank's compute with ``p`` ranks busy (nearest measured p), by size ``n``:
+        their mean, or the slowest's (``statistic`` "max") or fastest's ("min") where measured."""
+        names = [series(pattern, statistic), pattern, series("square", statistic), "square"]
+        pat = next(x for x in names if x == "square" or any(k[0] == x for k in self._curves))
         qs = [q for pp, q in self._curves if pp == pat]
         if p <= 1 or not qs:
             return np.ones(np.shape(n))
@@ -72,14 +80,15 @@ def _parse(g) -> Contention:
 
 
 class ContendedSP:
-    """An SP view whose k is slowed by the contention factor of ``p`` busy ranks (models call ``k``)."""
+    """An SP view whose k is slowed by the contention factor of ``p`` busy ranks (models call
+    ``k``), for their mean, slowest (``statistic`` "max") or fastest ("min") rank."""
 
-    def __init__(self, sp, contention: Contention, p: int):
-        self.sp, self.contention, self.p = sp, contention, p
+    def __init__(self, sp, contention: Contention, p: int, statistic: str = "mean"):
+        self.sp, self.contention, self.p, self.statistic = sp, contention, p, statistic
 
     def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
         base = self.sp.k(routine, backend, threads, x, pattern, param, dtype)
-        return base * self.contention.factor(self.p, x, pattern)
+        return base * self.contention.factor(self.p, x, pattern, self.statistic)
 
     def __getattr__(self, name):
         return getattr(self.sp, name)

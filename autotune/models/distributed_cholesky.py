@@ -261,3 +261,4 @@ def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True, lower: bool =
 
 
 MODELS = {"cholesky": model}
+WAIT_PHASE = {"cholesky": "communication"}     # a faster rank waits in the next panel's messages

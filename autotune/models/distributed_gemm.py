@@ -49,7 +49,7 @@ from autotune.models.movement import pack as _pack
 from autotune.models.movement import passes as _passes
 from autotune.models.movement import run_length as _run
 
-__all__ = ["ALGORITHM_NAMES", "MODELS", "bsr", "cannon", "cbsr", "plan_error", "predict", "strassen_ms",
+__all__ = ["ALGORITHM_NAMES", "MODELS", "WAIT_PHASE", "bsr", "cannon", "cbsr", "plan_error", "predict", "strassen_ms",
            "strassen_summa", "summa"]
 
 PHASES = ("distribution", "communication", "compute", "collection")
@@ -342,6 +342,11 @@ bsr, cbsr, cannon, summa, strassen_summa, strassen_ms = (
     _new_result(f) for f in (bsr, cbsr, cannon, summa, strassen_summa, strassen_ms))
 MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
           "strassen_summa": strassen_summa, "strassen_ms": strassen_ms}
+# Where a rank that computes faster than the slowest waits for it (``select.distributed``): BSR and
+# CBSR in the gather after their one product, Cannon in the shift after each block product. SUMMA's
+# broadcasts wait their calibrated share each step (``_step_wait``); StMS's workers take tasks as
+# they come free.
+WAIT_PHASE = {"bsr": "collection", "cbsr": "collection", "cannon": "communication"}
 
 
 def predict(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:

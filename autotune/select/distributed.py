@@ -100,6 +100,14 @@ def _models(family: str) -> dict:
     return MODELS
 
 
+def _wait_phases(family: str) -> dict[str, str]:
+    if family == "gemm":
+        from autotune.models.distributed_gemm import WAIT_PHASE
+    else:
+        from autotune.models.distributed_cholesky import WAIT_PHASE
+    return WAIT_PHASE
+
+
 def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True, **problem) -> dict[str, float]:
     """Phase times of one plan (the model of its algorithm), per-rank k slowed by the measured
     contention of ``p x threads`` busy cores (``autotune.db.contention``), then scaled by the
@@ -110,13 +118,22 @@ def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool
 
 
 def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **problem) -> dict[str, float]:
+    """The model with the slowest rank's contended k; where the ranks' speeds differ (most where
+    they outnumber the cores), the fastest waits out the difference in the algorithm's
+    ``WAIT_PHASE``, off the critical path (the total)."""
     from autotune.db.contention import ContendedSP, load_contention
 
     model = _models(family)[plan.algorithm]
+    kw = problem if family == "cholesky" else {}
     cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
-    if cont.available and plan.p > 1:
-        sp = ContendedSP(sp, cont, plan.p * plan.threads)
-    return _with_call_overhead(model(*dims, plan, sp, cp, **(problem if family == "cholesky" else {})), plan, cp)
+    if not (cont.available and plan.p > 1):
+        return _with_call_overhead(model(*dims, plan, sp, cp, **kw), plan, cp)
+    slow = model(*dims, plan, ContendedSP(sp, cont, plan.p * plan.threads, "max"), cp, **kw)
+    phase = _wait_phases(family).get(plan.algorithm)
+    if phase is not None:
+        fast = model(*dims, plan, ContendedSP(sp, cont, plan.p * plan.threads, "min"), cp, **kw)
+        slow = {**slow, phase: slow[phase] + max(slow["compute"] - fast["compute"], 0.0)}
+    return _with_call_overhead(slow, plan, cp)
 
 
 def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, float]:
