@@ -466,37 +466,22 @@ def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
     raise ValueError(f"unknown primitive {prim!r}")
 
 
-NUMPY_HUGE_MIN = 1 << 22    # numpy advises huge pages for its allocations from 4 MiB (madvise THP)
-
-
-def user_array(size: int, rng) -> np.ndarray:
-    """A new float64 array of ``size`` ones placed as a user's may be: numpy's, at a random 4 KiB
-    offset from the 2 MiB boundaries from numpy's huge-page threshold up. Only the 2 MiB-aligned
-    part of an allocation gets huge pages, so the rest (up to 2 MiB, up to half of a 4 MiB matrix)
-    depends on where it lands; glibc maps a freed size straight back to the same address, so
-    without the offset every repetition of a size landed alike and neighbouring sizes differed by
-    up to 1.5x (bcast_cold, 4.2 vs 5.0 MB, session 21) instead of averaging over placements."""
-    if 8 * size < NUMPY_HUGE_MIN:
-        return np.ones(size)
-    pages = workspace.HUGE_PAGE // 4096
-    offset = int(rng.integers(pages)) * (4096 // 8)
-    return np.ones(size + pages * (4096 // 8))[offset:offset + size]
-
-
 class ColdOp:
     """One call of a cold primitive: a run's distribution of a user's matrix. Arrays of exactly
     the matrix's size, in float64, the root's own Scatterv block left in place; ``renew()`` (before
     each repetition, untimed) allocates and touches new ones, then every member's caches are
-    flushed. The root's is a numpy array, as a user's matrix is: the single-copy transfer walks
-    its pages, and how much of it huge pages back depends on where it falls (up to 2x from one
-    allocation to the next), so the mean over allocations is what a user's matrices cost. The
-    other members receive into memory made as the runs' workspace is (``_message_buffer``)."""
+    flushed. Every member's arrays are made as the runs' workspace is (``_message_buffer``: huge
+    pages), the root's too: the runs pack the user's matrix into workspace first (SUMMA, Cannon,
+    Strassen), and numpy backs the 2 MiB-aligned bulk of a matrix of 4 MiB or more with huge pages
+    as well. On plain numpy arrays the time depended on where each landed: glibc maps a freed size
+    straight back to the same address, so a size's repetitions agreed and neighbouring sizes
+    differed by up to 1.5x (bcast_cold, 4.2 vs 5.0 MB, session 21); at random offsets one size
+    spread 2x (scatterv_cold, 190-330 us at 5 MB, session 22)."""
 
     def __init__(self, prim: str, comm, m: int, flush: CacheFlush | None = None):
         if prim not in COLD:
             raise ValueError(f"unknown cold primitive {prim!r}")
         self.prim, self.comm, self.d, self.flush = prim, comm, m // 8, flush
-        self.rng = np.random.default_rng(m)
         p = comm.Get_size()
         self.blocks = (np.full(p, self.d, dtype=np.int64), np.arange(p, dtype=np.int64) * self.d)
         self.renew()
@@ -505,7 +490,7 @@ class ColdOp:
         p, d = self.comm.Get_size(), self.d
         self.buf = None                          # the old arrays go before the new ones come
         if self.comm.Get_rank() == 0:
-            self.buf = user_array(p * d if self.prim == "scatterv_cold" else d, self.rng)
+            self.buf = _message_buffer(8 * (p * d if self.prim == "scatterv_cold" else d)).view(np.float64)
         else:
             self.buf = _message_buffer(8 * d).view(np.float64)
         if self.flush is not None:

@@ -800,23 +800,3 @@ def test_pack_costs_probe_measures_every_run_length():
     assert out["runs"] == [*PACK_RUNS, 256]
     for kind in ("take", "put"):
         assert len(out[kind]) == len(out["runs"]) and all(0 < t < 1e-6 for t in out[kind])
-
-
-def test_cold_user_arrays_land_at_varied_offsets_from_the_huge_page_boundaries():
-    """The cold primitives' root array: ones of the asked size; from numpy's huge-page threshold
-    up its offset from the 2 MiB boundaries varies between repetitions (a freed size would come
-    straight back at the same address), below it a plain new array."""
-    from autotune.install_probe.comm import NUMPY_HUGE_MIN, user_array
-
-    rng = np.random.default_rng(0)
-    big = NUMPY_HUGE_MIN // 8 + 1000
-    offsets = set()
-    for _ in range(8):
-        a = user_array(big, rng)
-        assert a.shape == (big,) and a.dtype == np.float64 and a[0] == a[-1] == 1.0
-        assert a.ctypes.data % 4096 == a.base.ctypes.data % 4096    # whole pages from numpy's start
-        offsets.add(a.ctypes.data % (2 << 20))
-        del a
-    assert len(offsets) >= 4
-    small = user_array(1000, rng)
-    assert small.base is None and small.shape == (1000,)
