@@ -470,13 +470,12 @@ class ColdOp:
     """One call of a cold primitive: a run's distribution of a user's matrix. Arrays of exactly
     the matrix's size, in float64, the root's own Scatterv block left in place; ``renew()`` (before
     each repetition, untimed) allocates and touches new ones, then every member's caches are
-    flushed. Every member's arrays are made as the runs' workspace is (``_message_buffer``: huge
-    pages), the root's too: the runs pack the user's matrix into workspace first (SUMMA, Cannon,
-    Strassen), and numpy backs the 2 MiB-aligned bulk of a matrix of 4 MiB or more with huge pages
-    as well. On plain numpy arrays the time depended on where each landed: glibc maps a freed size
-    straight back to the same address, so a size's repetitions agreed and neighbouring sizes
-    differed by up to 1.5x (bcast_cold, 4.2 vs 5.0 MB, session 21); at random offsets one size
-    spread 2x (scatterv_cold, 190-330 us at 5 MB, session 22)."""
+    flushed. The root's is a numpy array, as a user's matrix is: the single-copy transfer walks
+    its pages, and how much of it huge pages back depends on where it falls. The other members
+    receive into memory made as the runs' workspace is (``_message_buffer``). Tried in session
+    22: the root's on huge pages too gave smooth curves but distribution phases 0.2-0.6 ms low
+    at n = 1024 (the runs send from the user's matrices, or pack them first); at random offsets
+    from the 2 MiB boundaries one size spread 2x (190-330 us, scatterv_cold at 5 MB)."""
 
     def __init__(self, prim: str, comm, m: int, flush: CacheFlush | None = None):
         if prim not in COLD:
@@ -490,7 +489,7 @@ class ColdOp:
         p, d = self.comm.Get_size(), self.d
         self.buf = None                          # the old arrays go before the new ones come
         if self.comm.Get_rank() == 0:
-            self.buf = _message_buffer(8 * (p * d if self.prim == "scatterv_cold" else d)).view(np.float64)
+            self.buf = np.ones(p * d if self.prim == "scatterv_cold" else d)
         else:
             self.buf = _message_buffer(8 * d).view(np.float64)
         if self.flush is not None:

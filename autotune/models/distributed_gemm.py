@@ -344,8 +344,8 @@ MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
           "strassen_summa": strassen_summa, "strassen_ms": strassen_ms}
 # Where a rank that computes faster than the slowest waits for it (``select.distributed``): BSR and
 # CBSR in the gather after their one product, Cannon in the shift after each block product. SUMMA's
-# broadcasts wait their calibrated share each step (``_step_wait``); StMS's workers take tasks as
-# they come free.
+# broadcasts wait their calibrated share each step (``_step_wait``, at the ranks' mean k); StMS's
+# workers take tasks as they come free.
 WAIT_PHASE = {"bsr": "collection", "cbsr": "collection", "cannon": "communication"}
 
 

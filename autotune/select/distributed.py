@@ -118,9 +118,13 @@ def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool
 
 
 def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **problem) -> dict[str, float]:
-    """The model with the slowest rank's contended k; where the ranks' speeds differ (most where
-    they outnumber the cores), the fastest waits out the difference in the algorithm's
-    ``WAIT_PHASE``, off the critical path (the total)."""
+    """The model with contended k. Algorithms whose ranks compute on their own between
+    synchronisations (a ``WAIT_PHASE``) run at the slowest rank's k, and the fastest waits out
+    the difference in that phase, off the critical path (the total): where ranks outnumber the
+    cores the scheduler gives some a core of their own and makes others share one (BSR on 3
+    ranks on 2 cores, n = 2048: 52 ms of the root's gather was waiting, session 21). SUMMA's
+    per-step broadcasts make its ranks take turns: the ranks' mean k, and its calibrated step
+    waits (``cp.step_wait``)."""
     from autotune.db.contention import ContendedSP, load_contention
 
     model = _models(family)[plan.algorithm]
@@ -128,11 +132,13 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
     cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
     if not (cont.available and plan.p > 1):
         return _with_call_overhead(model(*dims, plan, sp, cp, **kw), plan, cp)
-    slow = model(*dims, plan, ContendedSP(sp, cont, plan.p * plan.threads, "max"), cp, **kw)
+    busy = plan.p * plan.threads
     phase = _wait_phases(family).get(plan.algorithm)
-    if phase is not None:
-        fast = model(*dims, plan, ContendedSP(sp, cont, plan.p * plan.threads, "min"), cp, **kw)
-        slow = {**slow, phase: slow[phase] + max(slow["compute"] - fast["compute"], 0.0)}
+    if phase is None:                    # ranks in lockstep take turns: the mean rank's k
+        return _with_call_overhead(model(*dims, plan, ContendedSP(sp, cont, busy), cp, **kw), plan, cp)
+    slow = model(*dims, plan, ContendedSP(sp, cont, busy, "max"), cp, **kw)
+    fast = model(*dims, plan, ContendedSP(sp, cont, busy, "min"), cp, **kw)
+    slow = {**slow, phase: slow[phase] + max(slow["compute"] - fast["compute"], 0.0)}
     return _with_call_overhead(slow, plan, cp)
 
 
