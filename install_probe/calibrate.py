@@ -16,8 +16,9 @@ implementation costs beyond what its models count, stored with the MPI platform.
   as a share of the step's compute, by p and block b: SUMMA plans on the first p ranks at equal
   loads, measured communication minus the model's messages (no wait), over the model's compute.
   The probe's ``compute_skew`` (the same update timed on its own) measured 1.4% here where the
-  runs waited 2-3% at b >= 128 and 5-6% at b = 64 (session 21, n = 1024..2560): a rank's update is
-  slower for as long as its buffers live, which the isolated timing does not see.
+  runs waited 2-3% at b >= 128 and 5-6% at b = 64 (session 21, n = 1024..2560); the isolated
+  timing does not reproduce the runs' own buffers and loop. The share itself moves between
+  probes (p = 2, b = 64: 1.9-7.8% in five probes of session 22), as the runs' waits do.
 
 As the one-process probe's "dispatch" pattern: a whole run of the implementation minus what the
 models already count. Calibrations need the database's BLAS records (the models do).
