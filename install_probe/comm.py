@@ -242,8 +242,8 @@ def _step_waits(value, source: str) -> dict:
             out["step_blocks"] = tuple(int(b) for b in value["blocks"])
     except (TypeError, ValueError) as exc:
         raise CommProfileError(f"{source}: step_waits: {exc}") from exc
-    if out.get("step_order", 1) < 1 or not all(b >= 1 for b in out.get("step_blocks", (1,))) \
-            or out.get("step_blocks", (1,)) == ():
+    blocks = out.get("step_blocks", (1,))
+    if out.get("step_order", 1) < 1 or not blocks or min(blocks) < 1:
         raise CommProfileError(f"{source}: step_waits: order and blocks must be positive")
     return out
 

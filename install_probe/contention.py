@@ -95,7 +95,7 @@ def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, dict[str
                 t0 = time.perf_counter()
                 np.matmul(a, b, out=c)
                 t = np.array(sub.allgather(time.perf_counter() - t0))
-                mine[p].append(np.array([t.mean(), t.max(), t.min()]))
+                mine[p].append(np.array([getattr(t, stat)() for stat in STATS]))
             # Ranks outside the group wait without polling: two ranks spinning in a blocking
             # barrier took cores from the computing pair on the 4-on-2 platform (p = 2 measured
             # 1.8x slower in one probe), which the distributed runs do not see.

@@ -92,20 +92,13 @@ def _blocks(n: int) -> list[int]:
     return [b for b in BLOCKS if b <= max(n // 2, BLOCKS[0])]
 
 
-def _models(family: str) -> dict:
+def _family_models(family: str):
+    """The family's model module: ``MODELS`` by algorithm and their ``WAIT_PHASE``."""
     if family == "gemm":
-        from autotune.models.distributed_gemm import MODELS
+        from autotune.models import distributed_gemm as module
     else:
-        from autotune.models.distributed_cholesky import MODELS
-    return MODELS
-
-
-def _wait_phases(family: str) -> dict[str, str]:
-    if family == "gemm":
-        from autotune.models.distributed_gemm import WAIT_PHASE
-    else:
-        from autotune.models.distributed_cholesky import WAIT_PHASE
-    return WAIT_PHASE
+        from autotune.models import distributed_cholesky as module
+    return module
 
 
 def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True, **problem) -> dict[str, float]:
@@ -127,13 +120,14 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
     waits (``cp.step_wait``)."""
     from autotune.db.contention import ContendedSP, load_contention
 
-    model = _models(family)[plan.algorithm]
+    models = _family_models(family)
+    model = models.MODELS[plan.algorithm]
     kw = problem if family == "cholesky" else {}
     cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
     if not (cont.available and plan.p > 1):
         return _with_call_overhead(model(*dims, plan, sp, cp, **kw), plan, cp)
     busy = plan.p * plan.threads
-    phase = _wait_phases(family).get(plan.algorithm)
+    phase = models.WAIT_PHASE.get(plan.algorithm)
     if phase is None:                    # ranks in lockstep take turns: the mean rank's k
         return _with_call_overhead(model(*dims, plan, ContendedSP(sp, cont, busy), cp, **kw), plan, cp)
     slow = model(*dims, plan, ContendedSP(sp, cont, busy, "max"), cp, **kw)
