@@ -338,10 +338,10 @@ def test_summa_idle_rank_waits_out_the_imbalance():
 
 
 def test_summa_waits_for_the_slowest_of_equal_ranks_or_the_imbalance_whichever_is_larger():
-    """Equal loads: every step waits ``cp.compute_skew(p)`` of its compute for the slowest rank (in
+    """Equal loads: every step waits ``cp.step_wait(p, b)`` of its compute for the slowest rank (in
     the broadcasts; the last step's in the gather). Uneven loads: the imbalance alone, when larger."""
     class Skewed(FakeCP):
-        def compute_skew(self, p):
+        def step_wait(self, p, b):
             return 0.02 if p == 2 else 1.0
 
     even_plan, odd_plan = Plan("summa", 2, 2, 1, b=128), Plan("summa", 2, 2, 1, b=512)

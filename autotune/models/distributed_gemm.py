@@ -168,11 +168,10 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
 
 
 def _step_wait(cp, p: int, b: int) -> float:
-    """Share of a synchronised step's compute the ranks wait for the slowest: the calibrated
-    ``cp.step_wait(p, b)``, else the probe's ``cp.compute_skew(p)``; 0 for test doubles with neither."""
-    if hasattr(cp, "step_wait"):
-        return float(cp.step_wait(p, b))
-    return float(cp.compute_skew(p)) if hasattr(cp, "compute_skew") else 0.0
+    """Share of a synchronised step's compute the ranks wait for the slowest (``cp.step_wait``,
+    which falls back on the probe's skew itself); 0 for communication parameters without it."""
+    wait = getattr(cp, "step_wait", None)
+    return float(wait(p, b)) if wait is not None else 0.0
 
 
 def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
