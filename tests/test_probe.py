@@ -263,6 +263,23 @@ def test_builtin_profiles_parse():
         assert prof.name == name and prof.measures
 
 
+def test_standard_profiles_measure_every_block_the_distributed_selector_tries():
+    """The distributed models look k up at the plan's block (Cholesky's ``panel`` calls, SUMMA's
+    ``rankb`` updates); a block beyond the measured params is clamped to the largest one, which
+    read trsm 40% slow at b = 512 (session 23)."""
+    from autotune.select.distributed import BLOCKS
+
+    for name in ("standard", "full"):
+        measured = {}
+        for m in load_profile(name).measures:
+            if m.pattern in ("panel", "rankb"):
+                for routine in m.routines:
+                    measured.setdefault((routine, m.pattern), set()).update(m.params)
+        assert {("trsm", "panel"), ("syrk", "panel"), ("gemm", "panel"), ("gemm", "rankb")} <= set(measured)
+        for key, params in measured.items():
+            assert set(BLOCKS) <= params, (name, key)
+
+
 # -- interruption and resume ------------------------------------------------------------------------
 
 def _interrupt_on_call(monkeypatch, n: int) -> list:
