@@ -1,12 +1,16 @@
 """Calibration runs of the distributed routines (collective, under mpiexec): what a run of the
 implementation costs beyond what its models count, stored with the MPI platform.
 
-- ``loop_overhead``: one step of the distributed Cholesky's loop beyond the messages and BLAS
-  calls the model counts (posting and completing its requests, the step's Python bookkeeping).
-  The first two ranks factor a small matrix with many panels; the measured communication phase
-  minus the model's (without this term), per panel. The model charges it on every rank each step.
-  Measured here 10-20 us per panel, which kept the model's communication 12-16% low at
-  b = 64..128 (n = 1024..2560, session 20).
+- ``loop_overhead`` and ``loop_share``: what one panel step of the distributed Cholesky's loop
+  costs beyond the messages and BLAS calls the model counts: a fixed cost per panel (posting and
+  completing its requests, the step's Python bookkeeping) and an extra per element moved inside
+  the loop, as a share of an out-of-cache pass (``movement.in_loop``: the panel copies run while
+  the other rank's update holds the memory system). Both fitted together (non-negative least
+  squares, relative errors) to the communication phase of runs on two ranks at the blocks the
+  selector uses (``LOOP_CASES``), through the model's own response to each (it is piecewise
+  linear in them). Until session 22 the overhead alone was measured, at b = 16, n = 512, with the
+  share fixed at 0.6: 10-22 us per panel, which over-charged b = 64..256 by 20-70% (s22, n =
+  1024..2560); fitted to those runs the pair came out 15 us and 0.13, within 10% at every size.
 - ``call_overhead``: the fixed cost of one distributed call in its distribution and collection
   phases (the verdict's agreement and broadcast, splitting the communicator, building the grid,
   the per-call checks), by algorithm: a tiny problem whose modelled phases are next to nothing,
@@ -25,14 +29,19 @@ models already count. Calibrations need the database's BLAS records (the models 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from autotune.distributed.plan import Phases, Plan
 
-N, BLOCK, REPS = 512, 16, 25   # 32 panels; a run takes ~3 ms here, the median of 25 is stable
-PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)
+REPS = 25                            # median of 25 runs: stable for runs of 3-30 ms here
+BLOCK = 16
+LOOP_CASES = tuple((n, b) for n in (1024, 2048) for b in (64, 128, 256))   # (order, block), ~3 s
+LOOP_STEPS = {"loop_overhead": 1e-5, "loop_share": 0.5}   # trial values the model's response is read at
+PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)   # the loop costs' runs (their blocks) and call overhead
 # One plan per algorithm on two ranks, and the order of the tiny problem they run.
-CALL_PLANS = (("cholesky", Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)), ("gemm", Plan("bsr", 2, 2, 1)),
+CALL_PLANS = (("cholesky", PLAN), ("gemm", Plan("bsr", 2, 2, 1)),
               ("gemm", Plan("cbsr", 2, 2, 1)), ("gemm", Plan("summa", 2, 2, 1, b=BLOCK)))
 CALL_N = 64
 CALL_PHASES = ("distribution", "collection")
@@ -73,25 +82,25 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
         return dict(zip(PHASES, np.median(np.array(runs[1:]), axis=0).tolist(), strict=True))
 
 
-class _NoWait:
-    """Communication parameters whose ranks never wait for each other (``step_wait`` 0)."""
+class _Trial:
+    """Communication parameters with some calibrated values replaced by trial ones (a value, or
+    for ``step_wait`` the share at every p and b)."""
 
-    def __init__(self, cp):
-        self.cp = cp
+    def __init__(self, cp, **values):
+        self.cp, self.values = cp, values
 
     def step_wait(self, p: int, b: int) -> float:
-        return 0.0
+        return self.values["step_wait"] if "step_wait" in self.values else self.cp.step_wait(p, b)
 
     def __getattr__(self, name):
-        return getattr(self.cp, name)
+        return self.values[name] if name in self.values else getattr(self.cp, name)
 
 
-def _residuals(world, db_path, cases, reps: int, wait: bool = True) -> list[dict[str, float]] | None:
-    """Measured minus modelled seconds per phase of each ``(family, plan, n)`` in ``cases`` (run in
-    turn on the first ranks), on rank 0; [] on the others; None on every rank without BLAS
-    records the models can use (then nothing is run). Each entry also carries the model's
-    ``compute`` as ``model_compute``; ``wait=False`` models ranks that never wait for each other
-    (``step_waits``)."""
+def _runs(world, db_path, cases, reps: int, trials=({},)) -> list[tuple[dict, list[dict]]] | None:
+    """Each ``(family, plan, n)`` of ``cases`` run in turn on the first ranks: on rank 0 its
+    measured phases and the model's phases with each trial's values (``_Trial``) in place of the
+    platform's; [] on the others; None on every rank without BLAS records the models can use
+    (then nothing is run)."""
     from autotune.db import load_sp
     from autotune.db.comm import load_comm
     from autotune.db.store import DatabaseError
@@ -101,36 +110,50 @@ def _residuals(world, db_path, cases, reps: int, wait: bool = True) -> list[dict
     if world.rank == 0:
         try:
             sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
-            cp = cp if wait else _NoWait(cp)
             if sp.has("gemm", PLAN.backend, PLAN.threads, "panel"):
-                models = [predict(fam, (n,) if fam == "cholesky" else (n,) * 3, plan, sp, cp, fitted=False)
-                          for fam, plan, n in cases]
+                models = [[predict(fam, (n,) if fam == "cholesky" else (n,) * 3, plan, sp, _Trial(cp, **trial),
+                                   fitted=False) for trial in trials] for fam, plan, n in cases]
         except (DatabaseError, LookupError, OSError, ValueError):
             models = None
     if not world.bcast(models is not None, root=0):       # nothing to compare with: measure nothing
         return None
     measured = [_measured_phases(world, fam, plan, n, reps) for fam, plan, n in cases]
-    if world.rank != 0:
-        return []
-    return [{**{ph: meas[ph] - model[ph] for ph in meas}, "model_compute": model["compute"]}
-            for meas, model in zip(measured, models, strict=True)]
+    return list(zip(measured, models, strict=True)) if world.rank == 0 else []
 
 
-def loop_overhead(world, db_path, reps: int = REPS) -> float | None:
-    """Seconds per panel step (>= 0) on rank 0, None elsewhere or without the database's BLAS
-    records. Collective over ``world``."""
-    res = _residuals(world, db_path, [("cholesky", PLAN, N)], reps)
-    return max(res[0]["communication"], 0.0) / -(-N // BLOCK) if res else None
+def loop_costs(world, db_path, reps: int = REPS, cases=LOOP_CASES) -> dict[str, float] | None:
+    """``{"loop_overhead": seconds per panel, "loop_share": per element moved}`` (>= 0) on rank 0,
+    fitted to the Cholesky runs ``cases`` ((order, block) pairs on two ranks); None elsewhere or
+    without the database's BLAS records. Collective over ``world``."""
+    zero = dict.fromkeys(LOOP_STEPS, 0.0)
+    trials = [zero] + [{**zero, name: step} for name, step in LOOP_STEPS.items()]
+    runs = _runs(world, db_path, [("cholesky", replace(PLAN, b=b), n) for n, b in cases], reps, trials)
+    if not runs:
+        return None
+    return fit_loop_costs(np.array([m["communication"] for m, _ in runs]),
+                          np.array([[t["communication"] for t in ts] for _, ts in runs]))
+
+
+def fit_loop_costs(measured: np.ndarray, models: np.ndarray) -> dict[str, float]:
+    """The ``LOOP_STEPS`` values (>= 0) that bring the model's communication closest to the
+    ``measured`` one in relative terms; ``models[i]``: the model of run i with all of them 0,
+    then with each set to its trial step in turn (the model is linear in them between kinks)."""
+    from scipy.optimize import nnls
+
+    response = (models[:, 1:] - models[:, :1]) / np.array(list(LOOP_STEPS.values()))
+    weight = 1.0 / np.maximum(measured, 1e-9)
+    fit, _ = nnls(response * weight[:, None], (measured - models[:, 0]) * weight)
+    return dict(zip(LOOP_STEPS, fit.tolist(), strict=True))
 
 
 def call_overheads(world, db_path, reps: int = REPS) -> dict[str, dict[str, float]] | None:
     """``{algorithm: {phase: seconds}}`` (>= 0) of ``CALL_PLANS`` on rank 0, None elsewhere or
     without the database's BLAS records. Collective over ``world``."""
-    res = _residuals(world, db_path, [(fam, plan, CALL_N) for fam, plan in CALL_PLANS], reps)
-    if not res:
+    runs = _runs(world, db_path, [(fam, plan, CALL_N) for fam, plan in CALL_PLANS], reps)
+    if not runs:
         return None
-    return {plan.algorithm: {ph: max(r[ph], 0.0) for ph in CALL_PHASES}
-            for (_, plan), r in zip(CALL_PLANS, res, strict=True)}
+    return {plan.algorithm: {ph: max(meas[ph] - model[ph], 0.0) for ph in CALL_PHASES}
+            for (_, plan), (meas, (model,)) in zip(CALL_PLANS, runs, strict=True)}
 
 
 def step_n(p: int, blocks=STEP_BLOCKS, target: int = STEP_N) -> int:
@@ -148,15 +171,16 @@ def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target
         order = step_n(p, blocks, target)
         cases = [("gemm", Plan("summa", p, r, c, b=int(b), threads=1), order)
                  for b in blocks for r, c in ((1, p), (p, 1))]
-        res = _residuals(world, db_path, cases, reps, wait=False)
-        if res is None:                 # every rank: no BLAS records
+        runs = _runs(world, db_path, cases, reps, trials=({"step_wait": 0.0},))   # ranks that never wait
+        if runs is None:                # every rank: no BLAS records
             return None
-        if not res:                     # not rank 0
+        if not runs:                    # not rank 0
             continue
-        share = [max(r["communication"], 0.0) / r["model_compute"] if r["model_compute"] > 0 else 0.0 for r in res]
+        share = [max(meas["communication"] - model["communication"], 0.0) / model["compute"]
+                 if model["compute"] > 0 else 0.0 for meas, (model,) in runs]
         out["p"].append(p)
         out["wait"].append(np.mean(np.reshape(share, (len(blocks), 2)), axis=1).tolist())
     return out if world.rank == 0 else None
 
 
-__all__ = ["call_overheads", "loop_overhead", "step_n", "step_waits"]
+__all__ = ["call_overheads", "fit_loop_costs", "loop_costs", "step_n", "step_waits"]

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from autotune.install_probe.calibrate import LOOP_CASES
 
 from autotune.db import comm as dbc
 from autotune.distributed import workspace
@@ -112,6 +113,7 @@ class CommProfile:
     heldout: bool = False                       # also time the midpoints of each grid, to check the fits on
     step_order: int = 1536                      # SUMMA calibration runs (``calibrate.step_waits``): order ...
     step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
+    loop_cases: tuple[tuple[int, int], ...] = LOOP_CASES   # Cholesky (order, block) runs (``calibrate.loop_costs``)
     source: str = ""
 
     def fitted_sizes(self, prim: str) -> tuple[int, ...]:
@@ -199,7 +201,7 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
                "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
-               "step_waits"}
+               "step_waits", "loop_costs"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -227,7 +229,8 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
                        heldout=_heldout(data.get("heldout", "none"), source),
-                       **_step_waits(data.get("step_waits") or {}, source), source=source)
+                       **_step_waits(data.get("step_waits") or {}, source),
+                       **_loop_costs(data.get("loop_costs"), source), source=source)
 
 
 def _step_waits(value, source: str) -> dict:
@@ -246,6 +249,19 @@ def _step_waits(value, source: str) -> dict:
     if out.get("step_order", 1) < 1 or not blocks or min(blocks) < 1:
         raise CommProfileError(f"{source}: step_waits: order and blocks must be positive")
     return out
+
+
+def _loop_costs(value, source: str) -> dict:
+    """``loop_costs: [[order, block], ...]`` as the CommProfile field (default where left out)."""
+    if value is None:
+        return {}
+    try:
+        cases = tuple((int(n), int(b)) for n, b in value)
+    except (TypeError, ValueError) as exc:
+        raise CommProfileError(f"{source}: loop_costs must be a list of [order, block] pairs: {exc}") from exc
+    if len(cases) < 2 or min(min(c) for c in cases) < 1:
+        raise CommProfileError(f"{source}: loop_costs needs at least two positive [order, block] pairs")
+    return {"loop_cases": cases}
 
 
 def _heldout(value, source: str) -> bool:
@@ -882,11 +898,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
-        from autotune.install_probe.calibrate import call_overheads, loop_overhead, step_waits
+        from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
         from autotune.install_probe.contention import run_contention
 
         rows = run_contention(world, *where)
-        calibrated = {"loop_overhead": loop_overhead(world, where[0]), "call_overhead": call_overheads(world, where[0]),
+        calibrated = {**(loop_costs(world, where[0], cases=profile.loop_cases) or {}),
+                      "call_overhead": call_overheads(world, where[0]),
                       "step_wait": step_waits(world, where[0], blocks=profile.step_blocks, target=profile.step_order)}
         calibrated = {k: v for k, v in calibrated.items() if v is not None}
         if calibrated:                              # rank 0, with the database's BLAS records
@@ -908,7 +925,8 @@ def main(argv: list[str] | None = None) -> int:
         print("compute contention (one-thread dgemm, p concurrent ranks / alone): "
               + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
         if "loop_overhead" in info:
-            print(f"distributed Cholesky loop overhead: {info['loop_overhead'] * 1e6:.1f} us per panel")
+            print(f"distributed Cholesky loop: {info['loop_overhead'] * 1e6:.1f} us per panel, "
+                  f"{info.get('loop_share', float('nan')):.2f} of an out-of-cache pass per element moved")
         if "step_wait" in info:
             sw = info["step_wait"]
             print("SUMMA step wait (share of a step's compute): " + "; ".join(

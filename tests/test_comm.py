@@ -703,6 +703,19 @@ def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
             parse_comm_profile({**base, "step_waits": bad})
 
 
+def test_profile_loop_costs_take_order_block_pairs_and_reject_bad_values():
+    from autotune.install_probe.calibrate import LOOP_CASES
+    from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
+
+    base = {"name": "t", "sizes": [8, 64]}
+    assert parse_comm_profile({**base, "loop_costs": [[256, 32], [512, 64]]}).loop_cases == ((256, 32), (512, 64))
+    assert parse_comm_profile(base).loop_cases == LOOP_CASES
+    assert load_comm_profile("quick").loop_cases == ((256, 32), (512, 32), (512, 64))
+    for bad in ([[256, 32]], [[256, 0], [512, 64]], [["x", 1], [2, 3]], [[1, 2, 3]], 5):
+        with pytest.raises(CommProfileError, match="loop_costs"):
+            parse_comm_profile({**base, "loop_costs": bad})
+
+
 def test_contention_is_the_ranks_mean_slowest_and_fastest_over_the_solo_time_of_the_same_round():
     """The interleaved contention rounds: each group size's time is the solo time times the
     median ratio of its ranks' mean (and slowest, fastest) to the solo run of the same round."""

@@ -355,6 +355,42 @@ def test_model_charges_the_measured_loop_overhead_on_every_rank_each_panel():
         assert more["compute"] == base["compute"]
 
 
+def test_model_charges_the_calibrated_loop_share_per_element_moved_in_the_loop():
+    """``cp.loop_share`` replaces the nominal ``movement.LOOP_SHARE``: communication grows
+    linearly with it (the elements each step moves are fixed), compute does not move."""
+    from autotune.models import movement
+
+    class Share(FakeCP):
+        def __init__(self, share):
+            super().__init__()
+            self.loop_share = share
+
+    plan = Plan("cholesky", 2, 1, 2, b=64)
+    nominal, zero, one, two = (model(1000, plan, FakeSP(), cp)
+                               for cp in (FakeCP(), Share(0.0), Share(1.0), Share(2.0)))
+    step = one["communication"] - zero["communication"]
+    assert step > 0 and two["communication"] - one["communication"] == pytest.approx(step, rel=1e-6)
+    assert nominal["communication"] == pytest.approx(zero["communication"] + movement.LOOP_SHARE * step, rel=1e-6)
+    assert one["compute"] == zero["compute"]
+
+
+def test_loop_costs_fit_recovers_the_overhead_and_share_and_never_goes_negative():
+    """``fit_loop_costs``: the model's response to each trial step, fitted by relative least squares
+    with both values >= 0 (runs faster than the model with both at 0 give 0, not a negative cost)."""
+    from autotune.install_probe.calibrate import LOOP_STEPS, fit_loop_costs
+
+    rng = np.random.default_rng(1)
+    base = rng.uniform(1e-4, 1e-3, 6)
+    per = rng.uniform(1e-3, 5e-3, (6, 2))                 # d(comm)/d(value) per run
+    truth = np.array([2e-5, 0.3])
+    steps = np.array(list(LOOP_STEPS.values()))
+    models = np.column_stack([base, base + per[:, 0] * steps[0], base + per[:, 1] * steps[1]])
+    fit = fit_loop_costs(base + per @ truth, models)
+    assert list(fit) == list(LOOP_STEPS)
+    assert [fit["loop_overhead"], fit["loop_share"]] == pytest.approx(truth, rel=1e-6)
+    assert fit_loop_costs(0.5 * base, models) == dict.fromkeys(LOOP_STEPS, 0.0)
+
+
 def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     """The comm probe's calibrations on a database with BLAS records: the distributed Cholesky's
     loop overhead per panel, each algorithm's fixed per-call costs and SUMMA's step waits by
@@ -373,9 +409,10 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     out = run_mpi("""
         import json, sys
         from mpi4py import MPI
-        from autotune.install_probe.calibrate import call_overheads, loop_overhead, step_waits
+        from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
         for db in sys.argv[1:]:
-            x, calls = loop_overhead(MPI.COMM_WORLD, db, reps=2), call_overheads(MPI.COMM_WORLD, db, reps=2)
+            x = loop_costs(MPI.COMM_WORLD, db, reps=2, cases=((128, 16), (256, 32)))
+            calls = call_overheads(MPI.COMM_WORLD, db, reps=2)
             waits = step_waits(MPI.COMM_WORLD, db, reps=1, blocks=(16, 32), target=64)
             if MPI.COMM_WORLD.rank == 0:
                 print("CAL", json.dumps([x, calls, waits]))
@@ -384,16 +421,19 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     assert none == [None, None, None]
     assert waits["p"] == [2] and waits["b"] == [16, 32] and len(waits["wait"][0]) == 2
     assert all(0.0 <= w < 10.0 for w in waits["wait"][0])          # a share of the compute, measured
-    assert 0.0 <= loop < 0.01                              # seconds per panel: measured, not absurd
+    assert set(loop) == {"loop_overhead", "loop_share"}
+    assert 0.0 <= loop["loop_overhead"] < 0.01             # seconds per panel: measured, not absurd
+    assert 0.0 <= loop["loop_share"] < 100.0               # out-of-cache passes per element moved
     assert set(calls) == {"cholesky", "bsr", "cbsr", "summa"}
     assert all(set(c) == {"distribution", "collection"} and all(0 <= t < 0.1 for t in c.values())
                for c in calls.values())
-    write_synthetic(path, 2, loop_overhead=loop, call_overhead=calls, step_wait=waits)
+    write_synthetic(path, 2, **loop, call_overhead=calls, step_wait=waits)
     cp = load_comm(path, nprocs=2)
-    assert cp.loop_overhead == loop and cp.call_overhead("summa") == calls["summa"]
+    assert cp.loop_overhead == loop["loop_overhead"] and cp.loop_share == loop["loop_share"]
+    assert cp.call_overhead("summa") == calls["summa"]
     assert cp.step_wait(2, 16) == pytest.approx(waits["wait"][0][0])
     assert cp.call_overhead("cannon") == {}
     for bad in ("x", -1.0, float("nan")):
-        write_synthetic(bare, 2, loop_overhead=bad, call_overhead={"bsr": {"distribution": bad}})
+        write_synthetic(bare, 2, loop_overhead=bad, loop_share=bad, call_overhead={"bsr": {"distribution": bad}})
         cp = load_comm(bare, nprocs=2)
-        assert cp.loop_overhead == 0.0 and cp.call_overhead("bsr") == {}
+        assert cp.loop_overhead == 0.0 and cp.loop_share is None and cp.call_overhead("bsr") == {}

@@ -689,6 +689,13 @@ class CommParams:
         BLAS calls (the probe's calibration run, ``install_probe.calibrate``); 0 when unmeasured."""
         return _nonnegative(self._info("loop_overhead"), 0.0)
 
+    @property
+    def loop_share(self) -> float | None:
+        """Extra cost of an element moved inside the distributed Cholesky's loop, as a share of an
+        out-of-cache pass (calibrated with ``loop_overhead``); None when unmeasured (the model's
+        nominal ``movement.LOOP_SHARE``)."""
+        return _nonnegative(self._info("loop_share"), None)
+
     def call_overhead(self, algorithm: str) -> dict[str, float]:
         """Fixed seconds one distributed call of ``algorithm`` costs in its phases beyond their
         models (the probe's calibration, ``install_probe.calibrate``); {} when unmeasured."""

@@ -26,11 +26,11 @@ which rank (i, j) receives 8 w n_j (r-1)/r bytes (n_j its trailing columns), ``b
 A receiver gets the row and column parts one after the other (their sum). With one core per
 rank these are not latencies hidden behind the update: the receiver itself copies the pieces in
 (single-copy shared memory, inside its polls and waits), so each costs its probe time plus
-``movement.LOOP_SHARE`` of an out-of-cache pass per element on the receiver's own clock. The owner packs
+``cp.loop_share`` of an out-of-cache pass per element on the receiver's own clock. The owner packs
 its piece (and on 2-D grids the column pieces) into send buffers first: a copy plus the same
 per-element extra, on its clock after the trsm. Every step also costs each rank the loop's own
-bookkeeping (posting and completing requests, Python), ``cp.loop_overhead`` per panel, measured
-by the comm probe (``install_probe.calibrate``).
+bookkeeping (posting and completing requests, Python), ``cp.loop_overhead`` per panel; both
+calibrated together by the comm probe on runs at the selector's blocks (``install_probe.calibrate``).
 
 Combination (``total``): a per-rank clock recurrence over the steps, the critical path of the
 implementation. Step k on rank (i, j) starts when both its own previous work is done and panel k
@@ -144,7 +144,7 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     # Messages of panel K: diagonal (column), then the pieces each rank receives. One core per
     # rank: a receiver copies its pieces in itself (single-copy shared memory, inside its polls
     # and waits), so R is time on its own clock, not latency hidden behind its update; and a
-    # panel moved inside the loop costs more than the probe's warm transfer (LOOP_SHARE).
+    # panel moved inside the loop costs more than the probe's warm transfer (cp.loop_share).
     Cd = np.zeros(N)
     R = np.zeros((N, r, c))
     got = np.zeros((N, r, c))                                           # bytes each rank receives
@@ -159,12 +159,13 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         not_owner = (np.arange(c)[None, :] != (J % c)[:, None])          # (N, c)
         R += row_t * not_owner[:, None, :]
         got += row_bytes[:, :, None] * not_owner[:, None, :]
-    R += movement.in_loop(sp, got / WORD)
+    share = getattr(cp, "loop_share", None)             # calibrated with the loop overhead
+    R += movement.in_loop(sp, got / WORD, share)
     R += float(getattr(cp, "loop_overhead", 0.0))       # the step's own bookkeeping, every rank
     # The owner packs its panel piece into a new send buffer (and, on 2-D grids, the column
     # pieces into more), before any of it leaves: on its clock, after the trsm.
     packed = ((r > 1) + (c > 1)) * below * s
-    Pk = movement.copies(sp, packed) + movement.in_loop(sp, packed)
+    Pk = movement.copies(sp, packed) + movement.in_loop(sp, packed, share)
     # Clock recurrence over the steps.
     t = np.zeros((r, c))
     busy = np.zeros((r, c))

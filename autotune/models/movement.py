@@ -85,10 +85,11 @@ def _cold(sp, share: float, elems) -> np.ndarray:
     return share * np.maximum(np.asarray(elems, float), 0.0) * cold_k(sp)
 
 
-def in_loop(sp, elems):
+def in_loop(sp, elems, share: float | None = None):
     """Extra seconds of moving ``elems`` elements inside a distributed loop, on top of the probe's
-    transfer or copy time (``LOOP_SHARE`` of an out-of-cache pass per element)."""
-    return _cold(sp, LOOP_SHARE, elems)
+    transfer or copy time: ``share`` of an out-of-cache pass per element (the platform's
+    calibration, ``cp.loop_share``; None: ``LOOP_SHARE``)."""
+    return _cold(sp, LOOP_SHARE if share is None else share, elems)
 
 
 def cold_copies(sp, elems) -> np.ndarray:
