@@ -231,9 +231,19 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, SCATTER, p, ITEM * _numroc0(kk, R, b) * _numroc0(nn, C, b))
             + _pack(sp, cp, mm * kk, _run(mm, R, b)) + _pack(sp, cp, kk * nn, _run(kk, R, b)))
     comm, comp, (idle, end) = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
-    coll = (_coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b))
-            + _pack(sp, cp, mm * nn, _run(mm, R, b), "put"))
-    return _result(dist, comm + idle, comp, coll + end, total=dist + comm + comp + coll)
+    gather = _coll(cp, "gatherv", p, ITEM * _numroc0(mm, R, b) * _numroc0(nn, C, b))
+    unpack = _pack(sp, cp, mm * nn, _run(mm, R, b), "put")
+    return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack, end),
+                   total=dist + comm + comp + gather + unpack)
+
+
+def _gather_after_wait(gather: float, unpack: float, end: float) -> float:
+    """Collection phase (slowest rank) of a gather that an idle rank enters ``end`` seconds before
+    the root: the root receives, then unpacks; the idle rank waits, then its piece moves. Measured
+    (SUMMA 2x1, n = 2560, b = 512, 2 ranks; session 23): root 7.3 ms (receive 1.8 + unpack 5.5),
+    idle rank 13.5 (wait 11.7 + the same 1.8), so the phase is gather + max(unpack, wait), not
+    their sum (which over-predicted it by 23-63% at n = 1536 and 2560)."""
+    return gather + max(unpack, end)
 
 
 def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -259,8 +269,10 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         size = math.sqrt(max((ADDS_A * ea + ADDS_B * eb + nc * ec) / (ADDS_A + ADDS_B + nc), 1.0))
         k2 = _k2_add(sp, size)
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
-    coll = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn) + _pack(sp, cp, m * n, _run(ml, R, b), "put")
-    return _result(dist, comm + idle, comp, coll + end, total=dist + comm + comp + coll)
+    gather = _coll(cp, "gatherv", p, ITEM * g * g * xm * yn)
+    unpack = _pack(sp, cp, m * n, _run(ml, R, b), "put")
+    return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack, end),
+                   total=dist + comm + comp + gather + unpack)
 
 
 # Per level-1 product of StMS: root passes to accumulate it into C's quadrants.
