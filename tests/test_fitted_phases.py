@@ -39,13 +39,16 @@ def test_factor_is_the_geometric_median_and_reduces_the_error():
         assert f.points == 9 and f.ape_after < f.ape_before
 
 
-def test_apply_scales_fitted_phases_and_recomputes_the_total():
+def test_apply_scales_fitted_phases_and_moves_the_total_by_the_change():
     f = PhaseFactors([PhaseFactor("gemm", "summa", "collection", 4.0, 3, 0.1, 75.0, 5.0)])
     out = f.apply("gemm", "summa", {"distribution": 1.0, "communication": 0.0, "compute": 2.0,
                                     "collection": 0.5, "total": 3.5})
     assert out["collection"] == 2.0 and out["total"] == pytest.approx(5.0)
     same = {"compute": 1.0, "total": 1.0}
     assert f.apply("gemm", "bsr", same)["total"] == 1.0
+    # 1.0 of waiting in the collection, off the critical path: the total moves by the scaling only
+    waits = f.apply("gemm", "summa", {"compute": 2.0, "collection": 1.0, "total": 2.5})
+    assert waits["collection"] == 4.0 and waits["total"] == pytest.approx(5.5)
     assert PhaseFactors().apply("gemm", "summa", same) is same
 
 
@@ -134,3 +137,31 @@ def test_contention_round_trip_through_the_shared_reader(tmp_path, tiny_db):
         del f["contention/k/t"]
     with pytest.warns(RuntimeWarning, match="contention"):
         assert not load_contention(path, "k").available
+
+
+def test_the_roots_solo_phases_run_at_the_uncontended_k(tiny_db, tmp_path):
+    """``SOLO_PHASES``: Cholesky's distribution and collection (the root's moves while the other
+    ranks wait in the scatter and gather) keep the uncontended k; its loop runs contended, and the
+    total is their sum again."""
+    from autotune.db.contention import ContendedSP, load_contention, save_contention, series
+    from autotune.models import distributed_cholesky as dc
+
+    path = tmp_path / "db.h5"
+    shutil.copy(tiny_db, path)
+    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    plan = Plan("cholesky", 3, 1, 3, b=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        base = predict("cholesky", (768,), plan, sp, cp, fitted=False)
+        rows = [(q, n, series(pat, stat), f if q == 3 else 1.0) for pat in ("square", "rankb") for n in (256, 1024)
+                for stat, f in (("mean", 1.5), ("max", 2.0), ("min", 1.0)) for q in (1, 3)]
+        q, n, pat, t = zip(*rows, strict=True)
+        save_contention(path, "test-P4", q, n, t, pattern=pat)
+        chol = predict("cholesky", (768,), plan, sp, cp, fitted=False)
+        contended = dc.model(768, plan, ContendedSP(sp, load_contention(path, "test-P4"), 3, "max"), cp)
+    assert contended["distribution"] > base["distribution"]          # what the contended k would say
+    assert chol["distribution"] == pytest.approx(base["distribution"])
+    assert chol["collection"] == pytest.approx(base["collection"])
+    assert chol["compute"] > 1.5 * base["compute"]
+    loop = contended["total"] - contended["distribution"] - contended["collection"]
+    assert chol["total"] == pytest.approx(base["distribution"] + loop + base["collection"])

@@ -263,3 +263,5 @@ def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True, lower: bool =
 
 MODELS = {"cholesky": model}
 WAIT_PHASE = {"cholesky": "communication"}     # a faster rank waits in the next panel's messages
+# The root's moves in and out (``_moves``): the others wait in the scatter and gather meanwhile.
+SOLO_PHASES = {"cholesky": ("distribution", "collection")}

@@ -49,8 +49,8 @@ from autotune.models.movement import pack as _pack
 from autotune.models.movement import passes as _passes
 from autotune.models.movement import run_length as _run
 
-__all__ = ["ALGORITHM_NAMES", "MODELS", "WAIT_PHASE", "bsr", "cannon", "cbsr", "plan_error", "predict", "strassen_ms",
-           "strassen_summa", "summa"]
+__all__ = ["ALGORITHM_NAMES", "MODELS", "SOLO_PHASES", "WAIT_PHASE", "bsr", "cannon", "cbsr", "plan_error", "predict",
+           "strassen_ms", "strassen_summa", "summa"]
 
 PHASES = ("distribution", "communication", "compute", "collection")
 ALGORITHM_NAMES = ("bsr", "cbsr", "cannon", "summa", "strassen_summa", "strassen_ms")
@@ -358,6 +358,10 @@ MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
 # broadcasts wait their calibrated share each step (``_step_wait``, at the ranks' mean k); StMS's
 # workers take tasks as they come free.
 WAIT_PHASE = {"bsr": "collection", "cbsr": "collection", "cannon": "communication"}
+# Phases the root works through alone while the other ranks wait for it (no compute contention:
+# ``select.distributed``): the distribution before any product. StMS's root forms operands while
+# its workers multiply, and the gathers follow the waits above.
+SOLO_PHASES = {alg: ("distribution",) for alg in ("bsr", "cbsr", "cannon", "summa", "strassen_summa")}
 
 
 def predict(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:

@@ -97,11 +97,14 @@ class PhaseFactors:
         return self._by_key.get((*key, int(p)), self._by_key.get((*key, 0), 1.0))
 
     def apply(self, family: str, algorithm: str, phases: dict[str, float], p: int = 0) -> dict[str, float]:
-        """``phases`` with each fitted phase scaled and the total recomputed."""
+        """``phases`` with each fitted phase scaled and the total moved by what the scaling added or
+        removed. Not their sum: a phase can hold waits off the critical path (a faster rank's, in
+        the gather or the broadcasts), which the analytical total leaves out."""
         if not self._by_key:
             return phases
         out = {ph: phases.get(ph, 0.0) * self.factor(family, algorithm, ph, p) for ph in PHASE_NAMES}
-        out["total"] = sum(out.values())
+        base = phases.get("total", sum(phases.get(ph, 0.0) for ph in PHASE_NAMES))
+        out["total"] = base + sum(out[ph] - phases.get(ph, 0.0) for ph in PHASE_NAMES)
         return out
 
 
