@@ -10,7 +10,8 @@ implementation costs beyond what its models count, stored with the MPI platform.
   selector uses (``LOOP_CASES``), through the model's own response to each (it is piecewise
   linear in them). Until session 22 the overhead alone was measured, at b = 16, n = 512, with the
   share fixed at 0.6: 10-22 us per panel, which over-charged b = 64..256 by 20-70% (s22, n =
-  1024..2560); fitted to those runs the pair came out 15 us and 0.13, within 10% at every size.
+  1024..2560). Fitted by the probe (session 23): 12-16 us and 0.26-0.41 at P = 2, and Cholesky's
+  communication median APE at P = 2 fell from 19-28% to 0.7-5.4% (training and held-out sizes).
 - ``call_overhead``: the fixed cost of one distributed call in its distribution and collection
   phases (the verdict's agreement and broadcast, splitting the communicator, building the grid,
   the per-call checks), by algorithm: a tiny problem whose modelled phases are next to nothing,
