@@ -437,3 +437,29 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
         write_synthetic(bare, 2, loop_overhead=bad, loop_share=bad, call_overhead={"bsr": {"distribution": bad}})
         cp = load_comm(bare, nprocs=2)
         assert cp.loop_overhead == 0.0 and cp.loop_share is None and cp.call_overhead("bsr") == {}
+
+
+def test_contention_per_step_short_calls_run_free_but_wait_for_a_core():
+    """Oversubscribed (4 ranks, the probe's 2x slowdown of long dgemm on 4 busy ranks, none below
+    1 ms): the loop's short calls (b = 32) measure their uncontended time, the run still waits for
+    a core (the total stretches); with few wide panels the last steps keep fewer ranks busy, and
+    each step pays the contention of its own busy ranks."""
+    from autotune.db.contention import ContendedSP, Contention
+
+    sizes = [64, 256, 512, 1024, 2048]                     # 2.5e-11 s/flop: 1024^3 dgemm ~54 ms
+    slow = [1.0, 1.0, 1.0, 2.0, 2.0]
+    cont = Contention(p=[1] * 5 + [4] * 5, n=sizes * 2, t=[1.0] * 5 + slow)
+    plan = Plan("cholesky", 4, 1, 4, b=32)
+    free = model(1024, plan, FakeSP(), FakeCP())
+    shared = model(1024, plan, ContendedSP(FakeSP(), cont, 4), FakeCP())
+    assert shared["compute"] == pytest.approx(free["compute"], rel=0.02)
+    loop = [m["total"] - m["distribution"] - m["collection"] for m in (free, shared)]
+    assert loop[1] > 1.5 * loop[0]                         # time sharing: waits, not compute
+    # 4 panels of 1024: 3, 2, then 1 rank updating. Where 2 busy ranks also run 2x slower, the
+    # steps with 2 ranks cost more: the contention follows each step's busy ranks, not p.
+    wide = Plan("cholesky", 4, 1, 4, b=1024)
+    two = Contention(p=[1] * 5 + [2] * 5 + [4] * 5, n=sizes * 3, t=[1.0] * 5 + slow + slow)
+    free, shared, both = (model(4096, wide, sp, FakeCP()) for sp in
+                          (FakeSP(), ContendedSP(FakeSP(), cont, 4), ContendedSP(FakeSP(), two, 4)))
+    assert free["compute"] < shared["compute"] <= both["compute"]     # the busiest rank works at 3
+    assert free["total"] < shared["total"] < both["total"]

@@ -61,6 +61,8 @@ from . import movement
 from .cholesky import MEMORY_SHARE, chol_flops
 
 WORD = 8   # bytes per float64
+SQUARE_REF = 1024        # the square dgemm whose k converts a call's duration to an equal-work size
+LONG_CALL = 1 << 30      # a size past the contention probe's largest: its long-call slowdown
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
@@ -101,8 +103,38 @@ def loop_grid(r: int, c: int, lower: bool, order: str = "C") -> tuple[int, int]:
     return (r, c) if lower != flipped(r, c, order) else (c, r)
 
 
+def _sharing(sp, backend: str, threads: int):
+    """``share(seconds, calls, q) -> (busy, wall)``: BLAS work of ``seconds`` (uncontended), done in
+    calls of ``calls`` seconds each, while ``q`` ranks compute at once. ``busy`` is what the calls
+    measure: the probe's square-dgemm slowdown of q concurrent ranks at the size of equal duration
+    (calls shorter than the scheduler's slice run at full speed on the core they get; the probe
+    measured no slowdown below about 1 ms with 4 ranks on 2 cores here). ``wall`` also waits for a
+    core: at least the long-call slowdown of q ranks (time sharing). Identity for an uncontended
+    ``sp``. The Cholesky loop keeps fewer ranks busy as the trailing matrix shrinks, so the model
+    applies the contention per step itself (session 23: with the plan's p for every step, p = 3-4
+    compute came out 20-80% high, 2x at b = 512 where 1-3 ranks work per step)."""
+    cont = getattr(sp, "contention", None)
+    if cont is None:
+        return lambda seconds, calls, q: (seconds, seconds)
+    k_sq = float(np.asarray(sp.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
+
+    def share(seconds, calls, q):
+        seconds = np.asarray(seconds, float)
+        size = np.cbrt(np.maximum(np.broadcast_to(calls, seconds.shape), 0.0) / (2.0 * k_sq))
+        qs = np.broadcast_to(q, seconds.shape)
+        busy, wall = np.ones(seconds.shape), np.ones(seconds.shape)
+        for v in np.unique(qs):
+            sel = qs == v
+            busy[sel] = cont.factor(int(v), size[sel], "square", sp.statistic)
+            wall[sel] = np.maximum(busy[sel], float(cont.factor(int(v), LONG_CALL, "square", "mean")))
+        return seconds * busy, seconds * wall
+    return share
+
+
 def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
     p, grid = r * c, (r, c)
+    share_cores = _sharing(sp, backend, threads)
+    look = sp.sp if getattr(sp, "contention", None) is not None else sp    # BLAS k uncontended
     b = max(1, min(int(b), n))
     N = -(-n // b)
     J = np.arange(N)
@@ -116,13 +148,13 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     # The gemm of block column J always has the M[i, J+1] local rows below block J, whatever the
     # step: one k per (process row, block), looked up at that call's height.
     height = M[:, 1:]                                                   # (r, N)
-    kg = np.asarray(sp.k("gemm", backend, threads, height.ravel(), "panel", b), float).reshape(height.shape)
+    kg = np.asarray(look.k("gemm", backend, threads, height.ravel(), "panel", b), float).reshape(height.shape)
     per_w = s * height * kg                                             # gemm seconds / (2 w) per block
     GS = _suffix(colm[None, :, :] * per_w[:, None, :])                  # (r, c, N+1)
     YS = _suffix(rowm[:, None, :] * colm[None, :, :] * (s * (s + 1)))   # owned diagonal blocks
     steps = N - 1
     w = s[:steps]
-    ks = float(np.asarray(sp.k("syrk", backend, threads, b)).reshape(-1)[0])
+    ks = float(np.asarray(look.k("syrk", backend, threads, b)).reshape(-1)[0])
     if steps:
         U = 2.0 * w * GS[:, :, 1:N] + w * YS[:, :, 1:N] * ks             # (r, c, steps)
         K = J[1:]                                                       # block column K = k + 1
@@ -130,17 +162,25 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         # Memory: each step streams the rank's trailing triangle (read + write, 16 B per element).
         touched = s * M[:, :N]                                          # (r, N) elements of column J
         ES = _suffix(colm[None, :, :] * touched[:, None, :])[:, :, 1:N]  # (r, c, steps)
-        kmem = MEMORY_SHARE * np.asarray(sp.k("add", backend, threads, np.sqrt(np.maximum(ES.ravel(), 1.0))),
+        kmem = MEMORY_SHARE * np.asarray(look.k("add", backend, threads, np.sqrt(np.maximum(ES.ravel(), 1.0))),
                                          float).reshape(ES.shape)
         U = U + ES * kmem
         L = L + touched[:, K] * kmem[np.arange(r)[:, None], (K % c)[None, :], K - 1]
     else:
         U = np.zeros((r, c, 0))
         L = np.zeros((r, 0))
-    D = chol_flops(s) * np.asarray(sp.k("potrf", backend, threads, s), float)
+    D = chol_flops(s) * np.asarray(look.k("potrf", backend, threads, s), float)
     below = M[:, 1:]                                                    # (r, N) panel rows below block K
-    S = below * s * s * np.asarray(sp.k("trsm", backend, threads, below.ravel(), "panel", b),
+    S = below * s * s * np.asarray(look.k("trsm", backend, threads, below.ravel(), "panel", b),
                                    float).reshape(below.shape)
+    # Ranks computing at once: step k's updaters (the next panel's factorization runs among them);
+    # the first panel's column alone before the loop. Each call's slowdown by its duration.
+    q = np.concatenate([[max(1, int((S[:, 0] > 0).sum()))], (U > 0).sum(axis=(0, 1))]).astype(int)   # (N,)
+    left = np.maximum(_suffix(colm)[:, 1:N], 1.0)                       # (c, steps) block columns left
+    Ub, Uw = share_cores(U, U / left[None, :, :], q[None, None, 1:])
+    _, Lw = share_cores(L, L, q[None, 1:])          # its busy time is in U's
+    Db, Dw = share_cores(D, D, q)
+    Sb, Sw = share_cores(S, S, q[None, :])
     # Messages of panel K: diagonal (column), then the pieces each rank receives. One core per
     # rank: a receiver copies its pieces in itself (single-copy shared memory, inside its polls
     # and waits), so R is time on its own clock, not latency hidden behind its update; and a
@@ -172,12 +212,12 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
 
     def factor(Kb: int, start: np.ndarray) -> np.ndarray:
         iK, jK = Kb % r, Kb % c
-        done = start[iK] + D[Kb]
+        done = start[iK] + Dw[Kb]
         diag = np.full(r, done + Cd[Kb])
         diag[iK] = done
-        busy[iK, jK] += D[Kb]
-        busy[:, jK] += S[:, Kb]
-        return np.maximum(start, diag) + S[:, Kb] + Pk[:, Kb]
+        busy[iK, jK] += Db[Kb]
+        busy[:, jK] += Sb[:, Kb]
+        return np.maximum(start, diag) + Sw[:, Kb] + Pk[:, Kb]
 
     ready = factor(0, t[:, 0])
     t[:, 0] = ready
@@ -186,11 +226,11 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         if k == N - 1:
             break
         Kb, jK = k + 1, (k + 1) % c
-        Uk = U[:, :, k]
-        busy += Uk
+        Uk = Uw[:, :, k]
+        busy += Ub[:, :, k]
         if lookahead:
-            ready = factor(Kb, t[:, jK] + L[:, k])
-            rest = Uk[:, jK] - L[:, k]
+            ready = factor(Kb, t[:, jK] + Lw[:, k])
+            rest = np.maximum(Uk[:, jK] - Lw[:, k], 0.0)
             t = t + Uk
             t[:, jK] = ready + rest
         else:
