@@ -59,10 +59,25 @@ class _Platform(CommParams):
         return {"key": "test-P4", "P": 4, "source": "test"}
 
 
-def test_stored_factors_change_the_prediction_and_the_ranking(tiny_db, tmp_path):
+def _platform_db(tiny_db, tmp_path):
+    """(path, sp, cp) of a copy of the tiny database with the test's P = 4 platform."""
     path = tmp_path / "db.h5"
     shutil.copy(tiny_db, path)
-    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    return path, load_sp(path), _Platform(None, "test", 4)
+
+
+def _save_three_rank_contention(path) -> None:
+    """3 busy ranks: the mean rank 1.5x slower, the slowest 2x, the fastest not at all."""
+    from autotune.db.contention import save_contention, series
+
+    rows = [(q, n, series(pat, stat), f if q == 3 else 1.0) for pat in ("square", "rankb") for n in (256, 1024)
+            for stat, f in (("mean", 1.5), ("max", 2.0), ("min", 1.0)) for q in (1, 3)]
+    q, n, pat, t = zip(*rows, strict=True)
+    save_contention(path, "test-P4", q, n, t, pattern=pat)
+
+
+def test_stored_factors_change_the_prediction_and_the_ranking(tiny_db, tmp_path):
+    path, sp, cp = _platform_db(tiny_db, tmp_path)
     plan = Plan("summa", 2, 1, 2, b=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -105,19 +120,12 @@ def test_contended_plans_compute_at_the_slowest_rank_and_the_fastest_waits_in_th
     """With the slowest and fastest ranks' contention stored: compute is the slowest rank's; BSR's
     fastest rank waits the difference in the gather (collection), off the total; SUMMA (its own
     calibrated step waits) runs at the ranks' mean."""
-    from autotune.db.contention import save_contention, series
-
-    path = tmp_path / "db.h5"
-    shutil.copy(tiny_db, path)
-    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    path, sp, cp = _platform_db(tiny_db, tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         plans = Plan("bsr", 3, 3, 1), Plan("summa", 3, 1, 3, b=64)
         base = [predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False) for plan in plans]
-        rows = [(q, n, series(pat, stat), f if q == 3 else 1.0) for pat in ("square", "rankb") for n in (256, 1024)
-                for stat, f in (("mean", 1.5), ("max", 2.0), ("min", 1.0)) for q in (1, 3)]
-        q, n, pat, t = zip(*rows, strict=True)
-        save_contention(path, "test-P4", q, n, t, pattern=pat)
+        _save_three_rank_contention(path)
         bsr, summa = (predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False) for plan in plans)
     assert bsr["compute"] == pytest.approx(2.0 * base[0]["compute"])
     assert bsr["collection"] - base[0]["collection"] == pytest.approx(base[0]["compute"])     # 2x - 1x
@@ -146,20 +154,15 @@ def test_the_roots_solo_phases_run_at_the_uncontended_k(tiny_db, tmp_path):
     """``SOLO_PHASES``: Cholesky's distribution and collection (the root's moves while the other
     ranks wait in the scatter and gather) keep the uncontended k; its loop runs contended, and the
     total is their sum again."""
-    from autotune.db.contention import ContendedSP, load_contention, save_contention, series
+    from autotune.db.contention import ContendedSP, load_contention
     from autotune.models import distributed_cholesky as dc
 
-    path = tmp_path / "db.h5"
-    shutil.copy(tiny_db, path)
-    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    path, sp, cp = _platform_db(tiny_db, tmp_path)
     plan = Plan("cholesky", 3, 1, 3, b=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         base = predict("cholesky", (768,), plan, sp, cp, fitted=False)
-        rows = [(q, n, series(pat, stat), f if q == 3 else 1.0) for pat in ("square", "rankb") for n in (256, 1024)
-                for stat, f in (("mean", 1.5), ("max", 2.0), ("min", 1.0)) for q in (1, 3)]
-        q, n, pat, t = zip(*rows, strict=True)
-        save_contention(path, "test-P4", q, n, t, pattern=pat)
+        _save_three_rank_contention(path)
         chol = predict("cholesky", (768,), plan, sp, cp, fitted=False)
         contended = dc.model(768, plan, ContendedSP(sp, load_contention(path, "test-P4"), 3, "max"), cp)
     assert contended["distribution"] > base["distribution"]          # what the contended k would say
