@@ -334,7 +334,7 @@ def test_summa_idle_rank_waits_out_the_imbalance():
     even = dg.summa(1024, 1024, 1024, Plan("summa", 2, 2, 1, b=512), SP, CP)
     odd = dg.summa(1536, 1536, 1536, Plan("summa", 2, 2, 1, b=512), SP, CP)   # 3 blocks: 2 vs 1
     assert even["total"] == pytest.approx(sum(even[ph] for ph in PHASES))
-    gather = dg._coll(CP, "gatherv", 2, 8 * 1024 * 1536)
+    gather = dg._coll(CP, "gatherv", 2, 8 * 1536 * 512)         # rank 1's one block moves, the root's two stay
     unpack = dg._pack(SP, CP, 1536 * 1536, dg._run(1536, 2, 512), "put")
     end = odd["collection"] - gather
     assert end > unpack                                          # the wait hides the unpacking
@@ -531,3 +531,11 @@ def test_selector_adds_the_measured_call_overhead_to_the_phases():
     assert more["compute"] == base["compute"] and more["communication"] == base["communication"]
     assert _with_call_overhead(base, Plan("bsr", 2, 2, 1), Costly()) == base
     assert _with_call_overhead(base, plan, CP) == base
+
+
+def test_scatter_and_gather_move_the_largest_non_root_piece():
+    """The root's own piece (the largest of an uneven block-cyclic split) never travels: 1536 in
+    blocks of 512 over 2 ranks is 1024 + 512 columns, and 512 of them move."""
+    assert dg._moved(1536, 1536, 1, 2, 512) == 1536 * 512
+    assert dg._moved(1536, 1536, 2, 2, 512) == 1024 * 512            # ranks (0,1) and (1,0)
+    assert dg._moved(1000, 800, 1, 1, 64) == 1000 * 800              # one rank: its piece
