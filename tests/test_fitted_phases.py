@@ -151,7 +151,7 @@ def test_contention_round_trip_through_the_shared_reader(tmp_path, tiny_db):
 
 
 def test_the_roots_solo_phases_run_at_the_uncontended_k(tiny_db, tmp_path):
-    """``SOLO_PHASES``: Cholesky's distribution and collection (the root's moves while the other
+    """``contention.alone``: Cholesky's distribution and collection (the root's moves while the other
     ranks wait in the scatter and gather) keep the uncontended k; its loop runs contended, and the
     total is their sum again."""
     from autotune.db.contention import ContendedSP, load_contention
@@ -164,8 +164,10 @@ def test_the_roots_solo_phases_run_at_the_uncontended_k(tiny_db, tmp_path):
         base = predict("cholesky", (768,), plan, sp, cp, fitted=False)
         _save_three_rank_contention(path)
         chol = predict("cholesky", (768,), plan, sp, cp, fitted=False)
-        contended = dc.model(768, plan, ContendedSP(sp, load_contention(path, "test-P4"), 3, "max"), cp)
-    assert contended["distribution"] > base["distribution"]          # what the contended k would say
+        slow = ContendedSP(sp, load_contention(path, "test-P4"), 3, "max")
+        contended = dc.model(768, plan, slow, cp)
+        moves = dc._moves(768, 1, 3, 64, 3, slow, cp, plan.backend, plan.threads)   # at the contended k
+    assert moves[0] > base["distribution"]          # what the contended k would say
     assert chol["distribution"] == pytest.approx(base["distribution"])
     assert chol["collection"] == pytest.approx(base["collection"])
     assert chol["compute"] > 1.5 * base["compute"]

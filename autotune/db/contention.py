@@ -79,6 +79,10 @@ def _parse(g) -> Contention:
     return Contention(g["p"][...], g["n"][...], g["t"][...], pattern)
 
 
+SQUARE_REF = 1024        # the square dgemm whose k converts a call's duration to an equal-work size
+LONG_CALL = 1 << 30      # a size past the probe's largest: the long-call slowdown (time sharing)
+
+
 class ContendedSP:
     """An SP view whose k is slowed by the contention factor of ``p`` busy ranks (models call
     ``k``), for their mean, slowest (``statistic`` "max") or fastest ("min") rank."""
@@ -90,5 +94,40 @@ class ContendedSP:
         base = self.sp.k(routine, backend, threads, x, pattern, param, dtype)
         return base * self.contention.factor(self.p, x, pattern, self.statistic)
 
+    def sharing(self, backend: str, threads: int):
+        """``share(seconds, calls, q) -> (busy, wall)``: BLAS work of ``seconds`` (uncontended),
+        done in calls of ``calls`` seconds each, while ``q`` ranks compute at once. ``busy`` is what
+        the calls measure: the square-dgemm slowdown of q concurrent ranks at the size of equal
+        duration (calls shorter than the scheduler's slice run at full speed on the core they get;
+        the probe measured no slowdown below about 1 ms with 4 ranks on 2 cores here). ``wall``
+        also waits for a core: at least the long-call slowdown of q ranks (time sharing)."""
+        k_sq = float(np.asarray(self.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
+
+        def share(seconds, calls, q):
+            seconds = np.asarray(seconds, float)
+            size = np.cbrt(np.maximum(np.broadcast_to(calls, seconds.shape), 0.0) / (2.0 * k_sq))
+            qs = np.broadcast_to(q, seconds.shape)
+            busy, wall = np.ones(seconds.shape), np.ones(seconds.shape)
+            for v in np.unique(qs):
+                sel = qs == v
+                busy[sel] = self.contention.factor(int(v), size[sel], "square", self.statistic)
+                wall[sel] = np.maximum(busy[sel], float(self.contention.factor(int(v), LONG_CALL, "square", "mean")))
+            return seconds * busy, seconds * wall
+        return share
+
     def __getattr__(self, name):
         return getattr(self.sp, name)
+
+
+def alone(sp):
+    """``sp`` as one rank sees it working while the others wait (the root's moves in and out of a
+    distributed call): without contention. Cholesky's distribution on 3 and 4 ranks here measured
+    1.8-2.1 ms at n = 1536, the same as on 2, which the contended k put at 2.7-3.1 (session 23)."""
+    return sp.sp if isinstance(sp, ContendedSP) else sp
+
+
+def sharing(sp, backend: str, threads: int):
+    """``ContendedSP.sharing`` of ``sp``; no slowdown at all for an uncontended ``sp``."""
+    if isinstance(sp, ContendedSP):
+        return sp.sharing(backend, threads)
+    return lambda seconds, calls, q: (seconds, seconds)

@@ -57,12 +57,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.db.contention import alone, sharing
+
 from . import movement
 from .cholesky import MEMORY_SHARE, chol_flops
 
 WORD = 8   # bytes per float64
-SQUARE_REF = 1024        # the square dgemm whose k converts a call's duration to an equal-work size
-LONG_CALL = 1 << 30      # a size past the contention probe's largest: its long-call slowdown
 
 
 def _suffix(x: np.ndarray) -> np.ndarray:
@@ -103,38 +103,13 @@ def loop_grid(r: int, c: int, lower: bool, order: str = "C") -> tuple[int, int]:
     return (r, c) if lower != flipped(r, c, order) else (c, r)
 
 
-def _sharing(sp, backend: str, threads: int):
-    """``share(seconds, calls, q) -> (busy, wall)``: BLAS work of ``seconds`` (uncontended), done in
-    calls of ``calls`` seconds each, while ``q`` ranks compute at once. ``busy`` is what the calls
-    measure: the probe's square-dgemm slowdown of q concurrent ranks at the size of equal duration
-    (calls shorter than the scheduler's slice run at full speed on the core they get; the probe
-    measured no slowdown below about 1 ms with 4 ranks on 2 cores here). ``wall`` also waits for a
-    core: at least the long-call slowdown of q ranks (time sharing). Identity for an uncontended
-    ``sp``. The Cholesky loop keeps fewer ranks busy as the trailing matrix shrinks, so the model
-    applies the contention per step itself (session 23: with the plan's p for every step, p = 3-4
-    compute came out 20-80% high, 2x at b = 512 where 1-3 ranks work per step)."""
-    cont = getattr(sp, "contention", None)
-    if cont is None:
-        return lambda seconds, calls, q: (seconds, seconds)
-    k_sq = float(np.asarray(sp.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
-
-    def share(seconds, calls, q):
-        seconds = np.asarray(seconds, float)
-        size = np.cbrt(np.maximum(np.broadcast_to(calls, seconds.shape), 0.0) / (2.0 * k_sq))
-        qs = np.broadcast_to(q, seconds.shape)
-        busy, wall = np.ones(seconds.shape), np.ones(seconds.shape)
-        for v in np.unique(qs):
-            sel = qs == v
-            busy[sel] = cont.factor(int(v), size[sel], "square", sp.statistic)
-            wall[sel] = np.maximum(busy[sel], float(cont.factor(int(v), LONG_CALL, "square", "mean")))
-        return seconds * busy, seconds * wall
-    return share
-
-
 def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
     p, grid = r * c, (r, c)
-    share_cores = _sharing(sp, backend, threads)
-    look = sp.sp if getattr(sp, "contention", None) is not None else sp    # BLAS k uncontended
+    # The loop keeps fewer ranks busy as the trailing matrix shrinks, so the contention is applied
+    # per step here (``sharing``) on uncontended k (session 23: with the plan's p for every step,
+    # p = 3-4 compute came out 20-80% high, 2x at b = 512 where 1-3 ranks work per step).
+    share_cores = sharing(sp, backend, threads)
+    look = alone(sp)
     b = max(1, min(int(b), n))
     N = -(-n // b)
     J = np.arange(N)
@@ -245,7 +220,7 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     busy += zero
     loop = float(t.max())
     compute = float(busy.max())
-    dist, coll = _moves(n, r, c, b, p, sp, cp, backend, threads)
+    dist, coll = _moves(n, r, c, b, p, alone(sp), cp, backend, threads)   # the root's, the others wait
     rest = float((t - busy).max())
     waits = rest if rest > 1e-12 * loop else 0.0   # rounding of the clock sums
     out = {"distribution": dist, "communication": waits, "compute": compute,
@@ -303,5 +278,3 @@ def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True, lower: bool =
 
 MODELS = {"cholesky": model}
 WAIT_PHASE = {"cholesky": "communication"}     # a faster rank waits in the next panel's messages
-# The root's moves in and out (``_moves``): the others wait in the scatter and gather meanwhile.
-SOLO_PHASES = {"cholesky": ("distribution", "collection")}

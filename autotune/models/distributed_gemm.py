@@ -37,6 +37,7 @@ import math
 
 import numpy as np
 
+from autotune.db.contention import alone
 from autotune.distributed.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
@@ -49,7 +50,7 @@ from autotune.models.movement import pack as _pack
 from autotune.models.movement import passes as _passes
 from autotune.models.movement import run_length as _run
 
-__all__ = ["ALGORITHM_NAMES", "MODELS", "SOLO_PHASES", "WAIT_PHASE", "bsr", "cannon", "cbsr", "plan_error", "predict",
+__all__ = ["ALGORITHM_NAMES", "MODELS", "WAIT_PHASE", "bsr", "cannon", "cbsr", "plan_error", "predict",
            "strassen_ms", "strassen_summa", "summa"]
 
 PHASES = ("distribution", "communication", "compute", "collection")
@@ -147,7 +148,7 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi, kj, nj = _ceil(m, r), _ceil(k, c), _ceil(n, c)
-    dist = (_coll(cp, SCATTER, r, ITEM * mi * k) + (_passes(sp, mi * k) if c > 1 else 0.0)
+    dist = (_coll(cp, SCATTER, r, ITEM * mi * k) + (_passes(alone(sp), mi * k) if c > 1 else 0.0)
             + _coll(cp, SCATTER, c, ITEM * mi * kj) + _coll(cp, BCAST, p, ITEM * k * n))
     comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
     comp = c * 2.0 * mi * kj * nj * _k3(sp, plan, lookup_size(mi, kj, nj))
@@ -164,7 +165,7 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         return _local(m, k, n, plan, sp)
     mi, kl, nj = _ceil(m, q), _ceil(k, q), _ceil(n, q)
     dist = (_coll(cp, SCATTER, p, ITEM * mi * kl) + _coll(cp, SCATTER, p, ITEM * kl * nj)
-            + _passes(sp, m * k + k * n))
+            + _passes(alone(sp), m * k + k * n))
     comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
     comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
     coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
@@ -238,7 +239,7 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     mm, kk, nn, R, C = _oriented(m, k, n, plan)
     dist = (_coll(cp, SCATTER, p, ITEM * _moved(mm, kk, R, C, b))
             + _coll(cp, SCATTER, p, ITEM * _moved(kk, nn, R, C, b))
-            + _pack(sp, cp, mm * kk, _run(mm, R, b)) + _pack(sp, cp, kk * nn, _run(kk, R, b)))
+            + _pack(alone(sp), cp, mm * kk, _run(mm, R, b)) + _pack(alone(sp), cp, kk * nn, _run(kk, R, b)))
     comm, comp, (idle, end) = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
     gather = _coll(cp, "gatherv", p, ITEM * _moved(mm, nn, R, C, b))
     unpack = _pack(sp, cp, mm * nn, _run(mm, R, b), "put")
@@ -268,7 +269,8 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     yk, yn = _numroc0(kl, R, b), _numroc0(nl, C, b)
     dist = (_coll(cp, SCATTER, p, ITEM * g * g * _moved(ml, kl, R, C, b))
             + _coll(cp, SCATTER, p, ITEM * g * g * _moved(kl, nl, R, C, b))
-            + _pack(sp, cp, g * g * ml * kl, _run(ml, R, b)) + _pack(sp, cp, g * g * kl * nl, _run(kl, R, b)))
+            + _pack(alone(sp), cp, g * g * ml * kl, _run(ml, R, b))
+            + _pack(alone(sp), cp, g * g * kl * nl, _run(kl, R, b)))
     comm, comp, (idle, end) = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
     scale = 7.0 ** lv           # every leaf product waits out its imbalance; the gather, the last one's
     comm, comp, idle = scale * comm, scale * comp, scale * (idle + end) - end
@@ -368,10 +370,6 @@ MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
 # broadcasts wait their calibrated share each step (``_step_wait``, at the ranks' mean k); StMS's
 # workers take tasks as they come free.
 WAIT_PHASE = {"bsr": "collection", "cbsr": "collection", "cannon": "communication"}
-# Phases the root works through alone while the other ranks wait for it (no compute contention:
-# ``select.distributed``): the distribution before any product. StMS's root forms operands while
-# its workers multiply, and the gathers follow the waits above.
-SOLO_PHASES = {alg: ("distribution",) for alg in ("bsr", "cbsr", "cannon", "summa", "strassen_summa")}
 
 
 def predict(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:

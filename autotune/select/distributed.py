@@ -117,9 +117,8 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
     cores the scheduler gives some a core of their own and makes others share one (BSR on 3
     ranks on 2 cores, n = 2048: 52 ms of the root's gather was waiting, session 21). SUMMA's
     per-step broadcasts make its ranks take turns: the ranks' mean k, and its calibrated step
-    waits (``cp.step_wait``). Phases the root works through alone (``SOLO_PHASES``) run at the
-    uncontended k: Cholesky's distribution on 3 and 4 ranks here measured 1.8-2.1 ms at n = 1536
-    (the same as on 2), which the contended k put at 2.7-3.1 (session 23)."""
+    waits (``cp.step_wait``). The models themselves keep the root's moves, while the others
+    wait, uncontended (``contention.alone``)."""
     from autotune.db.contention import ContendedSP, load_contention
 
     models = _family_models(family)
@@ -136,18 +135,7 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
         out = model(*dims, plan, ContendedSP(sp, cont, busy, "max"), cp, **kw)
         fast = model(*dims, plan, ContendedSP(sp, cont, busy, "min"), cp, **kw)
         out = {**out, phase: out[phase] + max(out["compute"] - fast["compute"], 0.0)}
-    solo = models.SOLO_PHASES.get(plan.algorithm, ())
-    if solo:
-        out = _with_phases(out, model(*dims, plan, sp, cp, **kw), solo)
     return _with_call_overhead(out, plan, cp)
-
-
-def _with_phases(phases: dict[str, float], other: dict[str, float], names) -> dict[str, float]:
-    """``phases`` with the ``names`` phases taken from ``other``, the total moved by the same
-    amount (they are terms of it)."""
-    out = {**phases, **{k: other[k] for k in names}}
-    out["total"] = phases["total"] + sum(other[k] - phases[k] for k in names)
-    return out
 
 
 def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, float]:
