@@ -19,7 +19,8 @@ implementation costs beyond what its models count, stored with the MPI platform.
   size here (session 20). Added to the phases by the selector (``select.distributed``).
 - ``step_waits``: what SUMMA's ranks wait in its per-step broadcasts for the slowest rank's update,
   as a share of the step's compute, by p and block b: SUMMA plans on the first p ranks at equal
-  loads, measured communication minus the model's messages (no wait), over the model's compute.
+  loads, measured communication minus the model's without it (messages, and the waits for a core
+  of ranks in lockstep, ``contention.lockstep``), over the model's compute.
   The probe's ``compute_skew`` (the same update timed on its own) measured 1.4% here where the
   runs waited 2-3% at b >= 128 and 5-6% at b = 64 (session 21, n = 1024..2560); the isolated
   timing does not reproduce the runs' own buffers and loop. The share itself moves between

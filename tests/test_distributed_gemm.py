@@ -345,7 +345,8 @@ def test_summa_idle_rank_waits_out_the_imbalance():
 
 def test_summa_waits_for_the_slowest_of_equal_ranks_or_the_imbalance_whichever_is_larger():
     """Equal loads: every step waits ``cp.step_wait(p, b)`` of its compute for the slowest rank (in
-    the broadcasts; the last step's in the gather). Uneven loads: the imbalance alone, when larger."""
+    the broadcasts; the last step's in the gather), which is on the critical path (every rank waits
+    for another in turn). Uneven loads: the imbalance alone, when larger."""
     class Skewed(FakeCP):
         def step_wait(self, p, b):
             return 0.2 if p == 2 else 1.0
@@ -357,7 +358,7 @@ def test_summa_waits_for_the_slowest_of_equal_ranks_or_the_imbalance_whichever_i
     unpack = dg._pack(SP, CP, 1024 * 1024, dg._run(1024, 2, 128), "put")      # hidden by the last wait
     assert 0.2 * base["compute"] / 8 > unpack
     assert waited["collection"] == pytest.approx(0.2 * base["compute"] / 8 - unpack)
-    assert waited["total"] == pytest.approx(0.0, abs=1e-15)      # the critical path is the slowest rank's
+    assert waited["total"] == pytest.approx(0.2 * base["compute"])       # the loaded rank waits it too
     odd = [dg.summa(1536, 1536, 1536, odd_plan, SP, cp) for cp in (CP, Skewed())]
     assert odd[0] == odd[1]                                       # half the compute idle > 20% of it
 
@@ -539,3 +540,58 @@ def test_scatter_and_gather_move_the_largest_non_root_piece():
     assert dg._moved(1536, 1536, 1, 2, 512) == 1536 * 512
     assert dg._moved(1536, 1536, 2, 2, 512) == 1024 * 512            # ranks (0,1) and (1,0)
     assert dg._moved(1000, 800, 1, 1, 64) == 1000 * 800              # one rank: its piece
+
+
+def _two_cores():
+    """Contention of 2..4 ranks on 2 cores: long calls (n >= 1024) time-shared, short ones free;
+    the slowest of 3 ranks 2x (it shares a core), their mean 1.5x."""
+    from autotune.db.contention import Contention, series
+
+    rows = []
+    for q, mean, worst in ((1, 1.0, 1.0), (2, 1.0, 1.0), (3, 1.5, 2.0), (4, 2.0, 2.0)):
+        for n in (128, 256, 1024, 2048):
+            short = n < 1024
+            rows += [(q, n, "square", 1.0 if short else mean),
+                     (q, n, series("square", "max"), 1.0 if short else worst)]
+    q, n, pattern, t = zip(*rows, strict=True)
+    return Contention(q, n, t, pattern)
+
+
+def test_lockstep_packs_ranks_on_cores_largest_load_first():
+    """Ranks that synchronise every step keep their cores: loads 2:1:1 on 2 cores end with the
+    large rank's own (uncontended) work, which the other two share a core to match; equal loads of
+    4 ranks take twice one rank's; 2 ranks on 2 cores run free. Short calls measure their own time."""
+    from autotune.db.contention import ContendedSP, lockstep
+
+    sp = ContendedSP(SP, _two_cores(), 4)
+    pack = sp.lockstep("openblas", 1)
+    busy, wall = pack([2.0, 1.0, 1.0], 1.0)                  # calls of 1 s: long
+    assert sp.cores(3) == 2 and sp.cores(4) == 2 and sp.cores(2) == 2
+    assert wall == pytest.approx(2.0)
+    assert busy == pytest.approx([2.0, 2.0, 2.0])           # the pair time-share their core
+    busy, wall = pack([1.0] * 4, 1.0)
+    assert wall == pytest.approx(2.0) and busy == pytest.approx([2.0] * 4)
+    busy, wall = pack([1.0] * 4, 1e-5)                       # short calls run free, the step waits
+    assert wall == pytest.approx(2.0) and busy == pytest.approx([1.0] * 4)
+    busy, wall = pack([1.0, 1.0], 1.0)
+    assert wall == pytest.approx(1.0) and busy == pytest.approx([1.0, 1.0])
+    busy, wall = lockstep(SP, "openblas", 1)([1.0, 3.0], 1.0)    # uncontended: every rank alone
+    assert wall == 3.0 and list(busy) == [1.0, 3.0]
+
+
+def test_summa_on_oversubscribed_cores_runs_for_the_busiest_core_on_its_critical_path():
+    """4 ranks on 2 cores, equal loads: the loop takes two ranks' updates; the total carries it
+    (before session 24 it left the wait for a core out: 25-35% short at P = 4 here)."""
+    from autotune.db.contention import ContendedSP
+
+    sp = ContendedSP(SP, _two_cores(), 4)
+    plan = Plan("summa", 4, 1, 4, b=512)                 # updates of ~40 ms: time-shared
+    free, shared = (dg.summa(4096, 4096, 4096, plan, x, CP) for x in (SP, sp))
+    loop = [t["total"] - t["distribution"] - t["collection"] for t in (free, shared)]
+    assert shared["compute"] == pytest.approx(2.0 * free["compute"])
+    assert loop[1] - loop[0] == pytest.approx(free["compute"], rel=0.02)   # the other rank's turn on the core
+    short = Plan("summa", 4, 1, 4, b=16)                 # updates of ~0.1 ms: they run free, the loop waits
+    free, shared = (dg.summa(1024, 1024, 1024, short, x, CP) for x in (SP, sp))
+    assert shared["compute"] == pytest.approx(free["compute"])
+    assert shared["communication"] - free["communication"] == pytest.approx(free["compute"], rel=0.03)
+    assert free["compute"] <= shared["total"] - free["total"] <= 1.1 * free["compute"]   # + contended copies

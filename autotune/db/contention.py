@@ -115,6 +115,39 @@ class ContendedSP:
             return seconds * busy, seconds * wall
         return share
 
+    def cores(self, q: int) -> int:
+        """Cores ``q`` busy ranks share: q over their measured long-call slowdown (time sharing)."""
+        return max(1, min(q, round(q / float(self.contention.factor(q, LONG_CALL)))))
+
+    def lockstep(self, backend: str, threads: int):
+        """``pack(loads, calls) -> (busy, wall)``: ranks that synchronise every step, with BLAS
+        work ``loads`` (uncontended seconds, one per rank) in calls of ``calls`` seconds. The
+        scheduler keeps such ranks on fixed cores (largest load first, on the least loaded core), so
+        a step ends when the most loaded core has run its ranks' work: ``wall``. ``busy`` (per rank)
+        is what its calls measure: the slowdown of q ranks at the size of equal duration, where q
+        fills every core as the rank's own core is filled. Measured here (SUMMA on 3 ranks, 2
+        cores, n = 2048, b = 512): loads 2:1:1 ran in 2.2x the small load, the large rank at its
+        uncontended speed; equal loads of 3 and 4 ranks in 1.8-2.0x a rank's (session 24)."""
+        k_sq = float(np.asarray(self.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
+
+        def pack(loads, calls):
+            loads = np.asarray(loads, float)
+            size = np.cbrt(np.maximum(np.broadcast_to(calls, loads.shape), 0.0) / (2.0 * k_sq))
+            q = int(np.count_nonzero(loads))
+            cores = self.cores(q)
+            core_of, work = np.zeros(loads.shape, int), np.zeros(cores)
+            for r in np.argsort(-loads, kind="stable"):
+                core_of[r] = int(np.argmin(work))
+                work[core_of[r]] += loads[r]
+            sharing = np.bincount(core_of[loads > 0], minlength=cores)[core_of]
+            busy = loads.copy()
+            for m in np.unique(sharing):
+                sel = sharing == m
+                busy[sel] *= self.contention.factor(int(m) * cores, size[sel], "square", self.statistic)
+            alone_f = float(self.contention.factor(cores, LONG_CALL))
+            return busy, max(float(work.max()) * alone_f, float(busy.max(initial=0.0)))
+        return pack
+
     def __getattr__(self, name):
         return getattr(self.sp, name)
 
@@ -124,6 +157,13 @@ def alone(sp):
     distributed call): without contention. Cholesky's distribution on 3 and 4 ranks here measured
     1.8-2.1 ms at n = 1536, the same as on 2, which the contended k put at 2.7-3.1 (session 23)."""
     return sp.sp if isinstance(sp, ContendedSP) else sp
+
+
+def lockstep(sp, backend: str, threads: int):
+    """``ContendedSP.lockstep`` of ``sp``; for an uncontended ``sp`` every rank runs alone."""
+    if isinstance(sp, ContendedSP):
+        return sp.lockstep(backend, threads)
+    return lambda loads, calls: (np.asarray(loads, float), float(np.max(loads, initial=0.0)))
 
 
 def sharing(sp, backend: str, threads: int):

@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from autotune.db.contention import alone
+from autotune.db.contention import alone, lockstep
 from autotune.distributed.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
@@ -185,31 +185,35 @@ def _step_wait(cp, p: int, b: int) -> float:
 
 
 def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
-                 cp) -> tuple[float, float, tuple[float, float]]:
-    """(communication, compute, wait) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
+                 cp) -> tuple[float, float, tuple[float, float], float]:
+    """(communication, compute, wait, lag) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
     bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after its
     owner copies it out of the local Y, which the last update evicted: one out-of-cache pass,
     ``movement.cold_copies``), at the probe's times: the panels are huge-page workspace, as the
     probe's buffers, and no rank updates while they travel (the broadcasts are synchronous), so
     nothing is added for moving them inside the loop (``movement.in_loop``, which SUMMA paid while
     its panels were on 4 KiB pages, until session 19); a rank-w update (pattern ``rankb``, param b,
-    at the local size sqrt(mloc nloc)). ``compute`` is the largest rank's. The broadcasts
-    synchronise the ranks each step, so the least loaded rank waits out the difference, or, where
-    loads are (nearly) equal, the slowest of ranks doing the same work (``_step_wait``: measured by
-    the probe's SUMMA calibration runs, by p and b), whichever is larger: ``wait`` = (seconds of it
-    in the broadcasts, in the gather after the last step). With C > 1 the X-panel's owner multiplies
-    it straight out of its local X, which the last update evicted (``movement.cold_reads``), while
-    the receivers have it hot from the broadcast: every step is longer by that read, which a rank
-    pays as compute in the 1/C of the steps it owns and waits out (in the next broadcast) in the
-    rest. Measured (P = 2, sessions 19-20, 2x1 grids): it is what kept SUMMA's communication 10-21%
-    low; with it 6-9%."""
+    at the local size sqrt(mloc nloc)). The ranks run their updates in lockstep (``contention.lockstep``:
+    each on a fixed core, a step ends when the most loaded core is done: ``wall``); ``compute`` is
+    the largest rank's own update time. The broadcasts synchronise the ranks each step, so the
+    least loaded rank waits out the difference, or, where loads are (nearly) equal, the slowest of
+    ranks doing the same work (``_step_wait``: measured by the probe's SUMMA calibration runs, by p
+    and b), whichever is larger: ``wait`` = (seconds of it in the broadcasts, in the gather after
+    the last step). ``lag`` is what the most loaded rank itself waits (for a core, and for slower
+    ranks of equal load), on the run's critical path: left out of the total until session 24,
+    SUMMA at P = 4 on 2 cores came out 25-35% short (n = 2048: 85.5 ms against 118.4 measured at
+    4x1, b = 256). With C > 1 the X-panel's owner multiplies it straight out of its local X, which
+    the last update evicted (``movement.cold_reads``), while the receivers have it hot from the
+    broadcast: every step is longer by that read, which a rank pays as compute in the 1/C of the
+    steps it owns and waits out (in the next broadcast) in the rest. Measured (P = 2, sessions
+    19-20, 2x1 grids): it is what kept SUMMA's communication 10-21% low; with it 6-9%."""
     mrows, ncols = _numroc(mm, R, b), _numroc(nn, C, b)
     mloc, nloc = int(mrows[0]), int(ncols[0])
     full, rest = divmod(kk, b)
     widths = np.array([b] * (full > 0) + [rest] * (rest > 0), dtype=float)
     counts = np.array([full] * (full > 0) + [1] * (rest > 0), dtype=float)
     if widths.size == 0:
-        return 0.0, 0.0, (0.0, 0.0)
+        return 0.0, 0.0, (0.0, 0.0), 0.0
     p = R * C
     comm = 0.0
     if C > 1:
@@ -218,16 +222,18 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
         comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))
                              + _cold_copies(sp, nloc * widths)))
     area = (mrows[:, None] * ncols[None, :]).ravel()
-    k3 = np.array([_k3(sp, plan, math.sqrt(max(x, 1)), "rankb", b) for x in area])
-    comp = 2.0 * float(np.dot(counts, widths)) * area * k3
+    k3 = np.array([_k3(alone(sp), plan, math.sqrt(max(x, 1)), "rankb", b) for x in area])
+    alone_s = 2.0 * float(np.dot(counts, widths)) * area * k3
+    comp, wall = lockstep(sp, plan.backend, plan.threads)(alone_s, alone_s / float(counts.sum()))
     if C > 1:     # the X-panel owner's cold read: its share of the steps as compute, the rest waited
         owner = float(_cold_reads(sp, mloc * kk))
         comm += owner * (1.0 - 1.0 / C)
-        comp = comp + owner / C
-    skew = _step_wait(cp, p, b)
-    idle = max(float(comp.max() - comp.min()), skew * float(comp.max()))
+        comp, wall = comp + owner / C, wall + owner / C
+    top, slack = float(comp.max()), float(comp.max() - comp.min())
+    skew = max(_step_wait(cp, p, b) * top - slack, 0.0)     # the loaded rank's wait for slow others
+    lag, idle = wall - top + skew, wall - float(comp.min()) + skew
     last = widths[-1] / float(np.dot(counts, widths))
-    return comm, float(comp.max()), (idle * (1.0 - last), idle * last)
+    return comm, float(comp.max()), (idle * (1.0 - last), idle * last), lag
 
 
 def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -240,11 +246,11 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     dist = (_coll(cp, SCATTER, p, ITEM * _moved(mm, kk, R, C, b))
             + _coll(cp, SCATTER, p, ITEM * _moved(kk, nn, R, C, b))
             + _pack(alone(sp), cp, mm * kk, _run(mm, R, b)) + _pack(alone(sp), cp, kk * nn, _run(kk, R, b)))
-    comm, comp, (idle, end) = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
+    comm, comp, (idle, end), lag = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
     gather = _coll(cp, "gatherv", p, ITEM * _moved(mm, nn, R, C, b))
     unpack = _pack(sp, cp, mm * nn, _run(mm, R, b), "put")
     return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack, end),
-                   total=dist + comm + comp + gather + unpack)
+                   total=dist + comm + lag + comp + gather + unpack)
 
 
 def _gather_after_wait(gather: float, unpack: float, end: float) -> float:
@@ -271,9 +277,9 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, SCATTER, p, ITEM * g * g * _moved(kl, nl, R, C, b))
             + _pack(alone(sp), cp, g * g * ml * kl, _run(ml, R, b))
             + _pack(alone(sp), cp, g * g * kl * nl, _run(kl, R, b)))
-    comm, comp, (idle, end) = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
+    comm, comp, (idle, end), lag = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
     scale = 7.0 ** lv           # every leaf product waits out its imbalance; the gather, the last one's
-    comm, comp, idle = scale * comm, scale * comp, scale * (idle + end) - end
+    comm, comp, idle, lag = scale * comm, scale * comp, scale * (idle + end) - end, scale * lag
     for i in range(1, lv + 1):
         leaves = 4.0 ** (lv - i)
         ea, eb, ec = leaves * xm * xk, leaves * yk * yn, leaves * xm * yn
@@ -284,7 +290,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     gather = _coll(cp, "gatherv", p, ITEM * g * g * _moved(ml, nl, R, C, b))
     unpack = _pack(sp, cp, m * n, _run(ml, R, b), "put")
     return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack, end),
-                   total=dist + comm + comp + gather + unpack)
+                   total=dist + comm + lag + comp + gather + unpack)
 
 
 # Per level-1 product of StMS: root passes to accumulate it into C's quadrants.

@@ -116,7 +116,8 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
     the difference in that phase, off the critical path (the total): where ranks outnumber the
     cores the scheduler gives some a core of their own and makes others share one (BSR on 3
     ranks on 2 cores, n = 2048: 52 ms of the root's gather was waiting, session 21). SUMMA's
-    per-step broadcasts make its ranks take turns: the ranks' mean k, and its calibrated step
+    per-step broadcasts keep its ranks in lockstep: the model packs them on the cores itself
+    (``contention.lockstep``, the ranks' mean k per core filled) and adds its calibrated step
     waits (``cp.step_wait``). The models themselves keep the root's moves, while the others
     wait, uncontended (``contention.alone``)."""
     from autotune.db.contention import ContendedSP, load_contention
