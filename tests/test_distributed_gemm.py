@@ -595,3 +595,33 @@ def test_summa_on_oversubscribed_cores_runs_for_the_busiest_core_on_its_critical
     assert shared["compute"] == pytest.approx(free["compute"])
     assert shared["communication"] - free["communication"] == pytest.approx(free["compute"], rel=0.03)
     assert free["compute"] <= shared["total"] - free["total"] <= 1.1 * free["compute"]   # + contended copies
+
+
+def test_one_product_per_rank_on_shared_cores_the_rank_alone_waits_in_the_gather():
+    """BSR and CBSR on 3 ranks, 2 cores (``_two_cores``): two ranks share a core (their product 2x),
+    the third, alone, waits for them in the gather (collection); the total is the pair's product.
+    Measured here (session 21): 52 ms of the root's gather at n = 2048 was that wait."""
+    from autotune.db.contention import ContendedSP
+
+    sp = ContendedSP(SP, _two_cores(), 3)
+    for plan in (Plan("bsr", 3, 3, 1), Plan("cbsr", 3, 1, 3)):
+        free, shared = (dg.MODELS[plan.algorithm](2048, 2048, 2048, plan, x, CP) for x in (SP, sp))
+        assert shared["compute"] == pytest.approx(2.0 * free["compute"])
+        assert shared["collection"] - free["collection"] == pytest.approx(free["compute"], rel=0.02)
+        assert shared["total"] - free["total"] == pytest.approx(free["compute"], rel=0.02)
+
+
+def test_cannon_on_shared_cores_waits_in_its_shifts_for_the_busiest_core():
+    """Cannon on 4 ranks, 2 cores: each step's block product runs on a core two ranks share. Long
+    products time-share (compute 2x, nobody waits); short ones run free and the shifts wait."""
+    from autotune.db.contention import ContendedSP
+
+    sp = ContendedSP(SP, _two_cores(), 4)
+    plan = Plan("cannon", 4, 2, 2)
+    free, shared = (dg.cannon(4096, 4096, 4096, plan, x, CP) for x in (SP, sp))     # 2 products of ~0.2 s
+    assert shared["compute"] == pytest.approx(2.0 * free["compute"])
+    assert shared["communication"] == pytest.approx(free["communication"])
+    free, shared = (dg.cannon(256, 256, 256, plan, x, CP) for x in (SP, sp))       # of ~0.1 ms
+    assert shared["compute"] == pytest.approx(free["compute"])
+    assert shared["communication"] - free["communication"] == pytest.approx(free["compute"])
+    assert shared["total"] - free["total"] == pytest.approx(free["compute"], rel=0.05)

@@ -128,16 +128,30 @@ def _local(m, k, n, plan, sp) -> dict[str, float]:
 
 # -- the models ------------------------------------------------------------------------------------
 
+def _in_lockstep(sp, plan, load: float, runs: int) -> tuple[float, float, float]:
+    """(compute, wall, wait) of the plan's p ranks, each with BLAS work ``load`` (uncontended
+    seconds, the largest rank's) in ``runs`` uninterrupted runs between synchronisations, placed on
+    the cores as the scheduler keeps them (``contention.lockstep``): the slowest rank's compute, the
+    time to the last rank's end, and what the first to finish waits for it (in the algorithm's
+    next synchronisation). Measured here (session 21): BSR on 3 ranks on 2 cores, n = 2048, the
+    rank alone on a core waited 52 ms in the gather for the two sharing the other."""
+    busy, wall = lockstep(sp, plan.backend, plan.threads)(np.full(plan.p, load), load / runs)
+    return float(busy.max()), wall, wall - float(busy.min())
+
+
 def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     """Scatterv of A's row bands (ts + (m/p) k tw), Bcast of B (ts + kn tw), gemm on the
-    (m/p) x k by k x n stripe (pattern ``stripe``, param p), Gatherv of C's bands."""
+    (m/p) x k by k x n stripe (pattern ``stripe``, param p), Gatherv of C's bands (where the
+    first rank done waits for the last, ``_in_lockstep``)."""
     p = plan.p
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi = _ceil(m, p)
     dist = _coll(cp, SCATTER, p, ITEM * mi * k) + _coll(cp, BCAST, p, ITEM * k * n)
-    comp = 2.0 * mi * k * n * _k3(sp, plan, lookup_size(m, k, n), "stripe", p)
-    return _result(dist, 0.0, comp, _coll(cp, "gatherv", p, ITEM * mi * n))
+    load = 2.0 * mi * k * n * _k3(alone(sp), plan, lookup_size(m, k, n), "stripe", p)
+    comp, wall, wait = _in_lockstep(sp, plan, load, 1)
+    coll = _coll(cp, "gatherv", p, ITEM * mi * n)
+    return _result(dist, 0.0, comp, coll + wait, total=dist + wall + coll)
 
 
 def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -151,9 +165,10 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     dist = (_coll(cp, SCATTER, r, ITEM * mi * k) + (_passes(alone(sp), mi * k) if c > 1 else 0.0)
             + _coll(cp, SCATTER, c, ITEM * mi * kj) + _coll(cp, BCAST, p, ITEM * k * n))
     comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
-    comp = c * 2.0 * mi * kj * nj * _k3(sp, plan, lookup_size(mi, kj, nj))
+    load = c * 2.0 * mi * kj * nj * _k3(alone(sp), plan, lookup_size(mi, kj, nj))
+    comp, wall, wait = _in_lockstep(sp, plan, load, 1)          # the c products run back to back
     coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
-    return _result(dist, comm, comp, coll)
+    return _result(dist, comm, comp, coll + wait, total=dist + comm + wall + coll)
 
 
 def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -167,9 +182,10 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     dist = (_coll(cp, SCATTER, p, ITEM * mi * kl) + _coll(cp, SCATTER, p, ITEM * kl * nj)
             + _passes(alone(sp), m * k + k * n))
     comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
-    comp = q * 2.0 * mi * kl * nj * _k3(sp, plan, lookup_size(mi, kl, nj))
+    load = q * 2.0 * mi * kl * nj * _k3(alone(sp), plan, lookup_size(mi, kl, nj))
+    comp, wall, wait = _in_lockstep(sp, plan, load, q)          # a shift after each block product
     coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
-    return _result(dist, comm, comp, coll)
+    return _result(dist, comm + wait, comp, coll, total=dist + comm + wall + coll)
 
 
 def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
@@ -371,11 +387,11 @@ bsr, cbsr, cannon, summa, strassen_summa, strassen_ms = (
     _new_result(f) for f in (bsr, cbsr, cannon, summa, strassen_summa, strassen_ms))
 MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
           "strassen_summa": strassen_summa, "strassen_ms": strassen_ms}
-# Where a rank that computes faster than the slowest waits for it (``select.distributed``): BSR and
-# CBSR in the gather after their one product, Cannon in the shift after each block product. SUMMA's
-# broadcasts wait their calibrated share each step (``_step_wait``, at the ranks' mean k); StMS's
-# workers take tasks as they come free.
-WAIT_PHASE = {"bsr": "collection", "cbsr": "collection", "cannon": "communication"}
+# The models place the waits of ranks that compute faster than the slowest themselves (BSR and CBSR
+# in the gather after their one product, Cannon in the shift after each block product, SUMMA in
+# its broadcasts: ``contention.lockstep``); StMS's workers take tasks as they come free. No phase
+# for the selector to add a wait to (``select.distributed``).
+WAIT_PHASE: dict[str, str] = {}
 
 
 def predict(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:

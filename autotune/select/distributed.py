@@ -111,15 +111,13 @@ def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool
 
 
 def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **problem) -> dict[str, float]:
-    """The model with contended k. Algorithms whose ranks compute on their own between
-    synchronisations (a ``WAIT_PHASE``) run at the slowest rank's k, and the fastest waits out
-    the difference in that phase, off the critical path (the total): where ranks outnumber the
-    cores the scheduler gives some a core of their own and makes others share one (BSR on 3
-    ranks on 2 cores, n = 2048: 52 ms of the root's gather was waiting, session 21). SUMMA's
-    per-step broadcasts keep its ranks in lockstep: the model packs them on the cores itself
-    (``contention.lockstep``, the ranks' mean k per core filled) and adds its calibrated step
-    waits (``cp.step_wait``). The models themselves keep the root's moves, while the others
-    wait, uncontended (``contention.alone``)."""
+    """The model with contended k. The gemm models place their ranks on the cores themselves
+    (``contention.lockstep``: the mean rank's k per core filled, the first done waiting for the
+    last in the algorithm's next synchronisation). Cholesky's ranks (a ``WAIT_PHASE``) run at the
+    slowest rank's k and the fastest waits out the difference in that phase, off the critical path
+    (the total): where ranks outnumber the cores the scheduler gives some a core of their own and
+    makes others share one. The models themselves keep the root's moves, while the others wait,
+    uncontended (``contention.alone``)."""
     from autotune.db.contention import ContendedSP, load_contention
 
     models = _family_models(family)
@@ -130,7 +128,7 @@ def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **proble
         return _with_call_overhead(model(*dims, plan, sp, cp, **kw), plan, cp)
     busy = plan.p * plan.threads
     phase = models.WAIT_PHASE.get(plan.algorithm)
-    if phase is None:                    # ranks in lockstep take turns: the mean rank's k
+    if phase is None:                    # the model places its ranks: the mean rank's k
         out = model(*dims, plan, ContendedSP(sp, cont, busy), cp, **kw)
     else:
         out = model(*dims, plan, ContendedSP(sp, cont, busy, "max"), cp, **kw)
