@@ -775,19 +775,23 @@ def first_touch_in_fresh_process(sizes=FIRST_TOUCH_SIZES, reps: int = 5, timeout
 # and shorter ones. Measured, not interpolated: here the cost steps between runs of 32 and 64
 # (0.67 vs 1.40 ns per element), where the log-linear interpolation of a coarser set put 1.0.
 PACK_RUNS = (8, 16, 32, 64, 128, 256, 512)
+PACK_SPREAD = 1 << 19     # elements (4 MiB) between the repetitions' places in memory
 
 
 def pack_costs(n: int = 2048, reps: int = 7) -> dict:
     """Seconds per element of the root's block-cyclic packing (``take_padded``, distribution) and
     unpacking (``put_clipped``, collection) of an n x n column-major matrix split in two by rows,
     caches flushed first, by the length of the contiguous runs the split leaves: the block when
-    the rows are split, the whole column (``n``) when not. Median of ``reps``: with 3, two probes
-    of this machine differed up to 2x at single run lengths (whole columns 1.15 vs 0.57 ns)."""
+    the rows are split, the whole column (``n``) when not. Median of ``reps``, each at its own
+    place in memory (``PACK_SPREAD`` apart): the same copy here takes 1.8-3.8 ms by where its
+    destination lies (session 23), so one placement for every repetition read whole columns at
+    0.41-0.98 ns per element in three probes (sessions 23-24)."""
     from autotune.kernels.dist_gemm import put_clipped, take_padded
 
     from autotune.distributed.layout import Axis
 
-    mat, flat, flush = np.ones((n, n), order="F"), np.empty(n * n), CacheFlush()
+    size, flush = n * n, CacheFlush()
+    mats, flats = np.ones(size + reps * PACK_SPREAD), np.ones(size + reps * PACK_SPREAD)
     cols = np.arange(n, dtype=np.int64)
     out = {"runs": [], "take": [], "put": []}
     for run in (*PACK_RUNS, n):
@@ -795,6 +799,9 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
         rows = [np.ascontiguousarray(Axis(n, parts, run).indices(i), dtype=np.int64) for i in range(parts)]
         take, put = [], []
         for rep in range(reps + 1):                     # the first: compile and warm up
+            at = max(rep - 1, 0) * PACK_SPREAD
+            mat = mats[at:at + size].reshape((n, n), order="F")
+            flat = flats[at:at + size]
             flush()
             t0 = time.perf_counter()
             off = 0
