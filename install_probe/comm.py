@@ -775,7 +775,7 @@ def first_touch_in_fresh_process(sizes=FIRST_TOUCH_SIZES, reps: int = 5, timeout
 # and shorter ones. Measured, not interpolated: here the cost steps between runs of 32 and 64
 # (0.67 vs 1.40 ns per element), where the log-linear interpolation of a coarser set put 1.0.
 PACK_RUNS = (8, 16, 32, 64, 128, 256, 512)
-PACK_SPREAD = 1 << 19     # elements (4 MiB) between the repetitions' places in memory
+PACK_SPREAD = 1 << 19     # elements (4 MiB): steps of the repetitions' places and distances in memory
 
 
 def pack_costs(n: int = 2048, reps: int = 7) -> dict:
@@ -783,15 +783,16 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
     unpacking (``put_clipped``, collection) of an n x n column-major matrix split in two by rows,
     caches flushed first, by the length of the contiguous runs the split leaves: the block when
     the rows are split, the whole column (``n``) when not. Median of ``reps``, each at its own
-    place in memory (``PACK_SPREAD`` apart): the same copy here takes 1.8-3.8 ms by where its
-    destination lies (session 23), so one placement for every repetition read whole columns at
-    0.41-0.98 ns per element in three probes (sessions 23-24)."""
+    place in memory and its own distance between matrix and buffer (``PACK_SPREAD`` steps): how
+    fast a copy runs here depends on both (whole columns: 0.55 ns per element at 52 MiB, 1.8-2.0
+    at 58-62 MiB, session 24), so one placement for every repetition read whole columns at
+    0.41-0.98 ns in three probes and a fixed distance at 1.8-2.1."""
     from autotune.kernels.dist_gemm import put_clipped, take_padded
 
     from autotune.distributed.layout import Axis
 
     size, flush = n * n, CacheFlush()
-    mats, flats = np.ones(size + reps * PACK_SPREAD), np.ones(size + reps * PACK_SPREAD)
+    pool = np.ones(2 * size + 3 * reps * PACK_SPREAD)
     cols = np.arange(n, dtype=np.int64)
     out = {"runs": [], "take": [], "put": []}
     for run in (*PACK_RUNS, n):
@@ -800,8 +801,8 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
         take, put = [], []
         for rep in range(reps + 1):                     # the first: compile and warm up
             at = max(rep - 1, 0) * PACK_SPREAD
-            mat = mats[at:at + size].reshape((n, n), order="F")
-            flat = flats[at:at + size]
+            mat = pool[at:at + size].reshape((n, n), order="F")
+            flat = pool[size + reps * PACK_SPREAD + 2 * at:][:size]
             flush()
             t0 = time.perf_counter()
             off = 0
