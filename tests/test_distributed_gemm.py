@@ -575,6 +575,8 @@ def test_lockstep_packs_ranks_on_cores_largest_load_first():
     assert wall == pytest.approx(2.0) and busy == pytest.approx([1.0] * 4)
     busy, wall = pack([1.0, 1.0], 1.0)
     assert wall == pytest.approx(1.0) and busy == pytest.approx([1.0, 1.0])
+    busy, wall = sp.lockstep("openblas", 2)([1.0, 1.0], 1.0)      # 2 ranks of 2 threads: one place
+    assert wall == pytest.approx(2.0) and busy == pytest.approx([2.0, 2.0])
     busy, wall = lockstep(SP, "openblas", 1)([1.0, 3.0], 1.0)    # uncontended: every rank alone
     assert wall == 3.0 and list(busy) == [1.0, 3.0]
 

@@ -133,8 +133,8 @@ class ContendedSP:
         def pack(loads, calls):
             loads = np.asarray(loads, float)
             size = np.cbrt(np.maximum(np.broadcast_to(calls, loads.shape), 0.0) / (2.0 * k_sq))
-            q = int(np.count_nonzero(loads))
-            cores = self.cores(q)
+            q = int(np.count_nonzero(loads)) * threads                  # busy cores' worth of threads
+            cores = max(1, self.cores(q) // threads)                   # places for whole ranks
             core_of, work = np.zeros(loads.shape, int), np.zeros(cores)
             for r in np.argsort(-loads, kind="stable"):
                 core_of[r] = int(np.argmin(work))
@@ -143,8 +143,8 @@ class ContendedSP:
             busy = loads.copy()
             for m in np.unique(sharing):
                 sel = sharing == m
-                busy[sel] *= self.contention.factor(int(m) * cores, size[sel], "square", self.statistic)
-            alone_f = float(self.contention.factor(cores, LONG_CALL))
+                busy[sel] *= self.contention.factor(int(m) * cores * threads, size[sel], "square", self.statistic)
+            alone_f = float(self.contention.factor(cores * threads, LONG_CALL))
             return busy, max(float(work.max()) * alone_f, float(busy.max(initial=0.0)))
         return pack
 

@@ -26,9 +26,10 @@ Operands are assumed row-major (numpy's default), as the runs then are: BSR send
 gathers C's straight from/into the matrices; SUMMA and parallel Strassen multiply ``C^T = B^T A^T``
 on the transposed ``c x r`` grid (so the A panel travels along the columns of that grid).
 
-``total`` is the sum of the phases, except for ``strassen_ms`` whose phases overlap (workers
-multiply while the root forms, sends and accumulates): its total is the makespan of the simulated
-round-robin schedule, see ``strassen_ms``.
+``total`` is the slowest rank's path: the phases without what a faster rank waits for the
+slowest (``_in_lockstep``, ``_summa_steps``), which the phases report (each is its slowest rank's).
+For ``strassen_ms``, whose phases overlap (workers multiply while the root forms, sends and
+accumulates), it is the makespan of the simulated round-robin schedule, see ``strassen_ms``.
 """
 from __future__ import annotations
 
