@@ -94,6 +94,12 @@ class ContendedSP:
         base = self.sp.k(routine, backend, threads, x, pattern, param, dtype)
         return base * self.contention.factor(self.p, x, pattern, self.statistic)
 
+    def _equal_size(self, backend: str, threads: int):
+        """``size(calls, shape)``: the square dgemm order whose uncontended duration is each call's
+        (the contention probe's curves are by that order)."""
+        k_sq = float(np.asarray(self.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
+        return lambda calls, shape: np.cbrt(np.maximum(np.broadcast_to(calls, shape), 0.0) / (2.0 * k_sq))
+
     def sharing(self, backend: str, threads: int):
         """``share(seconds, calls, q) -> (busy, wall)``: BLAS work of ``seconds`` (uncontended),
         done in calls of ``calls`` seconds each, while ``q`` ranks compute at once. ``busy`` is what
@@ -101,11 +107,11 @@ class ContendedSP:
         duration (calls shorter than the scheduler's slice run at full speed on the core they get;
         the probe measured no slowdown below about 1 ms with 4 ranks on 2 cores here). ``wall``
         also waits for a core: at least the long-call slowdown of q ranks (time sharing)."""
-        k_sq = float(np.asarray(self.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
+        equal_size = self._equal_size(backend, threads)
 
         def share(seconds, calls, q):
             seconds = np.asarray(seconds, float)
-            size = np.cbrt(np.maximum(np.broadcast_to(calls, seconds.shape), 0.0) / (2.0 * k_sq))
+            size = equal_size(calls, seconds.shape)
             qs = np.broadcast_to(q, seconds.shape)
             busy, wall = np.ones(seconds.shape), np.ones(seconds.shape)
             for v in np.unique(qs):
@@ -128,11 +134,11 @@ class ContendedSP:
         fills every core as the rank's own core is filled. Measured here (SUMMA on 3 ranks, 2
         cores, n = 2048, b = 512): loads 2:1:1 ran in 2.2x the small load, the large rank at its
         uncontended speed; equal loads of 3 and 4 ranks in 1.8-2.0x a rank's (session 24)."""
-        k_sq = float(np.asarray(self.sp.k("gemm", backend, threads, SQUARE_REF)).reshape(-1)[0])
+        equal_size = self._equal_size(backend, threads)
 
         def pack(loads, calls):
             loads = np.asarray(loads, float)
-            size = np.cbrt(np.maximum(np.broadcast_to(calls, loads.shape), 0.0) / (2.0 * k_sq))
+            size = equal_size(calls, loads.shape)
             q = int(np.count_nonzero(loads)) * threads                  # busy cores' worth of threads
             cores = max(1, self.cores(q) // threads)                   # places for whole ranks
             core_of, work = np.zeros(loads.shape, int), np.zeros(cores)
