@@ -800,8 +800,8 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
         rows = [np.ascontiguousarray(Axis(n, parts, run).indices(i), dtype=np.int64) for i in range(parts)]
         take, put = [], []
         for rep in range(reps + 1):                     # the first: compile and warm up
-            at = max(rep - 1, 0) * PACK_SPREAD
-            mat = pool[at:at + size].reshape((n, n), order="F")
+            at = max(rep - 1, 0) * PACK_SPREAD        # the matrix moves one step, the buffer two:
+            mat = pool[at:at + size].reshape((n, n), order="F")     # their distance grows a step
             flat = pool[size + reps * PACK_SPREAD + 2 * at:][:size]
             flush()
             t0 = time.perf_counter()
