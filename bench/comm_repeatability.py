@@ -1,0 +1,149 @@
+"""Is a (ts, tw) fit's held-out miss the fit's fault or the data's? How repeatable is the comm probe?
+
+    python bench/comm_repeatability.py DB [OTHER_DB] [--tol 0.1]
+
+For each regime whose held-out max error exceeds ``--tol`` (the acceptance bound):
+
+- ``off neighbours``: held-out misses that are also more than ``--tol`` off the log-log
+  interpolation between their two measured neighbours. No smooth curve through the measured sizes
+  predicts them: they are the measurement's noise, not the fit's error;
+- ``best line``: the smallest max error any single (ts, tw) line reaches on the regime's held-out
+  points (a linear programme on those points themselves, so a floor for any line fitted on others).
+
+With ``OTHER_DB``, a second probe of the same platform (same code, another moment): per
+primitive and size band, the median ratio of the two probes' times and its spread, and how many
+warm regimes the other probe's fits pass. Nothing is re-timed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from scipy.optimize import linprog
+
+from autotune.db import comm as dbc
+
+BANDS = ((0, 4096, "< 4 KiB"), (4096, 1 << 18, "4-256 KiB"), (1 << 18, 1 << 22, "0.25-4 MiB"),
+         (1 << 22, np.inf, ">= 4 MiB"))
+
+
+def best_line_max_error(nbytes, times) -> float:
+    """min over ts, tw >= 0 of max |ts + tw m - t| / t: the best any one line does on these points."""
+    m, t = np.asarray(nbytes, float), np.asarray(times, float)
+    if len(t) <= 2:
+        return 0.0
+    scale = m.max() or 1.0
+    rows = np.column_stack([1.0 / t, m / scale / t, -np.ones_like(t)])
+    res = linprog([0.0, 0.0, 1.0], A_ub=np.vstack([rows, -rows * [1, 1, -1]]),
+                  b_ub=np.r_[np.ones_like(t), -np.ones_like(t)], bounds=[(0, None)] * 3, method="highs")
+    return float(res.x[2]) if res.success else float("nan")
+
+
+def off_neighbours(m_fit, t_fit, nbytes, times, tol: float) -> np.ndarray:
+    """Per point: more than ``tol`` off the log-log line between its two measured neighbours
+    (False where it has no neighbour on one side)."""
+    order = np.argsort(m_fit)
+    lm, lt = np.log(np.asarray(m_fit, float)[order]), np.log(np.asarray(t_fit, float)[order])
+    x, t = np.log(np.asarray(nbytes, float)), np.asarray(times, float)
+    inside = (x > lm[0]) & (x < lm[-1])
+    guess = np.exp(np.interp(x, lm, lt))
+    return inside & (np.abs(guess - t) / t > tol)
+
+
+def _curves(platform):
+    pts = platform.points
+    for key in sorted({(r["primitive"], int(r["p"]), int(r["r"]), int(r["c"])) for r in pts}):
+        sel = (pts["primitive"] == key[0]) & (pts["p"] == key[1]) & (pts["r"] == key[2]) & (pts["c"] == key[3])
+        q = pts[sel]
+        name = key[0].decode() if isinstance(key[0], bytes) else str(key[0])
+        yield (name, *key[1:]), q[np.argsort(q["nbytes"])]
+
+
+def regime_report(platform, tol: float, fits_from=None) -> tuple[list[str], dict]:
+    """Lines on every failing regime, and counts per kind (warm / cold): regimes, passing, failing
+    only by points off their neighbours. ``fits_from``: judge with that platform's fits instead."""
+    held = np.asarray(platform.info.get("heldout_sizes", []), float)
+    lines, counts = [], {"warm": [0, 0, 0], "cold": [0, 0, 0]}
+    other = dict(_curves(fits_from)) if fits_from is not None else None
+    for key, q in _curves(platform):
+        m, t = q["nbytes"].astype(float), q["t_mean"]
+        is_held = np.isin(m, held)
+        if is_held.sum() == 0 or (~is_held).sum() < 2:
+            continue
+        src = q if other is None else other.get(key)
+        if src is None:
+            continue
+        keep = ~np.isin(src["nbytes"].astype(float), held)
+        fit = dbc.fit_hockney(src["nbytes"][keep].astype(float), src["t_mean"][keep])
+        err = dbc.relative_errors(fit, m[is_held], t[is_held])
+        noisy = off_neighbours(m[~is_held], t[~is_held], m[is_held], t[is_held], tol)
+        where = fit.index(m[is_held])
+        kind = "cold" if key[0].endswith("_cold") else "warm"
+        for i, reg in enumerate(fit.regimes):
+            mine = where == i
+            if not mine.any():
+                continue
+            miss = mine & (err > tol)
+            counts[kind][0] += 1
+            counts[kind][1] += not miss.any()
+            if not miss.any():
+                continue
+            counts[kind][2] += bool(np.all(noisy[miss]))
+            lines.append(f"{key[0]:13s} p={key[1]} grid={key[2]}x{key[3]} [{reg.lo:.0f}, {reg.hi:.0f}) B: "
+                         f"{miss.sum()} of {mine.sum()} held-out > {tol:.0%} (max {err[mine].max():.0%}), "
+                         f"{np.sum(noisy[miss])} of them off their neighbours; best line "
+                         f"{best_line_max_error(m[is_held][mine], t[is_held][mine]):.0%}")
+    return lines, counts
+
+
+def retest(a, b) -> list[str]:
+    """Median ratio and 10-90% range of two probes' times, per primitive and size band."""
+    times = {(*key, int(r["nbytes"])): float(r["t_mean"]) for key, q in _curves(a) for r in q}
+    groups: dict = {}
+    for key, q in _curves(b):
+        for r in q:
+            mine = times.get((*key, int(r["nbytes"])))
+            band = next(name for lo, hi, name in BANDS if lo <= r["nbytes"] < hi)
+            if mine is not None:
+                groups.setdefault((key[0], key[1], band), []).append(mine / float(r["t_mean"]))
+    out = []
+    for (prim, p, band), ratios in sorted(groups.items()):
+        x = np.array(ratios)
+        lo, hi = np.percentile(x, [10, 90])
+        out.append(f"{prim:13s} p={p} {band:10s} A/B median {np.median(x):.2f} [10-90%: {lo:.2f}-{hi:.2f}], "
+                   f"{np.mean(np.abs(x - 1) > 0.1):.0%} of {len(x)} sizes differ > 10%")
+    return out
+
+
+def _summary(name: str, counts: dict) -> str:
+    return "; ".join(f"{kind}: {c[1]}/{c[0]} regimes pass, {c[2]} of the {c[0] - c[1]} failing only at "
+                     f"points off their neighbours" for kind, c in counts.items() if c[0]) + f" ({name})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("db")
+    ap.add_argument("other", nargs="?")
+    ap.add_argument("--tol", type=float, default=0.1)
+    args = ap.parse_args(argv)
+    mine = {pl.key: pl for pl in dbc.read_platforms(args.db)}
+    others = {pl.key: pl for pl in dbc.read_platforms(args.other)} if args.other else {}
+    if not mine:
+        print(f"{args.db}: no communication data", file=sys.stderr)
+        return 1
+    for key, pl in mine.items():
+        print(f"== {key}")
+        lines, counts = regime_report(pl, args.tol)
+        print("\n".join(lines))
+        print(_summary("own fits", counts))
+        if key in others:
+            print(f"-- against {args.other} (A = {args.db}, B = the other)")
+            print("\n".join(retest(pl, others[key])))
+            print(_summary("the other probe's fits on this probe's held-out points",
+                           regime_report(pl, args.tol, fits_from=others[key])[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
