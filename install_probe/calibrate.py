@@ -17,6 +17,10 @@ implementation costs beyond what its models count, stored with the MPI platform.
   the per-call checks), by algorithm: a tiny problem whose modelled phases are next to nothing,
   measured minus modelled. Missed, it left both families' distribution 0.2-0.6 ms low at every
   size here (session 20). Added to the phases by the selector (``select.distributed``).
+- ``step_waits`` (``end``): what SUMMA's root waits in the final gather for ranks of equal load
+  that finished their last update after it, in steps' worth of its update: the same runs'
+  collection beyond the model's. Ranks sharing cores run their last updates in turn (4 ranks on
+  2 cores, n = 2048, b = 64: arrivals 1.6 ms apart, session 25).
 - ``step_waits``: what SUMMA's ranks wait in its per-step broadcasts for the slowest rank's update,
   as a share of the step's compute, by p and block b: SUMMA plans on the first p ranks at equal
   loads, measured communication minus the model's without it (messages, and the waits for a core
@@ -94,6 +98,9 @@ class _Trial:
     def step_wait(self, p: int, b: int) -> float:
         return self.values["step_wait"] if "step_wait" in self.values else self.cp.step_wait(p, b)
 
+    def end_wait(self, p: int, b: int) -> float:
+        return self.values["end_wait"] if "end_wait" in self.values else self.cp.end_wait(p, b)
+
     def __getattr__(self, name):
         return self.values[name] if name in self.values else getattr(self.cp, name)
 
@@ -165,23 +172,28 @@ def step_n(p: int, blocks=STEP_BLOCKS, target: int = STEP_N) -> int:
 
 
 def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target: int = STEP_N) -> dict | None:
-    """``{"p": [2..P], "b": blocks, "wait": [[share per b] per p]}`` (>= 0) on rank 0: SUMMA on the
-    first p ranks, grids 1 x p and p x 1 (their mean), order ``step_n(p, blocks, target)``; None
-    elsewhere or without the database's BLAS records. Collective over ``world``."""
-    out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": []}
+    """``{"p": [2..P], "b": blocks, "wait": [[share per b] per p], "end": [[steps per b] per p]}``
+    (>= 0) on rank 0: SUMMA on the first p ranks, grids 1 x p and p x 1 (their mean), order
+    ``step_n(p, blocks, target)``; None elsewhere or without the database's BLAS records.
+    ``wait``: communication beyond the model's, over its compute; ``end``: collection beyond the
+    model's (the root's wait for ranks of equal load that finished after it), over one step's
+    compute. Collective over ``world``."""
+    out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": [], "end": []}
     for p in range(2, world.size + 1):
         order = step_n(p, blocks, target)
         cases = [("gemm", Plan("summa", p, r, c, b=int(b), threads=1), order)
                  for b in blocks for r, c in ((1, p), (p, 1))]
-        runs = _runs(world, db_path, cases, reps, trials=({"step_wait": 0.0},))   # ranks that never wait
+        runs = _runs(world, db_path, cases, reps, trials=({"step_wait": 0.0, "end_wait": 0.0},))  # never wait
         if runs is None:                # every rank: no BLAS records
             return None
         if not runs:                    # not rank 0
             continue
-        share = [max(meas["communication"] - model["communication"], 0.0) / model["compute"]
-                 if model["compute"] > 0 else 0.0 for meas, (model,) in runs]
+        steps = np.repeat([-(-order // int(b)) for b in blocks], 2)
         out["p"].append(p)
-        out["wait"].append(np.mean(np.reshape(share, (len(blocks), 2)), axis=1).tolist())
+        for key, phase, per in (("wait", "communication", np.ones(len(runs))), ("end", "collection", steps)):
+            share = [max(meas[phase] - model[phase], 0.0) * k / model["compute"] if model["compute"] > 0 else 0.0
+                     for (meas, (model,)), k in zip(runs, per, strict=True)]
+            out[key].append(np.mean(np.reshape(share, (len(blocks), 2)), axis=1).tolist())
     return out if world.rank == 0 else None
 
 

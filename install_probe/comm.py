@@ -940,6 +940,9 @@ def main(argv: list[str] | None = None) -> int:
             print("SUMMA step wait (share of a step's compute): " + "; ".join(
                 f"p={p} " + ", ".join(f"b={b} {100 * w:.1f}%" for b, w in zip(sw["b"], row, strict=True))
                 for p, row in zip(sw["p"], sw["wait"], strict=True)))
+            print("SUMMA root's wait in the gather (steps of its update): " + "; ".join(
+                f"p={p} " + ", ".join(f"b={b} {w:.2f}" for b, w in zip(sw["b"], row, strict=True))
+                for p, row in zip(sw["p"], sw["end"], strict=True)) if "end" in sw else "not measured")
         for alg, cost in info.get("call_overhead", {}).items():
             print(f"{alg} call overhead: " + ", ".join(f"{ph} {t * 1e6:.0f} us" for ph, t in cost.items()))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "

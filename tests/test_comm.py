@@ -683,6 +683,10 @@ def test_step_wait_reads_the_calibration_by_nearest_p_and_log_block_else_the_pro
     assert cp.step_wait(2, 64) == pytest.approx(0.04) and cp.step_wait(2, 128) == pytest.approx(0.03)
     assert cp.step_wait(2, 32) == pytest.approx(0.04) and cp.step_wait(2, 1024) == pytest.approx(0.02)
     assert cp.step_wait(3, 256) == pytest.approx(0.2) and cp.step_wait(4, 64) == pytest.approx(0.6)
+    assert cp.end_wait(4, 64) == 0.0                       # an older calibration: no root's wait
+    write_synthetic(path, 4, step_wait={**table, "end": [[0.1, 0.0], [1.5, 0.5]]})
+    cp = dbc.load_comm(path, nprocs=4)
+    assert cp.end_wait(2, 128) == pytest.approx(0.05) and cp.end_wait(3, 64) == pytest.approx(1.5)
     for bad in ({"p": [2], "b": [64], "wait": [[-1.0]]}, {"p": [2], "b": [64, 128], "wait": [[0.1]]}, "x",
                 {"p": [2], "wait": [[0.1]]}):
         write_synthetic(bare, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]}, step_wait=bad)

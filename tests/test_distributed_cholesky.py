@@ -419,8 +419,9 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     """, 2, tmp_path, args=[str(path), str(bare)])
     (loop, calls, waits), none = [json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("CAL ")]
     assert none == [None, None, None]
-    assert waits["p"] == [2] and waits["b"] == [16, 32] and len(waits["wait"][0]) == 2
+    assert waits["p"] == [2] and waits["b"] == [16, 32] and len(waits["wait"][0]) == len(waits["end"][0]) == 2
     assert all(0.0 <= w < 10.0 for w in waits["wait"][0])          # a share of the compute, measured
+    assert all(0.0 <= w < 1000.0 for w in waits["end"][0])         # steps of the root's update
     assert set(loop) == {"loop_overhead", "loop_share"}
     assert 0.0 <= loop["loop_overhead"] < 0.01             # seconds per panel: measured, not absurd
     assert 0.0 <= loop["loop_share"] < 100.0               # out-of-cache passes per element moved
@@ -432,6 +433,7 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     assert cp.loop_overhead == loop["loop_overhead"] and cp.loop_share == loop["loop_share"]
     assert cp.call_overhead("summa") == calls["summa"]
     assert cp.step_wait(2, 16) == pytest.approx(waits["wait"][0][0])
+    assert cp.end_wait(2, 32) == pytest.approx(waits["end"][0][1])
     assert cp.call_overhead("cannon") == {}
     for bad in ("x", -1.0, float("nan")):
         write_synthetic(bare, 2, loop_overhead=bad, loop_share=bad, call_overhead={"bsr": {"distribution": bad}})

@@ -384,6 +384,34 @@ def test_summa_waits_the_calibrated_step_wait_of_its_p_and_block_over_the_probe_
         assert cal["collection"] - base["collection"] == pytest.approx(waited / steps - unpack)
 
 
+def test_summa_root_waits_its_calibrated_end_share_only_where_another_rank_holds_as_much():
+    """``cp.end_wait(p, b)`` steps of the root's update join the root's side of the gather (its
+    unpacking) when another rank's piece of C is as large as the root's: none is reliably last.
+    Where the root holds the most (uneven blocks) it finishes last and waits for no one. The total
+    (the last rank's path) does not change."""
+    class Ends(FakeCP):
+        def end_wait(self, p, b):
+            return 3.0 if p == 2 else 0.0
+
+    even = Plan("summa", 2, 2, 1, b=128)
+    base, late = dg.summa(1024, 1024, 1024, even, SP, CP), dg.summa(1024, 1024, 1024, even, SP, Ends())
+    assert late["collection"] - base["collection"] == pytest.approx(3.0 * base["compute"] / 8)   # 8 steps
+    assert late["total"] == base["total"] and late["communication"] == base["communication"]
+    odd = Plan("summa", 2, 2, 1, b=512)                        # 3 blocks: the root holds 2
+    assert dg.summa(1536, 1536, 1536, odd, SP, Ends()) == dg.summa(1536, 1536, 1536, odd, SP, CP)
+
+
+def test_summa_ranks_without_a_piece_of_c_do_not_wait_in_the_gather():
+    """4 x 1, n = 1536, b = 512: three blocks on four ranks, the fourth holds nothing of C and
+    waits out every step in the broadcasts, but sends nothing to gather: the equal holders arrive
+    together and collection is the gather and the root's unpacking."""
+    r = dg.summa(1536, 1536, 1536, Plan("summa", 4, 4, 1, b=512), SP, CP)
+    gather = dg._coll(CP, "gatherv", 4, 8 * 1536 * 512)
+    unpack = dg._pack(SP, CP, 1536 * 1536, dg._run(1536, 1, 512), "put")
+    assert r["collection"] == pytest.approx(gather + unpack)
+    assert r["communication"] > r["compute"] * 2 / 3           # the empty rank's idle steps, all but the last
+
+
 def test_cbsr_gathers_along_rows_only_with_several_columns():
     one_col = dg.cbsr(800, 600, 400, Plan("cbsr", 4, 4, 1), SP, CP)
     two_col = dg.cbsr(800, 600, 400, Plan("cbsr", 4, 2, 2), SP, CP)

@@ -612,13 +612,13 @@ def _log_interp(table, xkey: str, ykey: str, x: float) -> float | None:
     return float(np.interp(math.log(max(float(x), 1.0)), np.log(xs), ys))
 
 
-def _step_wait_at(table, p: int, b: float) -> float | None:
-    """The calibrated SUMMA step wait ``{"p", "b", "wait"}`` at the nearest measured p (the larger
-    on a tie), log-linear in b; None if missing or malformed."""
+def _step_wait_at(table, p: int, b: float, key: str = "wait") -> float | None:
+    """The calibrated SUMMA share ``key`` of ``{"p", "b", "wait", "end"}`` at the nearest measured
+    p (the larger on a tie), log-linear in b; None if missing or malformed."""
     try:
         ps = [int(x) for x in table["p"]]
-        row = table["wait"][min(range(len(ps)), key=lambda i: (abs(ps[i] - p), -ps[i]))]
-        return _log_interp({"b": table["b"], "wait": row}, "b", "wait", b)
+        row = table[key][min(range(len(ps)), key=lambda i: (abs(ps[i] - p), -ps[i]))]
+        return _log_interp({"b": table["b"], key: row}, "b", key, b)
     except (TypeError, KeyError, ValueError, IndexError):
         return None
 
@@ -682,6 +682,12 @@ class CommParams:
         log-linear in b), else ``compute_skew(p)``."""
         value = _nonnegative(_step_wait_at(self._info("step_wait"), p, b), None)
         return self.compute_skew(p) if value is None else value
+
+    def end_wait(self, p: int, b: float) -> float:
+        """Steps' worth of its own update that SUMMA's root waits in the gather for ranks of equal
+        load that finished after it, at ``p`` ranks and block ``b``: the probe's calibration runs
+        (nearest p, log-linear in b); 0 when unmeasured."""
+        return _nonnegative(_step_wait_at(self._info("step_wait"), p, b, "end"), 0.0)
 
     @property
     def loop_overhead(self) -> float:
