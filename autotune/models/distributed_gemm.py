@@ -217,7 +217,7 @@ def _root_lead(cp, p: int, b: int, rows: np.ndarray, cols: np.ndarray, step: flo
 
 
 def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
-                 cp) -> tuple[float, float, tuple[float, float], float]:
+                 cp) -> tuple[float, float, tuple[float, float, float], float]:
     """(communication, compute, wait, lag) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
     bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after its
     owner copies it out of the local Y, which the last update evicted: one out-of-cache pass,
@@ -230,9 +230,10 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     the largest rank's own update time. The broadcasts synchronise the ranks each step, so the
     least loaded rank waits out the difference, or, where loads are (nearly) equal, the slowest of
     ranks doing the same work (``_step_wait``: measured by the probe's SUMMA calibration runs, by p
-    and b), whichever is larger: ``wait`` = (seconds of it in the broadcasts, in the gather after
-    the last step). ``lag`` is what the most loaded rank itself waits (for a core, and for slower
-    ranks of equal load), on the run's critical path: left out of the total until session 24,
+    and b), whichever is larger: ``wait`` = (seconds of it in the broadcasts, in the last step, and
+    what the first rank holding a piece of C waits for the last in the gather after it). ``lag``
+    is what the most loaded rank itself waits (for a core, and for slower ranks of equal load), on
+    the run's critical path: left out of the total until session 24,
     SUMMA at P = 4 on 2 cores came out 25-35% short (n = 2048: 85.5 ms against 118.4 measured at
     4x1, b = 256). With C > 1 the X-panel's owner multiplies it straight out of its local X, which
     the last update evicted (``movement.cold_reads``), while the receivers have it hot from the
@@ -245,7 +246,7 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     widths = np.array([b] * (full > 0) + [rest] * (rest > 0), dtype=float)
     counts = np.array([full] * (full > 0) + [1] * (rest > 0), dtype=float)
     if widths.size == 0:
-        return 0.0, 0.0, (0.0, 0.0), 0.0
+        return 0.0, 0.0, (0.0, 0.0, 0.0), 0.0
     p = R * C
     comm = 0.0
     if C > 1:
@@ -267,7 +268,7 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     last = widths[-1] / float(np.dot(counts, widths))
     held = comp[area > 0]           # ranks with no piece of C send nothing: they do not wait in the gather
     end = (wall - float(held.min(initial=top)) + skew) * last
-    return comm, top, (idle * (1.0 - last), end), lag
+    return comm, top, (idle * (1.0 - last), idle * last, end), lag
 
 
 def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -280,7 +281,7 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     dist = (_coll(cp, SCATTER, p, ITEM * _moved(mm, kk, R, C, b))
             + _coll(cp, SCATTER, p, ITEM * _moved(kk, nn, R, C, b))
             + _pack(alone(sp), cp, mm * kk, _run(mm, R, b)) + _pack(alone(sp), cp, kk * nn, _run(kk, R, b)))
-    comm, comp, (idle, end), lag = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
+    comm, comp, (idle, _, end), lag = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
     gather = _coll(cp, "gatherv", p, ITEM * _moved(mm, nn, R, C, b))
     unpack = _pack(sp, cp, mm * nn, _run(mm, R, b), "put")
     lead = _root_lead(cp, p, b, _numroc(mm, R, b), _numroc(nn, C, b), comp / _ceil(kk, b))
@@ -312,10 +313,10 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, SCATTER, p, ITEM * g * g * _moved(kl, nl, R, C, b))
             + _pack(alone(sp), cp, g * g * ml * kl, _run(ml, R, b))
             + _pack(alone(sp), cp, g * g * kl * nl, _run(kl, R, b)))
-    comm, comp, (idle, end), lag = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
+    comm, comp, (idle, last_step, end), lag = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
     leaf_comp = comp
-    scale = 7.0 ** lv           # every leaf product waits out its imbalance; the gather, the last one's
-    comm, comp, idle, lag = scale * comm, scale * comp, scale * (idle + end) - end, scale * lag
+    scale = 7.0 ** lv           # every leaf product waits out its imbalance (the next one's broadcasts)
+    comm, comp, idle, lag = scale * comm, scale * comp, scale * (idle + last_step) - last_step, scale * lag
     for i in range(1, lv + 1):
         leaves = 4.0 ** (lv - i)
         ea, eb, ec = leaves * xm * xk, leaves * yk * yn, leaves * xm * yn
