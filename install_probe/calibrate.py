@@ -17,10 +17,6 @@ implementation costs beyond what its models count, stored with the MPI platform.
   the per-call checks), by algorithm: a tiny problem whose modelled phases are next to nothing,
   measured minus modelled. Missed, it left both families' distribution 0.2-0.6 ms low at every
   size here (session 20). Added to the phases by the selector (``select.distributed``).
-- ``step_waits`` (``end``): what SUMMA's root waits in the final gather for ranks of equal load
-  that finished their last update after it, in steps' worth of its update: the same runs'
-  collection beyond the model's. Ranks sharing cores run their last updates in turn (4 ranks on
-  2 cores, n = 2048, b = 64: arrivals 1.6 ms apart, session 25).
 - ``step_waits``: what SUMMA's ranks wait in its per-step broadcasts for the slowest rank's update,
   as a share of the step's compute, by p and block b: SUMMA plans on the first p ranks at equal
   loads, measured communication minus the model's without it (messages, and the waits for a core
@@ -28,7 +24,12 @@ implementation costs beyond what its models count, stored with the MPI platform.
   The probe's ``compute_skew`` (the same update timed on its own) measured 1.4% here where the
   runs waited 2-3% at b >= 128 and 5-6% at b = 64 (session 21, n = 1024..2560); the isolated
   timing does not reproduce the runs' own buffers and loop. The share itself moves between
-  probes (p = 2, b = 64: 1.9-7.8% in five probes of session 22), as the runs' waits do.
+  probes (p = 2, b = 64: 1.9-7.8% in five probes of session 22), as the runs' waits do; on 4 ranks
+  on 2 cores (b = 64) 12-93% in four launches of session 25, by which ranks share a core.
+  The same runs give ``end``: what SUMMA's root waits in the final gather for ranks of equal load
+  that finished their last update after it (collection beyond the model's), in steps' worth of
+  its update. Ranks sharing cores run their last updates in turn (4 ranks on 2 cores, n = 2048,
+  b = 64: arrivals at the gather 1.6 ms apart, session 25).
 
 As the one-process probe's "dispatch" pattern: a whole run of the implementation minus what the
 models already count. Calibrations need the database's BLAS records (the models do).

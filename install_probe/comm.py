@@ -937,12 +937,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{info.get('loop_share', float('nan')):.2f} of an out-of-cache pass per element moved")
         if "step_wait" in info:
             sw = info["step_wait"]
-            print("SUMMA step wait (share of a step's compute): " + "; ".join(
-                f"p={p} " + ", ".join(f"b={b} {100 * w:.1f}%" for b, w in zip(sw["b"], row, strict=True))
-                for p, row in zip(sw["p"], sw["wait"], strict=True)))
-            print("SUMMA root's wait in the gather (steps of its update): " + "; ".join(
-                f"p={p} " + ", ".join(f"b={b} {w:.2f}" for b, w in zip(sw["b"], row, strict=True))
-                for p, row in zip(sw["p"], sw["end"], strict=True)) if "end" in sw else "not measured")
+            for key, what, scale, unit in (("wait", "step wait (share of a step's compute)", 100, "%"),
+                                           ("end", "root's wait in the gather (steps of its update)", 1, "")):
+                print(f"SUMMA {what}: " + "; ".join(
+                    f"p={p} " + ", ".join(f"b={b} {scale * w:.2f}{unit}" for b, w in zip(sw["b"], row, strict=True))
+                    for p, row in zip(sw["p"], sw.get(key, []), strict=False)))
         for alg, cost in info.get("call_overhead", {}).items():
             print(f"{alg} call overhead: " + ", ".join(f"{ph} {t * 1e6:.0f} us" for ph, t in cost.items()))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
