@@ -51,22 +51,13 @@ def off_neighbours(m_fit, t_fit, nbytes, times, tol: float) -> np.ndarray:
     return inside & (np.abs(guess - t) / t > tol)
 
 
-def _curves(platform):
-    pts = platform.points
-    for key in sorted({(r["primitive"], int(r["p"]), int(r["r"]), int(r["c"])) for r in pts}):
-        sel = (pts["primitive"] == key[0]) & (pts["p"] == key[1]) & (pts["r"] == key[2]) & (pts["c"] == key[3])
-        q = pts[sel]
-        name = key[0].decode() if isinstance(key[0], bytes) else str(key[0])
-        yield (name, *key[1:]), q[np.argsort(q["nbytes"])]
-
-
 def regime_report(platform, tol: float, fits_from=None) -> tuple[list[str], dict]:
     """Lines on every failing regime, and counts per kind (warm / cold): regimes, passing, failing
     only by points off their neighbours. ``fits_from``: judge with that platform's fits instead."""
     held = np.asarray(platform.info.get("heldout_sizes", []), float)
     lines, counts = [], {"warm": [0, 0, 0], "cold": [0, 0, 0]}
-    other = dict(_curves(fits_from)) if fits_from is not None else None
-    for key, q in _curves(platform):
+    other = dict(dbc.curves(fits_from.points)) if fits_from is not None else None
+    for key, q in dbc.curves(platform.points):
         m, t = q["nbytes"].astype(float), q["t_mean"]
         is_held = np.isin(m, held)
         if is_held.sum() == 0 or (~is_held).sum() < 2:
@@ -99,9 +90,9 @@ def regime_report(platform, tol: float, fits_from=None) -> tuple[list[str], dict
 
 def retest(a, b) -> list[str]:
     """Median ratio and 10-90% range of two probes' times, per primitive and size band."""
-    times = {(*key, int(r["nbytes"])): float(r["t_mean"]) for key, q in _curves(a) for r in q}
+    times = {(*key, int(r["nbytes"])): float(r["t_mean"]) for key, q in dbc.curves(a.points) for r in q}
     groups: dict = {}
-    for key, q in _curves(b):
+    for key, q in dbc.curves(b.points):
         for r in q:
             mine = times.get((*key, int(r["nbytes"])))
             band = next(name for lo, hi, name in BANDS if lo <= r["nbytes"] < hi)

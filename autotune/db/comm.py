@@ -366,14 +366,24 @@ def fit_curve(nbytes, times, heldout_sizes=(), **kw) -> CurveFit:
     return CurveFit(fit, tuple(med), tuple(mx), tuple(cnt), half)
 
 
-def fit_points(points: np.ndarray, heldout_sizes=(), **kw) -> np.ndarray:
-    """FIT_DTYPE rows for every (primitive, p, r, c) curve in ``points``, the sizes in
-    ``heldout_sizes`` left out of the fits and used to check them (``fit_curve``)."""
-    rows = []
+def curves(points: np.ndarray):
+    """``((primitive, p, r, c), rows)`` for every curve in POINT_DTYPE ``points``, its rows by size."""
     for key in sorted({(r["primitive"], int(r["p"]), int(r["r"]), int(r["c"])) for r in points}):
         prim, p, rr, cc = key
         sel = (points["primitive"] == prim) & (points["p"] == p) & (points["r"] == rr) & (points["c"] == cc)
         pts = points[sel]
+        yield (_text(prim), p, rr, cc), pts[np.argsort(pts["nbytes"], kind="stable")]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def fit_points(points: np.ndarray, heldout_sizes=(), **kw) -> np.ndarray:
+    """FIT_DTYPE rows for every (primitive, p, r, c) curve in ``points``, the sizes in
+    ``heldout_sizes`` left out of the fits and used to check them (``fit_curve``)."""
+    rows = []
+    for (prim, p, rr, cc), pts in curves(points):
         cf = fit_curve(pts["nbytes"], pts["t_mean"], heldout_sizes, **kw)
         k = len(cf.fit.regimes)
         for i, g in enumerate(cf.fit.regimes):

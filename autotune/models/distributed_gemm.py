@@ -194,30 +194,29 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
     return n, k, m, plan.c, plan.r
 
 
-def _step_wait(cp, p: int, b: int) -> float:
-    """Share of a synchronised step's compute the ranks wait for the slowest (``cp.step_wait``,
-    which falls back on the probe's skew itself); 0 for communication parameters without it."""
-    wait = getattr(cp, "step_wait", None)
-    return float(wait(p, b)) if wait is not None else 0.0
+def _calibrated(cp, name: str, p: int, b: int) -> float:
+    """The probe's SUMMA calibration ``cp.<name>(p, b)`` (``step_wait``: share of a step's compute
+    the ranks wait for the slowest, falling back on the probe's skew; ``end_wait``: steps of its
+    update the root waits in the gather); 0 for communication parameters without it."""
+    value = getattr(cp, name, None)
+    return max(float(value(p, b)), 0.0) if value is not None else 0.0
 
 
-def _root_lead(cp, p: int, b: int, rows: np.ndarray, cols: np.ndarray, step: float) -> float:
+def _root_lead(cp, p: int, b: int, area: np.ndarray, step: float) -> float:
     """What the root waits in the gather for ranks that finished their last update after it, where
-    some other rank holds a piece of C as large as the root's (so none is reliably last):
-    ``cp.end_wait(p, b)`` (the probe's SUMMA calibration runs at equal loads) of one step's update
-    ``step`` of the root. Ranks sharing cores run their last updates in turn, so the root is not
-    last in about half the runs. Measured (n = 2048, 4 ranks on 2 cores, b = 64): arrivals at the
-    gather 0, 1.6 and 3.2 ms apart, the root 1.7-1.9 ms before the last, its collection 7.0-8.4
-    ms against 4.6-5.8 modelled without it (session 25); on 2 ranks, none."""
-    wait = getattr(cp, "end_wait", None)
-    area = (rows[:, None] * cols[None, :]).ravel()
-    if wait is None or area.size < 2 or area[0] <= 0 or np.count_nonzero(area == area[0]) < 2:
+    some other rank holds a piece of C (``area``, per rank) as large as the root's (so none is
+    reliably last): ``cp.end_wait(p, b)`` (the probe's SUMMA calibration runs at equal loads) of
+    one step's update ``step`` of the root. Ranks sharing cores run their last updates in turn, so
+    the root is not last in about half the runs. Measured (n = 2048, 4 ranks on 2 cores, b = 64):
+    arrivals at the gather 0, 1.6 and 3.2 ms apart, the root 1.7-1.9 ms before the last, its
+    collection 7.0-8.4 ms against 4.6-5.8 modelled without it (session 25); on 2 ranks, none."""
+    if area.size < 2 or area[0] <= 0 or np.count_nonzero(area == area[0]) < 2:
         return 0.0
-    return max(float(wait(p, b)), 0.0) * step
+    return _calibrated(cp, "end_wait", p, b) * step
 
 
 def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
-                 cp) -> tuple[float, float, tuple[float, float, float], float]:
+                 cp) -> tuple[float, float, tuple[float, float, float, float], float]:
     """(communication, compute, wait, lag) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
     bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after its
     owner copies it out of the local Y, which the last update evicted: one out-of-cache pass,
@@ -229,9 +228,10 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     each on a fixed core, a step ends when the most loaded core is done: ``wall``); ``compute`` is
     the largest rank's own update time. The broadcasts synchronise the ranks each step, so the
     least loaded rank waits out the difference, or, where loads are (nearly) equal, the slowest of
-    ranks doing the same work (``_step_wait``: measured by the probe's SUMMA calibration runs, by p
+    ranks doing the same work (``cp.step_wait``: measured by the probe's SUMMA calibration runs, by p
     and b), whichever is larger: ``wait`` = (seconds of it in the broadcasts, in the last step, and
-    what the first rank holding a piece of C waits for the last in the gather after it). ``lag``
+    what the first rank holding a piece of C waits for the last in the gather after it, and the
+    root's own wait there for ranks of equal load, ``_root_lead``). ``lag``
     is what the most loaded rank itself waits (for a core, and for slower ranks of equal load), on
     the run's critical path: left out of the total until session 24,
     SUMMA at P = 4 on 2 cores came out 25-35% short (n = 2048: 85.5 ms against 118.4 measured at
@@ -246,7 +246,7 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     widths = np.array([b] * (full > 0) + [rest] * (rest > 0), dtype=float)
     counts = np.array([full] * (full > 0) + [1] * (rest > 0), dtype=float)
     if widths.size == 0:
-        return 0.0, 0.0, (0.0, 0.0, 0.0), 0.0
+        return 0.0, 0.0, (0.0, 0.0, 0.0, 0.0), 0.0
     p = R * C
     comm = 0.0
     if C > 1:
@@ -263,12 +263,13 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
         comm += owner * (1.0 - 1.0 / C)
         comp, wall = comp + owner / C, wall + owner / C
     top, slack = float(comp.max()), float(comp.max() - comp.min())
-    skew = max(_step_wait(cp, p, b) * top - slack, 0.0)     # the loaded rank's wait for slow others
+    skew = max(_calibrated(cp, "step_wait", p, b) * top - slack, 0.0)   # the loaded rank's wait for slow others
     lag, idle = wall - top + skew, wall - float(comp.min()) + skew
     last = widths[-1] / float(np.dot(counts, widths))
     held = comp[area > 0]           # ranks with no piece of C send nothing: they do not wait in the gather
     end = (wall - float(held.min(initial=top)) + skew) * last
-    return comm, top, (idle * (1.0 - last), idle * last, end), lag
+    lead = _root_lead(cp, p, b, area, top / float(counts.sum()))
+    return comm, top, (idle * (1.0 - last), idle * last, end, lead), lag
 
 
 def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
@@ -281,10 +282,9 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     dist = (_coll(cp, SCATTER, p, ITEM * _moved(mm, kk, R, C, b))
             + _coll(cp, SCATTER, p, ITEM * _moved(kk, nn, R, C, b))
             + _pack(alone(sp), cp, mm * kk, _run(mm, R, b)) + _pack(alone(sp), cp, kk * nn, _run(kk, R, b)))
-    comm, comp, (idle, _, end), lag = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
+    comm, comp, (idle, _, end, lead), lag = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
     gather = _coll(cp, "gatherv", p, ITEM * _moved(mm, nn, R, C, b))
     unpack = _pack(sp, cp, mm * nn, _run(mm, R, b), "put")
-    lead = _root_lead(cp, p, b, _numroc(mm, R, b), _numroc(nn, C, b), comp / _ceil(kk, b))
     return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack + lead, end),
                    total=dist + comm + lag + comp + gather + unpack)
 
@@ -313,8 +313,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
             + _coll(cp, SCATTER, p, ITEM * g * g * _moved(kl, nl, R, C, b))
             + _pack(alone(sp), cp, g * g * ml * kl, _run(ml, R, b))
             + _pack(alone(sp), cp, g * g * kl * nl, _run(kl, R, b)))
-    comm, comp, (idle, last_step, end), lag = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
-    leaf_comp = comp
+    comm, comp, (idle, last_step, end, lead), lag = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
     scale = 7.0 ** lv           # every leaf product waits out its imbalance (the next one's broadcasts)
     comm, comp, idle, lag = scale * comm, scale * comp, scale * (idle + last_step) - last_step, scale * lag
     for i in range(1, lv + 1):
@@ -326,7 +325,6 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
     gather = _coll(cp, "gatherv", p, ITEM * g * g * _moved(ml, nl, R, C, b))
     unpack = _pack(sp, cp, m * n, _run(ml, R, b), "put")
-    lead = _root_lead(cp, p, b, _numroc(ml, R, b), _numroc(nl, C, b), leaf_comp / _ceil(kl, b))
     return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack + lead, end),
                    total=dist + comm + lag + comp + gather + unpack)
 
