@@ -16,13 +16,13 @@ once with Huber weights (robust to a point disturbed while measured). Each regim
 line with tw >= 0; ts >= 0 in the first, while a later regime's line need only stay positive
 from the size before it (past the caches, time grows faster than linearly and a local line has
 a negative intercept). A breakpoint between the last size of a regime and the first of the next
-lies at the power of two nearest the middle of the gap (protocol limits are powers of two) up to
-1 MiB; above, where the lines cross if they do in the gap (the change is gradual), else halfway
-in log size, except that a power of two measured in the lower regime ends it (a limit of L bytes
-admits a message of L bytes). The held-out error is that of the stored fit at sizes the probe
-timed but left out of it (``heldout_sizes``: the midpoints of the fitted grid, a size the
-runtime asks for lies between measured ones); without them, that of the same procedure fitted on
-every other size and checked on the rest.
+lies where the two lines cross if they do in the gap (a gradual change: messages outgrowing a
+cache); else, up to 1 MiB, at the power of two nearest the middle of the gap (protocol limits
+are powers of two), except that a power of two measured in the lower regime ends it (a limit of
+L bytes admits a message of L bytes); above, halfway in log size. The held-out error is that
+of the stored fit at sizes the probe timed but left out of it (``heldout_sizes``: the midpoints
+of the fitted grid, a size the runtime asks for lies between measured ones); without them, that
+of the same procedure fitted on every other size and checked on the rest.
 
 Nothing here imports mpi4py: the run time reads what the probe (``autotune.install_probe.comm``)
 wrote. ``load_comm`` never raises: a missing or damaged file, no communication data, or another
@@ -205,14 +205,19 @@ POW2_BREAK_LIMIT = 1 << 20   # protocol thresholds (eager, pipelining, algorithm
 def _boundary(last: float, first: float, below: Regime | None = None, above: Regime | None = None) -> float:
     """Where one regime ends and the next begins, between the measured sizes ``last`` < ``first``.
 
-    Up to POW2_BREAK_LIMIT, MPI libraries switch protocol at powers of two: just above ``last``
-    if it is one (a limit of L bytes admits L; measured: 256 B and 2048 B are the last sizes of
-    their regimes here), else the power of two in (last, first] nearest the middle of the gap in
-    log size (a limit that counts a header, such as the 4096 B eager limit, moves a message of L
-    bytes up). Otherwise the change is gradual (messages outgrowing a cache): where the two
-    regimes' lines cross if that is inside the gap (the model stays continuous), else halfway in
-    log size.
+    Where the two regimes' lines cross inside the gap, the change is gradual (messages outgrowing
+    a cache) and the crossing keeps the model continuous: measured at P = 2 (session 26), the
+    512 KiB - 1.5 MiB bend put a held-out 608 KiB at 13.4 us on the next regime's line against
+    20.1 measured, 20.2 on its own. Otherwise, up to POW2_BREAK_LIMIT, a step: MPI libraries
+    switch protocol at powers of two, just above ``last`` if it is one (a limit of L bytes admits
+    L; measured: 256 B and 2048 B are the last sizes of their regimes here), else the power of
+    two in (last, first] nearest the middle of the gap in log size (a limit that counts a header,
+    such as the 4096 B eager limit, moves a message of L bytes up); above it, halfway in log size.
     """
+    if below is not None and above is not None and below.tw != above.tw:
+        cross = (above.ts - below.ts) / (below.tw - above.tw)
+        if last < cross < first:
+            return cross
     if POW2_BREAK_LIMIT >= first > last > 0 and last == 2.0 ** round(math.log2(last)):
         return last + 1.0
     if POW2_BREAK_LIMIT >= first > last > 0:
@@ -220,10 +225,6 @@ def _boundary(last: float, first: float, below: Regime | None = None, above: Reg
         if hi_exp >= lo_exp:
             mid = 0.5 * (math.log2(last) + math.log2(first))
             return 2.0 ** min(range(lo_exp, hi_exp + 1), key=lambda e: (abs(e - mid), -e))
-    if below is not None and above is not None and below.tw != above.tw:
-        cross = (above.ts - below.ts) / (below.tw - above.tw)
-        if last < cross < first:
-            return cross
     return math.sqrt(last * first)
 
 
