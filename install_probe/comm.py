@@ -904,12 +904,16 @@ def main(argv: list[str] | None = None) -> int:
                   "(or use autotune-install --mpi --np P)", file=sys.stderr)
         return 2
     try:
+        from autotune.install_probe.contention import measure_contention, run_contention
+
+        # Contention in up to 3 passes as the profile's, the first minutes before the others.
+        passes = min(profile.passes, 3)
+        before = [measure_contention(world)] if passes > 1 else []
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
         from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
-        from autotune.install_probe.contention import run_contention
 
-        rows = run_contention(world, *where)
+        rows = run_contention(world, *where, passes=passes - len(before), earlier=before)
         calibrated = {**(loop_costs(world, where[0], cases=profile.loop_cases) or {}),
                       "call_overhead": call_overheads(world, where[0]),
                       "step_wait": step_waits(world, where[0], blocks=profile.step_blocks, target=profile.step_order)}

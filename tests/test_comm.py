@@ -731,6 +731,21 @@ def test_contention_is_the_ranks_mean_slowest_and_fastest_over_the_solo_time_of_
     assert out[2] == pytest.approx({"mean": 0.020, "max": 0.030, "min": 0.010})
 
 
+def test_contention_passes_combine_by_the_lower_median_of_solo_times_and_slowdowns():
+    """A pass in a slow state (the pair 1.3x its solo time) is outvoted by two normal ones; each
+    slowdown is over its own pass's solo time; empty passes (other ranks) are skipped."""
+    from autotune.install_probe.contention import combine_passes
+
+    def one(solo: float, pair: float) -> list:
+        return [(1, 512, "square", solo), (2, 512, "square", pair)]
+
+    out = dict(((p, n, name), t) for p, n, name, t in combine_passes([one(1.0, 1.3), [], one(1.1, 1.1),
+                                                                         one(0.9, 0.95)]))
+    assert out[1, 512, "square"] == pytest.approx(1.0)
+    assert out[2, 512, "square"] == pytest.approx(0.95 / 0.9)       # slowdowns 1.3, 1.0, 1.056
+    assert combine_passes([[], []]) == []
+
+
 def test_contention_factors_by_statistic_fall_back_to_the_mean_then_the_square_products():
     from autotune.db.contention import Contention, series
 
