@@ -53,9 +53,10 @@ def off_neighbours(m_fit, t_fit, nbytes, times, tol: float) -> np.ndarray:
 
 def regime_report(platform, tol: float, fits_from=None) -> tuple[list[str], dict]:
     """Lines on every failing regime, and counts per kind (warm / cold): regimes, passing, failing
-    only by points off their neighbours. ``fits_from``: judge with that platform's fits instead."""
+    only by points off their neighbours, then the held-out points' relative errors (a list).
+    ``fits_from``: judge with that platform's fits instead."""
     held = np.asarray(platform.info.get("heldout_sizes", []), float)
-    lines, counts = [], {"warm": [0, 0, 0], "cold": [0, 0, 0]}
+    lines, counts = [], {"warm": [0, 0, 0, []], "cold": [0, 0, 0, []]}
     other = dict(dbc.curves(fits_from.points)) if fits_from is not None else None
     for key, q in dbc.curves(platform.points):
         m, t = q["nbytes"].astype(float), q["t_mean"]
@@ -71,6 +72,7 @@ def regime_report(platform, tol: float, fits_from=None) -> tuple[list[str], dict
         noisy = off_neighbours(m[~is_held], t[~is_held], m[is_held], t[is_held], tol)
         where = fit.index(m[is_held])
         kind = "cold" if key[0].endswith("_cold") else "warm"
+        counts[kind][3].extend(err)
         for i, reg in enumerate(fit.regimes):
             mine = where == i
             if not mine.any():
@@ -107,9 +109,14 @@ def retest(a, b) -> list[str]:
     return out
 
 
-def _summary(name: str, counts: dict) -> str:
-    return "; ".join(f"{kind}: {c[1]}/{c[0]} regimes pass, {c[2]} of the {c[0] - c[1]} failing only at "
-                     f"points off their neighbours" for kind, c in counts.items() if c[0]) + f" ({name})"
+def _summary(name: str, counts: dict, tol: float) -> str:
+    """Regimes passing per kind, and the held-out points: share within ``tol``, median error."""
+    err = np.concatenate([np.asarray(c[3], float) for c in counts.values()])
+    regimes = "; ".join(f"{kind}: {c[1]}/{c[0]} regimes pass, {c[2]} of the {c[0] - c[1]} failing only at "
+                        f"points off their neighbours" for kind, c in counts.items() if c[0])
+    points = (f"; held-out points within {tol:.0%}: {np.mean(err <= tol):.1%} of {len(err)}, "
+              f"median error {np.median(err):.2%}") if len(err) else ""
+    return f"{regimes}{points} ({name})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,12 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {key}")
         lines, counts = regime_report(pl, args.tol)
         print("\n".join(lines))
-        print(_summary("own fits", counts))
+        print(_summary("own fits", counts, args.tol))
         if key in others:
             print(f"-- against {args.other} (A = {args.db}, B = the other)")
             print("\n".join(retest(pl, others[key])))
             print(_summary("the other probe's fits on this probe's held-out points",
-                           regime_report(pl, args.tol, fits_from=others[key])[1]))
+                           regime_report(pl, args.tol, fits_from=others[key])[1], args.tol))
     return 0
 
 
