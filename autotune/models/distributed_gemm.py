@@ -8,7 +8,7 @@ bytes (``cp.time(primitive, p, nbytes, grid)``, per message for bcast/sendrecv/p
 process block for scatterv/gatherv/allgatherv; a collective among one process costs nothing).
 Compute uses ``sp.k("gemm", backend, threads, x, pattern, param)`` at the per-rank shapes:
 ``stripe`` (param p) for BSR, ``square`` at the geometric-mean size for CBSR/Cannon blocks
-(``models.gemm.lookup_size``), ``rankb`` (param b) for SUMMA updates; Strassen additions use
+(``models.gemm.lookup_size``), ``rankb`` (param b, beta 1 as the runs) for SUMMA updates; Strassen additions use
 ``k2_add`` (pattern ``view``) at each level's per-rank quadrant size. The times are those of the
 slowest rank (largest block: ceil splits, block-cyclic part 0).
 
