@@ -14,6 +14,7 @@ equal work (``compute_skew``), which the comm probe stores with its platform.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -27,24 +28,28 @@ SKEW_SHAPES = ((1024, 64), (1024, 128), (1536, 256))   # (x, b) rank-b updates, 
 SKEW_REPS = 50
 
 
-def _operands(rank: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """This rank's n x k and k x n factors and n x n product, multiplied once (warm)."""
-    rng = np.random.default_rng(rank)
-    a, b = rng.standard_normal((n, k)), rng.standard_normal((k, n))
-    c = np.empty((n, n))
-    np.matmul(a, b, out=c)
-    return a, b, c
+def _update(rank: int, pattern: str, n: int, k: int) -> Callable[[int], object]:
+    """This rank's one-thread dgemm of ``pattern`` (``square`` n x n, ``rankb`` n x k by k x n),
+    built as the BLAS probe builds it (``operands.build``: a rank-b update accumulates into C as
+    SUMMA's steps do), run once (warm)."""
+    from autotune.backends import get
+
+    from .operands import build
+
+    run = build(get("numpy-openblas"), "gemm", pattern, n, k, np.random.default_rng(rank)).run
+    run(1)
+    return run
 
 
 def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
-    """Every rank's time of the same one-thread n x k by k x n dgemm, all started together (a
-    barrier before each): shape (reps, ranks)."""
-    a, b, c = _operands(comm.rank, n, k)
+    """Every rank's time of the same one-thread rank-k update of an n x n C, all started together
+    (a barrier before each): shape (reps, ranks)."""
+    run = _update(comm.rank, "rankb", n, k)
     times = []
     for _ in range(reps):
         comm.Barrier()
         t0 = time.perf_counter()
-        np.matmul(a, b, out=c)
+        run(1)
         times.append(comm.allgather(time.perf_counter() - t0))
     return np.array(times)
 
@@ -80,7 +85,7 @@ def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> dict[str,
 STATS = ("mean", "max", "min")      # over a group's ranks: the models' k (mean), slowest and fastest
 
 
-def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, dict[str, float]]:
+def _interleaved(world, groups, n: int, k: int, reps: int, pattern: str = "square") -> dict[int, dict[str, float]]:
     """Rank 0's solo time times the slowdown of each group size p (``groups``: p -> its
     communicator, None off it) on one one-thread n x k by k x n dgemm, per statistic of the
     group's ranks (``STATS``): rounds running p = 1..P in turn, each round's statistic over rank
@@ -89,14 +94,14 @@ def _interleaved(world, groups, n: int, k: int, reps: int) -> dict[int, dict[str
     scheduler gives some ranks a core of their own and makes others share one."""
     from autotune.distributed.collective import quiet_barrier
 
-    a, b, c = _operands(world.rank, n, k)
+    run = _update(world.rank, pattern, n, k)
     mine: dict[int, list[np.ndarray]] = {p: [] for p in groups}
     for _ in range(reps):
         for p, sub in groups.items():
             if sub is not None:
                 sub.Barrier()
                 t0 = time.perf_counter()
-                np.matmul(a, b, out=c)
+                run(1)
                 t = np.array(sub.allgather(time.perf_counter() - t0))
                 mine[p].append(np.array([getattr(t, stat)() for stat in STATS]))
             # Ranks outside the group wait without polling: two ranks spinning in a blocking
@@ -125,8 +130,8 @@ def measure_contention(world, sizes=SIZES, reps: int = REPS) -> list[tuple[int, 
     try:
         with threadpool_limits(1):
             for pattern, n, k in [("square", n, n) for n in sizes] + [("rankb", n, RANKB_BLOCK) for n in RANKB_SIZES]:
-                rows += [(p, n, series(pattern, stat), t) for p, ts in _interleaved(world, groups, n, k, reps).items()
-                         for stat, t in ts.items()]
+                times = _interleaved(world, groups, n, k, reps, pattern)
+                rows += [(p, n, series(pattern, stat), t) for p, ts in times.items() for stat, t in ts.items()]
     finally:
         for sub in groups.values():
             if sub is not None:

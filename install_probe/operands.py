@@ -76,17 +76,16 @@ def build(be: Backend, routine: str, pattern: str, x: int, param: float,
     return _BUILDERS[(routine, pattern)](be, d, rng)
 
 
-def _gemm_square(be, d, rng):
+def _gemm_square(be, d, rng, alpha: float = 1.0, beta: float = 0.0):
     a, b, c = _mat(rng, d["m"], d["k"]), _mat(rng, d["k"], d["n"]), _mat(rng, d["m"], d["n"])
-    return Call(_op(be, "gemm", 1.0, a, b, 0.0, c))
+    return Call(_op(be, "gemm", alpha, a, b, beta, c))
 
 
 def _gemm_rankb(be, d, rng):
     # SUMMA's step: the rank's local C += its X panel (m x b) @ Y panel (b x n), beta 1. With
     # beta 0 OpenBLAS first zeroes C, a pass over it the runs never make: 17-19% more time at
     # b = 64, 5% at b = 256 here (session 26), which put SUMMA's compute 12-25% high.
-    a, b, c = _mat(rng, d["m"], d["k"]), _mat(rng, d["k"], d["n"]), _mat(rng, d["m"], d["n"])
-    return Call(_op(be, "gemm", 1e-3, a, b, 1.0, c))
+    return _gemm_square(be, d, rng, alpha=1e-3, beta=1.0)
 
 
 def _gemm_panel(be, d, rng):
