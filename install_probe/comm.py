@@ -13,10 +13,13 @@ datatypes (a strided column block, Create_vector; a block-cyclic local piece, Cr
 at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) for LoOgGP.
 ``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
 before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
-and buffers no cache holds any more, two to three times slower than the warm repeated calls.
+and buffers no cache holds any more, two to three times slower than the warm repeated calls;
+``colscatter_cold`` is the 1-D runs' own scatter (``distributed.movement.scatter_columns``),
+the root copying its piece while the others pull theirs, cold the same way.
 Groups of p = 2..P ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
-new result by its size (``first_touch_costs``) and block-cyclic packing/unpacking by run length (``pack_costs``).
+new result by its size (``first_touch_costs``), block-cyclic packing/unpacking by run length (``pack_costs``)
+and the finiteness check of a matrix no cache holds (``check_costs``).
 After the contention probe, ``install_probe.calibrate`` measures what runs of the distributed routines
 cost beyond their models (``loop_overhead``, ``call_overhead``, stored with the platform).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
@@ -59,13 +62,14 @@ from autotune.install_probe.calibrate import LOOP_CASES
 from autotune.db import comm as dbc
 from autotune.distributed import workspace
 from autotune.distributed.collective import first_ranks
+from autotune.distributed.movement import scatter_columns
 
 BUILTIN = ("quick", "standard")
 ALL_PRIMITIVES = dbc.PRIMITIVES
 COLD = dbc.COLD_PRIMITIVES     # a run's distribution: new arrays, caches flushed (ColdOp)
 PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
 GROUP = ("bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv",
-         "alltoallv", "scatterv_cold", "bcast_cold")               # on each p-rank sub-communicator
+         "alltoallv", *COLD)                                         # on each p-rank sub-communicator
 ROUND_TRIP = ("pingpong", "send_vector", "send_subarray")    # one-way time = round trip / 2
 # Per-process buffer bytes as a multiple of nbytes (send + receive) for the memory cap.
 FOOTPRINT = {"allgather": lambda p: 1 + p, "allgatherv": lambda p: 1 + p, "scatterv": lambda p: 1 + p,
@@ -111,6 +115,7 @@ class CommProfile:
     loggp_max_bytes: int = 1 << 20
     cold_sizes: tuple[int, ...] | None = None   # sizes of the cold-cache primitives (None: sizes >= COLD_MIN_BYTES)
     heldout: bool = False                       # also time the midpoints of each grid, to check the fits on
+    check_sides: tuple[int, ...] = (1024, 2048, 4096)   # the root's finiteness check (``check_costs``)
     step_order: int = 1536                      # SUMMA calibration runs (``calibrate.step_waits``): order ...
     step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
     loop_cases: tuple[tuple[int, int], ...] = LOOP_CASES   # Cholesky (order, block) runs (``calibrate.loop_costs``)
@@ -201,7 +206,7 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
                "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
-               "step_waits", "loop_costs"}
+               "step_waits", "loop_costs", "check_sides"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -229,6 +234,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
                        heldout=_heldout(data.get("heldout", "none"), source),
+                       check_sides=tuple(int(x) for x in data.get("check_sides", CommProfile.check_sides)),
                        **_step_waits(data.get("step_waits") or {}, source),
                        **_loop_costs(data.get("loop_costs"), source), source=source)
 
@@ -505,8 +511,8 @@ class ColdOp:
         p, d = self.comm.Get_size(), self.d
         self.buf = None                          # the old arrays go before the new ones come
         if self.comm.Get_rank() == 0:
-            self.buf = np.ones(p * d if self.prim == "scatterv_cold" else d)
-        else:
+            self.buf = np.ones(d if self.prim == "bcast_cold" else p * d)
+        elif self.prim != "colscatter_cold":   # that one receives into the runs' workspace
             self.buf = _message_buffer(8 * d).view(np.float64)
         if self.flush is not None:
             self.flush()
@@ -517,6 +523,9 @@ class ColdOp:
         comm = self.comm
         if self.prim == "bcast_cold":
             comm.Bcast([self.buf, MPI.DOUBLE], 0)
+        elif self.prim == "colscatter_cold":     # one column block of d elements per rank
+            src = self.buf.reshape(1, -1) if self.buf is not None else None
+            scatter_columns(src, 1, comm.Get_size() * self.d, comm.Get_size(), self.d, comm, 0)
         elif comm.Get_rank() == 0:
             comm.Scatterv([self.buf, self.blocks, MPI.DOUBLE], MPI.IN_PLACE, 0)
         else:
@@ -825,6 +834,34 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
     return out
 
 
+def check_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
+    """Seconds per element of the root's finiteness check (``distributed.checks.all_finite``, one
+    thread) of a Fortran-ordered n x n matrix no cache holds, by side n, median of ``reps``, for
+    each available library with a gemv: a run checks the user's matrix before it moves it. A
+    read out of memory, so a constant share of the add series' rate does not carry over between
+    machines (0.26 ns per element on one, 0.57 on another with the add at 1.86)."""
+    from autotune import backends
+    from autotune.distributed.checks import all_finite
+    from autotune.models.movement import PACK_BACKEND
+
+    flush, out = CacheFlush(), {"sides": [int(n) for n in sides]}
+    for name in backends.available():
+        if name == PACK_BACKEND or not backends.get(name).supports("gemv"):   # no plan runs on it
+            continue
+        per = []
+        for n in sides:
+            a, times = np.ones((n, n), order="F"), []
+            for _ in range(reps + 1):                # the first: load and warm up
+                flush()
+                t0 = time.perf_counter()
+                all_finite(a, name, 1)
+                times.append(time.perf_counter() - t0)
+            per.append(float(np.median(times[1:])) / (n * n))
+            del a
+        out[name] = per
+    return out
+
+
 def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:
     """Measure, fit and store (rank 0). Collective; returns the summary on rank 0, None elsewhere."""
     from autotune.db import resolve
@@ -841,6 +878,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     if world.Get_rank() == 0:
         info["first_touch"] = first_touch_in_fresh_process()     # the others wait in the fit's bcast below
         info["pack"] = pack_costs()
+        info["check"] = check_costs(profile.check_sides)
     measured = time.perf_counter() - t_start
     result, error = None, ""
     if world.Get_rank() == 0:

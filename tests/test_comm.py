@@ -457,8 +457,9 @@ TINY = {
     "timing": {"warmup": 1, "warmup_seconds": 0.0, "rewarm": 1, "min_reps": 2, "max_reps": 3, "rel_tol": 0.5,
                "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
     "passes": 1,
+    "check_sides": [128, 256],
 }
-MPI_TIMEOUT = 60
+MPI_TIMEOUT = 120   # a whole tiny probe: 55-65 s at P = 3 on 2 cores (first touch, packing, check timings)
 
 
 def expected_curves(P: int) -> set[tuple]:
@@ -572,6 +573,8 @@ def test_cli_launches_mpiexec_itself(tmp_path):
     skews = info["compute_skew"]
     assert skews["p"] == list(range(2, info["P"] + 1)) and all(0 <= v < 1 for v in skews["skew"])
     assert len(info["first_touch"]["bytes"]) == len(info["first_touch"]["per_byte"])
+    check = info["check"]                            # the root's finiteness check, cold, per library
+    assert check["sides"] == [128, 256] and all(0 < v < 1e-6 for v in check["numpy-openblas"])
     held = set(info["heldout_sizes"])                # timed, left out of the fits, checked on
     assert held and not held & set(TINY["sizes"]) and 24 in held
     fits, pts = cp._platform.fits, cp._platform.points
@@ -588,6 +591,45 @@ def test_cli_rejects_bad_mpi_arguments(tmp_path, capsys):
     assert "no such built-in profile" in capsys.readouterr().err
     assert cli.main(["--mpi", "--np", "1", "--profile", "quick"]) == 2
     assert cli.main(["--mpi", "--resume"]) == 2
+
+
+def test_primitive_names_fit_the_stored_field():
+    """Every primitive's name fits the points' and fits' fixed-width field: a longer one is cut on
+    storage and its curve is never found again."""
+    width = min(dbc.POINT_DTYPE["primitive"].itemsize, dbc.FIT_DTYPE["primitive"].itemsize)
+    assert all(len(x) <= width for x in dbc.PRIMITIVES)
+    assert dbc.base_primitive("colscatter_cold") == "scatterv"
+
+
+def test_first_touch_series_loses_a_lone_outlier_and_keeps_steps(tmp_path):
+    """The page-fault series is read through a running median of three: one noisy size goes, the
+    step where glibc starts mapping arrays fresh (two or more sizes) stays."""
+    path = tmp_path / "ft.h5"
+    sizes = [1 << 22, 1 << 23, 1 << 24, 1 << 25, 1 << 26, 1 << 27]
+    write_synthetic(path, 2, first_touch={"bytes": sizes, "per_byte": [0.0, 9e-11, 0.0, 0.0, 1e-10, 1e-10]})
+    cp = dbc.load_comm(path, nprocs=2)
+    assert cp.first_touch_time(1 << 23) == 0.0
+    assert cp.first_touch_time(1 << 26) == pytest.approx(1e-10 * (1 << 26))
+    assert cp.first_touch_time(1 << 27) == pytest.approx(1e-10 * (1 << 27))
+
+
+def test_finiteness_check_uses_the_probed_cold_timing(tmp_path):
+    """The root's check costs the probe's out-of-cache timing of it, by matrix side and library,
+    when the platform has one; else the add series' share (older probes)."""
+    from autotune.models import movement
+
+    save(blas_db(), tmp_path / "sp.h5")
+    sp = load_sp(tmp_path / "sp.h5")
+    path = tmp_path / "ck.h5"
+    write_synthetic(path, 2, check={"sides": [1024, 4096], "scipy-openblas": [1e-9, 4e-9]})
+    cp = dbc.load_comm(path, nprocs=2)
+    assert cp.check_time("scipy-openblas", 2048.0 ** 2) == pytest.approx(2.5e-9 * 2048 ** 2)
+    assert cp.check_time("mkl", 1e6) is None
+    assert movement.finite_check(sp, 2048, 2048, "scipy-openblas", 1, cp) == pytest.approx(2.5e-9 * 2048 ** 2)
+    plain = movement.finite_check(sp, 2048, 2048, "scipy-openblas", 1)
+    assert movement.finite_check(sp, 2048, 2048, "mkl", 1, cp) == pytest.approx(
+        movement.finite_check(sp, 2048, 2048, "mkl", 1))
+    assert plain != pytest.approx(2.5e-9 * 2048 ** 2)
 
 
 def test_first_touch_cost_comes_with_the_platform_by_size(tmp_path):

@@ -239,6 +239,33 @@ def test_model_distribution_charges_check_copy_and_faults():
         assert own == pytest.approx(movement.COPY_SHARE * movement.passes(sp, n * n / 2))
 
 
+def test_model_distribution_of_1d_grids_is_the_probed_column_scatter():
+    """With the probe's timing of the runs' own column scatter (``colscatter_cold``, the root's
+    copy of its blocks inside it) and of the check, 1-D distribution is their sum; 2-D grids keep
+    packing plus Scatterv."""
+    from autotune.models import movement
+
+    class NewCP(FakeCP):
+        def primitives(self):
+            return ("colscatter_cold", "scatterv_cold", "gatherv")
+
+        def time(self, primitive, p, nbytes, grid=None):
+            scale = 3.0 if primitive == "colscatter_cold" else 1.0
+            return scale * super().time(primitive, p, nbytes, grid)
+
+        def check_time(self, backend, elements):
+            return 1e-9 * elements
+
+    sp, cp, n = FakeSP(), NewCP(), 2000
+    blk = 8.0 * n * n / 2
+    for r, c in ((1, 2), (2, 1)):
+        out = model(n, Plan("cholesky", 2, r, c, b=100), sp, cp)
+        assert out["distribution"] == pytest.approx(1e-9 * n * n + cp.time("colscatter_cold", 2, blk))
+    two_d = model(n, Plan("cholesky", 4, 2, 2, b=100), sp, cp)
+    assert ("scatterv_cold", 4, None) in cp.calls and ("colscatter_cold", 4, None) not in cp.calls
+    assert two_d["distribution"] > 1e-9 * n * n + movement.copy(sp, n * n / 4)
+
+
 def test_all_finite_any_dtype_and_order():
     from autotune.distributed.checks import all_finite
 

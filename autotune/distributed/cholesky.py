@@ -46,14 +46,12 @@ from . import workspace
 from .checks import all_finite
 from .collective import agree, split_first
 from .grid import ProcessGrid
-from .layout import Axis, block_cyclic
-from .movement import DistMatrix
+from .layout import block_cyclic
+from .movement import DistMatrix, gather_columns, scatter_columns
 from .plan import Phases, Plan, timed
 
 # Point-to-point tags: 2 per panel (diagonal block, panel pieces), cycled (at most 2 panels in flight).
 _TAG_CYCLE = 8192
-# Tag of the root <-> ranks block moves of the 1-D grids (before and after the loop, never during it).
-_MOVE_TAG = 3 * _TAG_CYCLE
 
 
 @lru_cache(maxsize=8)
@@ -450,58 +448,6 @@ def _check_root_matrix(a, plan: Plan) -> np.ndarray:
     return arr
 
 
-def _blocks_of(n: int, parts: int, b: int):
-    """(block, owner, global start, width, local start) of each column block, block-cyclic."""
-    for J in range(-(-n // b)):
-        j0 = J * b
-        yield J, J % parts, j0, min(b, n - j0), (J // parts) * b
-
-
-def _flat(x: np.ndarray) -> np.ndarray:
-    """A Fortran-contiguous array as a 1-D view (an MPI buffer without a copy)."""
-    assert x.flags.f_contiguous, "block moves need contiguous blocks"
-    return x.reshape(-1, order="F")
-
-
-def _scatter_blocks(src: np.ndarray | None, n: int, parts: int, b: int, comm, root: int) -> np.ndarray:
-    """Column-cyclic pieces (block b over ``parts`` ranks) of the root's Fortran-ordered n x n
-    ``src``: each whole column block (contiguous) goes straight into the owner's piece."""
-    from mpi4py import MPI
-
-    me = comm.rank
-    local = workspace.empty("a", (n, Axis(n, parts, b).count(me)), order="F")
-    reqs = []
-    for _, q, j0, w, l0 in _blocks_of(n, parts, b):
-        if me == root:
-            if q == me:
-                local[:, l0:l0 + w] = src[:, j0:j0 + w]
-            else:
-                reqs.append(comm.Isend([_flat(src[:, j0:j0 + w]), MPI.DOUBLE], q, _MOVE_TAG))
-        elif q == me:
-            reqs.append(comm.Irecv([_flat(local[:, l0:l0 + w]), MPI.DOUBLE], root, _MOVE_TAG))
-    MPI.Request.Waitall(reqs)
-    return local
-
-
-def _gather_blocks(local: np.ndarray, n: int, parts: int, b: int, comm, root: int) -> np.ndarray | None:
-    """The reverse of ``_scatter_blocks``: the whole Fortran-ordered matrix on the root."""
-    from mpi4py import MPI
-
-    me = comm.rank
-    out = np.empty((n, n), order="F") if me == root else None
-    reqs = []
-    for _, q, j0, w, l0 in _blocks_of(n, parts, b):
-        if me == root:
-            if q == me:
-                out[:, j0:j0 + w] = local[:, l0:l0 + w]
-            else:
-                reqs.append(comm.Irecv([_flat(out[:, j0:j0 + w]), MPI.DOUBLE], q, _MOVE_TAG))
-        elif q == me:
-            reqs.append(comm.Isend([_flat(local[:, l0:l0 + w]), MPI.DOUBLE], root, _MOVE_TAG))
-    MPI.Request.Waitall(reqs)
-    return out
-
-
 def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, root: int = 0,
              phases: Phases | None = None, lookahead: bool = True) -> np.ndarray | None:
     """Collective ``scipy.linalg.cholesky(a, lower=lower)`` on ranks 0..plan.p-1 (grid plan.r x plan.c,
@@ -553,10 +499,10 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
             if not direct:
                 dist = DistMatrix.from_root(src, layout, sub, root)
             elif plan.r == 1:
-                dist = DistMatrix(_scatter_blocks(src, n, plan.c, plan.b, sub, root), layout, sub)
+                dist = DistMatrix(scatter_columns(src, n, n, plan.c, plan.b, sub, root), layout, sub)
             else:
-                dist = DistMatrix(_scatter_blocks(None if src is None else src.T, n, plan.r, plan.b,
-                                                  sub, root).T, layout, sub)
+                dist = DistMatrix(scatter_columns(None if src is None else src.T, n, n, plan.r,
+                                                  plan.b, sub, root).T, layout, sub)
             if phases is not None:
                 phases.seconds["distribution"] += time.perf_counter() - t0
             out = cholesky_dist(dist, grid, plan.b, lower=lower != flip, lookahead=lookahead,
@@ -566,9 +512,9 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
                 if not direct:
                     res = out.to_root(root, order="F")
                 elif plan.r == 1:
-                    res = _gather_blocks(out.local, n, plan.c, plan.b, sub, root)
+                    res = gather_columns(out.local, n, n, plan.c, plan.b, sub, root)
                 else:
-                    res = _gather_blocks(out.local.T, n, plan.r, plan.b, sub, root)
+                    res = gather_columns(out.local.T, n, n, plan.r, plan.b, sub, root)
                     res = None if res is None else res.T
             return res.T if flip and res is not None else res
         finally:

@@ -12,7 +12,11 @@ import numpy as np
 
 from autotune.kernels.pack import as_index, put, take_flat
 
-from .layout import Layout
+from . import workspace
+from .layout import Axis, Layout
+
+# Tag of the root <-> rank column-block moves (``scatter_columns`` / ``gather_columns``).
+MOVE_TAG = 24576
 
 
 def _mpi_type(dtype: np.dtype):
@@ -106,6 +110,65 @@ def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm) -> np.ndarra
     for s, (r, c) in enumerate(recv_parts):
         if r.size and c.size:
             put(out, r, c, rbuf[rdispl[s]:rdispl[s] + rcounts[s]].reshape((r.size, c.size), order="F"))
+    return out
+
+
+def column_blocks(cols: int, parts: int, b: int):
+    """(owner, global start, width, local start) of each column block, block-cyclic over ``parts``."""
+    for J in range(-(-cols // b)):
+        j0 = J * b
+        yield J % parts, j0, min(b, cols - j0), (J // parts) * b
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    """A Fortran-contiguous array as a 1-D view (an MPI buffer without a copy)."""
+    assert x.flags.f_contiguous, "block moves need contiguous blocks"
+    return x.reshape(-1, order="F")
+
+
+def scatter_columns(src: np.ndarray | None, rows: int, cols: int, parts: int, b: int, comm, root: int = 0,
+                    tag: int = MOVE_TAG) -> np.ndarray:
+    """This rank's column-cyclic piece (block b over ranks 0..parts-1, Fortran order, workspace
+    memory) of the root's Fortran-ordered float64 rows x cols ``src``. Each column block is
+    contiguous and goes out straight from ``src``, unpacked. The root posts every send first, then
+    copies its own blocks while the others pull theirs (single-copy transports: the receiver
+    copies). The comm probe times this very function (``colscatter_cold``)."""
+    from mpi4py import MPI
+
+    me = comm.rank
+    local = workspace.empty("a", (rows, Axis(cols, parts, b).count(me)), order="F")
+    blocks = list(column_blocks(cols, parts, b))
+    if me == root:
+        reqs = [comm.Isend([_flat(src[:, j0:j0 + w]), MPI.DOUBLE], q, tag)
+                for q, j0, w, _ in blocks if q != me]
+        for q, j0, w, l0 in blocks:
+            if q == me:
+                local[:, l0:l0 + w] = src[:, j0:j0 + w]
+    else:
+        reqs = [comm.Irecv([_flat(local[:, l0:l0 + w]), MPI.DOUBLE], root, tag)
+                for q, _, w, l0 in blocks if q == me]
+    MPI.Request.Waitall(reqs)
+    return local
+
+
+def gather_columns(local: np.ndarray, rows: int, cols: int, parts: int, b: int, comm, root: int = 0,
+                   tag: int = MOVE_TAG) -> np.ndarray | None:
+    """The reverse of ``scatter_columns``: the whole Fortran-ordered rows x cols matrix (new
+    memory) on the root, None elsewhere."""
+    from mpi4py import MPI
+
+    me = comm.rank
+    out = np.empty((rows, cols), order="F") if me == root else None
+    reqs = []
+    for q, j0, w, l0 in column_blocks(cols, parts, b):
+        if me == root:
+            if q == me:
+                out[:, j0:j0 + w] = local[:, l0:l0 + w]
+            else:
+                reqs.append(comm.Irecv([_flat(out[:, j0:j0 + w]), MPI.DOUBLE], q, tag))
+        elif q == me:
+            reqs.append(comm.Isend([_flat(local[:, l0:l0 + w]), MPI.DOUBLE], root, tag))
+    MPI.Request.Waitall(reqs)
     return out
 
 

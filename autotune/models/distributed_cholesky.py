@@ -47,8 +47,9 @@ waits for late panels: the run times everything in its loop outside BLAS as comm
 ranks end together, so the least busy one waits longest: communication carries the compute
 imbalance of the block-cyclic columns. Each phase <= total <= their sum.
 
-``distribution`` / ``collection`` (``_moves``): the root's finiteness check (one gemv), its own
-blocks copied (1-D grids) or every element packed (2-D, ``cp.pack_time`` by run length b),
+``distribution`` / ``collection`` (``_moves``): the root's finiteness check (one gemv), then on
+1-D grids the probe's timing of the runs' own scatter (``colscatter_cold``, the root's
+copy of its blocks included), on 2-D every element packed (``cp.pack_time`` by run length b) and
 ``scatterv_cold`` of the 8 n^2/p byte pieces; back, the new factor's page faults
 (``cp.first_touch_time``), ``gatherv`` and the copy or unpacking. The root-side costs are
 ``models.movement``'s, shared with the gemm models.
@@ -229,25 +230,36 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     return out
 
 
+def _measured(cp, primitive: str) -> bool:
+    """Whether the comm probe behind ``cp`` timed ``primitive`` (older probes lack the newer ones)."""
+    names = getattr(cp, "primitives", None)
+    return callable(names) and primitive in names()
+
+
 def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads: int) -> tuple[float, float]:
     """(distribution, collection) seconds of the root's n x n matrix in and its factor out.
 
-    Distribution: the root's finiteness check, then on 1-D grids its own column blocks copied
-    while the receivers pull theirs (one stream each of 8 n^2/p bytes, the cold ``scatterv``
-    curve), on 2-D grids every element packed into a new send buffer, then ``scatterv_cold``.
-    The copy and the transfers share the memory system, so they add (measured in runs at n = 2048:
-    1.6 ms, for a modelled copy 0.6 + transfers 1.0). Collection: the new result's page faults, the
-    ``gatherv`` of the pieces, and the root's own copy (1-D) or the unpacking (2-D, into a new
-    gather buffer too).
+    Distribution: the root's finiteness check, then on 1-D grids ``colscatter_cold`` of the
+    8 n^2/p byte pieces: the probe times the runs' own scatter, whose root copies its blocks while
+    the others pull theirs (how much those overlap is the machine's: here they do; on another
+    machine they added). Older probes: the cold ``scatterv`` plus the copy. On 2-D grids every
+    element is packed into a new send buffer, then ``scatterv_cold``. Collection: the new result's
+    page faults, the ``gatherv`` of the pieces, and the root's own copy (1-D) or the unpacking
+    (2-D, into a new gather buffer too).
     """
     elems, blk = float(n) * n, WORD * float(n) * n / p
     scatter = float(np.asarray(cp.time("scatterv_cold", p, blk)).reshape(-1)[0])
     gather = float(np.asarray(cp.time("gatherv", p, blk)).reshape(-1)[0])
     touch = movement.first_touch(cp, WORD * elems)
-    dist = movement.finite_check(sp, n, n, backend, threads) + scatter
+    check = movement.finite_check(sp, n, n, backend, threads, cp)
+    dist = check + scatter
     if r == 1 or c == 1:
         own = movement.copy(sp, elems / p)
-        return dist + own, touch + own + gather
+        if _measured(cp, "colscatter_cold"):
+            dist = check + float(np.asarray(cp.time("colscatter_cold", p, blk)).reshape(-1)[0])
+        else:
+            dist += own
+        return dist, touch + own + gather
     run = movement.run_length(n, r, b)
     dist += touch + movement.pack(sp, cp, elems, run, "take") + movement.copy(sp, elems / p)
     return dist, 2.0 * touch + movement.pack(sp, cp, elems, run, "put") + gather

@@ -125,15 +125,18 @@ def run_length(rows: int, parts: int, b: int) -> int:
     return min(b, rows) if parts > 1 else rows
 
 
-def finite_check(sp, rows: int, cols: int, backend: str, threads: int) -> float:
+def finite_check(sp, rows: int, cols: int, backend: str, threads: int, cp=None) -> float:
     """The root's finiteness check of a rows x cols matrix: one gemv with a ones vector on the
     plan's library and threads (``distributed.checks.all_finite``), 2 rows cols flops, but
-    no faster than one read of a matrix the caches no longer hold (``READ_SHARE`` of a pass out
-    of cache)."""
+    no faster than the comm probe's timing of the check out of cache (``cp.check_time``), or,
+    without one, one read of a matrix the caches no longer hold (``READ_SHARE`` of a pass)."""
     if rows * cols <= 0:
         return 0.0
-    flops = 2.0 * rows * cols * k(sp, "gemv", backend, threads, math.sqrt(rows * cols))
-    return max(flops, float(cold_reads(sp, float(rows) * cols)))
+    elems = float(rows) * cols
+    flops = 2.0 * elems * k(sp, "gemv", backend, threads, math.sqrt(elems))
+    timer = getattr(cp, "check_time", None)
+    floor = timer(backend, elems) if timer is not None else None
+    return max(flops, float(cold_reads(sp, elems)) if floor is None else floor)
 
 
 def first_touch(cp, nbytes: float) -> float:
