@@ -96,8 +96,8 @@ class _Trial:
     def __init__(self, cp, **values):
         self.cp, self.values = cp, values
 
-    def step_wait(self, p: int, b: int) -> float:
-        return self.values["step_wait"] if "step_wait" in self.values else self.cp.step_wait(p, b)
+    def step_wait(self, p: int, b: int, grid=None) -> float:
+        return self.values["step_wait"] if "step_wait" in self.values else self.cp.step_wait(p, b, grid)
 
     def end_wait(self, p: int, b: int) -> float:
         return self.values["end_wait"] if "end_wait" in self.values else self.cp.end_wait(p, b)
@@ -173,13 +173,17 @@ def step_n(p: int, blocks=STEP_BLOCKS, target: int = STEP_N) -> int:
 
 
 def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target: int = STEP_N) -> dict | None:
-    """``{"p": [2..P], "b": blocks, "wait": [[share per b] per p], "end": [[steps per b] per p]}``
-    (>= 0) on rank 0: SUMMA on the first p ranks, grids 1 x p and p x 1 (their mean), order
+    """``{"p": [2..P], "b": blocks, "wait": [[share per b] per p], "end": [[steps per b] per p],
+    "wait_1xp": ..., "wait_px1": ...}`` (>= 0) on rank 0: SUMMA on the first p ranks, grids 1 x p
+    and p x 1 (their mean; ``wait_1xp`` and ``wait_px1`` each grid's own), order
     ``step_n(p, blocks, target)``; None elsewhere or without the database's BLAS records.
     ``wait``: communication beyond the model's, over its compute; ``end``: collection beyond the
     model's (the root's wait for ranks of equal load that finished after it), over one step's
-    compute. Collective over ``world``."""
-    out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": [], "end": []}
+    compute. By grid because the two differ the same way in every run: at P = 2 p x 1 plans waited
+    1.4-2.0% of their compute beyond the model, 1 x p plans 0.7-1.3% less than it (session 27,
+    the s26 runs at n = 1024..2560), the two cancelling in the mean. Collective over ``world``."""
+    out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": [], "end": [], "wait_1xp": [],
+                            "wait_px1": []}
     for p in range(2, world.size + 1):
         order = step_n(p, blocks, target)
         cases = [("gemm", Plan("summa", p, r, c, b=int(b), threads=1), order)
@@ -194,7 +198,11 @@ def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target
         for key, phase, per in (("wait", "communication", np.ones(len(runs))), ("end", "collection", steps)):
             share = [max(meas[phase] - model[phase], 0.0) * k / model["compute"] if model["compute"] > 0 else 0.0
                      for (meas, (model,)), k in zip(runs, per, strict=True)]
-            out[key].append(np.mean(np.reshape(share, (len(blocks), 2)), axis=1).tolist())
+            by_grid = np.reshape(share, (len(blocks), 2))          # columns: 1 x p, p x 1
+            out[key].append(np.mean(by_grid, axis=1).tolist())
+            if key == "wait":
+                out["wait_1xp"].append(by_grid[:, 0].tolist())
+                out["wait_px1"].append(by_grid[:, 1].tolist())
     return out if world.rank == 0 else None
 
 

@@ -980,6 +980,8 @@ def main(argv: list[str] | None = None) -> int:
         if "step_wait" in info:
             sw = info["step_wait"]
             for key, what, scale, unit in (("wait", "step wait (share of a step's compute)", 100, "%"),
+                                           ("wait_1xp", "step wait, 1 x p grids", 100, "%"),
+                                           ("wait_px1", "step wait, p x 1 grids", 100, "%"),
                                            ("end", "root's wait in the gather (steps of its update)", 1, "")):
                 print(f"SUMMA {what}: " + "; ".join(
                     f"p={p} " + ", ".join(f"b={b} {scale * w:.2f}{unit}" for b, w in zip(sw["b"], row, strict=True))

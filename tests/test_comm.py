@@ -736,6 +736,22 @@ def test_step_wait_reads_the_calibration_by_nearest_p_and_log_block_else_the_pro
         assert (cp.step_wait(2, 64), cp.step_wait(3, 64)) == (0.012, 0.1)
 
 
+def test_step_wait_of_a_one_row_or_one_column_grid_is_its_own_orientations(tmp_path):
+    """1 x p and p x 1 plans read their own orientation's calibration (``wait_1xp``, ``wait_px1``);
+    2-D grids, no grid, and probes without them read the mean (``wait``)."""
+    table = {"p": [2], "b": [64, 256], "wait": [[0.02, 0.01]], "end": [[0.0, 0.0]],
+             "wait_1xp": [[0.0, 0.0]], "wait_px1": [[0.04, 0.02]]}
+    path = tmp_path / "sw.h5"
+    write_synthetic(path, 2, step_wait=table)
+    cp = dbc.load_comm(path, nprocs=2)
+    assert cp.step_wait(2, 64, (1, 2)) == 0.0 and cp.step_wait(2, 64, (2, 1)) == pytest.approx(0.04)
+    assert cp.step_wait(2, 256, (2, 1)) == pytest.approx(0.02) and cp.step_wait(2, 64) == pytest.approx(0.02)
+    assert cp.step_wait(4, 64, (2, 2)) == pytest.approx(0.02)
+    old = tmp_path / "old.h5"
+    write_synthetic(old, 2, step_wait={k: table[k] for k in ("p", "b", "wait", "end")})
+    assert dbc.load_comm(old, nprocs=2).step_wait(2, 64, (2, 1)) == pytest.approx(0.02)
+
+
 def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
     from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
 

@@ -348,7 +348,7 @@ def test_summa_waits_for_the_slowest_of_equal_ranks_or_the_imbalance_whichever_i
     the broadcasts; the last step's in the gather), which is on the critical path (every rank waits
     for another in turn). Uneven loads: the imbalance alone, when larger."""
     class Skewed(FakeCP):
-        def step_wait(self, p, b):
+        def step_wait(self, p, b, grid=None):
             return 0.2 if p == 2 else 1.0
 
     even_plan, odd_plan = Plan("summa", 2, 2, 1, b=128), Plan("summa", 2, 2, 1, b=512)
@@ -370,7 +370,7 @@ def test_summa_waits_the_calibrated_step_wait_of_its_p_and_block_over_the_probe_
         def compute_skew(self, p):
             return 0.5
 
-        def step_wait(self, p, b):
+        def step_wait(self, p, b, grid=None):
             return {64: 0.5, 256: 0.2}[b] if p == 2 else 1.0
 
     for b, share in ((64, 0.5), (256, 0.2)):

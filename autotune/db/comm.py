@@ -645,6 +645,14 @@ def _running_median(values, width: int = 3):
     return out
 
 
+def _orientation(grid) -> str | None:
+    """The step-wait key of a plan grid: ``wait_1xp`` (one process row), ``wait_px1`` (one
+    column), None for 2-D grids or none given."""
+    if grid is None or len(grid) != 2 or min(grid) != 1 or max(grid) < 2:
+        return None
+    return "wait_1xp" if int(grid[0]) == 1 else "wait_px1"
+
+
 def _step_wait_at(table, p: int, b: float, key: str = "wait") -> float | None:
     """The calibrated SUMMA share ``key`` of ``{"p", "b", "wait", "end"}`` at the nearest measured
     p (the larger on a tie), log-linear in b; None if missing or malformed."""
@@ -709,11 +717,17 @@ class CommParams:
         value = _log_interp(value, "p", "skew", p) if isinstance(value, dict) else value
         return _nonnegative(value, DEFAULT_COMPUTE_SKEW)
 
-    def step_wait(self, p: int, b: float) -> float:
+    def step_wait(self, p: int, b: float, grid: tuple[int, int] | None = None) -> float:
         """Share of a SUMMA step's compute that its ``p`` ranks wait for the slowest one, at block
         ``b``: the probe's calibration runs (``install_probe.calibrate.step_waits``; nearest p,
-        log-linear in b), else ``compute_skew(p)``."""
-        value = _nonnegative(_step_wait_at(self._info("step_wait"), p, b), None)
+        log-linear in b), those of the plan's own orientation for a 1 x p or p x 1 ``grid``
+        (``wait_1xp``, ``wait_px1``) where measured, else of both; else ``compute_skew(p)``."""
+        table, value = self._info("step_wait"), None
+        key = _orientation(grid)
+        if key is not None:
+            value = _nonnegative(_step_wait_at(table, p, b, key), None)
+        if value is None:
+            value = _nonnegative(_step_wait_at(table, p, b), None)
         return self.compute_skew(p) if value is None else value
 
     def end_wait(self, p: int, b: float) -> float:

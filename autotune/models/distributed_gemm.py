@@ -194,12 +194,13 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
     return n, k, m, plan.c, plan.r
 
 
-def _calibrated(cp, name: str, p: int, b: int) -> float:
-    """The probe's SUMMA calibration ``cp.<name>(p, b)`` (``step_wait``: share of a step's compute
-    the ranks wait for the slowest, falling back on the probe's skew; ``end_wait``: steps of its
-    update the root waits in the gather); 0 for communication parameters without it."""
+def _calibrated(cp, name: str, p: int, b: int, *grid: tuple[int, int]) -> float:
+    """The probe's SUMMA calibration ``cp.<name>(p, b[, grid])`` (``step_wait``: share of a step's
+    compute the ranks wait for the slowest, by the plan's grid, falling back on the probe's skew;
+    ``end_wait``: steps of its update the root waits in the gather); 0 for communication
+    parameters without it."""
     value = getattr(cp, name, None)
-    return max(float(value(p, b)), 0.0) if value is not None else 0.0
+    return max(float(value(p, b, *grid)), 0.0) if value is not None else 0.0
 
 
 def _root_lead(cp, p: int, b: int, area: np.ndarray, step: float) -> float:
@@ -263,7 +264,8 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
         comm += owner * (1.0 - 1.0 / C)
         comp, wall = comp + owner / C, wall + owner / C
     top, slack = float(comp.max()), float(comp.max() - comp.min())
-    skew = max(_calibrated(cp, "step_wait", p, b) * top - slack, 0.0)   # the loaded rank's wait for slow others
+    # the loaded rank's wait for slow others, as measured on plans of this grid's orientation
+    skew = max(_calibrated(cp, "step_wait", p, b, (plan.r, plan.c)) * top - slack, 0.0)
     lag, idle = wall - top + skew, wall - float(comp.min()) + skew
     last = widths[-1] / float(np.dot(counts, widths))
     held = comp[area > 0]           # ranks with no piece of C send nothing: they do not wait in the gather
