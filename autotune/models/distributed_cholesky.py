@@ -248,20 +248,19 @@ def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads
     (2-D, into a new gather buffer too).
     """
     elems, blk = float(n) * n, WORD * float(n) * n / p
-    scatter = float(np.asarray(cp.time("scatterv_cold", p, blk)).reshape(-1)[0])
-    gather = float(np.asarray(cp.time("gatherv", p, blk)).reshape(-1)[0])
-    touch = movement.first_touch(cp, WORD * elems)
+
+    def one(primitive: str) -> float:
+        return float(np.asarray(cp.time(primitive, p, blk)).reshape(-1)[0])
+
+    gather, touch = one("gatherv"), movement.first_touch(cp, WORD * elems)
     check = movement.finite_check(sp, n, n, backend, threads, cp)
-    dist = check + scatter
     if r == 1 or c == 1:
         own = movement.copy(sp, elems / p)
-        if _measured(cp, "colscatter_cold"):
-            dist = check + float(np.asarray(cp.time("colscatter_cold", p, blk)).reshape(-1)[0])
-        else:
-            dist += own
-        return dist, touch + own + gather
+        moved = one("colscatter_cold") if _measured(cp, "colscatter_cold") else one("scatterv_cold") + own
+        return check + moved, touch + own + gather
     run = movement.run_length(n, r, b)
-    dist += touch + movement.pack(sp, cp, elems, run, "take") + movement.copy(sp, elems / p)
+    packed = touch + movement.pack(sp, cp, elems, run, "take") + movement.copy(sp, elems / p)
+    dist = check + one("scatterv_cold") + packed
     return dist, 2.0 * touch + movement.pack(sp, cp, elems, run, "put") + gather
 
 
