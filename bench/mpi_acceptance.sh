@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 4's acceptance run, end to end, on fresh probes (about an hour on this 2-core machine):
 #   1. the BLAS probe (standard profile), copied into one database per platform (P = 2, P = 4);
-#   2. the comm probe on each platform (P = 4 is oversubscribed here: its own platform);
-#   3. mpi_validate: every plan at n = 1024, 2048 (training; stores fitted phase factors) and at
-#      n = 1536, 2560 (held out), both families, both platforms;
-#   4. mpi_speed at P = 2, n = 4096 against numpy/scipy and dask (needs the `bench` extra);
-#   5. the (ts, tw) held-out summary of each comm probe (bench/comm_repeatability.py).
+#   2. per platform (P = 2, then P = 4, oversubscribed here: its own platform), the comm probe and
+#      right after it mpi_validate: every plan at n = 1024, 2048 (training; stores fitted phase
+#      factors) and at n = 1536, 2560 (held out), both families (the machine drifts over the hour:
+#      each platform's runs follow its own probe);
+#   3. mpi_speed at P = 2, n = 4096 against numpy/scipy and dask (needs the `bench` extra);
+#   4. the (ts, tw) held-out summary of each comm probe (bench/comm_repeatability.py).
 # Usage: bash bench/mpi_acceptance.sh OUTDIR TAG    (tables go to bench/results/*-TAG.*)
 set -euo pipefail
 OUT=${1:?OUTDIR}; TAG=${2:?TAG}; RES=bench/results
@@ -14,11 +15,9 @@ MPI=(mpiexec --oversubscribe); [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
 plain() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }   # benchmark a current numpy
 mkdir -p "$OUT"
 plain autotune-install --profile standard --db "$OUT/blas.h5" --no-progress
-for P in 2 4; do
+for P in 2 4; do                 # each platform validated right after its own probe
   cp "$OUT/blas.h5" "$OUT/p$P.h5"
   plain autotune-install --mpi --np "$P" --db "$OUT/p$P.h5"
-done
-for P in 2 4; do
   for F in gemm cholesky; do
     plain "${MPI[@]}" -n "$P" python bench/mpi_validate.py --family "$F" --sizes 1024 2048 --reps 5 --fit \
       --db "$OUT/p$P.h5" --out "$RES/mpi-validate-$F-P$P-$TAG.json" --markdown "$RES/mpi-validate-$F-P$P-$TAG.md"

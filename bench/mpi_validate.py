@@ -3,7 +3,8 @@
 Run collectively under mpiexec; the root ranks the plans for each problem (oversubscribed ones
 too, so that their models are checked; the selector's choice obeys ranks x threads <= cores and
 the best measured is over every plan timed), every plan is forced
-and timed (median of ``--reps`` runs; each run from root-held matrices to the gathered result),
+and timed (median of ``--reps`` runs, the plans' runs interleaved round by round; each run
+from root-held matrices, the same for every plan, to the gathered result),
 per-phase times are the maximum over ranks (each phase the median of its runs). Reports the
 absolute percentage error per phase and for the total, and per problem the best measured plan,
 the model's choice and the deviation t(choice) / t(best) - 1 (the layout of 001 tables 3.44-3.45).
@@ -62,12 +63,24 @@ def _max():
     return MPI.MAX
 
 
-def measure(family: str, plan: Plan, n: int, comm, reps: int, rng) -> dict:
+def measure(family: str, plans: list[Plan], n: int, comm, reps: int, rng) -> list[dict]:
+    """Every plan's ``reps`` runs on one problem, interleaved: round k runs each plan once, in an
+    order rotated by k, so a slow spell of the machine (minutes long on this shared host) falls on
+    every plan alike instead of on whichever was being timed; each plan's first run warms up."""
     args = _problem(family, n, rng) if comm.rank == 0 else ((None,) * (2 if family == "gemm" else 1))
-    runs = [_run_once(family, plan, args, comm) for _ in range(reps + 1)][1:]   # first run warms up
+    runs: list[list] = [[] for _ in plans]
+    for plan in plans:
+        _run_once(family, plan, args, comm)
+    for k in range(reps):
+        for i in np.roll(np.arange(len(plans)), -k):
+            runs[i].append(_run_once(family, plans[i], args, comm))
+    return [_summary(r) for r in runs]
+
+
+def _summary(runs: list) -> dict:
+    """Median wall time, its interquartile spread, and each phase's own median over the runs: one
+    run's phases (the median wall's) carry that run's noise, 10-20% per phase here."""
     walls = np.array([w for w, _ in runs])
-    # Each phase's own median over the runs: one run's phases (the median wall's) carry that run's
-    # noise, 10-20% per phase here between otherwise equal runs.
     return {"total": float(np.median(walls)), "spread": float(np.subtract(*np.percentile(walls, [75, 25])) /
                                                               np.median(walls)),
             **{p: float(np.median([ph[p] for _, ph in runs])) for p in PHASES}}
@@ -94,8 +107,8 @@ def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | No
                       if r.seconds <= max_ratio * best or r.plan == choice]
         ranked, choice = comm.bcast((ranked, choice), root=0)
         rows = []
-        for plan, predicted, model in ranked:
-            measured = measure(family, plan, n, comm, reps, rng)
+        timed = measure(family, [plan for plan, _, _ in ranked], n, comm, reps, rng)
+        for (plan, predicted, model), measured in zip(ranked, timed, strict=True):
             rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm, "p": plan.p,
                          "predicted": predicted, "model": model, "measured": measured})
             if comm.rank == 0:
