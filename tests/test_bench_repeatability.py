@@ -66,7 +66,9 @@ def test_regime_report_blames_the_data_for_a_spike_and_retest_sees_a_uniform_slo
     noisy = _platform(tmp_path / "a.h5", spike=1.3)
     lines, counts = crep.regime_report(noisy, 0.1)
     assert counts["warm"][:3] == [1, 0, 1] and len(lines) == 1 and "1 of them off their neighbours" in lines[0]
+    assert counts["warm"][4] == 1                 # one spike: the regime's median error stays small
     assert "held-out points within 10%: 90.0% of 10" in crep._summary("own", counts, 0.1)
+    assert "1/1 with median error within 10%" in crep._summary("own", counts, 0.1)
     clean = _platform(tmp_path / "b.h5", spike=1.0, scale=1.25)
     assert crep.regime_report(clean, 0.1)[1]["warm"][:3] == [1, 1, 0]
     ratios = crep.retest(clean, _platform(tmp_path / "c.h5", spike=1.0))
