@@ -419,6 +419,18 @@ def test_cbsr_gathers_along_rows_only_with_several_columns():
     assert two_col["communication"] == pytest.approx(CP.ts + CP.tw * 8 * 400 * 300)
 
 
+def test_cbsr_on_one_process_column_is_bsr_and_is_not_a_separate_candidate():
+    """Same scatter, product and gather: one model, and the selector lists the plan once (as BSR)."""
+    assert dg.cbsr(800, 600, 400, Plan("cbsr", 4, 4, 1), SP, CP) == dg.bsr(800, 600, 400, Plan("bsr", 4, 4, 1),
+                                                                            SP, CP)
+    from autotune.select.distributed import plans
+
+    listed = plans("gemm", (1024, 1024, 1024), 4, cores=4)
+    assert not [q for q in listed if q.algorithm == "cbsr" and q.c == 1]
+    assert {(q.r, q.c) for q in listed if q.algorithm == "cbsr"} == {(1, 2), (1, 3), (1, 4), (2, 2)}
+    assert {(q.r, q.c) for q in listed if q.algorithm == "bsr"} == {(2, 1), (3, 1), (4, 1)}
+
+
 def test_strassen_summa_levels():
     base = Plan("summa", 4, 2, 2, b=64)
     for n in (300, 1000):

@@ -155,13 +155,19 @@ def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     return _result(dist, 0.0, comp, coll + wait, total=dist + wall + coll)
 
 
+_bsr_phases = bsr    # before ``_new_result`` below: CBSR on one column adds the page faults once
+
+
 def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     """Row panels to process column 0 (Scatterv among r), blocks along rows (Scatterv among c,
     after packing the band into blocks when c > 1), Bcast of B; Allgatherv of the blocks along rows (communication);
-    c gemms of (m/r) x (k/c) by (k/c) x (n/c) (square at the geometric mean); Gatherv of C."""
+    c gemms of (m/r) x (k/c) by (k/c) x (n/c) (square at the geometric mean); Gatherv of C.
+    On one process column (c = 1) the run is BSR's, op for op, and so is the model."""
     p, r, c = plan.p, plan.r, plan.c
     if p == 1:
         return _local(m, k, n, plan, sp)
+    if c == 1:
+        return _bsr_phases(m, k, n, plan, sp, cp)
     mi, kj, nj = _ceil(m, r), _ceil(k, c), _ceil(n, c)
     dist = (_coll(cp, SCATTER, r, ITEM * mi * k) + (_passes(alone(sp), mi * k) if c > 1 else 0.0)
             + _coll(cp, SCATTER, c, ITEM * mi * kj) + _coll(cp, BCAST, p, ITEM * k * n))

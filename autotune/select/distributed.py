@@ -74,7 +74,8 @@ def plans(family: str, dims: tuple[int, ...], nprocs: int, cores: int, hosts: in
                 if family == "cholesky":
                     out += [Plan("cholesky", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
                     continue
-                out.append(Plan("cbsr", p, r, c, threads=t, backend=be))
+                if c > 1:     # on one process column CBSR runs BSR's scatter, product and gather
+                    out.append(Plan("cbsr", p, r, c, threads=t, backend=be))
                 out += [Plan("summa", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
                 out += [Plan("strassen_summa", p, r, c, b=b, level=lv, threads=t, backend=be)
                         for lv in DIST_STRASSEN_LEVELS if small >> lv >= 64
