@@ -79,6 +79,7 @@ VECTOR_WIDTH = 8    # doubles per row of the strided column block
 VECTOR_STRIDE = 4   # the block is 1/VECTOR_STRIDE of the matrix width
 DARRAY_BLOCK = 8    # block-cyclic block size (elements) of the darray piece
 ALIGN_BYTES = 64    # sizes of the grids are whole cache lines
+FIRST_TOUCH_SIZES = tuple(int(2 ** (22 + q / 4)) for q in range(17))   # 4 .. 64 MiB, quarter octaves
 
 
 class CommProfileError(ValueError):
@@ -116,6 +117,9 @@ class CommProfile:
     cold_sizes: tuple[int, ...] | None = None   # sizes of the cold-cache primitives (None: sizes >= COLD_MIN_BYTES)
     heldout: bool = False                       # also time the midpoints of each grid, to check the fits on
     check_sides: tuple[int, ...] = (1024, 2048, 4096)   # the root's finiteness check (``check_costs``)
+    first_touch_sizes: tuple[int, ...] = FIRST_TOUCH_SIZES   # the root's page faults (``first_touch_costs``)
+    pack_order: int = 2048                      # the root's block-cyclic (un)packing (``pack_costs``)
+    root_reps: int | None = None                # repetitions of those three (None: each one's default)
     step_order: int = 1536                      # SUMMA calibration runs (``calibrate.step_waits``): order ...
     step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
     loop_cases: tuple[tuple[int, int], ...] = LOOP_CASES   # Cholesky (order, block) runs (``calibrate.loop_costs``)
@@ -206,7 +210,7 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
                "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
-               "step_waits", "loop_costs", "check_sides"}
+               "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order", "root_reps"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -234,9 +238,28 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
                        heldout=_heldout(data.get("heldout", "none"), source),
-                       check_sides=tuple(int(x) for x in data.get("check_sides", CommProfile.check_sides)),
+                       **_root_costs(data, source),
                        **_step_waits(data.get("step_waits") or {}, source),
                        **_loop_costs(data.get("loop_costs"), source), source=source)
+
+
+def _root_costs(data: dict, source: str) -> dict:
+    """The sizes and repetitions of the root's own costs (finiteness check, first touch, packing)
+    as CommProfile fields, defaults where left out; a tiny profile keeps them short."""
+    out = {}
+    try:
+        for key in ("check_sides", "first_touch_sizes"):
+            if key in data:
+                out[key] = tuple(int(x) for x in data[key])
+        for key in ("pack_order", "root_reps"):
+            if key in data:
+                out[key] = int(data[key])
+    except (TypeError, ValueError) as exc:
+        raise CommProfileError(f"{source}: root costs: {exc}") from exc
+    if any(not v or min(v) < 1 for k, v in out.items() if k in ("check_sides", "first_touch_sizes")) \
+            or any(v < 1 for k, v in out.items() if k in ("pack_order", "root_reps")):
+        raise CommProfileError(f"{source}: check_sides, first_touch_sizes, pack_order and root_reps must be positive")
+    return out
 
 
 def _step_waits(value, source: str) -> dict:
@@ -733,7 +756,6 @@ class _Run:
             col.Free()
 
 
-FIRST_TOUCH_SIZES = tuple(int(2 ** (22 + q / 4)) for q in range(17))   # 4 .. 64 MiB, quarter octaves
 
 
 def first_touch_costs(sizes=FIRST_TOUCH_SIZES, reps: int = 5) -> dict:
@@ -876,9 +898,10 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
 
     info["compute_skew"] = compute_skews(world)
     if world.Get_rank() == 0:
-        info["first_touch"] = first_touch_in_fresh_process()     # the others wait in the fit's bcast below
-        info["pack"] = pack_costs()
-        info["check"] = check_costs(profile.check_sides)
+        reps = {} if profile.root_reps is None else {"reps": profile.root_reps}
+        info["first_touch"] = first_touch_in_fresh_process(profile.first_touch_sizes, **reps)   # the others
+        info["pack"] = pack_costs(profile.pack_order, **reps)             # wait in the fit's bcast below
+        info["check"] = check_costs(profile.check_sides, **reps)
     measured = time.perf_counter() - t_start
     result, error = None, ""
     if world.Get_rank() == 0:

@@ -458,6 +458,7 @@ TINY = {
                "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
     "passes": 1,
     "check_sides": [128, 256],
+    "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,   # 4-8 s of root costs, not 40
 }
 MPI_TIMEOUT = 120   # a whole tiny probe: 55-65 s at P = 3 on 2 cores (first touch, packing, check timings)
 
@@ -763,6 +764,21 @@ def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
     for bad in ({"order": 0}, {"blocks": []}, {"blocks": ["x"]}, {"size": 3}, [1]):
         with pytest.raises(CommProfileError, match="step_waits"):
             parse_comm_profile({**base, "step_waits": bad})
+
+
+def test_profile_root_costs_take_sizes_and_reps_and_reject_bad_values():
+    from autotune.install_probe.comm import FIRST_TOUCH_SIZES, CommProfileError, parse_comm_profile
+
+    base = {"name": "t", "sizes": [8, 64]}
+    prof = parse_comm_profile({**base, "check_sides": [128], "first_touch_sizes": [4096, 8192], "pack_order": 256,
+                               "root_reps": 2})
+    assert (prof.check_sides, prof.first_touch_sizes, prof.pack_order, prof.root_reps) == ((128,), (4096, 8192), 256, 2)
+    prof = parse_comm_profile(base)
+    assert (prof.first_touch_sizes, prof.pack_order, prof.root_reps) == (FIRST_TOUCH_SIZES, 2048, None)
+    for bad in ({"pack_order": 0}, {"root_reps": "x"}, {"first_touch_sizes": []}, {"check_sides": [0]},
+                {"first_touch_sizes": 5}):
+        with pytest.raises(CommProfileError, match="root costs|positive"):
+            parse_comm_profile({**base, **bad})
 
 
 def test_profile_loop_costs_take_order_block_pairs_and_reject_bad_values():

@@ -13,7 +13,8 @@ COMM_TINY = {
     "name": "tiny-api-test", "sizes": [8, 512, 4096, 32768, 262144], "procs": "all", "grids": "all",
     "timing": {"warmup": 1, "warmup_seconds": 0.0, "rewarm": 1, "min_reps": 2, "max_reps": 3, "rel_tol": 0.5,
                "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
-    "passes": 1,
+    "passes": 1, "check_sides": [128, 256], "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,
+    "step_waits": {"order": 256, "blocks": [32, 64]}, "loop_costs": [[256, 32], [512, 32]],   # calibrations: short
 }
 
 

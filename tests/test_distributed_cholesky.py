@@ -440,7 +440,7 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
         for db in sys.argv[1:]:
             x = loop_costs(MPI.COMM_WORLD, db, reps=2, cases=((128, 16), (256, 32)))
             calls = call_overheads(MPI.COMM_WORLD, db, reps=2)
-            waits = step_waits(MPI.COMM_WORLD, db, reps=3, blocks=(16, 32), target=64)
+            waits = step_waits(MPI.COMM_WORLD, db, reps=3, blocks=(16, 32), target=256)
             if MPI.COMM_WORLD.rank == 0:
                 print("CAL", json.dumps([x, calls, waits]))
     """, 2, tmp_path, args=[str(path), str(bare)])
