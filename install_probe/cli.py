@@ -170,6 +170,9 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     # the machine a spinning rank whose partner was descheduled would otherwise burn whole time
     # slices (milliseconds) of someone's message. Costs well under a microsecond when idle.
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    # The ranks import the installed package whatever the current directory: ``-m`` would put it
+    # first on sys.path, and a source checkout's autotune/ (without its kernels) would shadow it.
+    env["PYTHONSAFEPATH"] = "1"
     print(f"autotune-install: {' '.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)

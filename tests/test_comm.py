@@ -561,6 +561,31 @@ def test_show_lists_comm_fits_and_plots(probed, tmp_path, capsys):
     assert data["points"] == 7 and {c["platform"]["P"] for c in data["comm"]} == {2, 3}
 
 
+def test_cli_launch_imports_the_installed_package_from_any_directory(monkeypatch, tmp_path):
+    """The launched ranks run ``-m`` with PYTHONSAFEPATH: started from a source checkout, its
+    autotune/ (no compiled kernels there) must not shadow the installed package."""
+    import subprocess
+
+    from autotune.install_probe import cli
+
+    seen = {}
+
+    class Done:
+        pid = 0
+
+        def __init__(self, cmd, env, **kw):
+            seen.update(cmd=cmd, env=env)
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Done)
+    monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
+    monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
+    assert cli.launch_comm_probe(2, "quick", tmp_path / "x.h5", quiet=True) == 0
+    assert seen["env"]["PYTHONSAFEPATH"] == "1" and "autotune.install_probe.comm" in seen["cmd"]
+
+
 def test_cli_launches_mpiexec_itself(tmp_path):
     path, prof = tmp_path / "cli.h5", tmp_path / "tiny.yaml"
     prof.write_text(yaml.safe_dump(dict(TINY, procs=[2], grids="none", heldout="midpoints")))
