@@ -152,6 +152,8 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     import time
     from pathlib import Path
 
+    from autotune.install_probe import child_env
+
     from autotune.db import resolve
 
     exe = find_mpiexec()
@@ -163,16 +165,13 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     prof = str(Path(profile).resolve()) if Path(profile).is_file() else profile
     cmd = mpiexec_command(exe, nprocs) + [sys.executable, "-m", "autotune.install_probe.comm",
                                           "--db", str(path), "--profile", prof] + (["--quiet"] if quiet else [])
-    env = dict(os.environ)
+    env = child_env()
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
     env.setdefault("OMP_NUM_THREADS", "1")
     # Waiting ranks yield their core: needed when oversubscribed, and when other programs share
     # the machine a spinning rank whose partner was descheduled would otherwise burn whole time
     # slices (milliseconds) of someone's message. Costs well under a microsecond when idle.
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-    # The ranks import the installed package whatever the current directory: ``-m`` would put it
-    # first on sys.path, and a source checkout's autotune/ (without its kernels) would shadow it.
-    env["PYTHONSAFEPATH"] = "1"
     print(f"autotune-install: {' '.join(cmd)}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)

@@ -246,20 +246,14 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
 def _root_costs(data: dict, source: str) -> dict:
     """The sizes and repetitions of the root's own costs (finiteness check, first touch, packing)
     as CommProfile fields, defaults where left out; a tiny profile keeps them short."""
-    out = {}
     try:
-        for key in ("check_sides", "first_touch_sizes"):
-            if key in data:
-                out[key] = tuple(int(x) for x in data[key])
-        for key in ("pack_order", "root_reps"):
-            if key in data:
-                out[key] = int(data[key])
+        sizes = {k: tuple(int(x) for x in data[k]) for k in ("check_sides", "first_touch_sizes") if k in data}
+        counts = {k: int(data[k]) for k in ("pack_order", "root_reps") if k in data}
     except (TypeError, ValueError) as exc:
         raise CommProfileError(f"{source}: root costs: {exc}") from exc
-    if any(not v or min(v) < 1 for k, v in out.items() if k in ("check_sides", "first_touch_sizes")) \
-            or any(v < 1 for k, v in out.items() if k in ("pack_order", "root_reps")):
+    if any(not v or min(v) < 1 for v in sizes.values()) or any(v < 1 for v in counts.values()):
         raise CommProfileError(f"{source}: check_sides, first_touch_sizes, pack_order and root_reps must be positive")
-    return out
+    return {**sizes, **counts}
 
 
 def _step_waits(value, source: str) -> dict:
@@ -792,11 +786,13 @@ def first_touch_in_fresh_process(sizes=FIRST_TOUCH_SIZES, reps: int = 5, timeout
     import json
     import subprocess
 
+    from autotune.install_probe import child_env
+
     code = ("import json; from autotune.install_probe.comm import first_touch_costs as f; "
             f"print(json.dumps(f({tuple(int(x) for x in sizes)!r}, {int(reps)})))")
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                              check=True)
+                              check=True, env=child_env())
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return first_touch_costs(sizes, reps)

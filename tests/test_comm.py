@@ -460,7 +460,7 @@ TINY = {
     "check_sides": [128, 256],
     "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,   # 4-8 s of root costs, not 40
 }
-MPI_TIMEOUT = 120   # a whole tiny probe: 55-65 s at P = 3 on 2 cores (first touch, packing, check timings)
+MPI_TIMEOUT = 120   # a whole tiny probe: 22 s at P = 2 on 2 cores (session 29; 58 s before the root costs were cut)
 
 
 def expected_curves(P: int) -> set[tuple]:
