@@ -3,52 +3,158 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+import warnings
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from autotune.db import DatabaseError, load, resolve
 from autotune.db.fingerprint import machine_fingerprint, mismatches
+from autotune.db.lookup import INVALID, remeasure_command
+from autotune.db.store import valid_mask
+
+
+def _error(command: str, message: str, status: int = 1) -> int:
+    """Print the one-line ``autotune COMMAND: error: ...`` message; returns the exit status
+    (2: the arguments are wrong, 1: the run failed)."""
+    print(f"autotune {command}: error: {message}", file=sys.stderr)
+    return status
 
 
 def _series(records: np.ndarray, pattern: str = "square") -> dict[str, dict[tuple[str, int], dict]]:
-    """routine -> (backend, threads) -> {size: GFLOP/s} for one pattern."""
+    """routine -> (backend, threads) -> {size: GFLOP/s} for one pattern (valid records only)."""
     out: dict = defaultdict(lambda: defaultdict(dict))
+    records = records[valid_mask(records)]
     sel = records["pattern"] == pattern.encode()
     for r, k in zip(records[sel], records["k"][sel], strict=True):
         out[r["routine"].decode()][(r["backend"].decode(), int(r["threads"]))][int(r["x"])] = 1e-9 / k
     return out
 
 
-def summary(db) -> list[str]:
-    """Fingerprint, backends and what was measured, as text lines."""
-    lines = ["Machine fingerprint:"]
-    lines += [f"  {k}: {v}" for k, v in sorted(db.fingerprint.items())]
-    lines.append("Backends:")
-    for name, info in sorted(db.backends.items()):
-        lines.append(f"  {name}: {info.get('version', '')} {info.get('corename', '')} [{info.get('library', '')}]")
-    run = db.run
-    lines.append(f"Last run: profile {run.get('profile')!r}, "
-                 f"{'complete' if run.get('complete') else 'INCOMPLETE (autotune-install --resume)'}")
-    lines.append(f"Measured ({len(db.records)} points): routine/pattern x backend x threads, sizes")
-    groups: dict = defaultdict(list)
-    for r in db.records:
-        key = (r["routine"].decode(), r["pattern"].decode(), r["backend"].decode(), int(r["threads"]))
-        groups[key].append((int(r["x"]), float(r["param"])))
-    for (rt, pat, be, t), pts in sorted(groups.items()):
-        xs = [x for x, _ in pts]
-        params = sorted({p for _, p in pts if p})
-        extra = f", params {', '.join(f'{p:g}' for p in params)}" if params else ""
-        lines.append(f"  {rt:6s}/{pat:8s} {be:16s} t={t}: {len(pts):3d} points, n {min(xs)}..{max(xs)}{extra}")
+def machine_lines(fingerprint: dict) -> list[str]:
+    """The machine fingerprint in two lines: hardware, then software stack (and any other keys)."""
+    f = dict(fingerprint)
+    hw = (f"Machine: {f.pop('cpu_model', '?')} ({f.pop('machine', '?')}, {f.pop('system', '?')}), "
+          f"{f.pop('physical_cores', '?')} cores, {f.pop('logical_cpus', '?')} logical CPUs, "
+          f"{f.pop('threads_per_core', '?')} thread(s)/core, flags {f.pop('flags_digest', '?')}")
+    stack = [f"{name} {f.pop(name)}" for name in ("python", "numpy", "scipy", "autotune") if name in f]
+    stack += [f"{k} {v}" for k, v in sorted(f.items())]
+    return [hw, "Stack: " + ", ".join(stack)]
+
+
+def backend_lines(backends: dict, verbose: bool = False) -> list[str]:
+    """One line per measured library: version and core (plus its shared object with ``verbose``)."""
+    lines = ["Libraries:" if backends else "Libraries: none recorded"]
+    for name, info in sorted(backends.items()):
+        version = " ".join(str(info.get("version", "")).split())
+        core = info.get("corename", "")
+        text = f"  {name:16s} {version}" + (f" ({core})" if core and core not in version else "")
+        lines.append(text + (f" [{info.get('library', '')}]" if verbose else ""))
     return lines
 
 
-def gflops_tables(db) -> list[str]:
+def best_table(records: np.ndarray) -> list[str]:
+    """Best GFLOP/s of each routine and library (square operands) per thread count, with the
+    size range measured: one row per routine x library."""
+    series = _series(records)
+    threads = sorted({t for curves in series.values() for _, t in curves})
+    if not threads:
+        return ["No square-operand measurements." if len(records) else
+                "No measurements: run `autotune-install` to measure this machine."]
+    lines = ["Best GFLOP/s (square operands) by thread count:",
+             f"  {'routine':8s}{'library':18s}" + "".join(f"{'t=' + str(t):>9s}" for t in threads) + "  n measured"]
+    for routine, curves in sorted(series.items()):
+        for be in sorted({b for b, _ in curves}):
+            cells = "".join(f"{max(curves[(be, t)].values()):9.2f}" if (be, t) in curves else f"{'-':>9s}"
+                            for t in threads)
+            sizes = sorted({x for (b, _), pts in curves.items() if b == be for x in pts})
+            lines.append(f"  {routine:8s}{be:18s}{cells}  {sizes[0]}..{sizes[-1]} ({len(sizes)} sizes)")
+    return lines
+
+
+def other_patterns_line(records: np.ndarray) -> list[str]:
+    """Which routines were measured in each non-square pattern (blocked-algorithm parts), one line."""
+    groups: dict[str, set[str]] = defaultdict(set)
+    for pattern, routine in zip(records["pattern"], records["routine"], strict=True):
+        if pattern != b"square":
+            groups[pattern.decode()].add(routine.decode())
+    if not groups:
+        return []
+    parts = [f"{p}: {' '.join(sorted(rs))}" for p, rs in sorted(groups.items())]
+    return ["", "Also measured (pattern: routines; --verbose lists every series): " + "; ".join(parts)]
+
+
+def series_lines(records: np.ndarray) -> list[str]:
+    """One line per measured series: routine/pattern, backend, threads, point count, sizes, params."""
+    lines = [f"Measured series ({len(records)} points): routine/pattern x backend x threads, sizes"]
+    for (rt, pat, be, t), rows in _group_rows(records).items():
+        params = sorted({float(p) for p in rows["param"] if p})
+        extra = f", params {', '.join(f'{p:g}' for p in params)}" if params else ""
+        lines.append(f"  {rt:6s}/{pat:8s} {be:16s} t={t}: {len(rows):3d} points, "
+                     f"n {rows['x'].min()}..{rows['x'].max()}{extra}")
+    return lines
+
+
+def invalid_note(db, path) -> list[str]:
+    """A note on records the runtime ignores (``valid_mask``), if any."""
+    bad = db.records[~valid_mask(db.records)]
+    if not len(bad):
+        return []
+    return [f"NOTE: {len(bad)} of {len(db.records)} measurements have {INVALID} and are ignored; "
+            f"re-measure with `{remeasure_command(db.run, path, bad)}`"]
+
+
+def summary(db, path=None, verbose: bool = False) -> list[str]:
+    """Fingerprint, libraries, last run and the best-GFLOP/s table (every series with ``verbose``)."""
+    lines = machine_lines(db.fingerprint) + backend_lines(db.backends, verbose) + [_run_line(db)]
+    lines += invalid_note(db, path)
+    lines += [""] + best_table(db.records)
+    lines += [""] + series_lines(db.records) if verbose else other_patterns_line(db.records)
+    return lines
+
+
+def _run_line(db) -> str:
+    """The last probe run: profile, whether it finished, points held."""
+    run = db.run
+    if not run:
+        return f"Last run: none recorded, {len(db.records)} points"
+    state = "complete" if run.get("complete") else "INCOMPLETE (autotune-install --resume)"
+    return f"Last run: profile {run.get('profile')!r}, {state}, {len(db.records)} points"
+
+
+def summary_json(db) -> dict:
+    """Everything the text summary shows, machine-readable: every series and its best GFLOP/s."""
+    ok = valid_mask(db.records)
+    series = []
+    for key, rows in _group_rows(db.records[ok]).items():
+        routine, pattern, backend, threads = key
+        gf = 1e-9 / rows["k"]
+        series.append({"routine": routine, "pattern": pattern, "backend": backend, "threads": threads,
+                       "points": len(rows), "sizes": sorted({int(x) for x in rows["x"]}),
+                       "params": sorted({float(p) for p in rows["param"] if p}),
+                       "best_gflops": float(gf.max()), "best_at": int(rows["x"][int(gf.argmax())])})
+    return {"fingerprint": db.fingerprint, "backends": db.backends, "run": db.run, "points": len(db.records),
+            "invalid_points": int((~ok).sum()), "series": series}
+
+
+def _group_rows(records: np.ndarray) -> dict[tuple, np.ndarray]:
+    """(routine, pattern, backend, threads) -> its records, sorted by key."""
+    keys = [(r["routine"].decode(), r["pattern"].decode(), r["backend"].decode(), int(r["threads"]))
+            for r in records]
+    index: dict = defaultdict(list)
+    for i, key in enumerate(keys):
+        index[key].append(i)
+    return {key: records[index[key]] for key in sorted(index)}
+
+
+def gflops_tables(records: np.ndarray) -> list[str]:
     """GFLOP/s per routine (square operands): sizes down, backend/threads across."""
     lines = []
-    for routine, curves in sorted(_series(db.records).items()):
+    for routine, curves in sorted(_series(records).items()):
         cols = sorted(curves)
         sizes = sorted({x for c in curves.values() for x in c})
         lines.append(f"\n{routine} GFLOP/s")
@@ -96,18 +202,20 @@ def plot(db, filename: str) -> None:
 
 
 def cmd_show(args) -> int:
+    """Print what the database holds (``--json``: machine-readable; ``--plot``: also draw it)."""
     path = resolve(args.db)
+    problem = _plot_problem(args.plot) if args.plot else ""
+    if problem:
+        return _error("show", problem, 2)
     platforms = _comm_platforms(path)
     try:
         db = load(path, check_machine=False)
     except DatabaseError as exc:
         if not platforms:
-            print(f"autotune show: {exc}", file=sys.stderr)
-            return 1
+            return _error("show", str(exc))
         db, blas_error = None, str(exc)
     if args.json:
-        out = {"fingerprint": db.fingerprint, "backends": db.backends, "run": db.run,
-               "points": len(db.records)} if db is not None else {"error": blas_error}
+        out = summary_json(db) if db is not None else {"error": blas_error}
         if platforms:
             out["comm"] = [comm_json(q) for q in platforms]
         print(json.dumps(out, indent=2, sort_keys=True))
@@ -117,20 +225,47 @@ def cmd_show(args) -> int:
         diff = mismatches(db.fingerprint, machine_fingerprint())
         if diff:
             print("NOTE: measured on another machine or stack; the runtime will not use it (" + "; ".join(diff) + ")")
-        print("\n".join(summary(db) + gflops_tables(db)))
+        print("\n".join(summary(db, path, args.verbose) + gflops_tables(db.records)))
     else:
         print(f"BLAS/LAPACK: {blas_error}")
     if platforms:
-        print("\n" + "\n".join(comm_summary(platforms)))
+        print("\n" + "\n".join(comm_summary(platforms, args.verbose)))
     if args.plot:
-        if db is not None:
-            plot(db, args.plot)
-            print(f"\nplot written to {args.plot}")
-        if platforms:
-            comm_file = _comm_plot_name(args.plot)
-            plot_comm(platforms, comm_file)
-            print(f"communication plot written to {comm_file}")
+        try:
+            _write_plots(db, platforms, args.plot)
+        except OSError as exc:
+            return _error("show", f"cannot write the plot: {exc}")
     return 0
+
+
+def _plot_problem(filename: str) -> str:
+    """Why ``--plot FILE`` cannot be written ("" if it can): its directory must exist (it is not
+    created: a mistyped path should not leave new directories behind) and its format be known."""
+    target = Path(filename).expanduser()
+    if not target.parent.is_dir():
+        return f"--plot {filename}: directory {target.parent} does not exist"
+    if not os.access(target.parent, os.W_OK):
+        return f"--plot {filename}: directory {target.parent} is not writable"
+    if target.is_dir():
+        return f"--plot {filename}: is a directory, give a file name such as {target / 'sp.png'}"
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = target.suffix.lstrip(".").lower()
+    if suffix and suffix not in formats:
+        return f"--plot {filename}: unknown image format {suffix!r} (use one of {', '.join(sorted(formats))})"
+    return ""
+
+
+def _write_plots(db, platforms: list, filename: str) -> None:
+    """Draw the GFLOP/s plot (if anything square was measured) and the communication plot."""
+    if db is not None and _series(db.records):
+        plot(db, filename)
+        print(f"\nplot written to {filename}")
+    if platforms:
+        comm_file = _comm_plot_name(filename)
+        plot_comm(platforms, comm_file)
+        print(f"communication plot written to {comm_file}")
 
 
 # -- MPI communication parameters (autotune.db.comm) ----------------------------------------------
@@ -146,8 +281,6 @@ def _comm_platforms(path) -> list:
 
 
 def _comm_plot_name(filename: str) -> str:
-    from pathlib import Path
-
     p = Path(filename)
     return str(p.with_name(f"{p.stem}-comm{p.suffix or '.png'}"))
 
@@ -175,9 +308,9 @@ def _bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
-def comm_summary(platforms) -> list[str]:
-    """Per platform, per primitive and p (grid): regimes with ts, bandwidth 1/tw, breakpoints and
-    held-out error (median/max of the relative error on the sizes left out of the check fit)."""
+def comm_summary(platforms, verbose: bool = False) -> list[str]:
+    """Per platform, one line per primitive and p (grid): regimes, small-message ts, large-message
+    bandwidth, worst held-out error and breakpoints; ``verbose`` adds a line per regime."""
     from autotune.db.comm import library_id, loggp_lines
 
     lines = [f"MPI communication parameters ({len(platforms)} platform{'s' * (len(platforms) != 1)}):"]
@@ -191,17 +324,36 @@ def comm_summary(platforms) -> list[str]:
         if q.loggp:
             lines += ["    " + x for x in loggp_lines(q.loggp)]
         for (prim, p, r, c), rows in _curves(q.fits).items():
-            grid = f" grid {r}x{c}" if r else ""
-            bps = ", ".join(_bytes(b) for b in rows["lo"][1:]) or "none"
-            lines.append(f"    {prim} p={p}{grid}: {len(rows)} regime{'s' * (len(rows) != 1)}, breakpoints {bps}")
-            for f in rows:
-                bw = f"{1e-9 / f['tw']:8.2f} GB/s" if f["tw"] > 0 else f"{'inf':>8s} GB/s"
-                err = (f"held-out err med {100 * f['err_med']:5.1f}% max {100 * f['err_max']:5.1f}% "
-                       f"({f['n_heldout']} sizes){'  (> 10%)' if f['err_max'] > 0.10 else ''}"
-                       if f["n_heldout"] else "held-out err -")
-                lines.append(f"      [{_bytes(f['lo']):>9s}, {_bytes(f['hi']):>9s}): ts {f['ts'] * 1e6:8.3f} us, "
-                             f"tw {bw}; {err}")
+            name = f"{prim} p={p}" + (f" grid {r}x{c}" if r else "")
+            lines.append(f"    {name:26s} {_curve_brief(rows)}")
+            if verbose:
+                lines += [f"      {_regime_line(f)}" for f in rows]
     return lines
+
+
+def _gbs(tw: float) -> str:
+    return f"{1e-9 / tw:8.2f} GB/s" if tw > 0 else f"{'inf':>8s} GB/s"
+
+
+def _curve_brief(rows: np.ndarray) -> str:
+    """One fitted curve in one line: ts of its first regime, bandwidth of its last, the worst
+    regime's held-out error, breakpoints."""
+    held = rows[rows["n_heldout"] > 0]
+    worst = float(np.nanmax(held["err_max"])) if len(held) else np.nan
+    err = (f"held-out err med {100 * np.nanmax(held['err_med']):5.1f}% max {100 * worst:5.1f}%"
+           f"{' (> 10%)' if worst > 0.10 else ''}" if np.isfinite(worst) else "held-out err -")
+    bps = ", ".join(_bytes(b) for b in rows["lo"][1:]) or "none"
+    return (f"{len(rows)} regime{'s' * (len(rows) != 1)}, ts {rows[0]['ts'] * 1e6:8.3f} us, "
+            f"{_gbs(rows[-1]['tw'])} (large), {err}; breakpoints {bps}")
+
+
+def _regime_line(f) -> str:
+    """One regime of a fitted curve: byte range, ts, bandwidth, held-out error."""
+    err = (f"held-out err med {100 * f['err_med']:5.1f}% max {100 * f['err_max']:5.1f}% "
+           f"({f['n_heldout']} sizes){'  (> 10%)' if f['err_max'] > 0.10 else ''}"
+           if f["n_heldout"] else "held-out err -")
+    return (f"[{_bytes(f['lo']):>9s}, {_bytes(f['hi']):>9s}): ts {f['ts'] * 1e6:8.3f} us, "
+            f"tw {_gbs(f['tw'])}; {err}")
 
 
 def comm_json(q) -> dict:
@@ -270,30 +422,89 @@ def cmd_explain(args) -> int:
     from autotune.db import load_sp
     from autotune.select import rank
 
-    dims = tuple(args.dims)
-    if args.routine == "gemm" and len(dims) == 1:
-        dims = dims * 3
-    if (args.routine == "gemm" and len(dims) != 3) or (args.routine == "cholesky" and len(dims) != 1):
-        print("autotune explain: gemm takes N or M K N; cholesky takes N", file=sys.stderr)
-        return 2
-    if min(dims) < 1:
-        print(f"autotune explain: sizes must be positive, got {dims}", file=sys.stderr)
-        return 2
+    dims = tuple(args.dims) * 3 if args.routine == "gemm" and len(args.dims) == 1 else tuple(args.dims)
+    problem = _explain_usage_problem(args, dims)
+    if problem:
+        return _error("explain", problem, 2)
+    problem = _memory_problem(args.routine, dims) if args.run else ""
+    if problem:
+        return _error("explain", problem)
     with options(threads=args.threads, allow_strassen=args.strassen, db=args.db) as opts:
         sp = load_sp(opts.db)
         if sp.table is None:
-            print(f"autotune explain: no usable database ({sp.reason}); tuned calls fall back to numpy/scipy",
-                  file=sys.stderr)
-            return 1
+            return _error("explain", f"no usable database ({sp.reason}); tuned calls fall back to numpy/scipy")
         if args.np is not None:
             return _explain_distributed(args, dims, sp, opts)
         from autotune.api import describe
 
-        dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+        try:
+            dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+        except LookupError as exc:
+            return _error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
         print(describe(dec, top=args.top))
         if args.run:
-            _run_once(args.routine, dims, dec.chosen)
+            try:
+                _run_once(args.routine, dims, dec.chosen)
+            except MemoryError as exc:
+                return _error("explain", f"--run: out of memory for the operands ({exc})")
     return 0
+
+
+def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
+    """What is wrong with the explain arguments ("" if nothing)."""
+    if (args.routine == "gemm" and len(dims) != 3) or (args.routine == "cholesky" and len(dims) != 1):
+        return "gemm takes N or M K N; cholesky takes N"
+    checks = [("sizes", min(dims)), ("--threads", args.threads), ("--top", args.top), ("--np", args.np)]
+    for name, value in checks:
+        if value is not None and value < 1:
+            return f"{name} must be positive, got {dims if name == 'sizes' else value}"
+    if args.run and args.np is not None:
+        return "--run runs on this process only; it does not combine with --np"
+    return ""
+
+
+def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
+    """Why ``--run`` cannot allocate its operands ("" if it can or the free memory is unknown)."""
+    if routine == "gemm":
+        m, k, n = dims
+        need = 8 * (m * k + k * n + m * n)
+    else:
+        need = 8 * 3 * dims[0] ** 2      # the SPD operand is built from two n x n temporaries
+    free = available_memory()
+    if free is None or need <= free:
+        return ""
+    shape = "x".join(map(str, dims))
+    return (f"--run: the operands of {routine} {shape} need {need / 2**30:,.1f} GiB, more than the "
+            f"{free / 2**30:,.1f} GiB of memory available")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process: the system's MemAvailable (else its free pages),
+    capped by a cgroup limit; None if unknown."""
+    free = _meminfo_available()
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            free = min(free if free is not None else np.inf, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return None if free is None else int(free)
+
+
+def _meminfo_available() -> int | None:
+    """MemAvailable from /proc/meminfo, else free pages times page size; None if neither is known."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
@@ -302,11 +513,12 @@ def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
     from autotune.db.comm import load_comm
     from autotune.select.distributed import describe, rank_plans
 
-    if args.np < 1:
-        print(f"autotune explain: --np must be positive, got {args.np}", file=sys.stderr)
-        return 2
     cp = load_comm(opts.db, nprocs=args.np)
-    dec = rank_plans(args.routine, dims, args.np, sp, cp, args.threads or available_cores(), opts.allow_strassen)
+    try:
+        dec = rank_plans(args.routine, dims, args.np, sp, cp, args.threads or available_cores(),
+                         opts.allow_strassen)
+    except LookupError as exc:
+        return _error("explain", f"{exc} in {resolve(opts.db)}")
     print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")
     print(describe(dec, top=args.top))
     return 0
@@ -346,8 +558,7 @@ def cmd_refit(args) -> int:
 
     summary = refit(args.db)
     if "error" in summary:
-        print(f"autotune refit: {summary['error']} at {summary['db']}", file=sys.stderr)
-        return 1
+        return _error("refit", f"{summary['error']} at {summary['db']}")
     print(f"{summary['db']}: {summary['observations']} logged observations, {summary['series']} candidate series")
     for c in summary["corrections"]:
         form = c["ratio_model"] or "scale"
@@ -360,9 +571,22 @@ def cmd_refit(args) -> int:
 
 def cmd_report(args) -> int:
     """Write the HTML model report with its plots."""
-    from autotune.report import write_report
+    from autotune.report import load_validation, write_report
 
-    page = write_report(args.out, db=args.db, validation=args.validation)
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        return _error("report", f"--out {args.out}: exists and is not a directory", 2)
+    if args.validation is not None:
+        try:
+            load_validation(args.validation)
+        except OSError as exc:
+            return _error("report", f"--validation {args.validation}: {exc.strerror or exc}", 2)
+        except (ValueError, KeyError, TypeError) as exc:
+            return _error("report", f"--validation {args.validation}: not a bench/validate.py output ({exc})", 2)
+    try:
+        page = write_report(out, db=args.db, validation=args.validation)   # creates DIR and its parents
+    except OSError as exc:
+        return _error("report", f"cannot write the report into {args.out}: {exc}")
     print(f"report written to {page}")
     return 0
 
@@ -374,7 +598,9 @@ def parser() -> argparse.ArgumentParser:
     show.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     show.add_argument("--plot", metavar="FILE.png",
                       help="also draw GFLOP/s against size (and MPI time against size into FILE-comm.png)")
-    show.add_argument("--json", action="store_true", help="machine-readable summary")
+    show.add_argument("--json", action="store_true", help="machine-readable summary (every series)")
+    show.add_argument("-v", "--verbose", action="store_true",
+                      help="also list every measured series, library paths and every MPI fit regime")
     show.set_defaults(func=cmd_show)
     exp = sub.add_parser("explain", help="rank the candidate configurations for a problem")
     exp.add_argument("routine", choices=["gemm", "cholesky"])
@@ -391,7 +617,8 @@ def parser() -> argparse.ArgumentParser:
     ref.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     ref.set_defaults(func=cmd_refit)
     rep = sub.add_parser("report", help="write an HTML report of the models and the choices they make")
-    rep.add_argument("--out", required=True, metavar="DIR", help="directory for index.html and the PNGs")
+    rep.add_argument("--out", required=True, metavar="DIR",
+                     help="directory for index.html and the PNGs (created with its parents)")
     rep.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     rep.add_argument("--validation", default=None, metavar="FILE.json",
                      help="bench/validate.py output (predicted vs measured per candidate)")
@@ -399,9 +626,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings from the command line as one line each, without the source line."""
+    print(f"autotune: warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
-    if hasattr(signal, "SIGPIPE") and argv is None:  # `autotune show | head` ends quietly
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if argv is None:
+        if hasattr(signal, "SIGPIPE"):  # `autotune show | head` ends quietly
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        warnings.showwarning = _show_warning
     args = parser().parse_args(argv)
     return args.func(args)
 

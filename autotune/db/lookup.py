@@ -3,12 +3,15 @@
 Between measured sizes, log k is interpolated linearly in log x; outside the measured range the
 nearest point is used (001 §1.3). Between measured parameters (block b, process count p, ...)
 the same interpolation runs in log param. Any miss (no database, damaged, old, foreign, or a
-key never measured) falls back to nominal defaults with one warning, never an error.
+key never measured) falls back to nominal defaults with one warning, never an error. Records
+with a non-finite or non-positive k (or a non-finite or negative time) are dropped with one
+warning; a database left with none counts as unusable.
 """
 from __future__ import annotations
 
 import functools
 import os
+import shlex
 import time
 import warnings
 from collections import defaultdict
@@ -19,7 +22,7 @@ from autotune.routines import ROUTINES
 
 from . import location
 from .fingerprint import stale_backends
-from .store import Database, DatabaseError, load
+from .store import Database, DatabaseError, load, valid_mask
 
 # Nominal per-thread rates (flop/s) by BLAS level, used only when nothing was measured.
 DEFAULT_RATE = {3: 20e9, 2: 2e9, 1: 1e9}
@@ -162,6 +165,30 @@ def _interp(lx: np.ndarray, xs: np.ndarray, ks: np.ndarray) -> np.ndarray:
     return np.interp(lx, xs, ks)
 
 
+BUILTIN_PROFILES = ("quick", "standard", "full")
+INVALID = "a NaN, infinite, zero or negative k or an invalid time"   # what valid_mask rejects, in words
+
+
+def remeasure_command(run: dict, path: str | os.PathLike | None, bad: np.ndarray) -> str:
+    """The ``autotune-install`` call that measures again the routines of the records ``bad``
+    (same profile as the last run, so the same points are replaced)."""
+    profile = run.get("profile")
+    parts = ["autotune-install", "--profile", profile if profile in BUILTIN_PROFILES else "PROFILE.yaml"]
+    if path is not None:
+        parts += ["--db", shlex.quote(str(path))]
+    routines = sorted({r.decode() for r in bad["routine"]})
+    return " ".join(parts + ["--only", *routines]) if routines else " ".join(parts)
+
+
+def _nothing_valid(db: Database, path: str | os.PathLike | None) -> str:
+    """Why a database without one usable record is unusable, with the command that rebuilds it."""
+    where = path or "the database"
+    if not len(db.records):
+        return f"no measurements in {where}"
+    return (f"all {len(db.records)} measurements in {where} have {INVALID}; "
+            f"re-measure with `{remeasure_command(db.run, path, db.records[:0])}`")
+
+
 def default_k(routine: str, threads: int) -> float:
     """Nominal seconds per flop for a routine at a thread count (the fallback)."""
     return 1.0 / (DEFAULT_RATE[ROUTINES[routine].level] * max(1, threads))
@@ -176,7 +203,23 @@ class SystemParameters:
         self.path = path
         self._warned: set[str] = set()
         self.stale = stale_backends(db.backends) if db is not None else {}
-        self.table = SPTable(self._usable(db.records)) if db is not None else None
+        records = self._valid(db) if db is not None else None
+        if records is not None and not len(records):
+            self.db, self.reason = None, _nothing_valid(db, path)
+        self.table = SPTable(self._usable(records)) if self.db is not None else None
+
+    def _valid(self, db: Database) -> np.ndarray:
+        """The records ``valid_mask`` accepts; the rest are dropped with one warning (unless none is left:
+        then the database is unusable, and says so once when consulted)."""
+        ok = valid_mask(db.records)
+        if ok.all():
+            return db.records
+        bad = db.records[~ok]
+        if ok.any():
+            self._warn(f"ignoring {len(bad)} of {len(ok)} measurements with {INVALID} in "
+                       f"{self.path or 'the database'}; re-measure them with "
+                       f"`{remeasure_command(db.run, self.path, bad)}`")
+        return db.records[ok]
 
     def _usable(self, records: np.ndarray) -> np.ndarray:
         """Records minus those of backends whose library changed since (warned once)."""

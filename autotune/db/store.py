@@ -45,6 +45,8 @@ COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across
 # communication parameters, fitted models (autotune.models.fitted), learned corrections (autotune.learn).
 KEPT_GROUPS = frozenset({COMM_GROUP, "contention", "fitted", "fitted_phases", "learned"})
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
+# Timing fields a usable record holds as finite numbers, never negative (0: not recorded).
+CHECKED_FIELDS = ("t_median", "t_min")
 
 
 class DatabaseError(Exception):
@@ -71,6 +73,16 @@ def record_key(row) -> tuple:
     """Identity of a measured point (independent of its timing values), as Python str/int/float."""
     values = (row[f].item() if hasattr(row[f], "item") else row[f] for f in KEY_FIELDS)
     return tuple(v.decode() if isinstance(v, bytes) else v for v in values)
+
+
+def valid_mask(records: np.ndarray) -> np.ndarray:
+    """True where a record's k is finite and positive and its median and minimum times finite and
+    not negative: a NaN, zero, negative or infinite k would rank its candidates as free or
+    unorderable. (A probe's zero median gives a zero k; a zero time beside a good k is unset.)"""
+    ok = np.isfinite(records["k"]) & (records["k"] > 0)
+    for name in CHECKED_FIELDS:
+        ok &= np.isfinite(records[name]) & (records[name] >= 0)
+    return ok
 
 
 @dataclass
@@ -104,6 +116,8 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
         raise DatabaseMissing(f"no database at {path}")
     try:
         with h5py.File(path, "r", locking=False) as f:
+            if not f.keys() and not f.attrs.keys():
+                raise DatabaseMissing(f"no measurements in {path}: an empty HDF5 file")
             version = int(f.attrs.get("schema_version", -1))
             if "k" not in f and KEPT_GROUPS & set(f):
                 raise DatabaseMissing(f"no BLAS measurements in {path} (only communication parameters)")
