@@ -1,6 +1,6 @@
 """How much this machine's speed wanders: time one dgemm per backend in turn for a while.
 
-    python bench/drift_monitor.py --minutes 10 --n 1024 > bench/results/drift-monitor.txt
+    python bench/drift_monitor.py --minutes 10 --n 1024 > $RESULTS/drift-monitor.txt    # RESULTS: outside the checkout
 
 Each line: clock time, then GFLOP/s (median of ~1 s of calls) of each backend's 1-thread dgemm on
 the probe's operands. If these wander by more than a tolerance over the length of a probe run,

@@ -7,9 +7,10 @@
 #      each platform's runs follow its own probe);
 #   3. mpi_speed at P = 2, n = 4096 against numpy/scipy and dask (needs the `bench` extra);
 #   4. the (ts, tw) held-out summary of each comm probe (bench/comm_repeatability.py).
-# Usage: bash bench/mpi_acceptance.sh OUTDIR TAG    (tables go to bench/results/*-TAG.*)
+# Usage: bash bench/mpi_acceptance.sh OUTDIR TAG    (databases and tables *-TAG.* go to OUTDIR, never the checkout)
 set -euo pipefail
-OUT=${1:?OUTDIR}; TAG=${2:?TAG}; RES=bench/results
+OUT=${1:?OUTDIR}; TAG=${2:?TAG}
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd); RES=$OUT   # absolute: the script cds to the checkout
 cd "$(dirname "$0")/.."
 MPI=(mpiexec --oversubscribe); [ "$(id -u)" = 0 ] && MPI+=(--allow-run-as-root)
 plain() { env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }   # benchmark a current numpy

@@ -22,7 +22,7 @@ from autotune.install_probe.operands import spd_matrix
 from threadpoolctl import threadpool_limits
 
 from autotune.config import options
-from autotune.distributed.collective import quiet_barrier
+from autotune.distributed.collective import gather_cores, quiet_barrier
 from autotune.distributed.plan import Plan
 
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
@@ -37,16 +37,17 @@ def _timed(fn) -> float:
 
 
 def best_plan(family: str, n: int, comm, db) -> Plan:
-    """The model's best plan that uses every rank with one BLAS thread each."""
-    from autotune.config import available_cores
+    """The model's best plan that uses every rank with one BLAS thread each, for the cores of the
+    root's node (collective: a rank bound to one core does not see the node's count)."""
     from autotune.db import load_sp
     from autotune.db.comm import load_comm
     from autotune.select.distributed import rank_plans
 
     plan = None
+    cores, _ = gather_cores(comm)
     if comm.rank == 0:
         dims = (n, n, n) if family == "gemm" else (n,)
-        dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size), available_cores())
+        dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size), cores)
         plan = next(r.plan for r in dec.ranking if r.plan.p == comm.size and r.plan.threads == 1)
     return comm.bcast(plan, root=0)
 

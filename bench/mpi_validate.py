@@ -11,7 +11,9 @@ the model's choice and the deviation t(choice) / t(best) - 1 (the layout of 001 
 Output JSON and Markdown.
 
     mpiexec -n 2 python bench/mpi_validate.py --family gemm --sizes 1024 2048 4096 \
-        --out bench/results/mpi-validate-gemm-P2.json --markdown bench/results/mpi-validate-gemm-P2.md
+        --out $RESULTS/mpi-validate-gemm-P2.json --markdown $RESULTS/mpi-validate-gemm-P2.md
+
+(``RESULTS``: any directory outside the checkout; without ``--out``/``--markdown`` nothing is written.)
 """
 from __future__ import annotations
 

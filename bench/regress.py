@@ -7,7 +7,7 @@ Reports per case the median speedup (baseline time / tuned time) over pairs, its
 the choice. ``--compare BASELINE.json`` flags cases whose median speedup fell below the
 baseline's by more than a noise-aware threshold (ratios only, never absolute times).
 
-    python bench/regress.py --out bench/results/regress.json
+    python bench/regress.py --out $RESULTS/regress.json       # RESULTS: any directory outside the checkout
     python bench/regress.py --compare bench/baselines/regress-xeon-2c.json        # the 2-core ~50 GF/s/core VM
     python bench/regress.py --compare bench/baselines/regress-epyc-avx512-2c.json # the 2-core ~110 GF/s/core VM
     python bench/regress.py --smoke          # a few tiny cases: checks the harness runs

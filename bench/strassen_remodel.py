@@ -6,8 +6,8 @@ database), then on check sizes off the grid compares the analytical model
 (``autotune.models.gemm.strassen``) and the fitted one: prediction errors, and whether each picks
 the measured best level.
 
-    python bench/strassen_remodel.py --out bench/results/strassen-remodel.json \
-        --markdown bench/results/strassen-remodel.md
+    python bench/strassen_remodel.py --out $RESULTS/strassen-remodel.json \
+        --markdown $RESULTS/strassen-remodel.md          # RESULTS: any directory outside the checkout
 """
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ Candidates predicted slower than ``--max-ratio`` x the best are not run (listed 
 Accuracy is scored on the pure model prediction; the choice (and so the regret) also includes the
 selector's policy charges (incumbent margin, thread-pool contention).
 
-    python bench/validate.py --out bench/results/validate.json --markdown bench/results/validate.md \
-        --plot bench/results/validate.png
+    python bench/validate.py --out $RESULTS/validate.json --markdown $RESULTS/validate.md \
+        --plot $RESULTS/validate.png          # RESULTS: any directory outside the checkout
 """
 from __future__ import annotations
 

