@@ -1,4 +1,5 @@
-"""Public entry points: ``tuned_gemm`` (drop-in for ``a @ b``) and ``tuned_cholesky`` (for scipy's).
+"""Public entry points: ``tuned_gemm`` (drop-in for ``a @ b``), ``tuned_cholesky`` (for scipy's)
+and ``explain`` (the selector's decision for a problem, without running it).
 
 Tuned domain: 2-D float64 operands (what the probe measures). Everything else keeps numpy's or
 scipy's exact behaviour by deferring to them. With no usable database both functions warn once
@@ -6,12 +7,14 @@ and run numpy/scipy.
 """
 from __future__ import annotations
 
+import numbers
+import os
 import time
 
 import numpy as np
 
 from autotune import backends, learn
-from autotune.config import get_options
+from autotune.config import Options, get_options
 from autotune.db import load_sp
 from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
 from autotune.kernels import _front
@@ -29,9 +32,15 @@ ALIGNED_OUTPUT_WORK = 128 ** 3
 FAST_PATH_SECONDS = 1.0
 
 
-def _decide(family: str, dims: tuple[int, ...], config, explain: bool) -> tuple[Candidate, Decision | None]:
-    """The candidate to run (forced ``config`` or the selector's choice); None when untuned."""
-    opts = get_options()
+class DatabaseUnavailable(LookupError):
+    """No usable system-parameter database (missing, damaged, old or foreign): nothing to rank."""
+
+
+def _decide(family: str, dims: tuple[int, ...], config, explain: bool,
+            opts: Options | None = None) -> tuple[Candidate, Decision | None]:
+    """The candidate to run under ``opts`` (None: the options in force): forced ``config`` or the
+    selector's choice; None when untuned."""
+    opts = get_options() if opts is None else opts
     if config is not None:
         return as_candidate(config, family), None
     sp = load_sp(opts.db)
@@ -40,7 +49,7 @@ def _decide(family: str, dims: tuple[int, ...], config, explain: bool) -> tuple[
         return None, None
     if explain:
         dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
-        print(describe(dec))
+        print(dec)
         return dec.chosen, dec
     try:
         dec = choose(family, dims, sp, opts.thread_budget, opts.allow_strassen)
@@ -49,26 +58,68 @@ def _decide(family: str, dims: tuple[int, ...], config, explain: bool) -> tuple[
     return dec.chosen, dec
 
 
+def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen: bool | None = None,
+            db: str | os.PathLike | None = None) -> Decision:
+    """The selector's decision for ``routine`` without running it: "gemm" with dims ``(n,)`` or
+    ``(m, k, n)``, "cholesky" with ``(n,)``. ``str()`` of it is what ``explain=True`` prints.
+
+    Unset arguments come from the options in force (``autotune.options``). Raises ValueError for
+    bad arguments, DatabaseUnavailable (a LookupError) when there is no usable database, and
+    LookupError when nothing measured fits the thread budget.
+    """
+    shape = _problem(routine, dims)
+    opts = get_options()
+    if threads is not None and (not isinstance(threads, numbers.Integral) or isinstance(threads, bool)
+                                or threads < 1):
+        raise ValueError(f"explain: threads must be a positive integer or None, got {threads!r}")
+    sp = load_sp(opts.db if db is None else db)
+    if sp.table is None:
+        raise DatabaseUnavailable(f"explain: no usable database ({sp.reason}); run autotune-install to measure "
+                                  "this machine (tuned calls fall back to numpy/scipy meanwhile)")
+    budget = opts.thread_budget if threads is None else int(threads)
+    strassen = opts.allow_strassen if allow_strassen is None else bool(allow_strassen)
+    return rank(routine, shape, sp, budget, strassen, explain=True)
+
+
+def _problem(routine: str, dims: tuple) -> tuple[int, ...]:
+    """``explain``'s dims as the selector's (m, k, n) or (n,); ValueError unless valid."""
+    arity = {"gemm": (1, 3), "cholesky": (1,)}
+    if routine not in arity:
+        raise ValueError(f"explain: routine must be 'gemm' or 'cholesky', got {routine!r}")
+    if len(dims) not in arity[routine]:
+        raise ValueError(f"explain: {routine} takes {' or '.join(map(str, arity[routine]))} size(s), got {dims!r}")
+    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in dims):
+        raise ValueError(f"explain: sizes must be positive integers, got {dims!r}")
+    shape = tuple(int(d) for d in dims)
+    return shape * 3 if routine == "gemm" and len(shape) == 1 else shape
+
+
 def describe(dec: Decision, top: int = 12) -> str:
-    """Human-readable decision: choice, ranked candidates with predicted times, SP values used."""
-    lines = [f"{dec.family} {'x'.join(map(str, dec.dims))}, thread budget {dec.threads}: chose {dec.chosen}"]
-    lines += [f"  note: {n}" for n in dec.notes]
-    best = dec.ranking[0].seconds
-    for i, r in enumerate(dec.ranking[:top], 1):
-        lines.append(f"  {i:2d}. {str(r.candidate):42s} {r.seconds * 1e3:10.3f} ms  x{r.seconds / best:5.2f}")
-        lines += [f"        {t}" for t in r.terms]
-    if len(dec.ranking) > top:
-        lines.append(f"  ... {len(dec.ranking) - top} more candidates")
-    return "\n".join(lines)
+    """Human-readable decision (``str(dec)``): choice, ranked candidates, predicted times, SP values used."""
+    return dec.describe(top)
 
 
 # ---------------------------------------------------------------------------------------------- gemm
 
-def _gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root):
+def _gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs=None):
     """``tuned_gemm`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
+    if type(out) is tuple and len(out) == 1:       # numpy's ufunc form out=(array,)
+        out = out[0]
+    if ufunc_kwargs:
+        return _numpy_matmul(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, ufunc_kwargs)
     if comm is not None:
         return _distributed_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root)
     return _tuned_gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain)
+
+
+def _numpy_matmul(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, ufunc_kwargs: dict):
+    """numpy's own matmul for calls with its other keywords (``dtype=``, ``casting=``, ...), which
+    change its arithmetic; they do not combine with the BLAS-style extras or tuning options."""
+    if not (c is None and not trans_a and not trans_b and alpha == 1.0 and beta == 0.0
+            and config is None and not explain and comm is None):
+        raise TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with "
+                        "alpha/beta/c/trans_a/trans_b/config/explain/comm")
+    return np.matmul(a, b, out=out, **ufunc_kwargs)
 
 
 def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config, explain: bool):
@@ -81,10 +132,11 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
     if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
-    cand, dec = _decide("gemm", (m, k, n), config, explain)
+    opts = get_options()
+    cand, dec = _decide("gemm", (m, k, n), config, explain, opts)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
-            _front.remember(a.shape + b.shape)
+            _front.remember(a.shape + b.shape, False, opts)
         return np.matmul(a, b, out=out) if plain else _generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
@@ -92,7 +144,7 @@ def _tuned_gemm(a, b, alpha, beta, c, trans_a: bool, trans_b: bool, out, config,
     if plain and (own or not direct):
         aligned = own and out is None and cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK
         if own and hot and not learn.enabled():
-            _front.remember(a.shape + b.shape, aligned)
+            _front.remember(a.shape + b.shape, aligned, opts)
         target = _front.aligned_empty((m, n)) if aligned else out
         if dec is not None and learn.enabled():
             return _observed(dec, lambda: np.matmul(a, b, out=target))
@@ -185,19 +237,22 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
     from scipy import linalg
 
     a1 = np.asarray(a)
+    overwrite_a = overwrite_a and a1.flags.writeable   # scipy's potrf would write into a read-only array
     if a1.ndim != 2 or not (a1.dtype == _F64 or a1.dtype.kind in "biu") or a1.shape[0] == 0 \
             or a1.shape[0] != a1.shape[1]:
         return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     n = a1.shape[0]
     cand = dec = None
+    opts = get_options()
+    hot = type(a) is np.ndarray and not explain
     if n >= MIN_TUNED_SIZE or config is not None:
-        cand, dec = _decide("cholesky", (n,), config, explain)
+        cand, dec = _decide("cholesky", (n,), config, explain, opts)
         if dec is not None and cand is not None:
-            _remember_cholesky(cand, n, overwrite_a, type(a) is np.ndarray and not explain)
+            _remember_cholesky(cand, n, overwrite_a, hot, opts)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
-            _remember_cholesky(cand, n, overwrite_a, type(a) is np.ndarray and not explain, switch_threads=False)
+            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False)
             return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
@@ -230,17 +285,18 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
     return w, clean
 
 
-def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, switch_threads: bool = True) -> None:
-    """Let the C hot path run this order's choice (switching the library's threads in C, unless
-    ``switch_threads`` is False: then at whatever count the library has, as scipy would)."""
+def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, opts: Options,
+                       switch_threads: bool = True) -> None:
+    """Let the C hot path run this order's choice under ``opts`` (switching the library's threads in
+    C, unless ``switch_threads`` is False: then at whatever count the library has, as scipy would)."""
     if not hot or overwrite_a or learn.enabled():
         return
     if not switch_threads:
-        _front.remember_cholesky(n, cholesky_runner(cand), None, 0)
+        _front.remember_cholesky(n, cholesky_runner(cand), None, 0, opts)
         return
     be = backends.get(cand.backend)
     if be.thread_addresses or be.set_threads is None:
-        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads)
+        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts)
 
 
 _front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS)

@@ -1,7 +1,9 @@
 """Run-time options: thread budget, whether Strassen may be used, which database to read.
 
-Set globally with ``set_options(...)`` or for a block with ``with options(...):`` (like
-threadpoolctl's ``threadpool_limits``). The selector caches decisions per option values.
+Per context, like ``decimal.localcontext`` and numpy's ``errstate``: ``with options(...):``
+changes them for the current thread (or asyncio task) only, and ``set_options(...)`` changes
+the process default, seen by every context that has not overridden it (new threads start from
+it). The selector caches decisions per option values.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 _cores: list = [0, 0.0]     # cached core count and when to look again (it is asked on every call)
@@ -45,38 +48,40 @@ class Options:
         return self.threads if self.threads is not None else available_cores()
 
 
-_current = Options()
+_default = Options()
+# This context's override of the process default (None: none, the default applies).
+_local: ContextVar[Options | None] = ContextVar("autotune_options", default=None)
 
 
 def get_options() -> Options:
-    return _current
+    """The options in force in the current context (its override, else the process default)."""
+    local = _local.get()
+    return _default if local is None else local
 
 
 def set_options(**changes) -> Options:
-    """Change options for the rest of the process; returns the previous ones."""
-    global _current
-    previous = _current
-    _current = _validated(replace(_current, **changes))
+    """Change the process default (contexts inside ``options()`` keep their own); returns the previous default."""
+    global _default
+    previous = _default
+    _default = _validated(replace(_default, **changes))
     return previous
 
 
 @contextlib.contextmanager
 def options(**changes) -> Iterator[Options]:
-    """Temporarily change options: ``with autotune.options(threads=1, allow_strassen=True): ...``."""
-    previous = set_options(**changes)
+    """Change options for this block in the current context only:
+    ``with autotune.options(threads=1, allow_strassen=True): ...``; other threads are unaffected.
+    The block sees the options in force when it began with ``changes`` applied."""
+    token = _local.set(_validated(replace(get_options(), **changes)))
     try:
-        yield _current
+        yield _local.get()
     finally:
-        _restore(previous)
-
-
-def _restore(previous: Options) -> None:
-    global _current
-    _current = previous
+        _local.reset(token)
 
 
 def _validated(opts: Options) -> Options:
-    if opts.threads is not None and (not isinstance(opts.threads, int) or opts.threads < 1):
+    if opts.threads is not None and (not isinstance(opts.threads, int) or isinstance(opts.threads, bool)
+                                     or opts.threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {opts.threads!r}")
     if opts.workspace_bytes is not None and (not isinstance(opts.workspace_bytes, int) or opts.workspace_bytes < 0):
         raise ValueError(f"workspace_bytes must be a non-negative integer or None, got {opts.workspace_bytes!r}")

@@ -6,18 +6,18 @@ A remembered decision runs here without the Python layer: a product whose choice
 remembered order is checked, copied, factored by its kernel and cleaned in one C function. At
 n = 64 a product takes ~15 µs and a Cholesky ~10 µs, so the Python layer's checks and decision
 lookup (2-10 µs between kernel calls, caches cold) would be a large tax. Anything else goes to the
-Python implementations given to ``configure``. What is remembered is forgotten when the options
-object changes or ``seconds`` pass (so database, learning and thread changes are seen again).
+Python implementations given to ``configure``. What is remembered belongs to the options object
+in force (one per context's ``options()`` block, see ``autotune.config``), so a context never runs
+a decision taken under another's options, and is forgotten ``seconds`` after it was first
+remembered (so database, learning and thread changes are seen again).
 """
 cimport numpy as cnp
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 cnp.import_array()
 
-cdef dict _shapes = {}             # shape key -> write into a cache-line-aligned output?
-cdef dict _chol = {}
-cdef object _opts = None
-cdef double _expiry = 0.0
+cdef dict _memos = {}              # id(options object) -> its _Memo
+cdef object _last = None           # the _Memo found last (skips the id/dict lookup while one context calls)
 cdef double _period = 1.0
 cdef object _get_options = None
 cdef object _slow = None
@@ -25,6 +25,7 @@ cdef object _slow_chol = None
 cdef object _matmul = None
 cdef enum:
     CACHE_LINE = 64
+    MEMO_LIMIT = 64                # options objects remembered at once (expired ones dropped first)
 
 
 ctypedef void (*set_threads_t)(int) noexcept nogil
@@ -69,6 +70,18 @@ cdef double _now() noexcept:
     return ts.tv_sec + 1e-9 * ts.tv_nsec
 
 
+cdef class _Memo:
+    """Decisions remembered under one options object, trusted until ``expiry``."""
+    cdef object opts
+    cdef dict shapes               # shape key -> write into a cache-line-aligned output?
+    cdef dict chol                 # order -> _Kernel
+    cdef double expiry
+
+    def __cinit__(self, opts, double expiry):
+        self.opts, self.expiry = opts, expiry
+        self.shapes, self.chol = {}, {}
+
+
 def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds) -> None:
     """Install the options getter, the full Python implementations and numpy's matmul."""
     global _get_options, _slow, _slow_chol, _matmul, _period
@@ -77,18 +90,40 @@ def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds) -> 
     forget()
 
 
-cdef void _renew():
-    """Start a new trust period when the options changed or the last one ran out."""
-    global _opts, _expiry
-    opts = _get_options()
-    if opts is not _opts or _now() >= _expiry:
-        _shapes.clear()
-        _chol.clear()
-        _opts, _expiry = opts, _now() + _period
+cdef _Memo _memo_of(object opts, bint create):
+    """The fresh memo of ``opts``; if it has none, a new one when ``create``, else None."""
+    global _last
+    cdef object found = _last
+    cdef _Memo memo
+    if found is None or (<_Memo>found).opts is not opts:
+        found = _memos.get(id(opts))
+    if found is not None:
+        memo = <_Memo>found
+        if memo.opts is opts and _now() < memo.expiry:
+            _last = memo
+            return memo
+    if not create:
+        return None
+    if len(_memos) >= MEMO_LIMIT:
+        _prune()
+    memo = _Memo(opts, _now() + _period)
+    _memos[id(opts)] = memo        # holds opts, so its id is not reused while the entry lives
+    _last = memo
+    return memo
 
 
-cdef inline bint _fresh():
-    return _get_options() is _opts and _now() < _expiry
+cdef inline _Memo _current():
+    """The fresh memo of the options in force in the calling context, or None."""
+    return _memo_of(_get_options(), False)
+
+
+cdef void _prune():
+    """Drop expired memos; all of them if that is not enough."""
+    cdef double now = _now()
+    for key in [k for k, m in _memos.items() if (<_Memo>m).expiry <= now]:
+        _memos.pop(key, None)
+    if len(_memos) >= MEMO_LIMIT:
+        forget()
 
 
 cdef cnp.ndarray _aligned_empty(int nd, cnp.npy_intp *dims, bint fortran):
@@ -131,35 +166,37 @@ def aligned_copy(x, order="C"):
     return out
 
 
-def remember(tuple key, bint aligned=False) -> None:
-    """Shape key ``a.shape + b.shape`` whose choice is numpy's own call under the current options,
-    into a cache-line-aligned output when ``aligned`` (multi-threaded choices, see _aligned_empty)."""
-    _renew()
-    _shapes[key] = aligned
+def remember(tuple key, bint aligned=False, opts=None) -> None:
+    """Shape key ``a.shape + b.shape`` whose choice is numpy's own call under ``opts`` (the options
+    the decision was taken under; None: those in force), into a cache-line-aligned output when
+    ``aligned`` (multi-threaded choices, see _aligned_empty)."""
+    _memo_of(_get_options() if opts is None else opts, True).shapes[key] = aligned
 
 
-def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads) -> None:
-    """Order ``n`` whose choice is ``run(w, lower) -> info`` with the library at ``threads`` threads
-    (``thread_addresses``: C set/get functions of its thread count, or None)."""
-    _renew()
-    _chol[n] = _Kernel(run, thread_addresses, threads)
+def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads, opts=None) -> None:
+    """Order ``n`` whose choice under ``opts`` (None: the options in force) is ``run(w, lower) -> info``
+    with the library at ``threads`` threads (``thread_addresses``: C set/get functions of its
+    thread count, or None)."""
+    _memo_of(_get_options() if opts is None else opts, True).chol[n] = _Kernel(run, thread_addresses, threads)
 
 
 def forget() -> None:
-    global _opts
-    _shapes.clear()
-    _chol.clear()
-    _opts = None
+    """Forget every remembered decision, under all options."""
+    global _last
+    _memos.clear()
+    _last = None
 
 
 def remembered(tuple key) -> bool:
-    """Would a product with shape key ``key`` take the hot path now?"""
-    return key in _shapes and _fresh()
+    """Would a product with shape key ``key`` take the hot path now, in this context?"""
+    cdef _Memo memo = _current()
+    return memo is not None and key in memo.shapes
 
 
 def remembered_cholesky(Py_ssize_t n) -> bool:
-    """Would a Cholesky of order ``n`` take the hot path now?"""
-    return n in _chol and _fresh()
+    """Would a Cholesky of order ``n`` take the hot path now, in this context?"""
+    cdef _Memo memo = _current()
+    return memo is not None and n in memo.chol
 
 
 cdef inline bint _plain_f64(object x):
@@ -167,14 +204,16 @@ cdef inline bint _plain_f64(object x):
             and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_DOUBLE)
 
 
-def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False, out=None,
-               config=None, explain=False, comm=None, root=0):
+def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=False,
+               config=None, explain=False, comm=None, root=0, **ufunc_kwargs):
     """``alpha op(a) op(b) + beta c`` with the measured-fastest configuration; ``a @ b`` by default.
 
-    Accepts what ``numpy.matmul`` accepts and returns the same values, dtypes and errors; only
-    2-D float64 products are tuned (others defer to numpy). ``c`` is read only when ``beta != 0``;
-    pass ``out=c`` to update it in place, BLAS style. ``config`` forces a candidate (a
-    ``Candidate`` or dict of its fields); ``explain=True`` prints the ranked candidates.
+    Called as ``numpy.matmul(x1, x2, /, out=None, *, ...)`` is, it accepts what numpy accepts and
+    returns the same values, dtypes and errors; only 2-D float64 products are tuned (others, and
+    calls with numpy's other keywords such as ``dtype=``, defer to numpy). The BLAS-style extras
+    are keyword-only: ``c`` is read only when ``beta != 0``; pass ``out=c`` to update it in place.
+    ``config`` forces a candidate (a ``Candidate`` or dict of its fields); ``explain=True`` prints
+    the ranked candidates (``autotune.explain`` returns them).
 
     With ``comm`` (an mpi4py communicator) the call is collective: the ``root`` rank passes a and
     b and receives the result, the other ranks pass None and get None; the plan (algorithm,
@@ -184,17 +223,21 @@ def tuned_gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a=False, trans_b=Fals
     cdef cnp.npy_intp *da
     cdef cnp.npy_intp *db
     cdef cnp.npy_intp dc[2]
-    if (c is None and out is None and config is None and comm is None and _plain_f64(a) and _plain_f64(b)
-            and not (trans_a or trans_b or explain) and alpha == 1.0 and beta == 0.0):
-        da = cnp.PyArray_DIMS(<cnp.ndarray>a)
-        db = cnp.PyArray_DIMS(<cnp.ndarray>b)
-        aligned = _shapes.get((da[0], da[1], db[0], db[1]))
-        if aligned is not None and _fresh():
-            if not aligned:
-                return _matmul(a, b)
-            dc[0], dc[1] = da[0], db[1]
-            return _matmul(a, b, _aligned_empty(2, dc, False))
-    return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root)
+    cdef _Memo memo
+    if (c is None and out is None and config is None and comm is None and not ufunc_kwargs
+            and _plain_f64(a) and _plain_f64(b) and not (trans_a or trans_b or explain)
+            and alpha == 1.0 and beta == 0.0):
+        memo = _current()
+        if memo is not None:
+            da = cnp.PyArray_DIMS(<cnp.ndarray>a)
+            db = cnp.PyArray_DIMS(<cnp.ndarray>b)
+            aligned = memo.shapes.get((da[0], da[1], db[0], db[1]))
+            if aligned is not None:
+                if not aligned:
+                    return _matmul(a, b)
+                dc[0], dc[1] = da[0], db[1]
+                return _matmul(a, b, _aligned_empty(2, dc, False))
+    return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs)
 
 
 cdef inline unsigned long long _copy_span(const double *src, double *dst, Py_ssize_t count) noexcept nogil:
@@ -269,13 +312,15 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
     cdef cnp.ndarray x, w
     cdef cnp.npy_intp *d
     cdef bint c_order, lo
-    cdef _Kernel kernel
+    cdef _Kernel kernel = None
+    cdef _Memo memo
     if config is None and comm is None and not explain and not overwrite_a and _plain_f64(a):
         x = <cnp.ndarray>a
         d = cnp.PyArray_DIMS(x)
-        kernel = _chol.get(d[0]) if d[0] == d[1] and (cnp.PyArray_IS_C_CONTIGUOUS(x)
-                                                      or cnp.PyArray_IS_F_CONTIGUOUS(x)) else None
-        w = _prepare(x, bool(lower), bool(check_finite)) if kernel is not None and _fresh() else None
+        if d[0] == d[1] and (cnp.PyArray_IS_C_CONTIGUOUS(x) or cnp.PyArray_IS_F_CONTIGUOUS(x)):
+            memo = _current()
+            kernel = memo.chol.get(d[0]) if memo is not None else None
+        w = _prepare(x, bool(lower), bool(check_finite)) if kernel is not None else None
         if w is not None:
             c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
             lo = (not lower) if c_order else bool(lower)   # a C buffer is the transpose in Fortran order

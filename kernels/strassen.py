@@ -48,15 +48,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numba import float64, njit, void
+from numba import float64, njit, types, void
 
 __all__ = ["effective_levels", "strassen", "strassen_error_bound", "strassen_workspace_elems"]
 
 _JIT = {"cache": True, "nogil": True}
 _M = float64[:, :]  # any-layout 2-D view: one compiled specialisation serves F arrays and sub-views
+# The same for operands only read: accepts read-only arrays (the user's) as well as writable ones.
+_R = types.Array(float64, 2, "A", readonly=True)
 
 
-@njit(void(_M, _M, float64, _M), **_JIT)
+@njit(void(_R, _R, float64, _M), **_JIT)
 def _axpby(x, y, beta, out):
     """out = x + beta * y."""
     m, n = out.shape
@@ -65,7 +67,7 @@ def _axpby(x, y, beta, out):
             out[i, j] = x[i, j] + beta * y[i, j]
 
 
-@njit(void(_M, _M, _M, _M), **_JIT)
+@njit(void(_R, _R, _R, _M), **_JIT)
 def _combine22(c11, c21, c12, c22):
     """c22 = c11 - c21 + c12 (M1 - M2 + M3)."""
     m, n = c22.shape
@@ -74,7 +76,7 @@ def _combine22(c11, c21, c12, c22):
             c22[i, j] = c11[i, j] - c21[i, j] + c12[i, j]
 
 
-@njit(void(_M, _M, float64, _M, float64), **_JIT)
+@njit(void(_R, _M, float64, _M, float64), **_JIT)
 def _acc2(p, c1, s1, c2, s2):
     """c1 += s1 * p; c2 += s2 * p in one pass over p."""
     m, n = p.shape
@@ -85,7 +87,7 @@ def _acc2(p, c1, s1, c2, s2):
             c2[i, j] += s2 * v
 
 
-@njit(void(_M, _M), **_JIT)
+@njit(void(_R, _M), **_JIT)
 def _acc(p, c):
     """c += p."""
     m, n = p.shape
@@ -128,6 +130,8 @@ def strassen_error_bound(k: int, levels: int, u: float = 2.0 ** -53) -> float:
 def _check(x: np.ndarray, name: str) -> None:
     if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype != np.float64:
         raise ValueError(f"strassen: {name} must be a 2-D float64 array")
+    if name == "c" and not x.flags.writeable:
+        raise ValueError("strassen: output array c is read-only")
     if x.shape[0] > 1 and x.shape[1] > 0 and x.strides[0] != x.itemsize:
         raise ValueError(f"strassen: {name} must be column-major (Fortran order or a column-major view)")
 

@@ -16,25 +16,23 @@ from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS, Can
 
 # Keep the library's own default (numpy's matmul / scipy's potrf at the full budget) unless an
 # alternative is predicted faster by more than this fraction: model error must not cost speed.
-# 10%: two standard probe runs on this machine differ by about that much (run-to-run noise).
+# 10%: about the run-to-run difference of two standard probe runs (docs/models.md#selection.single).
 INCUMBENT_MARGIN = 0.10
 # Backend whose add kernel performs Strassen's additions (the Numba fused loops).
 STRASSEN_ADD_BACKEND = "numba-reference"
 _CACHE_LIMIT = 4096
 # Two libraries' thread pools on the same cores fight: a pool keeps spinning after its call, so a
 # multi-threaded call on a library other than the caller's default runs on a contended core.
-# bench/regress.py measured ~2x (mkl 2t after numpy's 2t dgemm: 0.51x; numpy-openblas 2t Cholesky
-# next to scipy's: 0.74x). Until the probe measures contention, such candidates pay this factor.
+# Set by hand (docs/models.md#selection.single); charged until the probe measures contention.
 POOL_CONTENTION = 2.0
 # A single-threaded call on another library than the default still loses its warm code and data
-# to the default library's calls around it: bench/regress.py measured 0.89-0.93x for such choices
-# predicted >10% faster (numpy-openblas potrf at n = 128/256 next to scipy's). Charge it too.
+# to the default library's calls around it, so it is charged too (set by hand;
+# docs/models.md#selection.single).
 LIBRARY_SWITCH = 1.15
 # Composed models (a sum of many separately measured calls) err more than a library routine timed
 # whole. Prior factors, relative to the family's library routine, used until the validation step
-# (``autotune-install --validate``) measures them on this machine (``measured_risk``). Blocked:
-# bench/validate.py measured/predicted medians relative to potrf's of 1.03-1.12 on two machines
-# (sessions 6-7; 15-25% before the session-5 model fixes); gemv 1.1-1.4; axpy is pruned anyway.
+# (``autotune-install --validate``) measures them (``measured_risk``); set by hand, see
+# docs/models.md#selection.single (axpy is pruned anyway).
 # The pure prediction is kept in ``Ranked.model_seconds``.
 COMPOSED_RISK = {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10}
 
@@ -56,7 +54,8 @@ class Ranked:
 
 @dataclass
 class Decision:
-    """The ranking for one problem (best first) and the candidate chosen from it."""
+    """The ranking for one problem (best first) and the candidate chosen from it; ``str()`` is the
+    human-readable explanation (``describe``)."""
 
     family: str
     dims: tuple[int, ...]
@@ -71,6 +70,21 @@ class Decision:
             if r.candidate == cand:
                 return r.seconds
         raise KeyError(str(cand))
+
+    def describe(self, top: int = 12) -> str:
+        """The choice, the ``top`` ranked candidates with predicted times and the SP values each used."""
+        lines = [f"{self.family} {'x'.join(map(str, self.dims))}, thread budget {self.threads}: chose {self.chosen}"]
+        lines += [f"  note: {n}" for n in self.notes]
+        best = self.ranking[0].seconds
+        for i, r in enumerate(self.ranking[:top], 1):
+            lines.append(f"  {i:2d}. {str(r.candidate):42s} {r.seconds * 1e3:10.3f} ms  x{r.seconds / best:5.2f}")
+            lines += [f"        {t}" for t in r.terms]
+        if len(self.ranking) > top:
+            lines.append(f"  ... {len(self.ranking) - top} more candidates")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 class _Recorder:
