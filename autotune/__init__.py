@@ -8,7 +8,8 @@ from ._version import __version__
 from .api import DatabaseUnavailable, describe, explain, tuned_cholesky, tuned_gemm
 from .config import get_options, options, set_options
 from .db import load_sp
-from .select import Candidate, Decision
+from .plans import Candidate
+from .select import Decision
 
 __all__ = ["Candidate", "DatabaseUnavailable", "Decision", "__version__", "describe", "explain", "get_options",
            "load_sp", "options", "set_options", "tuned_cholesky", "tuned_gemm"]

@@ -6,16 +6,27 @@ import json
 import os
 import signal
 import sys
+import time
 import warnings
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
-from autotune.db import DatabaseError, load, resolve
+from autotune.api import describe, tuned_cholesky, tuned_gemm
+from autotune.benchmarks import add_parser as add_bench_parser
+from autotune.config import available_cores, options
+from autotune.db import DatabaseError, load, load_sp, resolve
+from autotune.db.comm import PRIMITIVES, library_id, load_comm, loggp_lines, read_platforms
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.db.lookup import INVALID, remeasure_command
 from autotune.db.store import valid_mask
+from autotune.learn import refit
+from autotune.models.fitted_phases import load_phase_factors
+from autotune.report import load_validation, write_report
+from autotune.select import rank
+from autotune.select.distributed import describe as describe_plans
+from autotune.select.distributed import rank_plans
 
 
 def _error(command: str, message: str, status: int = 1) -> int:
@@ -217,7 +228,7 @@ def cmd_show(args) -> int:
     if args.json:
         out = summary_json(db) if db is not None else {"error": blas_error}
         if platforms:
-            out["comm"] = [comm_json(q) for q in platforms]
+            out["comm"] = [comm_json(q, path) for q in platforms]
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     print(f"Database: {path}")
@@ -229,7 +240,7 @@ def cmd_show(args) -> int:
     else:
         print(f"BLAS/LAPACK: {blas_error}")
     if platforms:
-        print("\n" + "\n".join(comm_summary(platforms, args.verbose)))
+        print("\n" + "\n".join(comm_summary(platforms, args.verbose, path)))
     if args.plot:
         try:
             _write_plots(db, platforms, args.plot)
@@ -272,8 +283,6 @@ def _write_plots(db, platforms: list, filename: str) -> None:
 
 def _comm_platforms(path) -> list:
     """The file's communication platforms; [] when it has none or cannot be read."""
-    from autotune.db.comm import read_platforms
-
     try:
         return sorted(read_platforms(path), key=lambda q: (q.P, q.key))
     except Exception:
@@ -287,8 +296,6 @@ def _comm_plot_name(filename: str) -> str:
 
 def _curves(fits: np.ndarray) -> dict[tuple, np.ndarray]:
     """(primitive, p, r, c) -> its fit rows, in primitive order."""
-    from autotune.db.comm import PRIMITIVES
-
     keys = {(f["primitive"].decode(), int(f["p"]), int(f["r"]), int(f["c"])) for f in fits}
     order = sorted(keys, key=lambda k: (PRIMITIVES.index(k[0]) if k[0] in PRIMITIVES else 99, k[1:]))
     out = {}
@@ -308,11 +315,10 @@ def _bytes(x: float) -> str:
     return f"{x:.0f} B"
 
 
-def comm_summary(platforms, verbose: bool = False) -> list[str]:
+def comm_summary(platforms, verbose: bool = False, path=None) -> list[str]:
     """Per platform, one line per primitive and p (grid): regimes, small-message ts, large-message
-    bandwidth, worst held-out error and breakpoints; ``verbose`` adds a line per regime."""
-    from autotune.db.comm import library_id, loggp_lines
-
+    bandwidth, worst held-out error and breakpoints; ``verbose`` adds a line per regime; then the
+    phase calibration the file at ``path`` holds for it."""
     lines = [f"MPI communication parameters ({len(platforms)} platform{'s' * (len(platforms) != 1)}):"]
     for q in platforms:
         info = q.info
@@ -328,6 +334,28 @@ def comm_summary(platforms, verbose: bool = False) -> list[str]:
             lines.append(f"    {name:26s} {_curve_brief(rows)}")
             if verbose:
                 lines += [f"      {_regime_line(f)}" for f in rows]
+        lines += ["    " + x for x in phase_calibration_lines(path, q.key)]
+    return lines
+
+
+def phase_calibration_lines(path, key: str) -> list[str]:
+    """The platform's phase calibration: per family its sizes, runs and date, then per algorithm
+    the factors (phase x factor, at p processes where fitted per p)."""
+    factors = load_phase_factors(path, key) if path is not None else None
+    if factors is None or not factors.family_infos():
+        return ["phase calibration: none (analytical models only; autotune-install --mpi fits it)"]
+    lines = []
+    for family, info in sorted(factors.family_infos().items()):
+        plans = max(int(info.get("plans", 1)), 1)
+        runs = f", {plans} plans x {info['runs'] // plans} runs" if "runs" in info else ""
+        lines.append(f"phase calibration {family}: n = {', '.join(map(str, info.get('sizes', []))) or '?'}"
+                     f"{runs}, fitted {str(info.get('fitted', '?')).replace('T', ' ')[:16]}")
+        by_alg = defaultdict(list)
+        for f in factors.factors:
+            pooled = factors.factor(family, f.algorithm, f.phase)
+            if f.family == family and (not f.p or f.factor != pooled):    # per p only where it differs
+                by_alg[f.algorithm].append(f"{f.phase}{f' (p={f.p})' if f.p else ''} x{f.factor:.2f}")
+        lines += [f"  {alg:15s} {', '.join(items)}" for alg, items in sorted(by_alg.items())]
     return lines
 
 
@@ -356,9 +384,13 @@ def _regime_line(f) -> str:
             f"tw {_gbs(f['tw'])}; {err}")
 
 
-def comm_json(q) -> dict:
+def comm_json(q, path=None) -> dict:
     loggp = {k: v for k, v in q.loggp.items() if k not in ("o_s", "g_s", "sizes")} if q.loggp else None
+    phases = load_phase_factors(path, q.key) if path is not None else None
+    calibration = ({"families": phases.family_infos(), "factors": [vars(f) for f in phases.factors]}
+                   if phases is not None and phases.family_infos() else None)
     return {"key": q.key, "platform": q.info, "points": len(q.points), "loggp": loggp,
+            "phase_calibration": calibration,
             "fits": [{"primitive": f["primitive"].decode(), "p": int(f["p"]), "grid": [int(f["r"]), int(f["c"])],
                       "regime": int(f["regime"]), "lo": float(f["lo"]),
                       "hi": float(f["hi"]) if np.isfinite(f["hi"]) else None,
@@ -374,8 +406,6 @@ def plot_comm(platforms, filename: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from autotune.db.comm import PRIMITIVES
 
     prims = [x for x in PRIMITIVES if any((q.points["primitive"] == x.encode()).any() for q in platforms)]
     cols = min(4, max(len(prims), 1))
@@ -418,10 +448,6 @@ def plot_comm(platforms, filename: str) -> None:
 
 def cmd_explain(args) -> int:
     """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
-    from autotune.config import options
-    from autotune.db import load_sp
-    from autotune.select import rank
-
     dims = tuple(args.dims) * 3 if args.routine == "gemm" and len(args.dims) == 1 else tuple(args.dims)
     problem = _explain_usage_problem(args, dims)
     if problem:
@@ -435,8 +461,6 @@ def cmd_explain(args) -> int:
             return _error("explain", f"no usable database ({sp.reason}); tuned calls fall back to numpy/scipy")
         if args.np is not None:
             return _explain_distributed(args, dims, sp, opts)
-        from autotune.api import describe
-
         try:
             dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
         except LookupError as exc:
@@ -509,10 +533,6 @@ def _meminfo_available() -> int | None:
 
 def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
     """Rank distributed plans on up to ``--np`` ranks (models only: nothing is launched)."""
-    from autotune.config import available_cores
-    from autotune.db.comm import load_comm
-    from autotune.select.distributed import describe, rank_plans
-
     cp = load_comm(opts.db, nprocs=args.np)
     try:
         dec = rank_plans(args.routine, dims, args.np, sp, cp, args.threads or available_cores(),
@@ -520,16 +540,12 @@ def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
     except LookupError as exc:
         return _error("explain", f"{exc} in {resolve(opts.db)}")
     print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")
-    print(describe(dec, top=args.top))
+    print(describe_plans(dec, top=args.top))
     return 0
 
 
 def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
     """Time the tuned call on random operands (median of 3) against the prediction."""
-    import time
-
-    from autotune.api import tuned_cholesky, tuned_gemm
-
     rng = np.random.default_rng(0)
     if routine == "gemm":
         m, k, n = dims
@@ -554,8 +570,6 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
 
 def cmd_refit(args) -> int:
     """Fit per-candidate corrections from the learning log into ``/learned`` of the database."""
-    from autotune.learn import refit
-
     summary = refit(args.db)
     if "error" in summary:
         return _error("refit", f"{summary['error']} at {summary['db']}")
@@ -571,8 +585,6 @@ def cmd_refit(args) -> int:
 
 def cmd_report(args) -> int:
     """Write the HTML model report with its plots."""
-    from autotune.report import load_validation, write_report
-
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():
         return _error("report", f"--out {args.out}: exists and is not a directory", 2)
@@ -582,7 +594,8 @@ def cmd_report(args) -> int:
         except OSError as exc:
             return _error("report", f"--validation {args.validation}: {exc.strerror or exc}", 2)
         except (ValueError, KeyError, TypeError) as exc:
-            return _error("report", f"--validation {args.validation}: not a bench/validate.py output ({exc})", 2)
+            return _error("report", f"--validation {args.validation}: not an `autotune bench validate` output "
+                                    f"({exc})", 2)
     try:
         page = write_report(out, db=args.db, validation=args.validation)   # creates DIR and its parents
     except OSError as exc:
@@ -621,8 +634,9 @@ def parser() -> argparse.ArgumentParser:
                      help="directory for index.html and the PNGs (created with its parents)")
     rep.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     rep.add_argument("--validation", default=None, metavar="FILE.json",
-                     help="bench/validate.py output (predicted vs measured per candidate)")
+                     help="check points besides the database's own (`autotune bench validate --out` output)")
     rep.set_defaults(func=cmd_report)
+    add_bench_parser(sub)
     return p
 
 

@@ -1,4 +1,5 @@
-"""On-line refinement (issue 5): tuned calls log (candidate, size, predicted, measured) in O(1).
+"""On-line refinement (docs/models.md#learned): tuned calls log (candidate, size, predicted,
+measured) in O(1).
 
 Opt-in: ``AUTOTUNE_LEARN=1`` or ``set_learning(True)``. ``record`` appends to a bounded in-memory
 ring and updates per-candidate statistics of the log-ratio ``r = ln(measured / predicted)``
@@ -33,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.select.candidates import Candidate
+from autotune.db import location
+from autotune.db.learned import read_learned, save_learned
+from autotune.models.fitting import TermSet, select_terms
+from autotune.plans import Candidate
 
 ENV_VAR = "AUTOTUNE_LEARN"
-LEARNED_GROUP = "learned"
-LEARNED_MEMBER = "default"
-LEARNED_SCHEMA = 1
 SIDECAR_SUFFIX = ".learn.jsonl"
 # Sidecar log: at most this many observations are kept (the newest).
 SIDECAR_LIMIT = 100_000
@@ -47,13 +48,6 @@ REFIT_WINDOW = 64
 # Fewer distinct sizes than this: a single scale factor instead of a fitted ratio(n).
 REFIT_MIN_SIZES = 4
 REFIT_MIN_POINTS = 3
-
-LEARNED_DTYPE = np.dtype([
-    ("family", "S16"), ("algorithm", "S16"), ("backend", "S32"), ("threads", "i4"), ("param", "i4"),
-    ("variant", "i4"), ("npts", "i4"), ("scale", "f8"), ("sigma", "f8"), ("n_lo", "f8"), ("n_hi", "f8"),
-    ("terms", "S256"), ("coef", "S512"),
-])
-
 
 @dataclass
 class Settings:
@@ -276,8 +270,6 @@ def observations() -> list[tuple]:
 
 def sidecar(db: str | os.PathLike | None = None) -> Path:
     """The learning log next to the database: ``<db>.learn.jsonl``."""
-    from autotune.db import location
-
     p = location.resolve(db)
     return p.with_name(p.name + SIDECAR_SUFFIX)
 
@@ -386,8 +378,6 @@ def size_of(dims) -> float:
 
 def fit_correction(family: str, cand: Candidate, n, ratio) -> Correction:
     """Per-series correction: AICc-selected ratio(n) in {1, n^-1, n} with >= REFIT_MIN_SIZES sizes, else a scale."""
-    from autotune.models.fitting import TermSet, select_terms
-
     n, ratio = np.asarray(n, dtype=float), np.asarray(ratio, dtype=float)
     lr = np.log(ratio)
     scale = float(np.exp(lr.mean()))
@@ -407,9 +397,6 @@ def fit_correction(family: str, cand: Candidate, n, ratio) -> Correction:
 
 def refit(db_path: str | os.PathLike | None = None) -> dict:
     """Fit per-candidate corrections from the sidecar log and store them as ``/learned/default``."""
-    from autotune.db import location
-    from autotune.db.store import replace_group
-
     path = location.resolve(db_path)
     if not path.is_file():
         return {"db": str(path), "error": "no database", "observations": 0, "corrections": []}
@@ -426,7 +413,7 @@ def refit(db_path: str | os.PathLike | None = None) -> dict:
             n = [size_of(e["dims"]) for e in obs]
             fits.append(fit_correction(family, cand, n, [e["measured"] / e["predicted"] for e in obs]))
     if fits:
-        replace_group(path, LEARNED_GROUP, LEARNED_MEMBER, lambda g: _write_learned(g, fits))
+        save_learned(path, [_row(c) for c in fits])
         _load_cache.clear()
     return {"db": str(path), "observations": len(log), "series": len(series),
             "corrections": [_describe(c) for c in fits]}
@@ -438,14 +425,12 @@ def _describe(c: Correction) -> dict:
             "sigma": c.sigma, "n_range": [c.n_lo, c.n_hi], "ratio_model": model}
 
 
-def _write_learned(g, fits: list[Correction]) -> None:
-    rows = np.array([(c.family, c.candidate.algorithm, c.candidate.backend, c.candidate.threads, c.candidate.param,
-                      c.candidate.variant, c.npts, c.scale, c.sigma, c.n_lo, c.n_hi,
-                      json.dumps([list(t) for t in c.terms]), json.dumps(list(c.coef))) for c in fits],
-                    dtype=LEARNED_DTYPE)
-    g.attrs["learned_schema"] = LEARNED_SCHEMA
-    g.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    g.create_dataset("corrections", data=rows)
+def _row(c: Correction) -> dict:
+    """The plain record ``db.learned`` stores for one correction."""
+    cand = c.candidate
+    return {"family": c.family, "algorithm": cand.algorithm, "backend": cand.backend, "threads": cand.threads,
+            "param": cand.param, "variant": cand.variant, "npts": c.npts, "scale": c.scale, "sigma": c.sigma,
+            "n_lo": c.n_lo, "n_hi": c.n_hi, "terms": c.terms, "coef": c.coef}
 
 
 _load_cache: dict = {}
@@ -453,8 +438,6 @@ _load_cache: dict = {}
 
 def load_learned(path: str | os.PathLike | None = None) -> dict[Candidate, Correction]:
     """Stored corrections by candidate; {} when missing or damaged (one warning). Cached per file mtime."""
-    from autotune.db import location
-
     try:
         p = location.resolve(path)
         key = (str(p), p.stat().st_mtime_ns)
@@ -467,20 +450,12 @@ def load_learned(path: str | os.PathLike | None = None) -> dict[Candidate, Corre
 
 
 def _read_learned(p: Path) -> dict[Candidate, Correction]:
-    import h5py
-
     try:
-        with h5py.File(p, "r", locking=False) as f:
-            if LEARNED_GROUP not in f or LEARNED_MEMBER not in f[LEARNED_GROUP]:
-                return {}
-            rows = f[LEARNED_GROUP][LEARNED_MEMBER]["corrections"][()]
         out = {}
-        for r in rows:
-            cand = Candidate(r["algorithm"].decode(), r["backend"].decode(), int(r["threads"]), int(r["param"]),
-                             int(r["variant"]))
-            terms = tuple(tuple(t) for t in json.loads(r["terms"].decode()))
-            out[cand] = Correction(r["family"].decode(), cand, int(r["npts"]), float(r["scale"]), float(r["sigma"]),
-                                   float(r["n_lo"]), float(r["n_hi"]), terms, tuple(json.loads(r["coef"].decode())))
+        for r in read_learned(p):
+            cand = Candidate(r["algorithm"], r["backend"], r["threads"], r["param"], r["variant"])
+            out[cand] = Correction(r["family"], cand, r["npts"], r["scale"], r["sigma"], r["n_lo"], r["n_hi"],
+                                   r["terms"], r["coef"])
         return out
     except Exception as exc:
         if str(p) not in _warned:

@@ -1,8 +1,9 @@
-"""Model report (issue 5): ``write_report(out_dir)`` writes ``index.html`` with PNG plots.
+"""Model report: ``write_report(out_dir)`` writes ``index.html`` with PNG plots.
 
-Sections: predicted vs measured and residuals per routine and backend (from a
-``bench/validate.py`` JSON), which model each algorithm uses and why (analytical, fitted
-``/fitted`` entries, learned ``/learned`` corrections), maps of the chosen candidate over size x
+Sections: predicted vs measured and residuals per routine and backend (the check points the
+validation step, ``autotune-install --validate``, stored in the database; optionally also an
+``autotune bench validate`` JSON), which model each algorithm and candidate uses and why
+(analytical, fitted ``/fitted`` entries, learned ``/learned`` corrections), maps of the chosen candidate over size x
 thread budget (and x process count when MPI parameters were measured) and Akaike weights of
 the fitted models. Plain HTML, no JavaScript; anything missing becomes a note, never an error.
 """
@@ -18,13 +19,23 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.config import available_cores
+from autotune.db import load_sp, location
+from autotune.db.comm import load_comm
+from autotune.db.validation import read_validation
+from autotune.learn import load_learned
+from autotune.models.fitted import load_fitted
+from autotune.plans import ALGORITHMS, Candidate
+from autotune.select import choose
+from autotune.select.distributed import rank_plans
+
 MAP_SIZES = tuple(int(round(64 * 2 ** (i / 2))) for i in range(13))     # 64 .. 4096
 DIST_SIZES = (256, 512, 1024, 2048, 4096)
 DIST_NPROCS = (2, 4)
 FAMILIES = ("gemm", "cholesky")
 # Median absolute percentage error above which an analytical model is flagged for remodelling.
 APE_TOLERANCE = 10.0
-# ... scored on predictions of at least this many seconds (as bench/validate.py's summary).
+# ... scored on predictions of at least this many seconds (as `autotune bench validate`'s summary).
 APE_MIN_SECONDS = 1e-3
 _STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
           "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
@@ -82,6 +93,26 @@ def load_validation(path) -> list[dict]:
     return rows
 
 
+def db_validation(path: Path | None) -> tuple[list[dict], str]:
+    """The validation step's check points stored in the database, as report rows (predicted: the
+    model in use), and why there are none ("" if there are)."""
+    if path is None:
+        return [], "no database"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        group = read_validation(path)
+    rows = []
+    for p in group.points:
+        if not (np.isfinite(p["measured"]) and p["measured"] > 0 and np.isfinite(p["in_use"])):
+            continue
+        cand = Candidate(p["algorithm"], p["backend"], p["threads"], p["param"], p["variant"])
+        rows.append({"routine": p["family"], "algorithm": p["algorithm"], "backend": p["backend"],
+                     "threads": p["threads"], "candidate": str(cand), "size": float(p["n"]),
+                     "predicted": p["in_use"], "analytical": p["predicted"], "measured": p["measured"],
+                     "model": p["model"], "reason": p["reason"]})
+    return rows, group.reason or ("" if rows else f"no measured check points in {path}")
+
+
 def _by(rows: list[dict], *keys: str) -> dict:
     out: dict = defaultdict(list)
     for r in rows:
@@ -125,14 +156,12 @@ def _plot_validation(rows: list[dict], out: Path) -> list[str]:
     return names
 
 
-def _validation_section(rows: list[dict] | None, source, out: Path) -> str:
+def _validation_section(rows: list[dict] | None, source: str, out: Path) -> str:
     parts = ["<h2>Predicted vs measured</h2>"]
     if not rows:
-        reason = "no validation results given (--validation bench/results/validate.json)" if source is None \
-            else f"no measured candidates in {source}"
-        return "".join(parts) + _note(reason + ": plots skipped")
+        return "".join(parts) + _note(f"no validation results ({source}): plots skipped")
     names = _plot_validation(rows, out)
-    parts.append(f"<p>From {_esc(source)}: {len(rows)} measured candidates.</p>")
+    parts.append(f"<p>From {_esc(source)}: {len(rows)} measured candidates; predicted by the model in use.</p>")
     parts.append(_img(names[0], "predicted vs measured"))
     parts.append("<h2>Residuals</h2>" + _img(names[1], "relative error against size"))
     table = []
@@ -151,10 +180,6 @@ def _fitted(path: Path | None) -> tuple[dict, str]:
     """Entries of ``/fitted`` via autotune.models.fitted.load_fitted, and a note."""
     if path is None:
         return {}, "no database"
-    try:
-        from autotune.models.fitted import load_fitted
-    except ImportError:
-        return {}, "analytical only (autotune.models.fitted is not available)"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -180,30 +205,54 @@ def _entry_text(entry) -> str:
 
 
 def _models_section(path: Path | None, rows: list[dict] | None, fitted: dict, note: str) -> str:
-    from autotune.learn import load_learned
-    from autotune.select.candidates import ALGORITHMS
-
     learned = load_learned(path) if path is not None else {}
     scored = [r for r in rows or [] if r["predicted"] >= APE_MIN_SECONDS]
     ape = {k: float(np.median([abs(r["predicted"] - r["measured"]) / r["measured"] * 100 for r in v]))
            for k, v in _by(scored, "routine", "algorithm").items()}
     table = []
     for alg, (family, _) in ALGORITHMS.items():
-        hits = [e for k, e in fitted.items() if alg in str(k) and family in str(k)] or \
-               [e for k, e in fitted.items() if alg in str(k)]
+        hits = [e for k, e in fitted.items() if str(k).startswith(f"{family}/{alg} ")]
         corr = [c for c in learned.values() if c.candidate.algorithm == alg]
         err = ape.get((family, alg))
+        checked = [r for r in rows or [] if "model" in r and (r["routine"], r["algorithm"]) == (family, alg)]
         if hits:
-            model, why = "fitted", "; ".join(_entry_text(e) for e in hits[:3])
+            series = len(_by(checked, "candidate"))
+            model = f"fitted ({len(hits)} of {series} validated series)" if series else "fitted"
+            why = "; ".join(_entry_text(e) for e in hits[:3])
         else:
             model = "analytical"
-            why = "not validated" if err is None else _why(err)
+            why = _why(err) if err is not None else _checked(checked) if checked else "not validated"
         if corr:
             model += " + learned correction"
             why += "; on-line: " + ", ".join(f"{c.candidate} x{c.factor():.2f}" for c in corr[:4])
         table.append([family, alg, model, why])
     return "<h2>Models in use</h2>" + (_note(note) if note else "") + \
-        _table(["routine", "algorithm", "model", "why"], table) + _learned_table(learned)
+        _table(["routine", "algorithm", "model", "why"], table) + _candidates_section(rows or []) + \
+        _learned_table(learned)
+
+
+def _candidates_section(rows: list[dict]) -> str:
+    """Per validated candidate: the model in use, why, and both models' errors on its check points."""
+    stored = [r for r in rows if "model" in r]
+    if not stored:
+        return ""
+    table = []
+    for (routine, cand), pts in _by(stored, "routine", "candidate").items():
+        err = [abs(r["predicted"] - r["measured"]) / r["measured"] * 100 for r in pts]
+        ana = [abs(r["analytical"] - r["measured"]) / r["measured"] * 100 for r in pts]
+        table.append([routine, cand, pts[0]["model"], len(pts), f"{np.median(err):.1f}", f"{np.median(ana):.1f}",
+                      pts[0]["reason"]])
+    return "<h3>Model in use per candidate (validation step)</h3>" + \
+        _table(["routine", "candidate", "model in use", "check points", "APE in use %", "APE analytical %", "why"],
+               table)
+
+
+def _checked(points: list[dict]) -> str:
+    """What the validation step found for one algorithm's check points (all predicted below 1 ms)."""
+    series = _by(points, "candidate")
+    err = np.median([abs(r["predicted"] - r["measured"]) / r["measured"] * 100 for r in points])
+    return (f"validated: {len(series)} candidate series, analytical model kept (median APE {err:.1f}% over "
+            f"{len(points)} check points below 1 ms; see the table below)")
 
 
 def _why(err: float) -> str:
@@ -260,8 +309,6 @@ def _dims(family: str, n: int) -> tuple[int, ...]:
 
 
 def _maps_section(sp, out: Path, cores: int) -> str:
-    from autotune.select import choose
-
     parts = ["<h2>Chosen candidate over size x thread budget</h2>",
              f"<p>Colour: algorithm and library; text: threads (and block b / Strassen level l). "
              f"Budgets 1..{cores}, Strassen not allowed.</p>"]
@@ -284,9 +331,6 @@ def _maps_section(sp, out: Path, cores: int) -> str:
 
 
 def _dist_section(sp, path: Path, out: Path, cores: int) -> str:
-    from autotune.db.comm import load_comm
-    from autotune.select.distributed import rank_plans
-
     parts = ["<h2>Chosen plan over size x process count</h2>"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -314,7 +358,7 @@ def _dist_section(sp, path: Path, out: Path, cores: int) -> str:
 
 # -- Akaike weights ---------------------------------------------------------------------------------
 
-MAX_AKAIKE_SERIES = 12   # fitted entries drawn (the page stays readable with ~100 in the database)
+MAX_AKAIKE_SERIES = 12   # fitted entries drawn (the page stays readable however many the database holds)
 
 def _weights(entry) -> list[tuple[str, float]]:
     """(term set, Akaike weight) pairs of a fitted entry, if it carries a model selection."""
@@ -357,8 +401,6 @@ def _akaike_section(fitted: dict, out: Path) -> str:
 
 def _database(db) -> tuple[Path | None, object, str]:
     """(path, SystemParameters or None, description)."""
-    from autotune.db import load_sp, location
-
     path = location.resolve(db)
     if not path.is_file():
         return None, None, f"no database at {path}: run autotune-install first"
@@ -368,21 +410,33 @@ def _database(db) -> tuple[Path | None, object, str]:
     return path, sp, f"database {path}"
 
 
+def _validation_rows(path: Path | None, validation) -> tuple[list[dict], str]:
+    """Check points from the database, plus those of an ``autotune bench validate`` JSON if given,
+    and where they came from (or why there are none)."""
+    rows, reason = db_validation(path)
+    sources = [f"the database's validation step ({len(rows)} check points)"] if rows else []
+    if validation is not None:
+        extra = load_validation(validation)
+        rows += extra
+        sources.append(str(validation) if extra else f"no measured candidates in {validation}")
+    if not rows:
+        return [], "; ".join([reason or "none in the database", *sources]) + " (run `autotune-install --validate`)"
+    return rows, " and ".join(sources)
+
+
 def write_report(out_dir, db=None, validation=None) -> Path:
     """Write ``out_dir/index.html`` and its PNGs; returns the page's path."""
-    from autotune.config import available_cores
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path, sp, desc = _database(db)
-    rows = load_validation(validation) if validation is not None else None
+    rows, source = _validation_rows(path, validation)
     fitted, note = _fitted(path)
     cores = max(1, available_cores())
     body = [f"<h1>autotune model report</h1><p>{_esc(desc)}; generated {time.strftime('%Y-%m-%d %H:%M')}, "
             f"{cores} core(s).</p>"]
     if sp is None:
         body.append(_note("no usable database: the choice maps are skipped"))
-    body.append(_validation_section(rows, validation, out))
+    body.append(_validation_section(rows, source, out))
     body.append(_models_section(path, rows, fitted, note))
     if sp is not None:
         with warnings.catch_warnings():

@@ -2,7 +2,8 @@
 
 The probe measures ``k = time / flops(routine, dims)`` on the shapes a pattern generates, and
 the runtime models look ``k`` up with the same (routine, pattern, size, param) key and multiply
-by the same flop count, so the two can never disagree on what was measured (DESIGN §2, §3).
+by the same flop count, so the two can never disagree on what was measured (docs/models.md#routines,
+docs/models.md#sp.k).
 """
 from __future__ import annotations
 

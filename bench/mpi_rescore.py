@@ -14,7 +14,7 @@ from mpi_validate import summarise  # run as a script: bench/ is on sys.path
 
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
-from autotune.distributed.plan import Plan
+from autotune.plans import Plan
 from autotune.select.distributed import predict
 
 PLAN = re.compile(r"(\w+) p=(\d+) grid=(\d+)x(\d+)(?: b=(\d+))?(?: l=(\d+))? \[([\w-]+), (\d+)t\]")

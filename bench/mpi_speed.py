@@ -23,7 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from autotune.config import options
 from autotune.distributed.collective import gather_cores, quiet_barrier
-from autotune.distributed.plan import Plan
+from autotune.plans import Plan
 
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
 # would slow the next distributed run (the probe settles the same way).
@@ -75,7 +75,7 @@ def baselines(family: str, a, b, P: int, chunks) -> dict[str, float]:
 def main(argv=None) -> int:
     from mpi4py import MPI
 
-    from autotune.distributed.api import distributed_cholesky, distributed_gemm
+    from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")

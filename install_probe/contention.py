@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from autotune.db.contention import save_contention, series
+
 SIZES = (256, 512, 1024, 2048)
 RANKB_SIZES = (1024, 2048, 4096)
 RANKB_BLOCK = 256
@@ -69,7 +71,7 @@ def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
 def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> dict[str, list]:
     """``compute_skew`` of the first p ranks for p = 2..P, ``{"p": [...], "skew": [...]}`` on every
     rank: a plan on p ranks waits for the spread of p ranks, not of all P (on an oversubscribed
-    node the whole platform time-shares, 24% here at 4 ranks on 2 cores, while 2 of them do not).
+    node the whole platform time-shares, while fewer ranks may not).
     Ranks outside a group wait without taking a core from it."""
     from autotune.distributed.collective import first_ranks
 
@@ -90,7 +92,7 @@ def _interleaved(world, groups, n: int, k: int, reps: int, pattern: str = "squar
     communicator, None off it) on one one-thread n x k by k x n dgemm, per statistic of the
     group's ranks (``STATS``): rounds running p = 1..P in turn, each round's statistic over rank
     0's solo time, median over rounds. Interleaved so that the clock drift between probe phases
-    (3-4% here) cancels. The slowest and fastest differ most where ranks outnumber cores: the
+    cancels. The slowest and fastest differ most where ranks outnumber cores: the
     scheduler gives some ranks a core of their own and makes others share one."""
     from autotune.distributed.collective import quiet_barrier
 
@@ -105,8 +107,8 @@ def _interleaved(world, groups, n: int, k: int, reps: int, pattern: str = "squar
                 t = np.array(sub.allgather(time.perf_counter() - t0))
                 mine[p].append(np.array([getattr(t, stat)() for stat in STATS]))
             # Ranks outside the group wait without polling: two ranks spinning in a blocking
-            # barrier took cores from the computing pair on the 4-on-2 platform (p = 2 measured
-            # 1.8x slower in one probe), which the distributed runs do not see.
+            # barrier take cores from the computing ranks when ranks outnumber cores, which the
+            # distributed runs do not see.
             quiet_barrier(world, poll_seconds=0.0005)
     if world.rank != 0:
         return {}
@@ -122,7 +124,6 @@ def measure_contention(world, sizes=SIZES, reps: int = REPS) -> list[tuple[int, 
     slowdown; [] on the other ranks."""
     from threadpoolctl import threadpool_limits
 
-    from autotune.db.contention import series
     from autotune.distributed.collective import split_first
 
     groups = {p: split_first(world, p) for p in range(1, world.size + 1)}
@@ -142,9 +143,7 @@ def measure_contention(world, sizes=SIZES, reps: int = REPS) -> list[tuple[int, 
 def combine_passes(passes: list[list[tuple[int, int, str, float]]]) -> list[tuple[int, int, str, float]]:
     """Rows of several passes as one: per (series, n), the lower median of the passes' solo times
     and of each p's slowdown over its pass's solo time (``timing.lower_median``). A pass in a slow
-    state of the machine is outvoted: at P = 2 one pass read the slowest of two ranks 1.27-1.32x
-    its solo time at n = 1024-2048, four passes a few minutes later 1.01-1.03x, and the
-    distributed runs' compute matched the latter (session 26)."""
+    state of the machine is outvoted."""
     from .timing import lower_median
 
     by_pass = [{(p, n, name): t for p, n, name, t in rows} for rows in passes if rows]
@@ -166,8 +165,6 @@ def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS, *, p
     statistic, p, n: the solo time times the slowdown) and returns the square products' mean ones."""
     fresh = [measure_contention(world, sizes, reps) for _ in range(passes)]
     if world.rank == 0:
-        from autotune.db.contention import save_contention
-
         rows = combine_passes([*(earlier or []), *fresh])
         p, n, pattern, t = zip(*rows, strict=True)
         info = {"routine": "gemm", "threads_per_rank": 1, "rankb_block": RANKB_BLOCK,

@@ -1,4 +1,4 @@
-"""Operands laid out as the algorithms lay them out (DESIGN §3, 001 §2.4).
+"""Operands laid out as the algorithms lay them out (docs/models.md#sp.k).
 
 Each builder returns a ``Call``: ``run(repeat)`` performs ``repeat`` back-to-back calls of the
 routine on the backend (inside the library's own loop where the backend allows, so Python
@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 from autotune.kernels._front import aligned_copy
 
+import autotune
 from autotune.backends import Backend
+from autotune.plans import Candidate
 from autotune.routines import dims_of
 
 
@@ -39,7 +41,7 @@ def _op(be: Backend, routine: str, *args, **kwargs) -> Callable[[int], object]:
 
 def _mat(rng: np.random.Generator, m: int, n: int) -> np.ndarray:
     """Fortran m x n matrix of uniform(-0.5, 0.5), starting on a cache line like the runtime's
-    outputs (``aligned_copy``: a 2-thread dgemm into an unaligned one runs 5-12% slower)."""
+    outputs (``aligned_copy``: a multi-threaded dgemm into an unaligned one runs slower)."""
     return aligned_copy(rng.random((m, n)) - 0.5, "F")
 
 
@@ -53,9 +55,8 @@ def _lower(rng: np.random.Generator, n: int) -> np.ndarray:
 def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray:
     """Symmetric positive definite n x n matrix (strictly diagonally dominant), built without BLAS.
 
-    ``g @ g.T`` would wake numpy's OpenBLAS thread pool, which then spins for ~0.2 s on the cores
-    the next timed call needs: a 2-thread scipy-OpenBLAS Cholesky timed right after measured up
-    to 2x slow (and 420x once) in the validation step and bench/validate.py.
+    ``g @ g.T`` would wake numpy's OpenBLAS thread pool, which then keeps spinning on the cores
+    the next timed call needs and slows it.
     """
     a = _mat(rng, n, n)
     a = a + a.T
@@ -83,8 +84,8 @@ def _gemm_square(be, d, rng, alpha: float = 1.0, beta: float = 0.0):
 
 def _gemm_rankb(be, d, rng):
     # SUMMA's step: the rank's local C += its X panel (m x b) @ Y panel (b x n), beta 1. With
-    # beta 0 OpenBLAS first zeroes C, a pass over it the runs never make: 17-19% more time at
-    # b = 64, 5% at b = 256 here (session 26), which put SUMMA's compute 12-25% high.
+    # beta 0 OpenBLAS first zeroes C, a pass over it the runs never make, which would overcharge
+    # SUMMA's compute.
     return _gemm_square(be, d, rng, alpha=1e-3, beta=1.0)
 
 
@@ -139,9 +140,6 @@ def _gemv_segment(be, d, rng):
 def _gemm_dispatch(be, d, rng):
     # What a user's tuned_gemm(a, b) costs when it runs this backend's gemm (C-ordered operands,
     # numpy's default): the runtime's entry and dispatch around the library call.
-    import autotune
-    from autotune.select import Candidate
-
     a, b = (np.ascontiguousarray(_mat(rng, d["m"], d["k"])), np.ascontiguousarray(_mat(rng, d["k"], d["n"])))
     out = np.empty((d["m"], d["n"]))
     cand = Candidate("blas", be.name, be.get_threads() if be.get_threads else 1)

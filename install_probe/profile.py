@@ -11,6 +11,8 @@ from autotune.backends import BACKENDS
 from autotune.routines import PATTERNS
 
 BUILTIN = ("quick", "standard", "full")
+BLAS_DEFAULT = "standard"   # autotune-install without --profile
+COMM_DEFAULT = "quick"      # autotune-install --mpi without --profile: fits a few minutes at P = 4
 
 
 class ProfileError(ValueError):

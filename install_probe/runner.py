@@ -22,7 +22,7 @@ from .timing import lower_median, measure
 
 CHECKPOINT_SECONDS = 5.0
 # After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
-# and Intel OpenMP workers busy-wait ~0.1-0.2 s) so it does not steal a core from the next group.
+# and Intel OpenMP workers busy-wait for a while) so it does not steal a core from the next group.
 SETTLE_SECONDS = 0.3
 
 
@@ -80,6 +80,19 @@ def _start(path: Path, profile: Profile, resume: bool) -> tuple[Database, str, s
     return db, run["run_id"], db.keys(run["run_id"])
 
 
+def nothing_to_measure(profile: Profile, backends: dict, skipped: dict[str, str], only: set[str] | None) -> str:
+    """Why ``profile`` (filtered by ``only``) plans no point on the ``backends`` that loaded."""
+    wanted = sorted((only or set()) & set(BACKENDS)) or sorted(set(backends) | set(skipped))
+    gone = [f"{b} ({skipped[b]})" for b in wanted if b in skipped]
+    if gone and not set(wanted) & set(backends):
+        return f"backend{'s' * (len(gone) > 1)} unavailable: {'; '.join(gone)}"
+    absent = [b for b in wanted if b not in backends and b not in skipped]
+    if absent:
+        return f"profile {profile.name!r} does not use backend{'s' * (len(absent) > 1)} {', '.join(absent)}"
+    asked = f" with --only {' '.join(sorted(only))}" if only else ""
+    return f"profile {profile.name!r}{asked} selects no routine that the available backends ({', '.join(backends)}) run"
+
+
 def _row(task: Task, sample, t_call: float, run_id: str, ref: float = 0.0) -> tuple:
     fl = task.flops
     work = max(sample.median - t_call, 0.5 * sample.median)  # never let noise make k vanish
@@ -123,12 +136,14 @@ def call_overhead(be, routine: str, timing, rng) -> float:
 def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, resume: bool = False,
               progress: bool | None = None, seed: int = 0) -> ProbeResult:
     """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file.
+    ProbeError, with the database untouched, when the plan holds no point (e.g. --only names an
+    unavailable backend): an empty run would leave tuned calls silently untuned.
 
     ``timing.passes`` passes: every point once, then the cheap ones (median < ``repass_seconds``)
     again, in alternately reversed order; each point keeps the lower median of its passes (the
-    faster of two, the middle of three). This shared machine's speed wanders by several percent
-    over seconds to minutes (a 10-minute monitor of one dgemm: 101-110 GFLOP/s); a point timed at
-    a few moments spread over the run is less at the mercy of one of them, so two runs agree better.
+    faster of two, the middle of three). A machine's speed can wander by several percent over
+    seconds to minutes; a point timed at a few moments spread over the run is less at the mercy of
+    one of them, so two runs agree better.
     """
     _check_only(only)
     path = resolve(db_path)
@@ -138,6 +153,9 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     db.backends.update({n: b.info for n, b in backends.items()})
     db.run = {"profile": profile.name, "run_id": run_id, "complete": False, "started": time.time()}
     tasks = [t for t in expand(profile, backends, only) if t.key not in done]
+    if not tasks and not done:           # before the first save: the database stays as it was
+        raise ProbeError(f"nothing was measured: {nothing_to_measure(profile, backends, skipped, only)}; "
+                         f"{path} left as it was")
     save(db, path)
     session = _Session(profile, backends, db, path, run_id, _bar(tasks, profile, progress), seed)
     try:

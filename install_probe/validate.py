@@ -1,13 +1,15 @@
-"""Validation step of ``autotune-install`` (issue 5): check every candidate's model on check points, remodel if needed.
+"""Validation step of ``autotune-install``: check every candidate's model on check points, remodel if needed.
 
 For each family and check size (off the probe grid) the selector's candidates are timed with a
 forced ``config=`` (median of a few runs, thread pools settled between libraries, as
-bench/validate.py) and compared with their analytical prediction. A candidate series (same
+``autotune bench validate`` does) and compared with their analytical prediction. A candidate series (same
 algorithm, backend, threads, parameter, variant) whose median absolute percentage error (APE)
 exceeds ``tol``, or that the analytical model mis-ranks against another candidate of the same
 problem, gets a fitted polynomial in ``n`` (terms by AICc, coefficients by the FI-ME..VA-LS cascade)
 from separate fitting sizes; it is put in use when its check-point APE is lower. Every fitted entry
-is stored (``autotune.models.fitted``) with both models' errors and the reason.
+is stored (``autotune.models.fitted``) with both models' errors and the reason, and every check
+point (``autotune.db.validation``: sizes, measured, predicted, the model in use and why) for
+``autotune report``.
 """
 from __future__ import annotations
 
@@ -22,7 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.models.fitted import EXTRAPOLATION, FittedEntry, eq410_terms, save_fitted
+import autotune
+from autotune.db import load_sp, resolve
+from autotune.db.fitted import save_fitted
+from autotune.db.validation import save_validation
+from autotune.models.fitted import EXTRAPOLATION, FittedEntry, eq410_terms
 from autotune.models.fitting import (
     METHODS,
     Samples,
@@ -31,7 +37,9 @@ from autotune.models.fitting import (
     remodel,
     select_terms,
 )
-from autotune.select.candidates import Candidate
+from autotune.plans import Candidate
+from autotune.select import clear_cache, rank
+from autotune.select.rank import COMPOSED_RISK, INCUMBENTS
 
 from .operands import spd_matrix
 
@@ -68,6 +76,13 @@ SPECS = {
                      reps=3, seconds=0.5, strassen=True, passes=2),
 }
 SPECS["full"] = replace(SPECS["standard"], name="full", reps=5, seconds=1.0)
+# The step ending a standard install: standard's candidates on fewer, smaller sizes in one sweep,
+# about half a minute of check points and at most a minute more of fitting sizes (every series
+# refitted) on two cores, estimated from the selector's predictions.
+SPECS["install"] = replace(SPECS["standard"], name="install",
+                           check={"gemm": (200, 700, 1500), "cholesky": (200, 700, 1500)},
+                           fit={"gemm": (160, 320, 500, 900, 1200, 1800), "cholesky": (160, 320, 500, 900, 1200, 1800)},
+                           seconds=0.3, passes=1)
 
 
 def load_spec(name_or_spec) -> Spec:
@@ -120,9 +135,7 @@ def _dims(family: str, n) -> tuple[int, ...]:
 
 def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
     """One timed call of ``cand`` on a fresh problem of ``dims`` ((m, k, n) or (n,)); Cholesky
-    factors a C-ordered copy in place so only the algorithm is timed (shared with bench/validate.py)."""
-    import autotune
-
+    factors a C-ordered copy in place so only the algorithm is timed (shared with autotune bench validate)."""
     if family == "gemm":
         m, k, n = dims
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
@@ -131,7 +144,7 @@ def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -
     (n,) = dims
     # numpy's default layout with scipy's default lower=False: the drivers factor the lower
     # triangle of the Fortran view, the formulation the probe measures (Fortran-ordered upper
-    # input runs the upper formulation: 8-70% slower than predicted here, not probed).
+    # input runs the upper formulation, which the probe does not time).
     spd = spd_matrix(rng, n, order="C")
     work = np.empty_like(spd)
 
@@ -185,9 +198,9 @@ class Timer:
 
     def many(self, points: list[tuple[str, int, Candidate]]) -> dict:
         """Time points grouped by (threads, backend) so that pools settle as rarely as possible, in
-        ``spec.passes`` sweeps (alternately reversed), keeping each point's fastest: this VM's
-        2-thread speed drops by up to 2x for minutes at a time, and a series timed in such a spell
-        looked like a model error (the fitted models learned it)."""
+        ``spec.passes`` sweeps (alternately reversed), keeping each point's fastest: a machine
+        can run slow for minutes at a time, and a series timed in such a spell would look like a
+        model error that the fitted models then learn."""
         order = sorted(dict.fromkeys((f, int(n), c) for f, n, c in points),
                        key=lambda p: (p[2].threads, p[2].backend, p[0], p[1], p[2]))
         for i in range(self.spec.passes):
@@ -214,8 +227,6 @@ class Point:
 
 def _candidates(family: str, n: int, sp, spec: Spec) -> list[tuple[Candidate, float]]:
     """Candidates the selector ranks at size n, with predictions, minus those > max_ratio x the best of a budget."""
-    from autotune.select import rank
-
     dims = (n, n, n) if family == "gemm" else (n,)
     ranking = rank(family, dims, sp, max(spec.budgets), allow_strassen=spec.strassen).ranking
     keep: dict[Candidate, float] = {}
@@ -272,10 +283,10 @@ def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndar
 def fit_strassen_series(cand: Candidate, check: Samples, analytical: np.ndarray, fit: Samples,
                         parts: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], tol: float,
                         reason: str) -> FittedEntry:
-    """001 eq. 4.10 for one Strassen series: ``M leaves + A additions``, the analytical model's two
-    terms (``parts(n)``, square n) with M, A >= 0 by relative least squares on ``fit``; scored as
-    ``fit_series``. The terms carry the probe's k at each leaf and quadrant size, which a
-    polynomial in n cannot follow (leaf sizes cross cache and kernel thresholds)."""
+    """docs/models.md#fitted.strassen for one Strassen series: ``M leaves + A additions``, the
+    analytical model's two terms (``parts(n)``, square n) with M, A >= 0 by relative least squares
+    on ``fit``; scored as ``fit_series``. The terms carry the probe's k at each leaf and quadrant
+    size, which a polynomial in n cannot follow (leaf sizes cross cache and kernel thresholds)."""
     from scipy.optimize import nnls
 
     leaves, adds = parts(fit.n)
@@ -329,6 +340,7 @@ class Report:
     tol: float
     min_seconds: float = 0.01
     rows: list[dict] = field(default_factory=list)
+    points: list[dict] = field(default_factory=list)   # every check point, as db.validation stores it
     entries: list[FittedEntry] = field(default_factory=list)
     ape_in_use: float | None = None        # median APE over check points predicted >= spec.min_seconds
     risk: dict = field(default_factory=dict)   # family -> algorithm -> measured composed-model risk
@@ -367,8 +379,9 @@ class Report:
         return "\n".join(lines)
 
 
-def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp) -> None:
-    """Fill the report's rows and the overall APE of the model in use on check points predicted >= min_seconds."""
+def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp, flagged: dict | None = None) -> None:
+    """Fill the report's rows and check points, and the overall APE of the model in use on check
+    points predicted >= min_seconds."""
     apes = []
     for cand, pts in sorted(series.items(), key=lambda kv: (kv[1][0].family, str(kv[0]))):
         n = np.array([p.n for p in pts], float)
@@ -378,6 +391,11 @@ def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp) -> N
         use = np.array([e.predict_dims(_dims(pts[0].family, x), sp) for x in n]) if e is not None and e.in_use \
             else pred
         apes += [abs(u - m) / m * 100 for u, m in zip(use, t, strict=True) if u >= spec.min_seconds]
+        model = "fitted" if e is not None and e.in_use else "analytical"
+        why = _model_reason(e, (flagged or {}).get(cand), float(np.median(np.abs(pred - t) / t) * 100), report.tol)
+        report.points += [{**_key_fields(cand), "family": p.family, "n": p.n, "predicted": p.predicted,
+                           "measured": p.measured, "in_use": float(u), "model": model, "reason": why}
+                          for p, u in zip(pts, use, strict=True)]
         report.rows.append({"family": pts[0].family, "candidate": str(cand), "config": cand.as_dict(),
                             "analytical_ape": float(np.median(np.abs(pred - t) / t) * 100),
                             "fitted_ape": None if e is None else e.fitted_ape,
@@ -385,6 +403,21 @@ def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp) -> N
                             "reason": "" if e is None else e.reason})
     report.points_scored = len(apes)
     report.ape_in_use = float(np.median(apes)) if apes else None
+
+
+def _key_fields(cand: Candidate) -> dict:
+    """The candidate's fields as db.validation stores them."""
+    return {"algorithm": cand.algorithm, "backend": cand.backend, "threads": cand.threads, "param": cand.param,
+            "variant": cand.variant}
+
+
+def _model_reason(entry: FittedEntry | None, flagged: str | None, ape: float, tol: float) -> str:
+    """Why a series runs on the model it does: the fitted entry's verdict, else the analytical check."""
+    if entry is not None:
+        return entry.reason
+    if flagged is not None:
+        return f"{flagged}; no fitted model (too few fitting sizes or none fits)"
+    return f"analytical APE {ape:.1f}% within tol {tol:g}%, ranking confirmed"
 
 
 # ----------------------------------------------------------------------------- the step
@@ -396,9 +429,6 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     ``sp`` replaces the system parameters read from ``db_path`` (tests pass a deliberately wrong
     one); entries are written to ``/fitted/default`` of ``db_path`` unless ``save=False``.
     """
-    from autotune.db import load_sp, resolve
-    from autotune.select import clear_cache
-
     spec = load_spec(profile_name_or_spec)
     path = resolve(db_path)
     sp = load_sp(path, refresh=True) if sp is None else sp
@@ -418,10 +448,11 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     entries = _remodel_all({c: series[c] for c in flagged}, flagged, spec, tol, timer, sp)
     report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
                     risk=measured_risk(problems))
-    _summarise(report, series, entries, spec, sp)
+    _summarise(report, series, entries, spec, sp, flagged)
     report.runs, report.seconds = timer.runs, time.perf_counter() - t0
     if save:
         save_fitted(path, report.entries, info=report.summary())
+        save_validation(path, report.points, info=report.summary())
     clear_cache()                               # decisions taken before were ranked without these models
     say(report.text().splitlines()[-1])
     return report
@@ -466,8 +497,6 @@ def measured_risk(problems: dict[tuple[str, int], list[Point]]) -> dict[str, dic
     """Per family, how much more optimistic each composed algorithm's model is than the library
     routine's (the selector's incumbent algorithm): the ratio of their median measured/predicted
     over the check points, at least 1. The selector charges it in place of its prior."""
-    from autotune.select.rank import COMPOSED_RISK, INCUMBENTS
-
     ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
     for pts in problems.values():
         for p in pts:
@@ -501,7 +530,8 @@ def _remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str]
 def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float, timer: Timer,
              sp) -> FittedEntry | None:
     """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted. A Strassen
-    series also gets eq. 4.10's form; the better of the two on the check points is kept."""
+    series also gets the form of docs/models.md#fitted.strassen; the better of the two on the check
+    points is kept."""
     family, sizes = pts[0].family, _fit_sizes(pts, spec)
     if len(sizes) < 2:
         return None
@@ -519,7 +549,8 @@ def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float
 
 
 def _strassen_parts(cand: Candidate, sp) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
-    """``parts(n)``: eq. 4.10's two terms of this Strassen candidate at square sizes n, as the runtime has them."""
+    """``parts(n)``: the two terms of docs/models.md#fitted.strassen for this Strassen candidate at
+    square sizes n, as the runtime has them."""
     def parts(ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         terms = np.array([eq410_terms(cand.backend, cand.threads, cand.param, (n, n, n), sp) for n in ns])
         return terms[:, 0], terms[:, 1]

@@ -4,12 +4,12 @@
 A remembered decision runs here without the Python layer: a product whose choice is numpy's own
 ``matmul`` (plain ``a @ b`` of 2-D float64 ndarrays) costs one dict lookup, and a Cholesky of a
 remembered order is checked, copied, factored by its kernel and cleaned in one C function. At
-n = 64 a product takes ~15 µs and a Cholesky ~10 µs, so the Python layer's checks and decision
-lookup (2-10 µs between kernel calls, caches cold) would be a large tax. Anything else goes to the
-Python implementations given to ``configure``. What is remembered belongs to the options object
-in force (one per context's ``options()`` block, see ``autotune.config``), so a context never runs
-a decision taken under another's options, and is forgotten ``seconds`` after it was first
-remembered (so database, learning and thread changes are seen again).
+small orders the kernels take microseconds, so the Python layer's checks and decision lookup
+would be a large tax. Anything else goes to the Python implementations given to ``configure``.
+What is remembered belongs to the options object in force (one per context's ``options()`` block,
+see ``autotune.config``), so a context never runs a decision taken under another's options, and
+is forgotten ``seconds`` after it was first remembered (so database, learning and thread changes
+are seen again).
 """
 cimport numpy as cnp
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -129,9 +129,9 @@ cdef void _prune():
 cdef cnp.ndarray _aligned_empty(int nd, cnp.npy_intp *dims, bint fortran):
     """Uninitialised float64 array whose data starts on a cache line, owned by a byte buffer.
 
-    With two threads OpenBLAS writes an output that is not cache-line aligned 5-12% slower
-    (dgemm n = 256-512, dpotrf); numpy's own allocations are only 16-byte aligned, so where one
-    lands decides the speed. The probe and the tuned calls both write into these."""
+    Multi-threaded OpenBLAS writes an output that is not cache-line aligned more slowly (dgemm,
+    dpotrf); numpy's own allocations are only 16-byte aligned, so where one lands decides the
+    speed. The probe and the tuned calls both write into these."""
     cdef cnp.npy_intp size = 8 * dims[0] * (dims[1] if nd == 2 else 1) + CACHE_LINE
     cdef cnp.npy_intp strides[2]
     cdef cnp.ndarray buf = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT8, 0)

@@ -80,8 +80,8 @@ def _gemm_blocked(alpha, a, lda, b, ldb, tb, beta, c, ldc, m, n, k, mb):
     a block (mb x KB, in L2) serves every column of c; four columns of c are updated per sweep of a.
 
     The a block and the four columns of c are worked on in cache-line-aligned copies: vector loads
-    that straddle cache lines ran this loop at half speed (23 vs 42 GFLOP/s at n = 1024 on
-    AVX-512), so the speed depended on where the allocator happened to put the user's arrays.
+    that straddle cache lines slow this loop down, so its speed would depend on where the allocator
+    happened to put the user's arrays.
     """
     nib = (m + mb - 1) // mb
     ld = (mb + 7) // 8 * 8                                  # aligned column stride of the copies

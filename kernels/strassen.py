@@ -1,4 +1,4 @@
-"""Sequential Strassen multiplication with BLAS leaves (001 §3.3.6, 3-temporary schedule eq. 3.18).
+"""Sequential Strassen multiplication with BLAS leaves, 3-temporary schedule (docs/models.md#gemm.strassen).
 
 ``strassen(a, b, c, levels, gemm)`` computes ``c = a @ b`` for float64 matrices of any shape
 ``m x k`` by ``k x n``, recursing ``levels`` times and computing the leaves with the callable
@@ -10,7 +10,7 @@ Schedule (per level; S1, T1, P1 are the three temporaries, C's quadrants hold in
     1: S1 = A11 + A22; T1 = B11 + B22; C11 = S1 T1                       (M1)
     2: S1 = A21 + A22;                 C21 = S1 B11                      (M2)
     3: T1 = B12 - B22;                 C12 = A11 T1                      (M3)
-       C22 = C11 - C21 + C12           (= M1 - M2 + M3: eq. 3.18's copy and two updates, one pass)
+       C22 = C11 - C21 + C12           (= M1 - M2 + M3: the schedule's copy and two updates, one pass)
     4: T1 = B21 - B11; P1 = A22 T1;    C11 += P1; C21 += P1              (M4, one pass)
     5: S1 = A11 + A12; P1 = S1 B22;    C11 -= P1; C12 += P1              (M5, one pass)
     6: S1 = A21 - A11; T1 = B11 + B12; C22 += S1 T1                      (M6)
@@ -33,9 +33,8 @@ Odd sizes: **dynamic peeling**. At every node the even leading part ``A[:m', :k'
 Depth: a node recurses while fewer than ``levels`` levels are used and all of m, k, n are
 ``>= max(2, min_dim)``; deeper requests degrade gracefully to fewer levels.
 
-Error bound (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §23.2.2,
-Theorem 23.2): for n x n matrices, n = 2^l n0, l levels of Strassen with conventional leaves of
-size n0 = n / 2^l, to first order in the unit roundoff u,
+Error bound (docs/models.md#gemm.strassen.error): for n x n matrices, n = 2^l n0, l levels of
+Strassen with conventional leaves of size n0 = n / 2^l, to first order in the unit roundoff u,
 
     ||C - Ĉ|| <= ((n0^2 + 5 n0) 12^l - 5 n) u ||A|| ||B||,      ||X|| = max_ij |x_ij|,
 
@@ -117,9 +116,9 @@ def strassen_workspace_elems(m: int, k: int, n: int, levels: int, min_dim: int =
 
 
 def strassen_error_bound(k: int, levels: int, u: float = 2.0 ** -53) -> float:
-    """Higham's first-order bound constant: max|C - Ĉ| <= this * max|A| * max|B|.
+    """The first-order error bound's constant: max|C - Ĉ| <= this * max|A| * max|B|.
 
-    ``((n0^2 + 5 n0) 12^l - 5 k) u`` with n0 = k / 2^l (Higham §23.2.2, Theorem 23.2; k is the
+    ``((n0^2 + 5 n0) 12^l - 5 k) u`` with n0 = k / 2^l (docs/models.md#gemm.strassen.error; k is the
     inner dimension, exact for square power-of-two sizes and an estimate otherwise). Pass the
     effective number of levels (``effective_levels``).
     """

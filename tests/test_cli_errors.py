@@ -98,7 +98,7 @@ def test_report_bad_out_and_validation_paths(tmp_path, capsys):
     _fails(["report", "--out", str(tmp_path / "r"), "--validation", str(tmp_path / "none.json")], 2, capsys,
            "No such file")
     _fails(["report", "--out", str(tmp_path / "r"), "--validation", str(afile)], 2, capsys,
-           "not a bench/validate.py output")
+           "not an `autotune bench validate` output")
 
 
 def test_refit_without_database(tmp_path, capsys):

@@ -216,6 +216,14 @@ def write_synthetic(path, P, prims=dbc.PRIMITIVES, scale=1.0, **extra):
     return dbc.write_platform(path, platform_info(P, **extra), np.array(rows, dtype=dbc.POINT_DTYPE))
 
 
+def as_schema_2(path) -> None:
+    """Mark a file as written by the schema-2 code (root version 2, ``comm_schema`` 1 per platform)."""
+    with h5py.File(path, "r+") as f:
+        f.attrs["schema_version"] = 2
+        for g in f["comm"].values():
+            g.attrs["comm_schema"] = 1
+
+
 def blas_db() -> Database:
     rec = np.zeros(7, RECORD_DTYPE)
     rec["routine"], rec["backend"], rec["threads"], rec["dtype"] = b"gemm", b"scipy-openblas", 1, b"float64"
@@ -670,6 +678,7 @@ def test_first_touch_cost_comes_with_the_platform_by_size(tmp_path):
     assert cp.first_touch_time(1 << 28) == pytest.approx(4e-11 * (1 << 28))
     single = tmp_path / "single.h5"
     write_synthetic(single, 2, first_touch=3e-11)
+    as_schema_2(single)                  # schema 2 stored one value for every size: migrated on read
     assert dbc.load_comm(single, nprocs=2).first_touch_time(1000.0) == pytest.approx(3e-8)
     nominal = 1000.0 * dbc.DEFAULT_FIRST_TOUCH
     bads = (None, "x", {"bytes": [1, 2]}, {"bytes": [1, 2], "per_byte": [1.0, float("nan")]})
@@ -709,7 +718,8 @@ def test_compute_skew_is_the_mean_relative_spread_and_comes_with_the_platform(tm
     assert compute_skew(_TwoRanks(), shapes=((64, 8),), reps=3) == pytest.approx(2 / 3)   # (2t - t) / 1.5t
     path, old, single = tmp_path / "skew.h5", tmp_path / "old.h5", tmp_path / "single.h5"
     write_synthetic(path, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]})
-    write_synthetic(single, 2, compute_skew=0.012)          # probes before session 20: one value
+    write_synthetic(single, 2, compute_skew=0.012)
+    as_schema_2(single)                                     # schema 2 stored one value for every p
     write_synthetic(old, 2)
     cp = dbc.load_comm(path, nprocs=4)
     assert (cp.compute_skew(2), cp.compute_skew(3), cp.compute_skew(4)) == (0.012, 0.1, 0.24)

@@ -37,7 +37,7 @@ import numpy as np, scipy.linalg as sl, sys
 from mpi4py import MPI
 import autotune
 from autotune import tuned_cholesky, tuned_gemm
-from autotune.distributed.plan import Plan
+from autotune.plans import Plan
 autotune.set_options(db=sys.argv[1])
 comm = MPI.COMM_WORLD
 P, root = comm.size, comm.rank == 0
@@ -62,7 +62,7 @@ f = tuned_cholesky(s if root else None, comm=comm, config={"algorithm": "cholesk
 if root:
     np.testing.assert_allclose(f, sl.cholesky(s), rtol=1e-10, atol=1e-10)
 # a local plan reports its phases as the distributed ones do (the root's check and call; nothing elsewhere)
-from autotune.distributed.api import distributed_cholesky, distributed_gemm
+from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
 from autotune.distributed.plan import Phases
 ph = Phases()
 f = distributed_cholesky(s if root else None, comm, config=Plan("local", 1), phases=ph)

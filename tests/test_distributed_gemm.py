@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
-from autotune.distributed.plan import PHASES, Plan
 from autotune.models import distributed_gemm as dg
 from autotune.models.movement import cold_copies, cold_reads
+from autotune.plans import PHASES, Plan
 
 # -- collective runs -------------------------------------------------------------------------------
 
@@ -20,7 +20,8 @@ import itertools
 import numpy as np
 from mpi4py import MPI
 from autotune.distributed.gemm import ALGORITHMS, distributed_gemm
-from autotune.distributed.plan import PHASES, Phases, Plan
+from autotune.distributed.plan import Phases
+from autotune.plans import PHASES, Plan
 from autotune.kernels.strassen import effective_levels, strassen_error_bound
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
@@ -142,7 +143,7 @@ import numpy as np
 from mpi4py import MPI
 from autotune.distributed import DistMatrix, ProcessGrid, block_cyclic
 from autotune.distributed.gemm import bsr, cannon, cbsr, distributed_gemm, strassen_ms, summa, summa_dist
-from autotune.distributed.plan import Plan
+from autotune.plans import Plan
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
 root = me == 0

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mpi_helpers import run_mpi
 
-from autotune.distributed.layout import Axis, block_2d, block_cyclic, row_block
+from autotune.layout import Axis, block_2d, block_cyclic, row_block
 
 
 @settings(max_examples=200, deadline=None)

@@ -10,7 +10,6 @@ import pytest
 
 from autotune.db.comm import CommParams
 from autotune.db.lookup import load_sp
-from autotune.distributed.plan import Plan
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -18,6 +17,7 @@ from autotune.models.fitted_phases import (
     load_phase_factors,
     save_phase_factors,
 )
+from autotune.plans import Plan
 from autotune.select.distributed import predict, rank_plans
 
 

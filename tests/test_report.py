@@ -1,6 +1,8 @@
-"""Model report: HTML page and PNGs from the tiny database and a synthetic validation JSON."""
+"""Model report: HTML page and PNGs from the tiny database (with the validation step's check
+points stored in it) and a synthetic validation JSON."""
 from __future__ import annotations
 
+import html
 import json
 
 from autotune.cli import main
@@ -39,7 +41,7 @@ def test_report_on_tiny_db(tiny_db, tmp_path):
 
 def test_report_without_validation(tiny_db, tmp_path):
     text = write_report(tmp_path / "r", db=tiny_db).read_text()
-    assert "no validation results given" in text
+    assert "no validation results" in text and "autotune-install --validate" in text
     assert not (tmp_path / "r" / "pred_vs_measured.png").exists()
 
 
@@ -66,3 +68,61 @@ def test_report_with_fitted_entries(tiny_db, tmp_path):
     save_fitted(db, [entry])
     text = write_report(tmp_path / "r", db=db).read_text()
     assert "fitted" in text and "analytical erred 14%" in text
+
+
+TINY_VALIDATE = {"name": "tiny", "check": {"gemm": [48, 80], "cholesky": [48, 80]},
+                 "fit": {"gemm": [32, 40, 56, 72, 96, 112], "cholesky": [32, 40, 56, 72, 96, 112]},
+                 "budgets": [1], "reps": 2, "seconds": 0.01, "settle": 0.0, "min_seconds": 0.0}
+
+
+def test_report_needs_nothing_but_the_database(tiny_db, tmp_path, capsys):
+    """A tiny probe, then a tiny validation into the database: `autotune report` draws predicted vs
+    measured for every routine and names the model in use and why, from the database alone."""
+    import shutil
+
+    from autotune.install_probe.validate import validate
+
+    db = tmp_path / "db.h5"
+    shutil.copy(tiny_db, db)
+    report = validate(db, TINY_VALIDATE, progress=False)
+    assert report.points and {p["family"] for p in report.points} == {"gemm", "cholesky"}
+    out = tmp_path / "r"
+    assert main(["report", "--out", str(out), "--db", str(db)]) == 0
+    text = (out / "index.html").read_text()
+    for png in ("pred_vs_measured.png", "residuals.png"):
+        assert (out / png).stat().st_size > 1000 and png in text
+    assert "the database&#x27;s validation step" in text
+    for fam, alg in {(p["family"], p["algorithm"]) for p in report.points}:
+        assert f"<td>{fam}</td><td>{alg}</td><td>analytical</td><td>not validated</td>" not in text
+    assert "Model in use per candidate" in text
+    models = {p["model"] for p in report.points}
+    assert models <= {"analytical", "fitted"} and all(m in text for m in models)
+    assert all(p["reason"] and html.escape(p["reason"][:40]) in text for p in report.points)
+    assert "report written" in capsys.readouterr().out
+
+
+def test_a_standard_install_ends_with_the_validation_unless_opted_out(monkeypatch, tmp_path, capsys):
+    """`standard` validates (its short install spec) after a complete probe; `--no-validate` and
+    `quick` do not; an interrupted validation keeps the measurements and says how to resume."""
+    from types import SimpleNamespace
+
+    from autotune.install_probe import cli
+    from autotune.install_probe import validate as val
+
+    done = SimpleNamespace(complete=True, measured=3, failures={}, skipped_backends={}, path=tmp_path / "db.h5",
+                           seconds=1.0)
+    monkeypatch.setattr(cli, "run_probe", lambda *a, **kw: done)
+    specs = []
+    monkeypatch.setattr(val, "validate", lambda db, spec, **kw: specs.append(spec) or SimpleNamespace(text=str))
+    db = ["--db", str(tmp_path / "db.h5"), "--no-progress"]
+    assert cli.main(["--profile", "standard", *db]) == 0 and specs == ["install"]
+    assert val.load_spec("install").check["gemm"] == (200, 700, 1500)
+    assert cli.main(["--profile", "standard", "--no-validate", *db]) == 0 and specs == ["install"]
+    assert cli.main(["--profile", "quick", *db]) == 0 and specs == ["install"]
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(val, "validate", interrupted)
+    assert cli.main(["--profile", "standard", *db]) == 130
+    assert "measurements are kept" in capsys.readouterr().err

@@ -4,7 +4,7 @@ grid and message-size regime, fitted from the MPI probe's points and looked up b
 Storage: group ``/comm/<platform key>`` of the system-parameter database (``store.replace_group``:
 lock, temporary file, os.replace; the BLAS records and the other platforms are carried over).
 A *platform* is (MPI library, world size P, oversubscribed): each was probed by its own
-``mpiexec -n P`` run. Attributes ``comm_schema`` and ``platform`` (JSON); datasets ``points``
+``mpiexec -n P`` run. Attribute ``platform`` (JSON); datasets ``points``
 (POINT_DTYPE, each size's mean, median, min and quartiles) and ``fits`` (FIT_DTYPE, one row per regime with
 the held-out error of that regime); optionally ``prtt`` (PRTT_DTYPE) and the attribute ``loggp``
 (JSON: LoOgGP L, o, O, g, G per ping-pong regime, fitted by ``fit_loggp``).
@@ -41,10 +41,14 @@ from pathlib import Path
 
 import numpy as np
 
+from . import fingerprint as fp
 from . import location
-from .store import COMM_GROUP, replace_group
+from .store import COMM_GROUP, SCHEMA_VERSION, file_version, member_problem, replace_group
 
-COMM_SCHEMA = 1
+REBUILD = "autotune-install --mpi --np P --db {path}"
+# Values an older file stored as one number, read as a one-point series (log-linear lookup of
+# a single point is that number at every size): name -> (x key, y key).
+_SCALAR_SERIES = {"compute_skew": ("p", "skew"), "first_touch": ("bytes", "per_byte")}
 
 # Timed with every member's caches flushed first (the data a run's first phase moves), from the
 # probe's smallest cold size up; below it, and where not measured, the warm curve applies.
@@ -189,8 +193,8 @@ BREAK_PARAMS = 3   # a breakpoint placed by search costs as much as 3 fitted par
 def _criterion(rss: float, n: float, k: int, kind: str) -> float:
     """Information criterion for k regimes: 2 line parameters each, k-1 breakpoints, one noise
     variance. ``mbic`` (default): BIC with each breakpoint counted as BREAK_PARAMS parameters,
-    because the dynamic programme searches every cut (plain AICc and BIC, counting one, split a
-    regime at a run of noise in 1 in 5 to 10 synthetic curves with 2% noise; mbic in none of 120)."""
+    because the dynamic programme searches every cut (plain AICc and BIC, counting one, split
+    regimes at runs of noise)."""
     rss = max(rss, n * 1e-14)
     if kind == "mbic":
         return n * math.log(rss / n) + (2 * k + BREAK_PARAMS * (k - 1) + 1) * math.log(n)
@@ -209,13 +213,11 @@ def _boundary(last: float, first: float, below: Regime | None = None, above: Reg
     """Where one regime ends and the next begins, between the measured sizes ``last`` < ``first``.
 
     Where the two regimes' lines cross inside the gap, the change is gradual (messages outgrowing
-    a cache) and the crossing keeps the model continuous: measured at P = 2 (session 26), the
-    512 KiB - 1.5 MiB bend put a held-out 608 KiB at 13.4 us on the next regime's line against
-    20.1 measured, 20.2 on its own. Otherwise, up to POW2_BREAK_LIMIT, a step: MPI libraries
-    switch protocol at powers of two, just above ``last`` if it is one (a limit of L bytes admits
-    L; measured: 256 B and 2048 B are the last sizes of their regimes here), else the power of
-    two in (last, first] nearest the middle of the gap in log size (a limit that counts a header,
-    such as the 4096 B eager limit, moves a message of L bytes up); above it, halfway in log size.
+    a cache) and the crossing keeps the model continuous. Otherwise, up to POW2_BREAK_LIMIT, a
+    step: MPI libraries switch protocol at powers of two, just above ``last`` if it is one (a
+    limit of L bytes admits L), else the power of two in (last, first] nearest the middle of the
+    gap in log size (a limit that counts a header, such as the 4096 B eager limit, moves a message
+    of L bytes up); above it, halfway in log size.
     """
     if below is not None and above is not None and below.tw != above.tw:
         cross = (above.ts - below.ts) / (below.tw - above.tw)
@@ -396,7 +398,7 @@ def fit_points(points: np.ndarray, heldout_sizes=(), **kw) -> np.ndarray:
     return np.array(rows, dtype=FIT_DTYPE)
 
 
-# -- LoOgGP (DESIGN 3; 000 3.3): PRTT method ---------------------------------------------------------
+# -- LoOgGP: PRTT method (docs/models.md#comm.loggp) ---------------------------------------------------
 
 def fit_loggp(prtt: np.ndarray, fits: np.ndarray | None = None) -> dict:
     """LoOgGP parameters from PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) (seconds, bytes).
@@ -459,8 +461,6 @@ def mpi_distributions() -> dict[str, str]:
 
 def hardware() -> dict[str, object]:
     """What must match for communication timings to apply here (no numpy/scipy versions)."""
-    from . import fingerprint as fp
-
     info = fp._cpuinfo()
     logical = os.cpu_count() or 1
     return {"cpu_model": info.get("model name", ""), "logical_cpus": logical,
@@ -518,7 +518,6 @@ def write_platform(path, info: dict, points: np.ndarray, fits: np.ndarray | None
     info["key"] = key = platform_key(info)
 
     def write(g):
-        g.attrs["comm_schema"] = COMM_SCHEMA
         g.attrs["platform"] = json.dumps(info, sort_keys=True)
         g.create_dataset("points", data=points)
         g.create_dataset("fits", data=np.asarray(fits).astype(FIT_DTYPE))
@@ -531,8 +530,10 @@ def write_platform(path, info: dict, points: np.ndarray, fits: np.ndarray | None
     return key
 
 
-def read_platforms(path) -> list[Platform]:
-    """Every readable platform in the file ([] if the file has no communication data).
+def read_platforms(path, refused: list[str] | None = None) -> list[Platform]:
+    """Every readable platform in the file ([] if the file has no communication data); a platform
+    written under an older schema is migrated on read (``_migrate_info``) or, if no migration reads
+    it, left out with its reason appended to ``refused``.
 
     Raises OSError (or an h5py error) if the file itself is missing or unreadable.
     """
@@ -542,17 +543,33 @@ def read_platforms(path) -> list[Platform]:
     with h5py.File(location.resolve(path), "r", locking=False) as f:
         if COMM_GROUP not in f:
             return []
+        version = file_version(f)
         for key, g in f[COMM_GROUP].items():
+            problem = member_problem(version, COMM_GROUP, g, path, REBUILD)
+            if problem is not None:
+                if refused is not None:
+                    refused.append(problem)
+                continue
             try:
-                if int(g.attrs.get("comm_schema", -1)) != COMM_SCHEMA:
-                    continue
-                out.append(Platform(key, json.loads(g.attrs["platform"]),
+                info = json.loads(g.attrs["platform"])
+                out.append(Platform(key, _migrate_info(info) if version < SCHEMA_VERSION else info,
                                     as_points(g["points"][...]),
                                     np.asarray(g["fits"][...]).astype(FIT_DTYPE),
                                     json.loads(g.attrs["loggp"]) if "loggp" in g.attrs else None,
                                     np.asarray(g["prtt"][...]).astype(PRTT_DTYPE) if "prtt" in g else None))
             except Exception:  # one damaged platform does not hide the others
                 continue
+    return out
+
+
+def _migrate_info(info: dict) -> dict:
+    """A platform's info as the current schema has it: values an older file stored as one number
+    become one-point series (``_SCALAR_SERIES``); nothing else changes."""
+    out = dict(info)
+    for name, (xkey, ykey) in _SCALAR_SERIES.items():
+        value = out.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[name] = {xkey: [1], ykey: [float(value)]}
     return out
 
 
@@ -630,9 +647,8 @@ def _log_interp(table, xkey: str, ykey: str, x: float) -> float | None:
 
 def _running_median(values, width: int = 3):
     """Each value replaced by the median of the ``width`` around it (the ends kept): one noisy
-    point of a probe series goes, a step of two points or more stays. The first-touch series read
-    300 ps per byte at 45 MiB between 111 and 93 at its neighbours (session 27), which put the
-    page faults of a 52 MiB result 75% above the measured ones."""
+    point of a probe series goes, a step of two points or more stays, so a single outlier cannot
+    skew the interpolated cost of nearby sizes."""
     try:
         v = np.asarray(values, float)
     except (TypeError, ValueError):
@@ -712,10 +728,8 @@ class CommParams:
     def compute_skew(self, p: int) -> float:
         """Share of a synchronised step's compute that ``p`` ranks wait for the slowest (the probe's
         mean spread of one update run on p ranks at once, log-linear between the group sizes it
-        measured; one value for every p from older probes; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
-        value = self._info("compute_skew")
-        value = _log_interp(value, "p", "skew", p) if isinstance(value, dict) else value
-        return _nonnegative(value, DEFAULT_COMPUTE_SKEW)
+        measured; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
+        return _nonnegative(_log_interp(self._info("compute_skew"), "p", "skew", p), DEFAULT_COMPUTE_SKEW)
 
     def step_wait(self, p: int, b: float, grid: tuple[int, int] | None = None) -> float:
         """Share of a SUMMA step's compute that its ``p`` ranks wait for the slowest one, at block
@@ -761,13 +775,12 @@ class CommParams:
 
     def first_touch_time(self, nbytes: float) -> float:
         """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),
-        log-linear between the sizes the probe measured on the root (a single per-byte value from
-        older probes; nominal DEFAULT_FIRST_TOUCH per byte when unmeasured or unreadable)."""
+        log-linear between the sizes the probe measured on the root (nominal DEFAULT_FIRST_TOUCH
+        per byte when unmeasured or unreadable)."""
         value = self._info("first_touch")
         if isinstance(value, dict):
             value = {"bytes": value.get("bytes"), "per_byte": _running_median(value.get("per_byte"))}
-        per_byte = _log_interp(value, "bytes", "per_byte", nbytes) if isinstance(value, dict) else value
-        return float(nbytes) * _nonnegative(per_byte, DEFAULT_FIRST_TOUCH)
+        return float(nbytes) * _nonnegative(_log_interp(value, "bytes", "per_byte", nbytes), DEFAULT_FIRST_TOUCH)
 
     def pack_time(self, kind: str, elements: float, run: float) -> float | None:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
@@ -921,12 +934,13 @@ def load_comm(path: str | os.PathLike | None = None, nprocs: int | None = None, 
 def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
     if not exists:
         return CommParams(None, f"no database at {path}", nprocs)
+    refused: list[str] = []
     try:
-        platforms = read_platforms(path)
+        platforms = read_platforms(path, refused)
     except Exception as exc:
         return CommParams(None, f"{path}: unreadable ({type(exc).__name__}: {exc})", nprocs)
     if not platforms:
-        return CommParams(None, f"no communication parameters in {path}", nprocs)
+        return CommParams(None, "; ".join(refused) or f"no communication parameters in {path}", nprocs)
     here_dist, here_hw = mpi_distributions(), hardware()
     usable, why = [], []
     for q in platforms:
@@ -945,7 +959,7 @@ def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
     return CommParams(chosen, "", nprocs, tuple(q.key for q in usable if q is not chosen))
 
 
-__all__ = ["COLD_PRIMITIVES", "COMM_SCHEMA", "FIT_DTYPE", "GRID_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES", "PRTT_DTYPE",
+__all__ = ["COLD_PRIMITIVES", "FIT_DTYPE", "GRID_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES", "PRTT_DTYPE",
            "CommParams", "CurveFit", "HockneyFit", "Platform", "Regime", "base_primitive", "choose_platform",
            "default_ts_tw", "fit_curve", "fit_hockney", "fit_loggp", "fit_points", "heldout", "load_comm",
            "loggp_lines", "mpi_world_size_env", "platform_key", "read_platforms", "relative_errors", "write_platform"]

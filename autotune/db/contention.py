@@ -1,7 +1,7 @@
 """Compute contention between ranks on one node: how much slower a rank's BLAS runs while p ranks
 compute at once (shared caches, memory bandwidth, clocks; time-sharing when oversubscribed).
 
-The thesis measured dgemm with several simultaneous executions for exactly this (001 §4.3.2).
+The source thesis measured simultaneous dgemm runs for the same purpose (docs/models.md#contention).
 ``install_probe.contention`` times one-thread dgemm on p = 1..P concurrent ranks; the factor
 ``t(p, n) / t(1, n)`` scales the per-rank k of the distributed models. Stored per MPI platform in
 ``/contention/<platform key>`` of the database; missing data means factor 1 (never an error).
@@ -12,7 +12,10 @@ import os
 
 import numpy as np
 
+from .store import read_member, replace_group
+
 GROUP = "contention"
+REBUILD = "autotune-install --mpi --np P --db {path}"
 
 
 def series(pattern: str, statistic: str = "mean") -> str:
@@ -57,8 +60,6 @@ class Contention:
 def save_contention(path: str | os.PathLike, key: str, p, n, t, info: dict | None = None,
                     pattern=None) -> None:
     """Write the measured (pattern, p, n, seconds) rows of one platform, keeping the rest of the file."""
-    from .store import replace_group
-
     def write(g) -> None:
         g["p"], g["n"], g["t"] = np.asarray(p, int), np.asarray(n, float), np.asarray(t, float)
         g["pattern"] = np.array(["square"] * len(g["p"]) if pattern is None else list(pattern), dtype="S16")
@@ -69,9 +70,7 @@ def save_contention(path: str | os.PathLike, key: str, p, n, t, info: dict | Non
 
 def load_contention(path: str | os.PathLike | None, key: str | None) -> Contention:
     """The platform's contention factors, or an empty ``Contention`` (factor 1) when absent."""
-    from .store import read_member
-
-    return read_member(path, GROUP, key, _parse, Contention, "contention data")
+    return read_member(path, GROUP, key, _parse, Contention, "contention data", REBUILD)
 
 
 def _parse(g) -> Contention:
@@ -104,9 +103,8 @@ class ContendedSP:
         """``share(seconds, calls, q) -> (busy, wall)``: BLAS work of ``seconds`` (uncontended),
         done in calls of ``calls`` seconds each, while ``q`` ranks compute at once. ``busy`` is what
         the calls measure: the square-dgemm slowdown of q concurrent ranks at the size of equal
-        duration (calls shorter than the scheduler's slice run at full speed on the core they get;
-        the probe measured no slowdown below about 1 ms with 4 ranks on 2 cores here). ``wall``
-        also waits for a core: at least the long-call slowdown of q ranks (time sharing)."""
+        duration (calls shorter than the scheduler's slice run at full speed on the core they get).
+        ``wall`` also waits for a core: at least the long-call slowdown of q ranks (time sharing)."""
         equal_size = self._equal_size(backend, threads)
 
         def share(seconds, calls, q):
@@ -131,9 +129,7 @@ class ContendedSP:
         scheduler keeps such ranks on fixed cores (largest load first, on the least loaded core), so
         a step ends when the most loaded core has run its ranks' work: ``wall``. ``busy`` (per rank)
         is what its calls measure: the slowdown of q ranks at the size of equal duration, where q
-        fills every core as the rank's own core is filled. Measured here (SUMMA on 3 ranks, 2
-        cores, n = 2048, b = 512): loads 2:1:1 ran in 2.2x the small load, the large rank at its
-        uncontended speed; equal loads of 3 and 4 ranks in 1.8-2.0x a rank's (session 24)."""
+        fills every core as the rank's own core is filled."""
         equal_size = self._equal_size(backend, threads)
 
         def pack(loads, calls):
@@ -160,8 +156,7 @@ class ContendedSP:
 
 def alone(sp):
     """``sp`` as one rank sees it working while the others wait (the root's moves in and out of a
-    distributed call): without contention. Cholesky's distribution on 3 and 4 ranks here measured
-    1.8-2.1 ms at n = 1536, the same as on 2, which the contended k put at 2.7-3.1 (session 23)."""
+    distributed call): without contention, since the waiting ranks do not slow it."""
     return sp.sp if isinstance(sp, ContendedSP) else sp
 
 

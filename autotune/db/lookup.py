@@ -1,7 +1,7 @@
 """SP lookup: ``k(routine, backend, threads, x, pattern, param)`` from measured points.
 
 Between measured sizes, log k is interpolated linearly in log x; outside the measured range the
-nearest point is used (001 §1.3). Between measured parameters (block b, process count p, ...)
+nearest point is used (docs/models.md#sp.lookup). Between measured parameters (block b, process count p, ...)
 the same interpolation runs in log param. Any miss (no database, damaged, old, foreign, or a
 key never measured) falls back to nominal defaults with one warning, never an error. Records
 with a non-finite or non-positive k (or a non-finite or negative time) are dropped with one
@@ -32,20 +32,17 @@ DEFAULT_RATE = {3: 20e9, 2: 2e9, 1: 1e9}
 # at its least disturbed, robust to the reference's own timing noise).
 DRIFT_PERCENTILE = 10
 # ... by at most this factor either way: a reference re-timed inside a short burst says little about
-# the point measured seconds away (uncapped, one such reference made a 1-thread potrf 65 GFLOP/s,
-# above the core's 53 GFLOP/s peak).
+# the point measured seconds away, and uncapped it can push a k past the core's peak.
 MAX_DRIFT_CORRECTION = 1.15
 
 
 def drift_corrected_k(records: np.ndarray) -> np.ndarray:
     """k of each record scaled by (quiet reference / reference near the point): an analysis tool
-    (``bench/compare_databases.py --drift``, not applied by the runtime).
+    (``autotune bench compare --drift``, not applied by the runtime).
 
     The probe re-times a fixed reference call (its backend's gemm, same thread count) every few
-    seconds, meant to divide out a machine slowing down for a while. On the 2-core VM this was
-    built on it made two standard runs agree less, not more (median k difference 8.4% vs 6.0% raw,
-    p90 29.7% vs 18.9%), and validation APE worse: the reference is too short to track the point.
-    The runtime reads k as measured; the probe's passes handle disturbances instead.
+    seconds, meant to divide out a machine slowing down for a while. The reference is too short to
+    track the point, so the runtime reads k as measured; the probe's passes handle disturbances.
     """
     k = records["k"].astype(float).copy()
     ref = records["ref"]
@@ -195,7 +192,10 @@ def default_k(routine: str, threads: int) -> float:
 
 
 class SystemParameters:
-    """What models consult: the measured table when usable, defaults (with one warning) otherwise."""
+    """What models consult: the measured table when usable, defaults (with one warning) otherwise.
+
+    ``db``, ``path`` and ``reason`` say which file it came from, or why none is usable
+    (``models.fitted.fitted_for(sp)`` reads the fitted models stored in the same file)."""
 
     def __init__(self, db: Database | None, reason: str = "", path: str | os.PathLike | None = None):
         self.db = db
@@ -228,15 +228,6 @@ class SystemParameters:
         self._warn("ignoring measurements of changed backends: "
                    + "; ".join(f"{b} ({why})" for b, why in self.stale.items()))
         return records[~np.isin(records["backend"], [b.encode() for b in self.stale])]
-
-    @functools.cached_property
-    def fitted(self):
-        """Fitted models (``autotune.models.fitted.FittedModels``) stored in the same file, loaded on first use."""
-        from autotune.models.fitted import FittedModels, load_fitted
-
-        if self.db is None or self.path is None:   # no usable (or a foreign) database: nor its fitted models
-            return FittedModels(reason=self.reason or "no database path")
-        return load_fitted(self.path)
 
     def has(self, routine: str, backend: str, threads: int, pattern: str = "square",
             dtype: str = "float64") -> bool:

@@ -1,6 +1,7 @@
 """The HDF5 system-parameter database: schema, atomic writes, lock-free reads.
 
-Layout (schema 1): root attributes ``schema_version``, ``fingerprint`` (JSON), ``digest``,
+This module owns the file and every group in it. Layout: root attributes ``schema_version``
+(one version for the whole file: ``SCHEMA_VERSION``), ``fingerprint`` (JSON), ``digest``,
 ``backends`` (JSON: name -> library info), ``run`` (JSON: profile, run id, complete flag),
 ``updated``; dataset ``/k``: one compound row per measured point (RECORD_DTYPE). ``t_call`` is
 the Python-level per-call cost that was inside the timing (0 where calls were looped natively;
@@ -9,11 +10,16 @@ compiled driver is charged ``flops * k`` and a Python caller ``flops * k + calls
 Writers take ``PATH.lock`` and replace the file atomically, so a reader sees either the old
 or the new file, never a torn one, and never waits for the lock.
 
-Communication parameters (``autotune.db.comm``) live in the same file under the group
-``/comm`` (one subgroup per MPI platform, with its own ``comm_schema`` attribute): ``save``
-carries that group over unchanged, and ``replace_group`` rewrites one group while carrying
-everything else over, so neither kind of writer deletes the other's records. A file holding
-only ``/comm`` (no ``/k``) reads as DatabaseMissing for the BLAS side.
+Groups beside ``/k`` (``KEPT_GROUPS``), each written by its own db module through
+``replace_group`` (one member per platform or machine) and carried over by ``save``:
+``/comm`` (``db.comm``), ``/contention`` (``db.contention``), ``/fitted`` (``db.fitted``),
+``/fitted_phases`` (``db.phase_factors``), ``/learned`` (``db.learned``) and ``/validation``
+(``db.validation``). A file holding only such groups (no ``/k``) reads as DatabaseMissing for
+the BLAS side.
+
+Older files: a root version in ``MIGRATABLE`` is read as the current one after a pure renaming
+or defaulting on read (nothing is written); its members must then carry the per-group version
+``LEGACY_MEMBER_VERSION`` names. Any other version is refused with the command that rebuilds it.
 """
 from __future__ import annotations
 
@@ -31,7 +37,13 @@ import numpy as np
 
 from . import fingerprint as fp
 
-SCHEMA_VERSION = 2  # 2: per-point drift reference ("ref")
+SCHEMA_VERSION = 3
+# Root versions read as SCHEMA_VERSION on read: 2 kept a version per group (below), same layout.
+MIGRATABLE = frozenset({2})
+# In a MIGRATABLE file, the attribute each member of a group carried and the one value readable now.
+LEGACY_MEMBER_VERSION = {"comm": ("comm_schema", 1), "fitted": ("fitted_schema", 1),
+                         "learned": ("learned_schema", 1)}
+REBUILD = "autotune-install --profile quick --db {path}"
 
 RECORD_DTYPE = np.dtype([
     ("routine", "S8"), ("backend", "S24"), ("threads", "i4"), ("dtype", "S8"),
@@ -41,9 +53,8 @@ RECORD_DTYPE = np.dtype([
     ("ref", "f8"),   # drift reference: the backend's own reference gemm time near this point (0: none)
 ])
 COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across BLAS saves
-# Groups other parts write into the same file, carried over when the BLAS records are rewritten:
-# communication parameters, fitted models (autotune.models.fitted), learned corrections (autotune.learn).
-KEPT_GROUPS = frozenset({COMM_GROUP, "contention", "fitted", "fitted_phases", "learned"})
+# Groups beside /k, carried over when the BLAS records are rewritten (see the module docstring).
+KEPT_GROUPS = frozenset({COMM_GROUP, "contention", "fitted", "fitted_phases", "learned", "validation"})
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
 # Timing fields a usable record holds as finite numbers, never negative (0: not recorded).
 CHECKED_FIELDS = ("t_median", "t_min")
@@ -67,6 +78,43 @@ class SchemaMismatch(DatabaseError):
 
 class ForeignMachine(DatabaseError):
     pass
+
+
+def file_version(f) -> int:
+    """The root ``schema_version`` of an open file (-1 if absent)."""
+    return int(f.attrs.get("schema_version", -1))
+
+
+def schema_problem(version: int, path, rebuild: str = REBUILD) -> str | None:
+    """Why a file of root ``version`` cannot be read (naming the command that rebuilds it), or None."""
+    if version == SCHEMA_VERSION or version in MIGRATABLE:
+        return None
+    command = rebuild.format(path=path)
+    if version > SCHEMA_VERSION:
+        return (f"{path}: schema version {version}, written by a newer autotune (this one reads "
+                f"{SCHEMA_VERSION}); upgrade autotune or re-run `{command}`")
+    return f"{path}: schema version {version}, written by an older autotune; re-run `{command}`"
+
+
+def member_problem(version: int, group: str, g, path, rebuild: str = REBUILD) -> str | None:
+    """Why member ``g`` of ``/group`` in a file of root ``version`` cannot be read, or None: the
+    root's problem, else (in a MIGRATABLE file) a per-group version other than the readable one."""
+    problem = schema_problem(version, path, rebuild)
+    if problem is not None or version == SCHEMA_VERSION or group not in LEGACY_MEMBER_VERSION:
+        return problem
+    attr, readable = LEGACY_MEMBER_VERSION[group]
+    found = g.attrs.get(attr, -1)
+    if isinstance(found, int | np.integer) and int(found) == readable:
+        return None
+    return (f"{path}: {g.name} has {attr} {found}, written by an older autotune; "
+            f"re-run `{rebuild.format(path=path)}`")
+
+
+def check_member(f, group: str, g, path, rebuild: str = REBUILD) -> None:
+    """Raise SchemaMismatch unless member ``g`` of ``/group`` of the open file ``f`` reads correctly."""
+    problem = member_problem(file_version(f), group, g, path, rebuild)
+    if problem is not None:
+        raise SchemaMismatch(problem)
 
 
 def record_key(row) -> tuple:
@@ -121,8 +169,9 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
             version = int(f.attrs.get("schema_version", -1))
             if "k" not in f and KEPT_GROUPS & set(f):
                 raise DatabaseMissing(f"no BLAS measurements in {path} (only communication parameters)")
-            if version != SCHEMA_VERSION:
-                raise SchemaMismatch(f"{path}: schema version {version}, this autotune reads {SCHEMA_VERSION}")
+            problem = schema_problem(version, path)
+            if problem is not None:
+                raise SchemaMismatch(problem)
             db = Database(records=np.asarray(f["k"][...]).astype(RECORD_DTYPE),
                           fingerprint=json.loads(f.attrs["fingerprint"]),
                           backends=json.loads(f.attrs.get("backends", "{}")),
@@ -180,19 +229,15 @@ def _write(db: Database, tmp: str) -> None:
     import h5py
 
     with h5py.File(tmp, "w", locking=False) as f:
-        f.attrs["schema_version"] = SCHEMA_VERSION
-        f.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
-        f.attrs["digest"] = fp.digest(db.fingerprint)
-        f.attrs["backends"] = json.dumps(db.backends, sort_keys=True)
-        f.attrs["run"] = json.dumps(db.run, sort_keys=True)
-        f.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        _write_root(f, db)
         f.create_dataset("k", data=db.records.astype(RECORD_DTYPE), maxshape=(None,))
 
 
-# -- groups written by other parts (communication parameters) -------------------------------------
+# -- the groups beside /k, each written by its own db module -----------------------------------------
 
 def _carry_over(path: Path, tmp: str, names: set[str]) -> None:
-    """Copy the groups ``names`` of the current file at ``path`` (if readable) into ``tmp``."""
+    """Copy the readable members of the groups ``names`` of the current file at ``path`` (if
+    readable) into ``tmp``: a member a migration cannot read is dropped, never relabelled."""
     import h5py
 
     try:
@@ -201,23 +246,38 @@ def _carry_over(path: Path, tmp: str, names: set[str]) -> None:
         return
     with src, h5py.File(tmp, "r+", locking=False) as dst:
         copied = False
-        for name in names:
-            if name in src and name not in dst:
-                src.copy(src[name], dst, name)
-                copied = True
+        if schema_problem(file_version(src), path) is None:
+            for name in names:
+                if name in src and name not in dst:
+                    copied |= _copy_group(src, dst, name, None, path)
     if copied:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+
+
+def _copy_group(src, dst, group: str, skip: str | None, path) -> bool:
+    """Copy ``/group`` (its attributes and readable members but ``skip``) from ``src`` into ``dst``."""
+    g = dst.require_group(group)
+    for key, value in src[group].attrs.items():
+        g.attrs[key] = value
+    version = file_version(src)
+    for sub in src[group]:
+        if sub != skip and member_problem(version, group, src[group][sub], path) is None:
+            src.copy(src[group][sub], g, sub)
+    return True
 
 
 def replace_group(path: str | os.PathLike, group: str, member: str, write) -> None:
     """Atomically (re)write ``/group/member`` of the database at ``path``, keeping everything else.
 
     ``write(h5py.Group)`` fills the new, empty member group. Everything else in the file (the BLAS
-    records, root attributes, other members of ``group``) is copied over unchanged. A missing or
-    unreadable file is replaced by one holding only the root attributes of an empty database plus
-    this group (the BLAS side then reads it as DatabaseMissing). Same lock and temporary-file +
-    os.replace protocol as ``save``.
+    records, root attributes, other readable members of ``group``) is copied over unchanged and
+    the root stamped ``SCHEMA_VERSION`` (a MIGRATABLE file's layout is the current one). A
+    missing or unreadable file is replaced by one holding only the root attributes of an empty
+    database plus this group (the BLAS side then reads it as DatabaseMissing). A file of a
+    version no migration reads raises SchemaMismatch naming the command that rebuilds it (its
+    records are neither relabelled nor lost). Same lock and temporary-file + os.replace
+    protocol as ``save``.
     """
     import h5py
 
@@ -229,38 +289,49 @@ def replace_group(path: str | os.PathLike, group: str, member: str, write) -> No
             src = None
         with h5py.File(tmp, "w", locking=False) as dst:
             if src is None:
-                db = Database()
-                dst.attrs["schema_version"] = SCHEMA_VERSION
-                dst.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
-                dst.attrs["digest"] = fp.digest(db.fingerprint)
-                dst.attrs["backends"] = json.dumps({})
-                dst.attrs["run"] = json.dumps({})
-                dst.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                _write_root(dst, Database())
             else:
                 with src:
-                    for key, value in src.attrs.items():
-                        dst.attrs[key] = value
-                    for name in src:
-                        if name != group:
-                            src.copy(src[name], dst, name)
-                        else:
-                            g = dst.create_group(group)
-                            for key, value in src[group].attrs.items():
-                                g.attrs[key] = value
-                            for sub in src[group]:
-                                if sub != member:
-                                    src.copy(src[group][sub], g, sub)
+                    _copy_file(src, dst, group, member, path)
             g = dst.require_group(group)
             write(g.create_group(member))
+
+
+def _write_root(f, db: Database) -> None:
+    """The root attributes of ``db`` at the current schema version."""
+    f.attrs["schema_version"] = SCHEMA_VERSION
+    f.attrs["fingerprint"] = json.dumps(db.fingerprint, sort_keys=True)
+    f.attrs["digest"] = fp.digest(db.fingerprint)
+    f.attrs["backends"] = json.dumps(db.backends, sort_keys=True)
+    f.attrs["run"] = json.dumps(db.run, sort_keys=True)
+    f.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _copy_file(src, dst, group: str, member: str, path) -> None:
+    """Everything of ``src`` but ``/group/member`` into ``dst``, stamped SCHEMA_VERSION; raises
+    SchemaMismatch for a version no migration reads."""
+    problem = schema_problem(file_version(src), path)
+    if problem is not None:
+        raise SchemaMismatch(problem)
+    for key, value in src.attrs.items():
+        dst.attrs[key] = value
+    dst.attrs["schema_version"] = SCHEMA_VERSION
+    for name in src:
+        if name in KEPT_GROUPS or name == group:
+            _copy_group(src, dst, name, member if name == group else None, path)
+        else:
+            src.copy(src[name], dst, name)
 
 
 _MEMBER_CACHE: dict[tuple, object] = {}
 
 
-def read_member(path: str | os.PathLike | None, group: str, member: str | None, parse, empty, what: str):
+def read_member(path: str | os.PathLike | None, group: str, member: str | None, parse, empty, what: str,
+                rebuild: str = REBUILD):
     """``parse(h5py.Group)`` of ``/group/member``, cached per file version; ``empty()`` when the
-    file or member is absent, and (with one RuntimeWarning naming ``what``) when it is unreadable.
-    Side data kept per platform (contention, fitted phase factors) is read this way: never raises."""
+    file or member is absent, and (with one RuntimeWarning naming ``what``) when it is unreadable
+    or of a schema no migration reads (naming ``rebuild``). Side data kept per platform
+    (contention, fitted phase factors) is read this way: never raises."""
     import h5py
 
     if path is None or member is None:
@@ -273,6 +344,8 @@ def read_member(path: str | os.PathLike | None, group: str, member: str | None, 
         try:
             with h5py.File(path, "r", locking=False) as f:
                 found = group in f and member in f[group]
+                if found:
+                    check_member(f, group, f[group][member], path, rebuild)
                 _MEMBER_CACHE[key] = parse(f[group][member]) if found else empty()
         except Exception as exc:   # damaged: no correction, one warning
             warnings.warn(f"ignoring unreadable {what} in {path}: {exc}", RuntimeWarning, stacklevel=3)

@@ -5,7 +5,7 @@ import numpy as np
 
 from autotune import backends
 from autotune.kernels._front import aligned_empty
-from autotune.select import Candidate
+from autotune.plans import Candidate
 
 from .layout import call_with_threads, fortran_operand
 

@@ -1,5 +1,5 @@
-"""Distributed Cholesky: right-looking, 2-D block-cyclic, with look-ahead (001 alg. 3.5, ScaLAPACK
-pdpotrf; overlap as in 004 / DESIGN §6).
+"""Distributed Cholesky: right-looking, 2-D block-cyclic, with look-ahead (as ScaLAPACK's
+pdpotrf, with overlap; docs/models.md#distributed.cholesky).
 
 Block b on an r x c grid. Per block column k (width w): the owner of the diagonal block factors it
 (``potrf``) and sends it down its process column; the process column owning panel k solves its
@@ -31,6 +31,10 @@ receiver's local piece (and back into the result), one message per block. The ro
 matrix or its transpose (factor of the other triangle, result transposed back) so that this
 holds without a copy. On 2-D grids the pieces are packed (``movement.scatter`` / ``gather``), the
 transpose being used for a C-ordered matrix so that packing reads memory in order.
+
+``cholesky`` uses the set-up every family shares (``runs``): checks agreed with the root's size
+in one allgather, ranks ``0..plan.p-1`` renumbered so that the root is rank 0 (grid position
+(0, 0)), ranks beyond returning None at once.
 """
 from __future__ import annotations
 
@@ -40,15 +44,17 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.layout import Axis, block_cyclic
 from autotune.models.distributed_cholesky import flipped, memory_order, wanted_order
+from autotune.plans import Plan
 
 from . import workspace
 from .checks import all_finite
-from .collective import agree, split_first
+from .collective import agree
 from .grid import ProcessGrid
-from .layout import block_cyclic
 from .movement import DistMatrix, gather_columns, scatter_columns
-from .plan import Phases, Plan, timed
+from .plan import Phases
+from .runs import PlanRun, agree_plan, plan_run
 
 # Point-to-point tags: 2 per panel (diagonal block, panel pieces), cycled (at most 2 panels in flight).
 _TAG_CYCLE = 8192
@@ -401,34 +407,40 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
     mem = "C" if orders <= {"", "C"} and "C" in orders else "F"
     fits = f_ok if mem == "F" else c_ok
     local = A.local if overwrite_a and fits else np.array(A.local, order=mem)
-    info = 0
-    if grid.inside:
-        if lower:
-            x, nr, nc, myr, myc = local, grid.r, grid.c, grid.pr, grid.pc
-
-            def rank_of(i: int, j: int) -> int:
-                return i * grid.c + j
-        else:      # U = L^T of the transposed problem on a c x r grid (models' loop_grid)
-            x, nr, nc, myr, myc = local.T, grid.c, grid.r, grid.pc, grid.pr
-
-            def rank_of(i: int, j: int) -> int:
-                return j * grid.c + i
-        order = mem if lower else {"F": "C", "C": "F"}[mem]   # a C-ordered x: BLAS on its transposes
-        f = _Factor(x, n, b, nr, nc, myr, myc, rank_of, comm, _Blas(be, order == "C"), lookahead, order)
-        with be.threads(threads) if threads else nullcontext():
-            info = f.run()
-            t0 = time.perf_counter()
-            if not info:
-                f.zero_upper()
-            f.seconds["compute"] += time.perf_counter() - t0
-        if phases is not None:
-            for name, sec in f.seconds.items():
-                phases.seconds[name] += sec
+    info = _factor_piece(local, mem, n, b, grid, comm, be, threads, lower, lookahead, phases) if grid.inside else 0
     if comm.size > grid.r * grid.c:          # ranks outside the grid learn the verdict too
         info = comm.bcast(info, root=0)
     if info:
         raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     return DistMatrix(local, A.layout, comm)
+
+
+def _factor_piece(local: np.ndarray, mem: str, n: int, b: int, grid: ProcessGrid, comm, be, threads: int | None,
+                  lower: bool, lookahead: bool, phases: Phases | None) -> int:
+    """Factor this grid rank's piece in place (``mem``: the memory order every rank's piece has,
+    ``comm``: the grid's ranks); the global LAPACK-style info (0: success)."""
+    if lower:
+        x, nr, nc, myr, myc = local, grid.r, grid.c, grid.pr, grid.pc
+
+        def rank_of(i: int, j: int) -> int:
+            return i * grid.c + j
+    else:      # U = L^T of the transposed problem on a c x r grid (models' loop_grid)
+        x, nr, nc, myr, myc = local.T, grid.c, grid.r, grid.pc, grid.pr
+
+        def rank_of(i: int, j: int) -> int:
+            return j * grid.c + i
+    order = mem if lower else {"F": "C", "C": "F"}[mem]   # a C-ordered x: BLAS on its transposes
+    f = _Factor(x, n, b, nr, nc, myr, myc, rank_of, comm, _Blas(be, order == "C"), lookahead, order)
+    with be.threads(threads) if threads else nullcontext():
+        info = f.run()
+        t0 = time.perf_counter()
+        if not info:
+            f.zero_upper()
+        f.seconds["compute"] += time.perf_counter() - t0
+    if phases is not None:
+        for name, sec in f.seconds.items():
+            phases.seconds[name] += sec
+    return info
 
 
 def _check_root_matrix(a, plan: Plan) -> np.ndarray:
@@ -459,68 +471,73 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
     every rank of ``comm``. Not positive definite: LinAlgError on every rank of the plan (ranks
     >= plan.p have already returned None).
     """
-
     t0 = time.perf_counter()
-    err, arr = None, None
-    try:
-        if not 0 <= root < comm.size:
-            raise ValueError(f"root {root} outside the communicator (size {comm.size})")
-        if plan.p > comm.size:
-            raise ValueError(f"plan needs {plan.p} ranks, communicator has {comm.size}")
-        if root >= plan.p:
-            raise ValueError(f"root {root} is not among the plan's ranks 0..{plan.p - 1}")
-        if plan.b < 1:
-            raise ValueError(f"distributed Cholesky needs a block size b >= 1, plan has b={plan.b}")
-        if comm.rank == root:
-            arr = _check_root_matrix(a, plan)
-    except (ValueError, TypeError) as exc:
-        err = exc
-    agree(comm, err)
-    # Factor S = a or S = a^T (flip): lower factor of a = (upper factor of a^T)^T, the same
-    # triangle read. S is chosen Fortran-ordered for 1 x c and 2-D grids, C-ordered for r x 1.
-    direct = plan.r == 1 or plan.c == 1
-    src, flip = arr, False
-    if comm.rank == root:
-        order, want = memory_order(arr), wanted_order(plan.r, plan.c)
-        if flipped(plan.r, plan.c, order):
-            src, flip = arr.T, True
-        elif direct and not arr.flags[f"{want}_CONTIGUOUS"]:
-            src = np.asarray(arr, order=want)
-    n, flip = comm.bcast((arr.shape[0], flip) if comm.rank == root else None, root=root)
+    src, (n, flip) = agree_plan(comm, plan, "cholesky", root, _plan_problem, lambda: _root_source(a, plan))
     if n == 0:
         return np.empty((0, 0), order="F") if comm.rank == root else None
-    sub = split_first(comm, plan.p)
-    if sub is None:
-        return None
-    try:
-        grid = ProcessGrid(sub, plan.r, plan.c)
-        try:
-            layout = block_cyclic(n, n, plan.r, plan.c, plan.b)
-            if not direct:
-                dist = DistMatrix.from_root(src, layout, sub, root)
-            elif plan.r == 1:
-                dist = DistMatrix(scatter_columns(src, n, n, plan.c, plan.b, sub, root), layout, sub)
-            else:
-                dist = DistMatrix(scatter_columns(None if src is None else src.T, n, n, plan.r,
-                                                  plan.b, sub, root).T, layout, sub)
-            if phases is not None:
-                phases.seconds["distribution"] += time.perf_counter() - t0
-            out = cholesky_dist(dist, grid, plan.b, lower=lower != flip, lookahead=lookahead,
-                                backend=plan.backend, threads=plan.threads, overwrite_a=True,
-                                check_finite=False, phases=phases)
-            with timed(phases, "collection"):
-                if not direct:
-                    res = out.to_root(root, order="F")
-                elif plan.r == 1:
-                    res = gather_columns(out.local, n, n, plan.c, plan.b, sub, root)
-                else:
-                    res = gather_columns(out.local.T, n, n, plan.r, plan.b, sub, root)
-                    res = None if res is None else res.T
-            return res.T if flip and res is not None else res
-        finally:
-            grid.free()
-    finally:
-        sub.Free()
+    with plan_run(comm, plan, root, phases) as run:
+        if run is None:
+            return None
+        grid = run.grid()
+        dist = _scatter(run, src, n)
+        run.add("distribution", time.perf_counter() - t0)
+        info = _factor_piece(dist.local, _piece_order(plan, n), n, plan.b, grid, run.comm, run.be, None,
+                             lower != flip, lookahead, phases)
+        if info:
+            raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+        with run.ph("collection"):
+            res = _gather(run, dist.local, n)
+        return res.T if flip and res is not None else res
+
+
+def _plan_problem(plan: Plan) -> str | None:
+    """Why ``plan`` cannot run the distributed Cholesky (None: it can)."""
+    return None if plan.b >= 1 else f"distributed Cholesky needs a block size b >= 1, plan has b={plan.b}"
+
+
+def _root_source(a, plan: Plan) -> tuple[np.ndarray, tuple[int, bool]]:
+    """Root only: (S, (n, flip)), S = a or a^T (flip) in the order the plan's grid moves without
+    packing: Fortran for 1 x c and 2-D grids, C for r x 1 (lower factor of a = upper of a^T, transposed)."""
+    arr = _check_root_matrix(a, plan)
+    src, flip = arr, False
+    order, want = memory_order(arr), wanted_order(plan.r, plan.c)
+    if flipped(plan.r, plan.c, order):
+        src, flip = arr.T, True
+    elif (plan.r == 1 or plan.c == 1) and not arr.flags[f"{want}_CONTIGUOUS"]:
+        src = np.asarray(arr, order=want)
+    return src, (arr.shape[0], flip)
+
+
+def _piece_order(plan: Plan, n: int) -> str:
+    """The memory order ``_scatter``'s pieces share (what ``cholesky_dist`` would agree on): C on
+    r x 1 grids unless every piece is also Fortran (one row or column), else Fortran."""
+    if plan.r == 1 or plan.c != 1:
+        return "F"
+    return "C" if n > 1 and Axis(n, plan.r, plan.b).count(0) > 1 else "F"
+
+
+def _scatter(run: PlanRun, src: np.ndarray | None, n: int) -> DistMatrix:
+    """The root's S (rank 0 of ``run``) block-cyclic on the plan's grid: whole column blocks
+    straight from S on 1 x c, whole row blocks on r x 1, packed pieces on 2-D grids."""
+    plan, sub = run.plan, run.comm
+    layout = block_cyclic(n, n, plan.r, plan.c, plan.b)
+    if plan.r != 1 and plan.c != 1:
+        return DistMatrix.from_root(src, layout, sub, 0)
+    if plan.r == 1:
+        return DistMatrix(scatter_columns(src, n, n, plan.c, plan.b, sub, 0), layout, sub)
+    return DistMatrix(scatter_columns(None if src is None else src.T, n, n, plan.r, plan.b, sub, 0).T,
+                      layout, sub)
+
+
+def _gather(run: PlanRun, local: np.ndarray, n: int) -> np.ndarray | None:
+    """The inverse of ``_scatter``: the whole factor (Fortran order) on the root, None elsewhere."""
+    plan, sub = run.plan, run.comm
+    if plan.r != 1 and plan.c != 1:
+        return DistMatrix(local, block_cyclic(n, n, plan.r, plan.c, plan.b), sub).to_root(0, order="F")
+    if plan.r == 1:
+        return gather_columns(local, n, n, plan.c, plan.b, sub, 0)
+    res = gather_columns(local.T, n, n, plan.r, plan.b, sub, 0)
+    return None if res is None else res.T
 
 
 ALGORITHMS = {"cholesky": cholesky}

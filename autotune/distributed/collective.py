@@ -2,31 +2,142 @@
 
 Ranks must raise the same error together, never leave others waiting in a collective: each
 rank checks its own inputs, then ``agree`` gathers the verdicts and every rank raises the first
-problem found (same type and message everywhere). Only small Python objects cross here.
+problem found (one message everywhere; the rank it came from keeps its exception's type, the
+others get the nearest builtin type). Only small Python objects cross here. Also: which cores
+the ranks may run on (a rank's affinity mask is not its node's core count).
 """
 from __future__ import annotations
 
+import builtins
+import os
+import socket
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 
-_ERRORS = {"ValueError": ValueError, "TypeError": TypeError, "LinAlgError": None}
+Verdict = tuple[tuple[str, ...], str]     # an error as its class names (most derived first) and message
 
 
 def agree(comm, error: Exception | None) -> None:
     """Raise on every rank if any rank reported an error (the lowest rank's error wins)."""
-    verdicts = comm.allgather(None if error is None else (type(error).__name__, str(error)))
+    _raise_first(comm, comm.allgather(None if error is None else verdict_of(error)), error)
+
+
+def agree_args(comm, error: Exception | None, args: dict, extra=None) -> list:
+    """Collective: every rank's ``extra``, once all ranks passed equal ``args`` and none an error.
+
+    Arguments every rank must pass alike are compared in the same allgather that agrees on the
+    errors: ranks that differ get a ValueError everywhere, never a hang in a later collective."""
+    gathered = comm.allgather((None if error is None else verdict_of(error), args, extra))
+    keys = sorted({k for g in gathered for k in g[1]})
+    differ = [k for k in keys if len({repr(g[1][k]) for g in gathered if k in g[1]}) > 1]
+    if differ:
+        passed = "; ".join(f"{k}: " + ", ".join(f"rank {r} {g[1].get(k)!r}" for r, g in enumerate(gathered))
+                           for k in differ)
+        raise ValueError(f"ranks passed different arguments ({passed})")
+    _raise_first(comm, [g[0] for g in gathered], error)
+    return [g[2] for g in gathered]
+
+
+def share(comm, root: int, error: Exception | None, value=None):
+    """Collective: the root's ``value``, or its ``error`` raised on every rank (one bcast)."""
+    verdict, value = comm.bcast((None if error is None else verdict_of(error), value) if comm.rank == root
+                                else None, root=root)
+    if verdict is not None:
+        raise rebuilt(verdict, root, comm.size, error if comm.rank == root else None)
+    return value
+
+
+def share_outcome(comm, root: int, error: Exception | None) -> None:
+    """Collective after work done on the root alone: its error, if any, raised on every rank.
+
+    One nonblocking one-byte bcast the other ranks wait on with sleeping polls, so they take no
+    core from the root's run and the root does not wait for them; the error itself follows."""
+    flag = bytearray([error is not None])
+    req = comm.Ibcast(flag, root=root)
+    if comm.rank == root:
+        req.Wait()
+    else:
+        quiet_wait(req)
+    if flag[0]:
+        share(comm, root, error)
+
+
+def verdict_of(error: Exception) -> Verdict:
+    """What crosses the wire for an error: its class names, most derived first, and message."""
+    return tuple(c.__name__ for c in type(error).__mro__), str(error)
+
+
+def rebuilt(verdict: Verdict, rank: int, size: int, own: Exception | None = None) -> Exception:
+    """The error to raise for ``rank``'s verdict: ``own``'s type on the rank it came from, the
+    nearest builtin (or numpy's LinAlgError) elsewhere; the same message on every rank."""
+    names, message = verdict
+    message = f"rank {rank}: {message}" if size > 1 else message
+    types = [type(own)] if own is not None else [t for t in map(_error_type, names) if t is not None]
+    for cls in types:
+        try:
+            exc = cls(message)
+        except Exception:
+            continue
+        exc.__cause__ = own
+        return exc
+    return own if own is not None else RuntimeError(message)
+
+
+def _raise_first(comm, verdicts: Sequence[Verdict | None], own: Exception | None) -> None:
     for rank, verdict in enumerate(verdicts):
         if verdict is not None:
-            name, message = verdict
-            raise _error_type(name)(f"rank {rank}: {message}" if comm.size > 1 else message)
+            raise rebuilt(verdict, rank, comm.size, own if rank == comm.rank else None)
 
 
-def _error_type(name: str) -> type[Exception]:
+def _error_type(name: str) -> type[Exception] | None:
+    """The class named ``name`` if every rank has it: numpy's LinAlgError or a builtin Exception."""
     if name == "LinAlgError":
         import numpy as np
 
         return np.linalg.LinAlgError
-    return _ERRORS.get(name) or ValueError
+    cls = getattr(builtins, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
+
+
+def quiet_wait(req, first: float = 2e-5, longest: float = 1e-3) -> None:
+    """Wait for ``req`` sleeping between tests, the pause doubling up to ``longest``: a short wait
+    ends soon after the request does, a long one costs the core almost nothing."""
+    pause = first
+    while not req.Test():
+        time.sleep(pause)
+        pause = min(longest, 2 * pause)
+
+
+def core_info() -> tuple[str, int]:
+    """This rank's host name and affinity mask (bit i: may run on core i)."""
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # pragma: no cover - non-Linux
+        cpus = range(os.cpu_count() or 1)
+    return socket.gethostname(), sum(1 << c for c in cpus)
+
+
+def node_cores(infos: Sequence[tuple[str, int]], rank: int) -> int:
+    """Cores of ``rank``'s node the ranks there may use: the union of their affinity masks
+    (one rank's own mask is one core when mpiexec binds it, not the node's count)."""
+    host = infos[rank][0]
+    union = 0
+    for h, mask in infos:
+        if h == host:
+            union |= mask
+    return max(1, union.bit_count())
+
+
+def mask_cores(infos: Sequence[tuple[str, int]]) -> list[int]:
+    """Each rank's own core count (its affinity mask's size)."""
+    return [max(1, mask.bit_count()) for _, mask in infos]
+
+
+def gather_cores(comm, root: int = 0) -> tuple[int, list[int]]:
+    """Collective: the root node's usable cores and every rank's own core count."""
+    infos = comm.allgather(core_info())
+    return node_cores(infos, root), mask_cores(infos)
 
 
 def run_checked(comm, fn, *args, **kwargs):

@@ -1,22 +1,22 @@
-"""Distributed matrix multiplication, the GEMM family (DESIGN §4, 001 §3.3.3-§3.3.8).
+"""Distributed matrix multiplication, the GEMM family (docs/models.md#distributed).
 
 Every algorithm is called collectively as ``fn(a, b, comm, plan, *, root=0, phases=None)``: the
 root passes A (m x k) and B (k x n), real arrays in any memory order (others pass anything, it is
-ignored), and receives ``C = A @ B`` as a C-ordered float64 array; the other ranks get None.
-Shapes are broadcast from the root; the plan and the operands are checked first and any problem
-raised on every rank alike (``collective.agree``). Ranks ``>= plan.p`` leave after one
-``comm.Split`` and return None; the ``p`` used ranks form a sub-communicator in which the root is
-rank 0 (so the root must be one of ranks ``0..p-1``). Per-rank wall seconds go to ``phases``
-(``distribution``: scatter/broadcast of the operands and the root's packing, ``communication``:
-the algorithm's own exchanges, ``compute``: BLAS and Strassen additions, ``collection``: gather
-of C). Local BLAS runs with ``plan.threads`` threads of ``plan.backend``. NaN and inf propagate
-as in numpy's ``a @ b``; the Strassen algorithms, whose additions would change them, reject them.
-Buffers that live only inside a call (pieces, panels, packing) are reused from call to call
-(``workspace``); C on the root is always fresh.
+ignored), and receives ``C = A @ B`` as a C-ordered float64 array; the other ranks get None. The
+set-up is the one every family shares (``runs``): the plan and the operands are checked and any
+problem raised on every rank alike, in the allgather that also hands out the root's shapes; ranks
+``>= plan.p`` leave after one ``comm.Split`` and return None; the ``p`` used ranks form a
+sub-communicator in which the root is rank 0 (so the root must be one of ranks ``0..p-1``).
+Per-rank wall seconds go to ``phases`` (``distribution``: scatter/broadcast of the operands and the
+root's packing, ``communication``: the algorithm's own exchanges, ``compute``: BLAS and Strassen
+additions, ``collection``: gather of C). Local BLAS runs with ``plan.threads`` threads of
+``plan.backend``. NaN and inf propagate as in numpy's ``a @ b``; the Strassen algorithms, whose
+additions would change them, reject them. Buffers that live only inside a call (pieces, panels,
+packing) are reused from call to call (``workspace``); C on the root is always fresh.
 
 Memory order. A rank's pieces keep the memory order of the operand they come from and C pieces
 are row-major, so packing and unpacking at the root are contiguous chunk copies (a transposing
-copy of a 4096^2 matrix costs ~0.13 s here, a straight one ~0.02 s); the local products use
+copy is several times slower than a straight one); the local products use
 BLAS transpose flags instead of copies. The block-cyclic algorithms (SUMMA, parallel Strassen)
 keep Fortran pieces: with row-major A and B (numpy's default) they multiply ``C^T = B^T A^T``,
 whose operands are then column-major views, on the transposed ``c x r`` grid (same messages, same
@@ -37,19 +37,20 @@ Algorithms (``ALGORITHMS``):
 - ``summa``: A, B, C block-cyclic (block ``plan.b``) on ``r x c``; per k-panel of width b the
   owning process column broadcasts its A panel along the rows, the owning process row its B panel
   along the columns, every rank adds a rank-b product into its C piece (``summa_dist``).
-- ``strassen_summa`` (StPBLAS, 001 §3.3.7): ``plan.level`` Strassen levels on distributed
-  quadrants. Odd sizes are **padded** with zeros up to a multiple of ``2^l``; each of the
-  ``4^l`` leaf blocks of A, B and C is its own block-cyclic matrix on the same grid and block, so
-  a quadrant at any level is a set of leaves whose local pieces match elementwise: the 18
-  additions per level are local sweeps (Numba, ``autotune.kernels.dist_gemm``) for any ``b`` and
-  grid, and the ``7^l`` leaf products are SUMMA on all p ranks (3-temporary schedule of
+- ``strassen_summa`` (StPBLAS, docs/models.md#distributed.strassen_summa): ``plan.level``
+  Strassen levels on distributed quadrants. Odd sizes are **padded** with zeros up to a multiple
+  of ``2^l``; each of the ``4^l`` leaf blocks of A, B and C is its own block-cyclic matrix on the
+  same grid and block, so a quadrant at any level is a set of leaves whose local pieces match
+  elementwise: the 18 additions per level are local sweeps (Numba, ``autotune.kernels.dist_gemm``)
+  for any ``b`` and grid, and the ``7^l`` leaf products are SUMMA on all p ranks (3-temporary schedule of
   ``autotune.kernels.strassen``).
-- ``strassen_ms`` (StMS, 001 §3.3.8): the root forms the 7 level-1 operand pairs and sends them
-  round robin (product t to worker ``1 + t mod (p-1)``, blocking Send/Recv of contiguous arrays);
-  workers multiply (BLAS, or ``level - 1`` more local Strassen levels) and send the product back;
-  the root accumulates C as products arrive, overlapping with the workers. Odd sizes are
-  **peeled** on the root (the odd row/column/inner index fixed up by gemm while the first
-  products are computed). ``p = 1``: local Strassen with ``level`` levels (BLAS for level 0).
+- ``strassen_ms`` (StMS, docs/models.md#distributed.strassen_ms): the root forms the 7 level-1
+  operand pairs and sends them round robin (product t to worker ``1 + t mod (p-1)``, blocking
+  Send/Recv of contiguous arrays); workers multiply (BLAS, or ``level - 1`` more local Strassen
+  levels) and send the product back; the root accumulates C as products arrive, overlapping with
+  the workers. Odd sizes are **peeled** on the root (the odd row/column/inner index fixed up by
+  gemm while the first products are computed). ``p = 1``: local Strassen with ``level`` levels
+  (BLAS for level 0).
 
 On one process BSR, CBSR, Cannon and SUMMA are one local gemm (no communication at all).
 
@@ -64,15 +65,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.kernels import dist_gemm as kern
+from autotune.layout import Axis, Layout
 from autotune.models.distributed_gemm import plan_error
+from autotune.plans import Plan
 
 from . import workspace
 from .checks import all_finite
 from .collective import agree
 from .grid import ProcessGrid
-from .layout import Axis, Layout
 from .movement import DistMatrix
-from .plan import Phases, Plan, timed
+from .plan import Phases, timed
+from .runs import PlanRun, agree_plan, plan_run
 
 __all__ = ["ALGORITHMS", "bsr", "bsr_dist", "cannon", "cbsr", "distributed_gemm", "strassen_ms",
            "strassen_summa", "summa", "summa_dist"]
@@ -118,14 +121,13 @@ def _gemm(be, a: np.ndarray, b: np.ndarray, c: np.ndarray, beta: float = 0.0) ->
     be.gemm(1.0, av, bv, beta, cv, ta, tb)
 
 
-# -- set-up: checks, agreement, sub-communicator -------------------------------------------------
+# -- set-up: the shared one (``runs``) plus the gemm problem ---------------------------------------
 
 @dataclass
 class _Run:
-    """One collective call on the p used ranks: sub-communicator (root = rank 0) and problem."""
+    """One gemm call on the plan's ranks (``at``: the shared set-up, root = rank 0) and its problem."""
 
-    comm: object
-    plan: Plan
+    at: PlanRun
     m: int
     k: int
     n: int
@@ -133,15 +135,32 @@ class _Run:
     b_order: str
     a: np.ndarray | None    # the root's operands (float64, contiguous), None elsewhere
     b: np.ndarray | None
-    be: object
-    phases: Phases | None
+
+    @property
+    def comm(self):
+        return self.at.comm
+
+    @property
+    def plan(self) -> Plan:
+        return self.at.plan
+
+    @property
+    def be(self):
+        return self.at.be
+
+    @property
+    def phases(self) -> Phases | None:
+        return self.at.phases
 
     @property
     def is_root(self) -> bool:
-        return self.comm.rank == 0
+        return self.at.is_root
 
     def ph(self, name: str):
-        return timed(self.phases, name)
+        return self.at.ph(name)
+
+    def grid(self, r: int, c: int) -> ProcessGrid:
+        return self.at.grid(r, c)
 
 
 def _operand(x, name: str) -> np.ndarray:
@@ -165,67 +184,33 @@ def _order(x: np.ndarray) -> str:
     return "F" if x.flags.f_contiguous and not x.flags.c_contiguous else "C"
 
 
-def _check_plan(plan: Plan, algorithm: str, size: int, root: int) -> None:
-    if not isinstance(plan, Plan):
-        raise ValueError(f"plan must be an autotune.distributed.plan.Plan, got {type(plan).__name__}")
-    if plan.algorithm != algorithm:
-        raise ValueError(f"plan is for {plan.algorithm!r}, not {algorithm!r}")
-    problem = plan_error(plan)
-    if problem:
-        raise ValueError(problem)
-    if plan.p > size:
-        raise ValueError(f"plan needs p={plan.p} processes, communicator has {size}")
-    if not 0 <= root < plan.p:
-        raise ValueError(f"root {root} is not one of the plan's ranks 0..{plan.p - 1}")
-    from autotune import backends
-
-    try:
-        be = backends.get(plan.backend)
-    except Exception as exc:
-        raise ValueError(f"backend {plan.backend!r} unavailable: {exc}") from None
-    if not 1 <= plan.threads <= be.max_threads:
-        raise ValueError(f"backend {plan.backend!r}: {plan.threads} threads outside 1..{be.max_threads}")
+def _root_operands(a, b, algorithm: str, plan: Plan) -> tuple[tuple, tuple]:
+    """Root only: ((A, B) checked, (m, k, n, A's order, B's order)) or ValueError."""
+    a, b = _operand(a, "A"), _operand(b, "B")
+    for x, name in ((a, "A"), (b, "B")) if algorithm in STRASSEN else ():   # a @ b propagates them
+        if not all_finite(x, plan.backend, plan.threads):
+            raise ValueError(f"{name} contains NaN or infinity")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"inner dimensions differ: A is {a.shape[0]}x{a.shape[1]}, "
+                         f"B is {b.shape[0]}x{b.shape[1]}")
+    return (a, b), (a.shape[0], a.shape[1], b.shape[1], _order(a), _order(b))
 
 
 def _run(algorithm: str, body: Callable[[_Run], np.ndarray | None], a, b, comm, plan: Plan,
          root: int, phases: Phases | None) -> np.ndarray | None:
-    """Checks on every rank, one agreement, shapes from the root, the split, then ``body``."""
-    err, meta = None, None
-    try:
-        _check_plan(plan, algorithm, comm.size, root)
-        if comm.rank == root:
-            a, b = _operand(a, "A"), _operand(b, "B")
-            for x, name in ((a, "A"), (b, "B")) if algorithm in STRASSEN else ():   # a @ b propagates them
-                if not all_finite(x, plan.backend, plan.threads):
-                    raise ValueError(f"{name} contains NaN or infinity")
-            if a.shape[1] != b.shape[0]:
-                raise ValueError(f"inner dimensions differ: A is {a.shape[0]}x{a.shape[1]}, "
-                                 f"B is {b.shape[0]}x{b.shape[1]}")
-            meta = (a.shape[0], a.shape[1], b.shape[1], _order(a), _order(b))
-    except ValueError as exc:
-        err = exc
-    agree(comm, err)
-    m, k, n, a_order, b_order = comm.bcast(meta, root=root)
+    """The shared set-up (``runs``: checks agreed with the shapes, the plan's ranks), then ``body``."""
+    ops, meta = agree_plan(comm, plan, algorithm, root, plan_error,
+                           lambda: _root_operands(a, b, algorithm, plan))
+    m, k, n, a_order, b_order = meta
     if m == 0 or n == 0 or k == 0:                       # nothing to distribute
         return np.zeros((m, n)) if comm.rank == root else None
-    from mpi4py import MPI
-
-    used = comm.rank < plan.p
-    sub = comm.Split(0 if used else MPI.UNDEFINED, (comm.rank - root) % comm.size)
-    if not used:
-        return None
-    from autotune import backends
-
-    try:
-        be = backends.get(plan.backend)
-        run = _Run(sub, plan, m, k, n, a_order, b_order, a if sub.rank == 0 else None,
-                   b if sub.rank == 0 else None, be, phases)
-        with be.threads(plan.threads):
-            if plan.p == 1 and algorithm in ("bsr", "cbsr", "cannon", "summa"):
-                return _local(run)
-            return body(run)
-    finally:
-        sub.Free()
+    with plan_run(comm, plan, root, phases) as at:
+        if at is None:
+            return None
+        run = _Run(at, m, k, n, a_order, b_order, *(ops if at.is_root else (None, None)))
+        if plan.p == 1 and algorithm in ("bsr", "cbsr", "cannon", "summa"):
+            return _local(run)
+        return body(run)
 
 
 def _local(run: _Run) -> np.ndarray:
@@ -338,7 +323,7 @@ def _bsr(run: _Run) -> np.ndarray | None:
 
 
 def bsr(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
-    """C = A @ B with A's rows block-striped over p ranks and B replicated (001 §3.3.3)."""
+    """C = A @ B with A's rows block-striped over p ranks and B replicated (docs/models.md#distributed.bsr)."""
     return _run("bsr", _bsr, a, b, comm, plan, root, phases)
 
 
@@ -380,40 +365,41 @@ def _cbsr(run: _Run) -> np.ndarray | None:
     r, c = plan.r, plan.c
     rows, kcols, ncols = Axis(m, r), Axis(k, c), Axis(n, c)
     dbl = _double()
-    with ProcessGrid(comm, r, c) as grid:
-        pr, pc = grid.pr, grid.pc
-        mi = rows.count(pr)
-        kc = np.array([kcols.count(j) for j in range(c)], dtype=np.int64)
-        kd = np.concatenate([[0], np.cumsum(kc)[:-1]]).astype(np.int64)
-        counts, displs = mi * kc, mi * kd
-        panel = workspace.empty("panel", mi * k if c > 1 else 0)     # band pr of A as c blocks (mi x k_j), order o
-        with run.ph("distribution"):
-            if pc == 0:                          # 1. row panels from the root down process column 0
-                band = run.a if r == 1 else _scatter_blocks(grid.col, run.a, rows, Axis(k, 1), o)
-                for j in range(c if c > 1 else 0):   # one process column: the band is the block
-                    panel[displs[j]:displs[j] + counts[j]].reshape((mi, kc[j]), order=o)[...] = \
-                        band[:, kd[j]:kd[j] + kc[j]]
-            if c > 1:                            # 2. blocks along each process row
-                if pc == 0:
-                    grid.row.Scatterv([panel, (counts, displs), dbl], MPI.IN_PLACE, root=0)
-                else:
-                    grid.row.Scatterv(None, [panel[displs[pc]:displs[pc] + counts[pc]], dbl], root=0)
-            bmat = _bcast_matrix(comm, run.b, (k, n), run.b_order)
-        with run.ph("communication"):            # 3. every rank of row pr gathers band pr
-            if c > 1:
-                grid.row.Allgatherv(MPI.IN_PLACE, [panel, (counts, displs), dbl])
-        with run.ph("compute"):
-            n0, n1 = _span(ncols, pc)
-            out, cloc = _result_piece(comm, rows, ncols)
-            for j in range(c):
-                ablk = band if c == 1 else panel[displs[j]:displs[j] + counts[j]].reshape((mi, kc[j]), order=o)
-                _gemm(run.be, ablk, bmat[kd[j]:kd[j] + kc[j], n0:n1], cloc, 0.0 if j == 0 else 1.0)
-        with run.ph("collection"):
-            return _gather_blocks(comm, cloc, rows, ncols, out)
+    grid = run.grid(r, c)
+    pr, pc = grid.pr, grid.pc
+    mi = rows.count(pr)
+    kc = np.array([kcols.count(j) for j in range(c)], dtype=np.int64)
+    kd = np.concatenate([[0], np.cumsum(kc)[:-1]]).astype(np.int64)
+    counts, displs = mi * kc, mi * kd
+    panel = workspace.empty("panel", mi * k if c > 1 else 0)     # band pr of A as c blocks (mi x k_j), order o
+    with run.ph("distribution"):
+        if pc == 0:                          # 1. row panels from the root down process column 0
+            band = run.a if r == 1 else _scatter_blocks(grid.col, run.a, rows, Axis(k, 1), o)
+            for j in range(c if c > 1 else 0):   # one process column: the band is the block
+                panel[displs[j]:displs[j] + counts[j]].reshape((mi, kc[j]), order=o)[...] = \
+                    band[:, kd[j]:kd[j] + kc[j]]
+        if c > 1:                            # 2. blocks along each process row
+            if pc == 0:
+                grid.row.Scatterv([panel, (counts, displs), dbl], MPI.IN_PLACE, root=0)
+            else:
+                grid.row.Scatterv(None, [panel[displs[pc]:displs[pc] + counts[pc]], dbl], root=0)
+        bmat = _bcast_matrix(comm, run.b, (k, n), run.b_order)
+    with run.ph("communication"):            # 3. every rank of row pr gathers band pr
+        if c > 1:
+            grid.row.Allgatherv(MPI.IN_PLACE, [panel, (counts, displs), dbl])
+    with run.ph("compute"):
+        n0, n1 = _span(ncols, pc)
+        out, cloc = _result_piece(comm, rows, ncols)
+        for j in range(c):
+            ablk = band if c == 1 else panel[displs[j]:displs[j] + counts[j]].reshape((mi, kc[j]), order=o)
+            _gemm(run.be, ablk, bmat[kd[j]:kd[j] + kc[j], n0:n1], cloc, 0.0 if j == 0 else 1.0)
+    with run.ph("collection"):
+        return _gather_blocks(comm, cloc, rows, ncols, out)
 
 
 def cbsr(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
-    """C = A @ B with A checkerboard on r x c (gathered along rows) and B replicated (001 §3.3.4)."""
+    """C = A @ B with A checkerboard on r x c (gathered along rows) and B replicated
+    (docs/models.md#distributed.cbsr)."""
     return _run("cbsr", _cbsr, a, b, comm, plan, root, phases)
 
 
@@ -424,54 +410,54 @@ def _cannon(run: _Run) -> np.ndarray | None:
     ao, bo = run.a_order, run.b_order
     mrows, kax, ncols = Axis(m, q), Axis(k, q), Axis(n, q)
     dbl = _double()
-    with ProcessGrid(comm, q, q) as grid:
-        i, j = grid.pr, grid.pc
-        mi, nj = mrows.count(i), ncols.count(j)
-        kl = [kax.count(t) for t in range(q)]
-        abuf = [workspace.empty(nm, mi * kl[0]) for nm in ("a", "a2")]      # largest blocks (part 0)
-        bbuf = [workspace.empty(nm, kl[0] * nj) for nm in ("b", "b2")]
+    grid = run.grid(q, q)
+    i, j = grid.pr, grid.pc
+    mi, nj = mrows.count(i), ncols.count(j)
+    kl = [kax.count(t) for t in range(q)]
+    abuf = [workspace.empty(nm, mi * kl[0]) for nm in ("a", "a2")]      # largest blocks (part 0)
+    bbuf = [workspace.empty(nm, kl[0] * nj) for nm in ("b", "b2")]
 
-        def a_blk(buf, t):
-            return buf[:mi * kl[t]].reshape((mi, kl[t]), order=ao)
+    def a_blk(buf, t):
+        return buf[:mi * kl[t]].reshape((mi, kl[t]), order=ao)
 
-        def b_blk(buf, t):
-            return buf[:kl[t] * nj].reshape((kl[t], nj), order=bo)
+    def b_blk(buf, t):
+        return buf[:kl[t] * nj].reshape((kl[t], nj), order=bo)
 
-        with run.ph("distribution"):
-            _scatter_blocks(comm, run.a, mrows, kax, ao, abuf[0])
-            _scatter_blocks(comm, run.b, kax, ncols, bo, bbuf[0])
-        with run.ph("communication"):             # skew: A_ij -> (i, j - i), B_ij -> (i - j, j)
-            if i % q:
-                t = (i + j) % q
-                grid.row.Sendrecv([abuf[0][:mi * kl[j]], dbl], (j - i) % q, 0,
-                                  [abuf[1][:mi * kl[t]], dbl], t, 0)
-                abuf.reverse()
-            if j % q:
-                t = (i + j) % q
-                grid.col.Sendrecv([bbuf[0][:kl[i] * nj], dbl], (i - j) % q, 1,
-                                  [bbuf[1][:kl[t] * nj], dbl], t, 1)
-                bbuf.reverse()
-        out, cloc = _result_piece(comm, mrows, ncols)
-        for s in range(q):
-            t = (i + j + s) % q
-            with run.ph("compute"):
-                _gemm(run.be, a_blk(abuf[0], t), b_blk(bbuf[0], t), cloc, 0.0 if s == 0 else 1.0)
-            if s == q - 1:
-                break
-            u = (t + 1) % q
-            with run.ph("communication"):         # A one step left, B one step up
-                grid.row.Sendrecv([abuf[0][:mi * kl[t]], dbl], (j - 1) % q, 2,
-                                  [abuf[1][:mi * kl[u]], dbl], (j + 1) % q, 2)
-                grid.col.Sendrecv([bbuf[0][:kl[t] * nj], dbl], (i - 1) % q, 3,
-                                  [bbuf[1][:kl[u] * nj], dbl], (i + 1) % q, 3)
-                abuf.reverse()
-                bbuf.reverse()
-        with run.ph("collection"):
-            return _gather_blocks(comm, cloc, mrows, ncols, out)
+    with run.ph("distribution"):
+        _scatter_blocks(comm, run.a, mrows, kax, ao, abuf[0])
+        _scatter_blocks(comm, run.b, kax, ncols, bo, bbuf[0])
+    with run.ph("communication"):             # skew: A_ij -> (i, j - i), B_ij -> (i - j, j)
+        if i % q:
+            t = (i + j) % q
+            grid.row.Sendrecv([abuf[0][:mi * kl[j]], dbl], (j - i) % q, 0,
+                              [abuf[1][:mi * kl[t]], dbl], t, 0)
+            abuf.reverse()
+        if j % q:
+            t = (i + j) % q
+            grid.col.Sendrecv([bbuf[0][:kl[i] * nj], dbl], (i - j) % q, 1,
+                              [bbuf[1][:kl[t] * nj], dbl], t, 1)
+            bbuf.reverse()
+    out, cloc = _result_piece(comm, mrows, ncols)
+    for s in range(q):
+        t = (i + j + s) % q
+        with run.ph("compute"):
+            _gemm(run.be, a_blk(abuf[0], t), b_blk(bbuf[0], t), cloc, 0.0 if s == 0 else 1.0)
+        if s == q - 1:
+            break
+        u = (t + 1) % q
+        with run.ph("communication"):         # A one step left, B one step up
+            grid.row.Sendrecv([abuf[0][:mi * kl[t]], dbl], (j - 1) % q, 2,
+                              [abuf[1][:mi * kl[u]], dbl], (j + 1) % q, 2)
+            grid.col.Sendrecv([bbuf[0][:kl[t] * nj], dbl], (i - 1) % q, 3,
+                              [bbuf[1][:kl[u] * nj], dbl], (i + 1) % q, 3)
+            abuf.reverse()
+            bbuf.reverse()
+    with run.ph("collection"):
+        return _gather_blocks(comm, cloc, mrows, ncols, out)
 
 
 def cannon(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
-    """C = A @ B by Cannon's algorithm on a square q x q grid, p = q^2 (001 §3.3.5)."""
+    """C = A @ B by Cannon's algorithm on a square q x q grid, p = q^2 (docs/models.md#distributed.cannon)."""
     return _run("cannon", _cannon, a, b, comm, plan, root, phases)
 
 
@@ -588,15 +574,15 @@ def _summa(run: _Run) -> np.ndarray | None:
     b = run.plan.b
     comm = run.comm
     xr, xc, yr, yc = Axis(mm, R, b), Axis(kk, C, b), Axis(kk, R, b), Axis(nn, C, b)
-    with ProcessGrid(comm, R, C) as grid:
-        with run.ph("distribution"):
-            xloc = _scatter_leaves(comm, x, xr, xc, 1, C, "x")[:, :, 0, 0]
-            yloc = _scatter_leaves(comm, y, yr, yc, 1, C, "y")[:, :, 0, 0]
-        zloc = workspace.empty("z", (xloc.shape[0], yloc.shape[1], 1, 1), order="F")
-        _summa_core(grid, xloc, yloc, zloc[:, :, 0, 0], kk, b, run.be, 0.0, run.phases,
-                    _SummaWork(zloc.shape[0], zloc.shape[1], b))
-        with run.ph("collection"):
-            out = _gather_leaves(comm, zloc, xr, yc, 1, C, (mm, nn), "F" if flip else "C")
+    grid = run.grid(R, C)
+    with run.ph("distribution"):
+        xloc = _scatter_leaves(comm, x, xr, xc, 1, C, "x")[:, :, 0, 0]
+        yloc = _scatter_leaves(comm, y, yr, yc, 1, C, "y")[:, :, 0, 0]
+    zloc = workspace.empty("z", (xloc.shape[0], yloc.shape[1], 1, 1), order="F")
+    _summa_core(grid, xloc, yloc, zloc[:, :, 0, 0], kk, b, run.be, 0.0, run.phases,
+                _SummaWork(zloc.shape[0], zloc.shape[1], b))
+    with run.ph("collection"):
+        out = _gather_leaves(comm, zloc, xr, yc, 1, C, (mm, nn), "F" if flip else "C")
     return None if out is None else (out.T if flip else out)
 
 
@@ -729,30 +715,30 @@ def _strassen_summa(run: _Run) -> np.ndarray | None:
     g = 2 ** levels
     ml, kl, nl = -(-mm // g), -(-kk // g), -(-nn // g)             # leaf sizes (padded)
     xr, xc, yr, yc = Axis(ml, R, bs), Axis(kl, C, bs), Axis(kl, R, bs), Axis(nl, C, bs)
-    with ProcessGrid(comm, R, C) as grid:
-        with run.ph("distribution"):
-            xloc = _scatter_leaves(comm, x, xr, xc, g, C, "x")
-            yloc = _scatter_leaves(comm, y, yr, yc, g, C, "y")
-        zloc = workspace.empty("z", (xloc.shape[0], yloc.shape[1], g, g), order="F")
-        ws = []
-        for d in range(levels):
-            h = g >> (d + 1)
-            ws.append(tuple(workspace.empty(f"st{d}{nm}", (s[0], s[1], h, h), order="F")
-                            for nm, s in zip("xyz", (xloc.shape, yloc.shape, zloc.shape), strict=True)))
-        work = _SummaWork(zloc.shape[0], zloc.shape[1], bs)
+    grid = run.grid(R, C)
+    with run.ph("distribution"):
+        xloc = _scatter_leaves(comm, x, xr, xc, g, C, "x")
+        yloc = _scatter_leaves(comm, y, yr, yc, g, C, "y")
+    zloc = workspace.empty("z", (xloc.shape[0], yloc.shape[1], g, g), order="F")
+    ws = []
+    for d in range(levels):
+        h = g >> (d + 1)
+        ws.append(tuple(workspace.empty(f"st{d}{nm}", (s[0], s[1], h, h), order="F")
+                        for nm, s in zip("xyz", (xloc.shape, yloc.shape, zloc.shape), strict=True)))
+    work = _SummaWork(zloc.shape[0], zloc.shape[1], bs)
 
-        def leaf(xa, ya, za, beta):
-            _summa_core(grid, xa, ya, za, kl, bs, run.be, beta, run.phases, work)
+    def leaf(xa, ya, za, beta):
+        _summa_core(grid, xa, ya, za, kl, bs, run.be, beta, run.phases, work)
 
-        _st_rec(xloc, yloc, zloc, 0, levels, ws, leaf, run.ph)
-        with run.ph("collection"):
-            out = _gather_leaves(comm, zloc, xr, yc, g, C, (mm, nn), "F" if flip else "C")
+    _st_rec(xloc, yloc, zloc, 0, levels, ws, leaf, run.ph)
+    with run.ph("collection"):
+        out = _gather_leaves(comm, zloc, xr, yc, g, C, (mm, nn), "F" if flip else "C")
     return None if out is None else (out.T if flip else out)
 
 
 def strassen_summa(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by ``plan.level`` Strassen levels over distributed quadrants, leaves by SUMMA
-    (StPBLAS, 001 §3.3.7); odd sizes zero-padded to a multiple of 2^level."""
+    (StPBLAS, docs/models.md#distributed.strassen_summa); odd sizes zero-padded to a multiple of 2^level."""
     return _run("strassen_summa", _strassen_summa, a, b, comm, plan, root, phases)
 
 
@@ -887,7 +873,7 @@ def _ms_master(run: _Run, m2: int, k2: int, n2: int, mo: str) -> np.ndarray:
 
 def strassen_ms(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by master-worker Strassen: the root farms the 7 level-1 products out to p - 1
-    workers (StMS, 001 §3.3.8); odd sizes peeled on the root."""
+    workers (StMS, docs/models.md#distributed.strassen_ms); odd sizes peeled on the root."""
     return _run("strassen_ms", _strassen_ms, a, b, comm, plan, root, phases)
 
 

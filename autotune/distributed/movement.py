@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.kernels.pack import as_index, put, take_flat
+from autotune.layout import Axis, Layout
 
 from . import workspace
-from .layout import Axis, Layout
 
 # Tag of the root <-> rank column-block moves (``scatter_columns`` / ``gather_columns``).
 MOVE_TAG = 24576

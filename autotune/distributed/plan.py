@@ -1,37 +1,16 @@
-"""What the distributed selector chooses (a ``Plan``) and how runs report their phases."""
+"""How distributed runs report their phases (``Phases``, ``timed``); the ``Plan`` they run is in ``autotune.plans``."""
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
 
-# Phase names shared by the algorithms (measured) and the models (predicted).
-PHASES = ("distribution", "communication", "compute", "collection")
+# ``Plan`` and ``PHASES`` live in ``autotune.plans`` (the selector builds plans without importing
+# this package); re-exported here for existing callers.
+from autotune.plans import PHASES, Plan
 
-
-@dataclass(frozen=True)
-class Plan:
-    """A distributed configuration: algorithm, processes used, grid, block, recursion level,
-    BLAS threads per rank and the per-rank BLAS backend. Ranks >= p take no part."""
-
-    algorithm: str          # bsr | cbsr | cannon | summa | strassen_summa | strassen_ms | cholesky
-    p: int
-    r: int = 1
-    c: int = 1
-    b: int = 0              # SUMMA panel / block-cyclic block (0: unused)
-    level: int = 0          # Strassen recursion level (0: unused)
-    threads: int = 1
-    backend: str = "numpy-openblas"
-
-    def __post_init__(self):
-        if self.p < 1 or self.r * self.c != self.p:
-            raise ValueError(f"grid {self.r}x{self.c} does not hold p={self.p} processes")
-
-    def __str__(self) -> str:
-        extra = (f" b={self.b}" if self.b else "") + (f" l={self.level}" if self.level else "")
-        return f"{self.algorithm} p={self.p} grid={self.r}x{self.c}{extra} [{self.backend}, {self.threads}t]"
+__all__ = ["PHASES", "Phases", "Plan", "timed"]
 
 
 class Phases:

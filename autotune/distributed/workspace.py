@@ -1,20 +1,18 @@
 """Buffers the distributed runs reuse from one call to the next (per process and thread).
 
 Why: a receive or packing buffer allocated fresh on every call is faulted in page by page while
-the data arrive. Here a fresh 4 MiB receive buffer cost ~1000 page faults and 1.0-1.5 ms, six
-times what sending the 4 MiB takes (session 10; the MPI probe times warm buffers, as repeated
-calls see them once their buffers are kept). So every buffer that lives only inside one call
-(pieces on the non-root ranks, the root's packing and gather buffers, panels) comes from
-``empty(name, shape)``: a named, grow-only, cache-line-aligned buffer of this thread. What a
-call returns to the user (C, L on the root; the local pieces of a ``DistMatrix``) is always
-fresh memory.
+the data arrive, which can cost several times the transfer itself (the MPI probe times warm
+buffers, as repeated calls see them once their buffers are kept). So every buffer that lives
+only inside one call (pieces on the non-root ranks, the root's packing and gather buffers,
+panels) comes from ``empty(name, shape)``: a named, grow-only, cache-line-aligned buffer of this
+thread. What a call returns to the user (C, L on the root; the local pieces of a ``DistMatrix``)
+is always fresh memory.
 
 Buffers of ``HUGE_MIN_BYTES`` and more are backed by transparent huge pages (``huge_empty``):
 MPI's shared-memory transport moves a message with one kernel copy that walks both processes'
-pages, 2-3.4x faster on 2 MiB pages than on 4 KiB ones here (Bcast of 32 KiB-8 MiB between two
-ranks: 2 MiB in 38 us against 128 us, session 19). numpy's own allocations get huge pages only
-where a 2 MiB boundary happens to fall inside them, so the time of a transfer depended on where
-its buffer landed. The communication probe times its messages on buffers made the same way.
+pages, much faster on 2 MiB pages than on 4 KiB ones. numpy's own allocations get huge pages only
+where a 2 MiB boundary happens to fall inside them, so the time of a transfer would depend on
+where its buffer landed. The communication probe times its messages on buffers made the same way.
 
 The buffers held stay below ``options(workspace_bytes=...)`` (default: an eighth of physical
 memory); a request past it gets fresh memory. ``release()`` frees them all.
@@ -27,12 +25,13 @@ import threading
 
 import numpy as np
 
+from autotune.config import get_options
 from autotune.kernels._front import aligned_empty
 
 __all__ = ["HUGE_MIN_BYTES", "HUGE_PAGE", "empty", "held_bytes", "huge_empty", "limit_bytes", "release"]
 
 HUGE_PAGE = 2 << 20          # x86-64 transparent huge page
-HUGE_MIN_BYTES = 16 << 10    # the shared-memory transport copies once from 4 KiB up; 2x faster at 32 KiB here
+HUGE_MIN_BYTES = 16 << 10    # the shared-memory transport copies once from 4 KiB up; set by hand
 
 _local = threading.local()
 
@@ -46,8 +45,6 @@ def _pool() -> dict[str, np.ndarray]:
 
 def limit_bytes() -> int:
     """Most bytes this thread keeps: the ``workspace_bytes`` option, else physical memory / 8."""
-    from autotune.config import get_options
-
     limit = get_options().workspace_bytes
     if limit is not None:
         return int(limit)

@@ -1,4 +1,4 @@
-"""Analytical cost models (DESIGN §4): pure functions of (problem, algorithm parameters, SP lookup).
+"""Analytical cost models (docs/models.md): pure functions of (problem, algorithm parameters, SP lookup).
 
 Each returns predicted seconds, vectorised over the numeric algorithm parameter (block size,
 recursion level) so the selector can evaluate a whole candidate grid per call. ``sp`` is any

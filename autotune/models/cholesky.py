@@ -1,4 +1,5 @@
-"""Cholesky family, one process (001 §3.4): LAPACK potrf, blocked (eq. 3.30), unblocked variants."""
+"""Cholesky family, one process: LAPACK potrf, blocked, unblocked variants (docs/models.md#cholesky.potrf,
+#cholesky.blocked, #cholesky.gemv, #cholesky.axpy)."""
 from __future__ import annotations
 
 import functools
@@ -6,17 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.assumptions import MEMORY_SHARE
 from autotune.routines import SEGMENT_FRACTIONS, flops
 
 # Share of the unblocked gemv variant's n^3/3 flops falling in each eighth-segment (x 96/n^3).
 SEGMENT_WEIGHTS = (5.0, 11.0, 11.0, 5.0)
-# A right-looking update in b-wide calls (variant 1 here, every step of the distributed Cholesky)
-# streams the trailing triangle, which the probe's timings of those calls, repeated on hot operands,
-# leave out: each element read and written once per step (16 B), 2/3 of an ``add``'s 24 B, of
-# which about half hides behind the update's flops. Measured: 1/3 of an add pass per element fits
-# the distributed Cholesky's compute phase best at n = 1024..4096, b = 64..512, 2 ranks (median
-# APE 1.3-5.5% over seven validation runs, 3.0-9.3% with the unhidden 2/3; session 20).
-MEMORY_SHARE = 1.0 / 3.0
+# MEMORY_SHARE (set by hand, autotune/assumptions.py): the share of an ``add`` pass per trailing
+# element a right-looking b-wide update pays (docs/models.md#cholesky.blocked).
 
 
 def chol_flops(n) -> np.ndarray:
@@ -24,9 +21,13 @@ def chol_flops(n) -> np.ndarray:
     return flops("potrf", {"n": np.asarray(n, dtype=float)})
 
 
-def potrf(n: int, backend: str, threads: int, sp) -> float:
-    """A library's own LAPACK potrf: ``flops(n) * k_potrf(backend, threads, n)``."""
-    return float(chol_flops(n) * sp.k("potrf", backend, threads, n))
+def potrf(n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
+    """A library's own LAPACK potrf: ``flops(n) * k_potrf(backend, threads, n)``. ``parts``, if
+    given, receives the time by routine call kind (here the one call), for ``explain``."""
+    t = float(chol_flops(n) * sp.k("potrf", backend, threads, n))
+    if parts is not None:
+        parts["potrf"] = t
+    return t
 
 
 def blocked(n: int, blocks, variant: int, backend: str, threads: int, sp) -> np.ndarray:
@@ -34,38 +35,52 @@ def blocked(n: int, blocks, variant: int, backend: str, threads: int, sp) -> np.
     return blocked_variants(n, blocks, (variant,), backend, threads, sp)[0]
 
 
-def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp) -> np.ndarray:
+def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp,
+                     parts: dict | None = None) -> np.ndarray:
     """Right-looking blocked Cholesky per (variant, block b): array of shape (variants, blocks).
 
     Each step j: potf2 on the b x b diagonal block, trsm on the (x x b) panel below it
     (x = n - j - b), then the trailing update: one syrk of order x and rank b (variant 0), or
-    (variant 1, eq. 3.30) per trailing block column a b x b syrk plus an (rows below) x b x b gemm
+    (variant 1, docs/models.md#cholesky.blocked) per trailing block column a b x b syrk plus an
+    (rows below) x b x b gemm
     (these gemms summed by shape, ``_Steps``), plus variant 1's memory traffic: the probe times
     its small calls on hot operands, while every step streams the whole trailing triangle
     (``MEMORY_SHARE`` of an ``add`` pass per element; variant 0's one syrk is timed on a trailing
     matrix of the real size, so its timing already holds that traffic).
     The k of every call is the one measured on that call's shape (panel pattern). All blocks are
     evaluated together: one lookup per routine over the concatenated steps of every b.
+    ``parts``, if given, receives the time by routine call kind, each of shape (variants, blocks).
     """
     g = _Steps.of(n, tuple(int(b) for b in np.atleast_1d(blocks)))
-    cost = g.diag_flops * sp.k("potf2", backend, threads, g.widths)
-    cost[g.live] += g.panel_flops * sp.k("trsm", backend, threads, g.xl, "panel", g.bl)
+    diag = g.diag_flops * sp.k("potf2", backend, threads, g.widths)
+    panel = g.panel_flops * sp.k("trsm", backend, threads, g.xl, "panel", g.bl)
+    cost = diag.copy()
+    cost[g.live] += panel
     common = np.bincount(g.owner, weights=cost, minlength=g.nb)
-    out = []
+    out, split = [], []
     for variant in variants:
-        upd = np.zeros(g.owner.size)
+        upd, mem, gemm = np.zeros(g.owner.size), np.zeros(g.live.sum()), np.zeros(g.nb)
         if variant == 0:
             upd[g.live] = g.syrk_flops * sp.k("syrk", backend, threads, g.xl, "panel", g.bl)
         else:
             ks = sp.k("syrk", backend, threads, g.square_orders)
             upd[g.live] = (g.full * (g.bl + 1) * ks[:g.bl.size] + g.w * (g.w + 1) / g.bl * ks[g.bl.size:]) \
                 * g.bl * g.bl
-            upd[g.live] += MEMORY_SHARE * g.trailing * sp.k("add", backend, threads, np.sqrt(g.trailing))
+            mem = MEMORY_SHARE * g.trailing * sp.k("add", backend, threads, np.sqrt(g.trailing))
+            syrk = upd[g.live].copy()
+            upd[g.live] += mem
         total = common + np.bincount(g.owner, weights=upd, minlength=g.nb)
         if variant == 1 and g.rows.size:
-            total += np.bincount(g.gemm_owner, minlength=g.nb, weights=g.gemm_flops * sp.k(
+            gemm = np.bincount(g.gemm_owner, minlength=g.nb, weights=g.gemm_flops * sp.k(
                 "gemm", backend, threads, g.rows, "panel", g.gemm_b))
+            total += gemm
         out.append(total)
+        if parts is not None:
+            split.append(g.by_block({"potf2": diag, "trsm": (g.live, panel),
+                                     "syrk": (g.live, upd[g.live] if variant == 0 else syrk),
+                                     "add": (g.live, mem)}) | {"gemm": gemm})
+    if parts is not None:
+        parts.update({term: np.array([d[term] for d in split]) for term in split[0]} if split else {})
     return np.array(out)
 
 
@@ -92,6 +107,18 @@ class _Steps:
     gemm_owner: np.ndarray
     gemm_flops: np.ndarray    # ... occurring i - 1 times (once per earlier block column)
 
+    def by_block(self, terms: dict) -> dict[str, np.ndarray]:
+        """Per-step arrays (all steps, or ``(mask, values)`` for the masked steps) summed per block."""
+        out = {}
+        for name, v in terms.items():
+            w = np.zeros(self.owner.size)
+            if isinstance(v, tuple):
+                w[v[0]] = v[1]
+            else:
+                w = v
+            out[name] = np.bincount(self.owner, weights=w, minlength=self.nb)
+        return out
+
     @staticmethod
     @functools.lru_cache(maxsize=64)
     def of(n: int, blocks: tuple[int, ...]) -> _Steps:
@@ -117,13 +144,17 @@ class _Steps:
                       rows, g_b, g_owner, (i - 1) * 2.0 * rows * g_b * g_b)
 
 
-def unblocked_gemv(n: int, backend: str, threads: int, sp) -> float:
-    """Left-looking unblocked Cholesky, one gemv per column on (n-i) x i (segment pattern)."""
+def unblocked_gemv(n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
+    """Left-looking unblocked Cholesky, one gemv per column on (n-i) x i (segment pattern);
+    ``parts``, if given, receives the time by routine call kind."""
     if n < 2:
         return float(n * sp.k("axpy", backend, threads, 1))
     fractions = np.array(SEGMENT_FRACTIONS)
     k2 = sp.k("gemv", backend, threads, np.full(4, float(n)), "segment", fractions)
-    return float(np.dot(SEGMENT_WEIGHTS, k2)) / 96.0 * n**3 + _column_work(n, backend, threads, sp)
+    gemv, column = float(np.dot(SEGMENT_WEIGHTS, k2)) / 96.0 * n**3, _column_work(n, backend, threads, sp)
+    if parts is not None:
+        parts.update(gemv=gemv, axpy=column)
+    return gemv + column
 
 
 def unblocked_axpy(n: int, backend: str, threads: int, sp) -> float:

@@ -1,8 +1,8 @@
 """Phase model of the distributed block-cyclic Cholesky with look-ahead (``autotune.distributed.cholesky``).
 
-Starting point: 001 eqs. 3.31 (compute) and 3.32 (communication), but summed step by step over
-the block columns with each rank's real local sizes, and the k of every call looked up on the
-shape the implementation really calls:
+Starting point: the compute and communication terms of docs/models.md#distributed.cholesky, but
+summed step by step over the block columns with each rank's real local sizes, and the k of every
+call looked up on the shape the implementation really calls:
 
 - ``potrf`` (square) on the w x w diagonal block, w = b (the last block may be short);
 - ``trsm`` "panel" (param b) on each process row's local panel height m_i (rows below the block);
@@ -16,8 +16,8 @@ shape the implementation really calls:
   Plus the memory traffic of the update, which the hot-operand probe timings leave out: each
   step reads and writes every element of the rank's local trailing triangle, at
   ``cholesky.MEMORY_SHARE`` (1/3) of the ``add`` series' time per element (looked up at the
-  square root of that element count), added to the flop time. Measured on this machine it is
-  what makes small blocks slow (compute at b = 64 is 12% over b = 128 at n = 4096 on 2 ranks).
+  square root of that element count), added to the flop time. This traffic is what makes small
+  blocks slow.
 
 Communication per panel k (fits of ``cp`` at the real message sizes, 8-byte words): the diagonal
 block down the owner's process column, ``bcast_col`` of 8 w^2 bytes (r > 1); the panel piece of
@@ -107,8 +107,8 @@ def loop_grid(r: int, c: int, lower: bool, order: str = "C") -> tuple[int, int]:
 def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
     p, grid = r * c, (r, c)
     # The loop keeps fewer ranks busy as the trailing matrix shrinks, so the contention is applied
-    # per step here (``sharing``) on uncontended k (session 23: with the plan's p for every step,
-    # p = 3-4 compute came out 20-80% high, 2x at b = 512 where 1-3 ranks work per step).
+    # per step here (``sharing``) on uncontended k: the plan's p for every step would overcharge
+    # the late steps, where few ranks work.
     share_cores = sharing(sp, backend, threads)
     look = alone(sp)
     b = max(1, min(int(b), n))
@@ -231,7 +231,8 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
 
 
 def _measured(cp, primitive: str) -> bool:
-    """Whether the comm probe behind ``cp`` timed ``primitive`` (older probes lack the newer ones)."""
+    """Whether the comm probe behind ``cp`` timed ``primitive`` (databases from older probes lack
+    some)."""
     names = getattr(cp, "primitives", None)
     return callable(names) and primitive in names()
 
@@ -241,8 +242,8 @@ def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads
 
     Distribution: the root's finiteness check, then on 1-D grids ``colscatter_cold`` of the
     8 n^2/p byte pieces: the probe times the runs' own scatter, whose root copies its blocks while
-    the others pull theirs (how much those overlap is the machine's: here they do; on another
-    machine they added). Older probes: the cold ``scatterv`` plus the copy. On 2-D grids every
+    the others pull theirs (how much those overlap depends on the machine, so it is timed, not
+    modelled). Without that series: the cold ``scatterv`` plus the copy. On 2-D grids every
     element is packed into a new send buffer, then ``scatterv_cold``. Collection: the new result's
     page faults, the ``gatherv`` of the pieces, and the root's own copy (1-D) or the unpacking
     (2-D, into a new gather buffer too).

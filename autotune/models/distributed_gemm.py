@@ -1,8 +1,8 @@
-"""Distributed GEMM family models (DESIGN §4, 001 §3.3.3-§3.3.8): seconds per phase and total.
+"""Distributed GEMM family models (docs/models.md#distributed): seconds per phase and total.
 
 Each ``model(m, k, n, plan, sp, cp) -> dict`` predicts the run of the same-named algorithm in
 ``autotune.distributed.gemm`` (root-held data, from the first scatter to the gathered C): keys
-``distribution``, ``communication``, ``compute``, ``collection`` (``autotune.distributed.plan.PHASES``)
+``distribution``, ``communication``, ``compute``, ``collection`` (``autotune.plans.PHASES``)
 and ``total``. Communication uses the primitive each phase really calls, with its message size in
 bytes (``cp.time(primitive, p, nbytes, grid)``, per message for bcast/sendrecv/pingpong, per
 process block for scatterv/gatherv/allgatherv; a collective among one process costs nothing).
@@ -14,11 +14,11 @@ slowest rank (largest block: ceil splits, block-cyclic part 0).
 
 Distribution's scatters and broadcasts use the probe's cold-cache curves (``scatterv_cold``,
 ``bcast_cold``: every member's caches flushed first): the first phase of a run moves the user's
-matrix into buffers that no cache holds any more, 2-3x slower than warm repeated calls.
+matrix into buffers that no cache holds any more, much slower than warm repeated calls.
 The root's packing and unpacking of pieces that are not contiguous in its matrices is charged, in
 distribution and collection, for the block-cyclic runs at the comm probe's measured cost per
 element by contiguous run length (``cp.pack_time``: a block of b when the column-major operand's
-rows are split, else whole columns; 2-4x a plain copy), otherwise as one memory pass per element
+rows are split, else whole columns; dearer than a plain copy), otherwise as one memory pass per element
 at ``k2_add`` (``movement.PACK_BACKEND``; these root-side costs live in ``models.movement``).
 The root's C is a new array: collection also pays its page faults (``cp.first_touch_time``, by size,
 measured by the probe), which the gather's warm-buffer timings leave out.
@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from autotune.db.contention import alone, lockstep
-from autotune.distributed.layout import Axis
+from autotune.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
 from autotune.models.movement import ITEM, first_touch
@@ -54,7 +54,6 @@ from autotune.models.movement import run_length as _run
 __all__ = ["ALGORITHM_NAMES", "MODELS", "WAIT_PHASE", "bsr", "cannon", "cbsr", "plan_error", "predict",
            "strassen_ms", "strassen_summa", "summa"]
 
-PHASES = ("distribution", "communication", "compute", "collection")
 ALGORITHM_NAMES = ("bsr", "cbsr", "cannon", "summa", "strassen_summa", "strassen_ms")
 MAX_LEVEL = 12
 SCATTER, BCAST = "scatterv_cold", "bcast_cold"     # distribution's primitives: caches cold
@@ -97,9 +96,8 @@ def _numroc0(n: int, parts: int, block: int) -> int:
 
 def _moved(rows: int, cols: int, R: int, C: int, block: int) -> int:
     """Elements of the largest piece a non-root rank holds of a rows x cols matrix block-cyclic on
-    R x C: what a scatter or gather moves per rank (the root's own piece, the largest, stays put).
-    With the root's piece instead, SUMMA's gather at n = 2560, b = 512 on 2 ranks (3 block rows
-    to 2) came out 4.8 ms against 1.8 measured (session 23)."""
+    R x C: what a scatter or gather moves per rank (the root's own piece, the largest, stays put,
+    so counting it would overcharge uneven splits)."""
     pieces = np.outer(_numroc(rows, R, block), _numroc(cols, C, block)).ravel()
     return int(pieces[1:].max()) if pieces.size > 1 else int(pieces[0])
 
@@ -134,8 +132,7 @@ def _in_lockstep(sp, plan, load: float, runs: int) -> tuple[float, float, float]
     seconds, the largest rank's) in ``runs`` uninterrupted runs between synchronisations, placed on
     the cores as the scheduler keeps them (``contention.lockstep``): the slowest rank's compute, the
     time to the last rank's end, and what the first to finish waits for it (in the algorithm's
-    next synchronisation). Measured here (session 21): BSR on 3 ranks on 2 cores, n = 2048, the
-    rank alone on a core waited 52 ms in the gather for the two sharing the other."""
+    next synchronisation): a rank alone on a core waits for the ranks sharing another."""
     busy, wall = lockstep(sp, plan.backend, plan.threads)(np.full(plan.p, load), load / runs)
     return float(busy.max()), wall, wall - float(busy.min())
 
@@ -214,9 +211,7 @@ def _root_lead(cp, p: int, b: int, area: np.ndarray, step: float) -> float:
     some other rank holds a piece of C (``area``, per rank) as large as the root's (so none is
     reliably last): ``cp.end_wait(p, b)`` (the probe's SUMMA calibration runs at equal loads) of
     one step's update ``step`` of the root. Ranks sharing cores run their last updates in turn, so
-    the root is not last in about half the runs. Measured (n = 2048, 4 ranks on 2 cores, b = 64):
-    arrivals at the gather 0, 1.6 and 3.2 ms apart, the root 1.7-1.9 ms before the last, its
-    collection 7.0-8.4 ms against 4.6-5.8 modelled without it (session 25); on 2 ranks, none."""
+    the root is not last in about half the runs."""
     if area.size < 2 or area[0] <= 0 or np.count_nonzero(area == area[0]) < 2:
         return 0.0
     return _calibrated(cp, "end_wait", p, b) * step
@@ -229,24 +224,21 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     owner copies it out of the local Y, which the last update evicted: one out-of-cache pass,
     ``movement.cold_copies``), at the probe's times: the panels are huge-page workspace, as the
     probe's buffers, and no rank updates while they travel (the broadcasts are synchronous), so
-    nothing is added for moving them inside the loop (``movement.in_loop``, which SUMMA paid while
-    its panels were on 4 KiB pages, until session 19); a rank-w update (pattern ``rankb``, param b,
-    at the local size sqrt(mloc nloc)). The ranks run their updates in lockstep (``contention.lockstep``:
-    each on a fixed core, a step ends when the most loaded core is done: ``wall``); ``compute`` is
-    the largest rank's own update time. The broadcasts synchronise the ranks each step, so the
-    least loaded rank waits out the difference, or, where loads are (nearly) equal, the slowest of
-    ranks doing the same work (``cp.step_wait``: measured by the probe's SUMMA calibration runs, by p
-    and b), whichever is larger: ``wait`` = (seconds of it in the broadcasts, in the last step, and
-    what the first rank holding a piece of C waits for the last in the gather after it, and the
-    root's own wait there for ranks of equal load, ``_root_lead``). ``lag``
-    is what the most loaded rank itself waits (for a core, and for slower ranks of equal load), on
-    the run's critical path: left out of the total until session 24,
-    SUMMA at P = 4 on 2 cores came out 25-35% short (n = 2048: 85.5 ms against 118.4 measured at
-    4x1, b = 256). With C > 1 the X-panel's owner multiplies it straight out of its local X, which
-    the last update evicted (``movement.cold_reads``), while the receivers have it hot from the
-    broadcast: every step is longer by that read, which a rank pays as compute in the 1/C of the
-    steps it owns and waits out (in the next broadcast) in the rest. Measured (P = 2, sessions
-    19-20, 2x1 grids): it is what kept SUMMA's communication 10-21% low; with it 6-9%."""
+    nothing is added for moving them inside the loop (``movement.in_loop``); a rank-w update
+    (pattern ``rankb``, param b, at the local size sqrt(mloc nloc)). The ranks run their updates in
+    lockstep (``contention.lockstep``: each on a fixed core, a step ends when the most loaded core
+    is done: ``wall``); ``compute`` is the largest rank's own update time. The broadcasts
+    synchronise the ranks each step, so the least loaded rank waits out the difference, or, where
+    loads are (nearly) equal, the slowest of ranks doing the same work (``cp.step_wait``: measured
+    by the probe's SUMMA calibration runs, by p and b), whichever is larger: ``wait`` = (seconds of
+    it in the broadcasts, in the last step, and what the first rank holding a piece of C waits for
+    the last in the gather after it, and the root's own wait there for ranks of equal load,
+    ``_root_lead``). ``lag`` is what the most loaded rank itself waits (for a core, and for slower
+    ranks of equal load): it is on the run's critical path, so the total includes it. With C > 1
+    the X-panel's owner multiplies it straight out of its local X, which the last update evicted
+    (``movement.cold_reads``), while the receivers have it hot from the broadcast: every step is
+    longer by that read, which a rank pays as compute in the 1/C of the steps it owns and waits out
+    (in the next broadcast) in the rest."""
     mrows, ncols = _numroc(mm, R, b), _numroc(nn, C, b)
     mloc, nloc = int(mrows[0]), int(ncols[0])
     full, rest = divmod(kk, b)
@@ -299,15 +291,14 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
 
 def _gather_after_wait(gather: float, unpack: float, end: float) -> float:
     """Collection phase (slowest rank) of a gather that an idle rank enters ``end`` seconds before
-    the root: the root receives, then unpacks; the idle rank waits, then its piece moves. Measured
-    (SUMMA 2x1, n = 2560, b = 512, 2 ranks; session 23): root 7.3 ms (receive 1.8 + unpack 5.5),
-    idle rank 13.5 (wait 11.7 + the same 1.8), so the phase is gather + max(unpack, wait), not
-    their sum (which over-predicted it by 23-63% at n = 1536 and 2560)."""
+    the root: the root receives, then unpacks; the idle rank waits, then its piece moves. The
+    unpacking and the wait overlap, so the phase is gather + max(unpack, wait), not their sum."""
     return gather + max(unpack, end)
 
 
 def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
-    """StPBLAS (eqs. 3.20-3.21 with measured SPs): sizes padded to multiples of 2^l; 7^l SUMMA
+    """StPBLAS (docs/models.md#distributed.strassen_summa, with measured SPs): sizes padded to
+    multiples of 2^l; 7^l SUMMA
     leaf products (communication and gemm as ``_summa_steps`` at leaf size); at level i,
     7^(i-1) nodes each sweep their per-rank quadrant pieces (4^(l-i) leaves) with the fused
     passes of the 3-temporary schedule (``models.gemm.ADDS_*``) at ``k2_add`` of that size."""
@@ -342,7 +333,7 @@ MS_ACC_PASSES = (2, 2, 2, 2, 2, 1, 1)
 
 
 def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
-    """StMS (eqs. 3.22-3.25 generalised): the schedule of the run, simulated.
+    """StMS (docs/models.md#distributed.strassen_ms, generalised): the schedule of the run, simulated.
 
     Product t goes to worker ``1 + t mod (p-1)``. The root, per product: forms the two operands
     (one pass each over an (m/2) x (k/2) and a (k/2) x (n/2) quadrant), receives that worker's

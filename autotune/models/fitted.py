@@ -1,4 +1,5 @@
-"""Fitted models (DESIGN §5, issue 5): polynomials in n that replace an analytical model where it fails.
+"""Fitted models (docs/models.md#fitted.polynomial): polynomials in n that replace an analytical model
+where it fails.
 
 ``autotune-install --validate`` (``install_probe.validate``) times candidates on check points;
 where the analytical model errs beyond the tolerance or mis-ranks the candidates it fits a
@@ -12,84 +13,38 @@ Selector integration (one call per ranked candidate)::
     seconds, source = override(cand, dims, analytical_seconds, sp)   # source: "fitted" | "analytical"
 
 ``cand`` is a ``Candidate`` (or a ``Ranked``), ``dims`` ``(m, k, n)`` for gemm or ``(n,)`` for
-Cholesky, ``sp`` a ``SystemParameters`` (its lazily loaded ``sp.fitted``). It never raises:
+Cholesky, ``sp`` a ``SystemParameters`` (``fitted_for(sp)``: its file's entries, read once). It never raises:
 anything missing gives back ``(analytical_seconds, "analytical")``. The fitted time is a pure
 model time: apply the selector's charges (pool contention, ...) on top as for analytical ones.
 
-Storage: HDF5 group ``/fitted/<machine>`` (``'default'``) of the SP database, written with
-``store.replace_group``: one subgroup per entry (attributes for the scalars, datasets ``terms``,
-``coefficients``, ``edges``, ``check_n``/``check_t``/``check_analytical``, ``fit_n``/``fit_t``).
+Storage: HDF5 group ``/fitted/<machine>`` (``'default'``) of the SP database, read and written by
+``autotune.db.fitted`` (``save_fitted`` is re-exported here); this module evaluates the entries.
 """
 from __future__ import annotations
 
 import bisect
 import functools
-import json
 import math
 import os
-import time
-import warnings
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.db.fitted import GROUP, FittedRecord, Key, read_fitted, save_fitted
 from autotune.models.fitting import FittedModel, TermSet
+from autotune.models.gemm import STRASSEN_ADD_BACKEND, strassen_parts
 
-GROUP = "fitted"
-FITTED_SCHEMA = 1
 # A fitted model is trusted from its smallest fitted size up to this ratio beyond its largest. Not
 # below: no check point lies there, and exact-fit polynomials dive towards zero under their sizes.
 EXTRAPOLATION = 1.25
+# SystemParameters -> its FittedModels, read on first use (``fitted_for``), dropped with it.
+_FOR_SP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-Key = tuple[str, str, int, int, int]   # (algorithm, backend, threads, param, variant)
-_WARNED: set[str] = set()
 
-
-@dataclass(eq=False)  # holds arrays
-class FittedEntry:
-    """One candidate series' fitted polynomial, its and the analytical model's check-point errors, provenance."""
-
-    family: str
-    algorithm: str
-    backend: str
-    threads: int
-    param: int
-    variant: int
-    terms: tuple[tuple[int, int], ...]
-    coefficients: np.ndarray            # (regions, len(terms))
-    edges: np.ndarray                   # (regions + 1,) size edges
-    method: str
-    fitted_ape: float
-    fitted_phi: float
-    analytical_ape: float
-    analytical_phi: float
-    reason: str
-    in_use: bool
-    timestamp: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    check_n: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    check_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    check_analytical: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    fit_n: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    fit_t: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    sigma: float = float("nan")         # relative residual sigma of the AICc winner
-    akaike: str = "{}"                  # JSON: {"sets": [[term names, AICc weight], ...], "importances": {...}}
-    # "polynomial": T(n) = sum c n^i per region; "eq4.10" (Strassen): T = M * leaves + A * additions,
-    # the analytical model's two terms (models.gemm.strassen_parts) weighted by coefficients [[M, A]].
-    form: str = "polynomial"
-
-    def __post_init__(self) -> None:
-        """Terms in TermSet's canonical order, coefficient columns permuted to match (one row per region)."""
-        terms = [(int(i), int(j)) for i, j in self.terms]
-        order = sorted(range(len(terms)), key=lambda c: (-terms[c][0], -terms[c][1]))
-        self.terms = tuple(terms[c] for c in order)
-        self.coefficients = np.atleast_2d(np.asarray(self.coefficients, dtype=float))[:, order]
-        self.edges = np.asarray(self.edges, dtype=float).ravel()
-
-    @property
-    def key(self) -> Key:
-        """(algorithm, backend, threads, param, variant): the candidate this entry models."""
-        return (self.algorithm, self.backend, int(self.threads), int(self.param), int(self.variant))
+class FittedEntry(FittedRecord):
+    """One candidate series' fitted polynomial, its and the analytical model's check-point errors,
+    provenance: the stored fields (``db.fitted.FittedRecord``) and their evaluation."""
 
     @classmethod
     def from_model(cls, family: str, key: Key, model: FittedModel, **kw) -> FittedEntry:
@@ -104,7 +59,8 @@ class FittedEntry:
 
     def predict(self, n) -> np.ndarray:
         """Predicted seconds at sizes ``n`` (vectorised; each size in its region, nearest region outside).
-        Polynomial entries only: eq. 4.10 entries need the system parameters (``predict_dims``)."""
+        Polynomial entries only: ``eq4.10`` entries (docs/models.md#fitted.strassen) need the system
+        parameters (``predict_dims``)."""
         if self.form != "polynomial":
             raise ValueError(f"a {self.form} entry is evaluated with predict_dims(dims, sp)")
         n = np.asarray(n, dtype=float)
@@ -124,8 +80,8 @@ class FittedEntry:
         return float(sum(c * n ** i for i, c in rows[bisect.bisect_right(inner, n)]))
 
     def predict_dims(self, dims: Sequence[float], sp) -> float:
-        """Seconds for the problem ``dims``: the polynomial at its size, or eq. 4.10's weighted
-        analytical terms (which need the system parameters ``sp``)."""
+        """Seconds for the problem ``dims``: the polynomial at its size, or the weighted
+        analytical terms of docs/models.md#fitted.strassen (which need the system parameters ``sp``)."""
         if self.form == "polynomial":
             return self.predict_one(size_variable(dims))
         leaves, adds = eq410_terms(self.backend, self.threads, self.param, dims, sp)
@@ -143,11 +99,9 @@ class FittedEntry:
 
 
 def eq410_terms(backend: str, threads: int, levels: int, dims: Sequence[float], sp) -> tuple[float, float]:
-    """The two terms 001 eq. 4.10 weights by M(l) and A(l): the analytical Strassen model's leaf
-    products and additions (``models.gemm.strassen_parts``) for the selector's Strassen candidate."""
-    from autotune.models.gemm import strassen_parts
-    from autotune.select.rank import STRASSEN_ADD_BACKEND
-
+    """The two terms docs/models.md#fitted.strassen weights by M(l) and A(l): the analytical
+    Strassen model's leaf products and additions (``models.gemm.strassen_parts``) for the selector's
+    Strassen candidate."""
     m, k, n = dims
     leaves, adds = strassen_parts(m, k, n, [levels], backend, threads, sp, STRASSEN_ADD_BACKEND)
     return float(leaves[0]), float(adds[0])
@@ -183,7 +137,7 @@ class FittedModels:
 
     def predict(self, candidate_key: Key, dims: Sequence[float], sp=None) -> float | None:
         """Fitted seconds for a candidate at ``dims``; None without an in-use entry, outside its size
-        range, or (eq. 4.10 entries) without system parameters ``sp``."""
+        range, or (``eq4.10`` entries, docs/models.md#fitted.strassen) without system parameters ``sp``."""
         entry = self._in_use.get(tuple(candidate_key)) if self._in_use else None
         if entry is None or not entry.covers(size_variable(dims)) or (entry.form != "polynomial" and sp is None):
             return None
@@ -202,98 +156,48 @@ def candidate_key(cand) -> Key:
 def override(ranking_candidate, dims: Sequence[float], analytical_seconds: float, sp) -> tuple[float, str]:
     """(fitted seconds, "fitted") when a fitted model is in use for this candidate, else (analytical, "analytical")."""
     try:
-        fitted = getattr(sp, "fitted", None)
+        fitted = fitted_for(sp)
         t = fitted.predict(candidate_key(ranking_candidate), dims, sp) if fitted else None
     except Exception:  # the selector must never fail because of a fitted model
         t = None
     return (t, "fitted") if t is not None else (analytical_seconds, "analytical")
 
 
-# ----------------------------------------------------------------------------- storage
-
-_SCALARS = ("family", "algorithm", "backend", "threads", "param", "variant", "method", "fitted_ape", "fitted_phi",
-            "analytical_ape", "analytical_phi", "reason", "in_use", "timestamp", "sigma", "akaike", "form")
-_OPTIONAL = {"sigma": float("nan"), "akaike": "{}", "form": "polynomial"}   # absent in older entries
-_ARRAYS = ("coefficients", "edges", "check_n", "check_t", "check_analytical", "fit_n", "fit_t")
-
-
-def save_fitted(path: str | os.PathLike, entries: Sequence[FittedEntry], *, machine: str = "default",
-                info: dict | None = None) -> None:
-    """Replace ``/fitted/<machine>`` of the database at ``path`` by ``entries`` (all other records kept)."""
-    from autotune.db.store import replace_group
-
-    def write(g) -> None:
-        g.attrs["fitted_schema"] = FITTED_SCHEMA
-        g.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        g.attrs["info"] = json.dumps(info or {}, sort_keys=True, default=str)
-        for i, e in enumerate(entries):
-            sub = g.create_group(f"{i:04d}")
-            for name in _SCALARS:
-                value = getattr(e, name)
-                sub.attrs[name] = value if not isinstance(value, bool | np.bool_) else int(value)
-            sub.create_dataset("terms", data=np.asarray(e.terms, dtype=np.int64).reshape(-1, 2))
-            for name in _ARRAYS:
-                sub.create_dataset(name, data=np.asarray(getattr(e, name), dtype=float))
-
-    replace_group(path, GROUP, machine, write)
-
-
-def _read_entry(sub) -> FittedEntry:
-    """One entry from its HDF5 subgroup (KeyError/ValueError/TypeError if damaged)."""
-    kw = {name: sub.attrs[name] if name in sub.attrs or name not in _OPTIONAL else _OPTIONAL[name]
-          for name in _SCALARS}
-    for name in ("family", "algorithm", "backend", "method", "reason", "timestamp", "akaike", "form"):
-        kw[name] = kw[name].decode() if isinstance(kw[name], bytes) else str(kw[name])
-    for name in ("threads", "param", "variant"):
-        kw[name] = int(kw[name])
-    for name in ("fitted_ape", "fitted_phi", "analytical_ape", "analytical_phi"):
-        kw[name] = float(kw[name])
-    kw["in_use"] = bool(kw["in_use"])
-    terms = tuple((int(i), int(j)) for i, j in np.asarray(sub["terms"][...]).reshape(-1, 2))
-    arrays = {name: np.asarray(sub[name][...], dtype=float) for name in _ARRAYS}
-    entry = FittedEntry(terms=terms, **kw, **arrays)
-    coef = entry.coefficients
-    if coef.ndim != 2 or coef.shape != (entry.edges.size - 1, len(terms)) or not np.isfinite(coef).all():
-        raise ValueError(f"entry {sub.name}: coefficients {coef.shape} do not match {len(terms)} terms and "
-                         f"{entry.edges.size - 1} regions")
-    return entry
-
-
 def load_fitted(path: str | os.PathLike | None = None, machine: str = "default") -> FittedModels:
-    """The fitted models stored in the database at ``path``; never raises.
+    """The fitted models stored in the database at ``path`` (read by ``db.fitted.read_fitted``); never raises.
 
     No file or no ``/fitted/<machine>`` group (not validated yet): empty, silently. A damaged
     group or file: empty, with one RuntimeWarning per cause (like ``db.lookup``).
     """
-    import h5py
+    entries, info, reason = read_fitted(path, machine, FittedEntry)
+    return FittedModels(entries, reason=reason, info=info)
 
-    from autotune.db import location
 
+def fitted_for(sp) -> FittedModels | None:
+    """The fitted models stored with the system parameters ``sp`` (``db.SystemParameters``, or a view
+    forwarding its ``db``/``path``/``reason``), read on first use and kept as long as ``sp`` is.
+
+    None for an object without those (a model test's stand-in, a contended view): no fitted models.
+    Without a usable database (or its path) nothing is read: empty, with ``sp``'s reason.
+    """
     try:
-        p = location.resolve(path)
-        if not p.is_file():
-            return FittedModels(reason=f"no database at {p}")
-        with h5py.File(p, "r", locking=False) as f:
-            if GROUP not in f or machine not in f[GROUP]:
-                return FittedModels(reason=f"no fitted models in {p} (run `autotune-install --validate`)")
-            g = f[GROUP][machine]
-            if int(g.attrs.get("fitted_schema", -1)) != FITTED_SCHEMA:
-                raise ValueError(f"fitted schema {g.attrs.get('fitted_schema')}, this autotune reads {FITTED_SCHEMA}")
-            info = json.loads(g.attrs.get("info", "{}"))
-            entries = [_read_entry(g[name]) for name in sorted(g)]
-        return FittedModels(entries, info=info)
-    except Exception as exc:  # h5py raises OSError/KeyError/ValueError for damaged files
-        reason = f"fitted models unusable in {path} ({type(exc).__name__}: {exc}); using the analytical models"
-        _warn(reason)
-        return FittedModels(reason=reason)
+        db, path = sp.db, sp.path
+    except AttributeError:
+        return None
+    try:
+        return _FOR_SP[sp]
+    except (KeyError, TypeError):   # not read yet; TypeError: ``sp`` cannot be a weak key (read every time)
+        pass
+    if db is None or path is None:      # no usable (or a foreign) database: nor its fitted models
+        fitted = FittedModels(reason=getattr(sp, "reason", "") or "no database path")
+    else:
+        fitted = load_fitted(path)
+    try:
+        _FOR_SP[sp] = fitted
+    except TypeError:
+        pass
+    return fitted
 
 
-def _warn(message: str) -> None:
-    """Warn once per message."""
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-__all__ = ["EXTRAPOLATION", "FittedEntry", "FittedModels", "candidate_key", "eq410_terms", "load_fitted", "override",
-           "save_fitted", "size_variable"]
+__all__ = ["EXTRAPOLATION", "GROUP", "FittedEntry", "FittedModels", "candidate_key", "eq410_terms",
+           "fitted_for", "load_fitted", "override", "save_fitted", "size_variable"]

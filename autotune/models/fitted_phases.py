@@ -1,30 +1,28 @@
 """Remodelled phases of the distributed models: measured/predicted factors per (algorithm, phase).
 
 The analytical distributed models (``models.distributed_gemm``/``distributed_cholesky``) compose
-probe-measured pieces; measured runs (``bench/mpi_validate.py --fit``) show systematic gaps per
+probe-measured pieces; measured runs (the last step of ``autotune-install --mpi``) show systematic gaps per
 phase — Gatherv of a whole result, packing, waits in broadcasts, per-step overheads — that one
-factor per (algorithm, phase) captures (DESIGN §5's remodelling applied to phases). The factor
+factor per (algorithm, phase) captures (docs/models.md#fitted.phases). The factor
 is the one with the lowest median APE over the fitting runs (none if no factor beats the
 analytical phase), kept with the spread of measured/predicted and the phase's APE before and
-after, per MPI platform in ``/fitted_phases/<platform key>``. Missing or damaged data means
+after, per MPI platform (stored by ``autotune.db.phase_factors``). Missing or damaged data means
 factor 1 (the analytical model), never an error.
 """
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-GROUP = "fitted_phases"
+from autotune.db.phase_factors import GROUP, load_phase_records, save_phase_records
+
 # The total has its own factor: the phases are not its terms where one holds a faster rank's
-# waits, off the critical path (SUMMA's broadcasts, BSR's gather); scaling them moved the total
-# by waits it never had (session 23: held-out total MdAPE at P = 4 18.8% that way, 9.8% with its
-# own factor; the phases' sum was worse still).
+# waits, off the critical path (SUMMA's broadcasts, BSR's gather); scaling them would move the
+# total by waits it never had.
 PHASE_NAMES = ("distribution", "communication", "compute", "collection", "total")
 MIN_POINTS = 2          # a factor needs at least this many runs of its (algorithm, phase)
 MIN_SECONDS = 1e-4      # phases predicted or measured below this are too small to fit
@@ -86,11 +84,18 @@ def _median_ape(factor: float, ratios: list[float]) -> float:
 
 
 class PhaseFactors:
-    """Lookup of fitted factors; 1 where none was fitted."""
+    """Lookup of fitted factors; 1 where none was fitted. ``info``: what they were fitted from,
+    ``updated``: when they were stored."""
 
-    def __init__(self, factors: Iterable[PhaseFactor] = ()):
+    def __init__(self, factors: Iterable[PhaseFactor] = (), info: dict | None = None, updated: str = ""):
         self.factors = list(factors)
         self._by_key = {(f.family, f.algorithm, f.phase, f.p): f.factor for f in self.factors}
+        self.info, self.updated = dict(info or {}), updated
+
+    def family_infos(self) -> dict[str, dict]:
+        """Per family calibrated (factors or not): its runs' ``sizes``, ``runs``, ``fitted`` date."""
+        shared = {"sizes": self.info.get("sizes", []), "fitted": self.updated}   # one fit's info for all
+        return dict(self.info.get("families") or {f.family: shared for f in self.factors})
 
     def __bool__(self) -> bool:
         return bool(self._by_key)
@@ -109,25 +114,18 @@ class PhaseFactors:
 
 def save_phase_factors(path: str | os.PathLike, key: str, factors: Iterable[PhaseFactor],
                        info: dict | None = None) -> None:
-    """Write one platform's factors, keeping the rest of the database."""
-    from autotune.db.store import replace_group
-
-    rows = [asdict(f) for f in factors]
-
-    def write(g) -> None:
-        g.attrs["factors"] = json.dumps(rows)
-        g.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        g.attrs["info"] = json.dumps(info or {}, sort_keys=True, default=str)
-
-    replace_group(path, GROUP, key, write)
+    """Write one platform's factors (stored by ``db.phase_factors``), keeping the rest of the database."""
+    save_phase_records(path, key, (asdict(f) for f in factors), info)
 
 
 def load_phase_factors(path: str | os.PathLike | None, key: str | None) -> PhaseFactors:
     """The platform's fitted factors, or none (the analytical models) when absent or unreadable."""
-    from autotune.db.store import read_member
-
-    return read_member(path, GROUP, key, _parse, PhaseFactors, "phase factors")
+    return load_phase_records(path, key, _build, PhaseFactors)
 
 
-def _parse(g) -> PhaseFactors:
-    return PhaseFactors(PhaseFactor(**r) for r in json.loads(g.attrs["factors"]))
+def _build(rows: list[dict], meta: dict) -> PhaseFactors:
+    return PhaseFactors((PhaseFactor(**r) for r in rows), meta.get("info"), meta.get("updated", ""))
+
+
+__all__ = ["GROUP", "PHASE_NAMES", "PhaseFactor", "PhaseFactors", "fit_phase_factors", "load_phase_factors",
+           "save_phase_factors"]

@@ -1,20 +1,22 @@
-"""Remodelling engine (DESIGN §5): fitted polynomial models when the analytical ones are not enough.
+"""Remodelling engine (docs/models.md#fitted.polynomial): fitted polynomial models when the
+analytical ones are not enough.
 
 * ``TermSet``: a polynomial ``sum c_ij n^i a^j`` in the problem size ``n`` and one algorithm
   parameter ``a`` (block ``b``, processes ``p``, level ``l``...), its design matrix, term names and
   the candidate subsets for model selection.
-* The four coefficient methods of 001 §4.2.2-4.2.3, in order of cost: FI-ME (one polynomial, as
-  many runs as coefficients at evenly spaced sizes), VA-ME (FI-ME per size region), FI-LS (least
-  squares on a size sweep), VA-LS (least squares per region); ``remodel`` applies them in that
-  order and stops at the first whose error on separate check points is under the tolerance
-  (eq. 4.7, ``phi_err``).
+* The four coefficient methods of docs/models.md#fitted.polynomial, in order of cost: FI-ME (one
+  polynomial, as many runs as coefficients at evenly spaced sizes), VA-ME (FI-ME per size region),
+  FI-LS (least squares on a size sweep), VA-LS (least squares per region); ``remodel`` applies them
+  in that order and stops at the first whose error on separate check points is under the tolerance
+  (``phi_err``).
 * ``select_terms``: AICc model selection among term sets with Akaike weights and term
-  importances (000 §4.2-4.3).
-* ``fit_strassen``: Strassen's analytical form with fitted ``M(l)``, ``A(l)`` (001 eq. 4.10).
+  importances (docs/models.md#fitted.aicc).
+* ``fit_strassen``: Strassen's analytical form with fitted ``M(l)``, ``A(l)``
+  (docs/models.md#fitted.strassen).
 
-Every fit minimises the *relative* residual ``sum ((t - t_hat) / t)^2`` (000 §4.3, "relative
-weighting": times span orders of magnitude and the large sizes must not decide alone) on a
-column-scaled system solved by ``numpy.linalg.lstsq``. Pure numerics: the caller supplies
+Every fit minimises the *relative* residual ``sum ((t - t_hat) / t)^2`` (relative weighting,
+docs/models.md#fitted.aicc: times span orders of magnitude and the large sizes must not decide
+alone) on a column-scaled system solved by ``numpy.linalg.lstsq``. Pure numerics: the caller supplies
 ``measure(n, a) -> seconds`` (the engine then decides which points to run) or measured arrays.
 """
 from __future__ import annotations
@@ -71,7 +73,7 @@ class TermSet:
     @classmethod
     def polynomial(cls, n_degrees: Iterable[int] = range(4), a_degrees: Iterable[int] = (0,),
                    param: str = "a") -> TermSet:
-        """Every ``n^i a^j`` for i in ``n_degrees``, j in ``a_degrees`` (DESIGN §5's full set: range(4), (-1, 0, 1))."""
+        """Every ``n^i a^j`` for i in ``n_degrees``, j in ``a_degrees`` (the full set: range(4), (-1, 0, 1))."""
         return cls(tuple(itertools.product(n_degrees, a_degrees)), param)
 
     def __len__(self) -> int:
@@ -415,7 +417,8 @@ def _in_region(s: Samples, lo: float, hi: float, last: bool) -> Samples:
 
 def _me_points(source, termset: TermSet, lo: float, hi: float, a_vals: np.ndarray, integer: bool,
                last: bool) -> Samples:
-    """FI-ME points on [lo, hi]: sizes ``lo + k (hi - lo) / (d + 1)``, k = 1..d (001 §4.2.3), times parameter values."""
+    """FI-ME points on [lo, hi]: sizes ``lo + k (hi - lo) / (d + 1)``, k = 1..d, times parameter
+    values (docs/models.md#fitted.polynomial)."""
     dn = len(termset.n_degrees)
     sizes = _sizes(lo + np.arange(1, dn + 1) * (hi - lo) / (dn + 1), integer, dn)
     n, a = _grid(sizes, _pick(a_vals, len(termset.a_degrees)))
@@ -533,7 +536,8 @@ def _check_arrays(check_n, check_a, measured) -> tuple[np.ndarray, np.ndarray, n
 
 
 def phi_err(model, check_n, check_a, measured) -> float:
-    """Eq. 4.7: ``(1 - sum t_model / sum t_measured) * 100`` on the check points (> 0: the model underestimates)."""
+    """Phi_err (docs/models.md#fitted.polynomial): ``(1 - sum t_model / sum t_measured) * 100`` on the
+    check points (> 0: the model underestimates)."""
     n, a, t = _check_arrays(check_n, check_a, measured)
     pred = np.asarray(model.predict(n, None if np.isnan(a).all() else a), dtype=float)
     return float((1.0 - pred.sum() / t.sum()) * 100.0)
@@ -542,8 +546,7 @@ def phi_err(model, check_n, check_a, measured) -> float:
 def first_nonpositive(model, lo: float, hi: float, a_values=None, points: int = 96) -> float | None:
     """The smallest size in ``[lo, hi]`` (dense log grid, every ``a``) where ``model`` predicts a time
     <= 0, or None: a time model must be positive wherever it is used. Exact-fit methods (FI-ME,
-    VA-ME) pass through their few points and can dive below zero between or beside them (one fitted
-    Cholesky series predicted -0.15 ms at n = 160, a size it was fitted on, and 0.03 ms for 0.15 ms at 256)."""
+    VA-ME) pass through their few points and can dive below zero between or beside them."""
     n = np.geomspace(lo, hi, points)
     for a in (None,) if a_values is None else a_values:
         pred = np.asarray(model.predict(n, None if a is None else np.full_like(n, a)), dtype=float)
@@ -641,7 +644,8 @@ def remodel(measure: Measure | Samples, n_range: Sequence[float], a_values: Sequ
             termset: TermSet, check_points, tol: float, *, ape_tol: float | None = None,
             methods: Sequence[str] = METHODS, regions: int = 2, n_inc: float | None = None,
             n_dat: int | None = None, integer: bool = True) -> Remodel:
-    """001 §4.2.3 cascade: FI-ME, VA-ME, FI-LS, VA-LS in order of cost, stopping at the first within tolerance.
+    """The cascade of docs/models.md#fitted.polynomial: FI-ME, VA-ME, FI-LS, VA-LS in order of cost,
+    stopping at the first within tolerance.
 
     A method is accepted when ``|Phi_err| < tol`` and the median APE on the check points is
     below ``ape_tol`` (default ``tol``; ``math.inf`` uses Phi_err alone), both in percent, and its
@@ -675,7 +679,8 @@ def remodel(measure: Measure | Samples, n_range: Sequence[float], a_values: Sequ
 # ----------------------------------------------------------------------------- AICc selection
 
 def aicc(rss_rel: float, n_obs: int, n_coef: int) -> float:
-    """``n ln(RSS/n) + 2K + 2K(K+1)/(n-K-1)`` with K = coefficients + 1 (the variance); eqs. 4.1-4.2 of 000."""
+    """``n ln(RSS/n) + 2K + 2K(K+1)/(n-K-1)`` with K = coefficients + 1 (the variance);
+    docs/models.md#fitted.aicc."""
     k = n_coef + 1
     if n_obs - k - 1 <= 0:
         raise ValueError(f"AICc needs n_obs - K - 1 > 0: {n_obs} points, K = {k}")
@@ -696,7 +701,8 @@ class Candidate:
 
 @dataclass(frozen=True, eq=False)  # holds arrays: identity equality
 class Selection:
-    """AICc model selection result (000 Fig. 4.1): ranked candidates, term importances and the best model."""
+    """AICc model selection result (docs/models.md#fitted.aicc): ranked candidates, term importances
+    and the best model."""
 
     ranked: tuple[Candidate, ...]
     importances: dict[str, float]
@@ -705,7 +711,8 @@ class Selection:
 
     @property
     def sigma(self) -> float:
-        """Relative residual standard deviation of the best model (its relative error, 000 §4.3)."""
+        """Relative residual standard deviation of the best model (its relative error,
+        docs/models.md#fitted.aicc)."""
         return self.ranked[0].sigma
 
     @property
@@ -734,7 +741,8 @@ def _score(termset: TermSet, s: Samples) -> Candidate | None:
 
 def select_terms(n, a, t, candidates: TermSet | Sequence[TermSet], *, max_sets: int = 256,
                  required: Iterable[Term] | None = None) -> Selection:
-    """Fit every candidate term set by relative least squares and rank them by AICc (000 §4.2-4.3).
+    """Fit every candidate term set by relative least squares and rank them by AICc
+    (docs/models.md#fitted.aicc).
 
     ``candidates`` is a list of term sets, or one full ``TermSet`` whose ``candidates(max_sets,
     required)`` are used. Sets with ``n_obs - K - 1 <= 0`` or whose terms the points cannot
@@ -774,13 +782,14 @@ def _best_model(c: Candidate, s: Samples) -> FittedModel:
     return FittedModel(c.termset, "FI-LS", edges, c.coefficients[None, :], s, c.sigma)
 
 
-# ----------------------------------------------------------------------------- Strassen (eq. 4.10)
+# ------------------------------------------------------------- Strassen (docs/models.md#fitted.strassen)
 
 def strassen_basis(n, level, k3: Callable, k2: Callable) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. 4.10's cost terms at (n, l): ``7^l 2 (n/2^l)^3 k3(n/2^l)`` and ``(18/4) n^2 sum_i (7/4)^(i-1) k2(n/2^i)``.
+    """The cost terms of docs/models.md#fitted.strassen at (n, l): ``7^l 2 (n/2^l)^3 k3(n/2^l)`` and
+    ``(18/4) n^2 sum_i (7/4)^(i-1) k2(n/2^i)``.
 
-    ``k2`` is taken at each level's quadrant size ``n/2^i`` (eq. 4.9); for a constant ``k2`` this
-    is exactly eq. 4.10's ``(18/4) n^2 k2 sum_{i=1..l} (7/4)^(i-1)``.
+    ``k2`` is taken at each level's quadrant size ``n/2^i``; for a constant ``k2`` this is exactly
+    the source's ``(18/4) n^2 k2 sum_{i=1..l} (7/4)^(i-1)`` (docs/models.md#fitted.strassen).
     """
     n, lv = np.broadcast_arrays(np.asarray(n, dtype=float), np.asarray(level, dtype=float))
     if not np.isfinite(lv).all() or (lv < 0).any() or (lv != np.round(lv)).any():
@@ -797,9 +806,9 @@ def strassen_basis(n, level, k3: Callable, k2: Callable) -> tuple[np.ndarray, np
 
 @dataclass(frozen=True, eq=False)  # holds arrays: identity equality
 class StrassenFit:
-    """Strassen remodel ``T(n, l) = M(l) mult(n, l) + A(l) add(n, l)`` (001 eq. 4.10).
+    """Strassen remodel ``T(n, l) = M(l) mult(n, l) + A(l) add(n, l)`` (docs/models.md#fitted.strassen).
 
-    Per-level mode (``m_poly is None``): one ``M``, ``A`` per measured level (001 Table 4.5).
+    Per-level mode (``m_poly is None``): one ``M``, ``A`` per measured level.
     Polynomial mode: ``M(l) = sum m_poly[q] l^q``, ``A(l) = sum a_poly[r] l^r`` fitted jointly.
     """
 
@@ -848,9 +857,9 @@ class StrassenFit:
 
 
 def fit_strassen(n, level, t, k3: Callable, k2: Callable, *, degrees: tuple[int, int] | None = None) -> StrassenFit:
-    """Fit eq. 4.10's M(l), A(l) to measured Strassen times by relative least squares.
+    """Fit M(l), A(l) of docs/models.md#fitted.strassen to measured Strassen times by relative least squares.
 
-    ``degrees=None``: one (M, A) per level from that level's sizes (001 Table 4.5; a level-0
+    ``degrees=None``: one (M, A) per level from that level's sizes (a level-0
     point has no additions, so A(0) = 0). ``degrees=(dm, da)``: ``M`` and ``A`` polynomials in
     ``l`` of those degrees (the thesis found (2, 1)), fitted in one least squares over all points.
     ``k3``, ``k2``: seconds per flop as vectorised callables of the (leaf, quadrant) size.

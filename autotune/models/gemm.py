@@ -1,15 +1,20 @@
-"""GEMM family, one process: BLAS gemm per (library, threads) and sequential Strassen (001 §3.3.6)."""
+"""GEMM family, one process: BLAS gemm per (library, threads) and sequential Strassen
+(docs/models.md#gemm.blas, docs/models.md#gemm.strassen)."""
 from __future__ import annotations
 
 import numpy as np
 
 from autotune.routines import DISPATCH_ORDER, flops
 
-# Element passes per Strassen level of ``autotune.kernels.strassen`` (eq. 3.18's 3-temporary
-# schedule with fused additions): 5 on quadrants of A (S1), 5 on quadrants of B (T1), and on
-# quadrants of C 5 passes (C22 = M1 - M2 + M3; two two-target accumulations) plus 2 more for M6,
-# M7 unless the level's products are leaves (then gemm accumulates them with beta = 1).
+# Element passes per Strassen level of ``autotune.kernels.strassen`` (the 3-temporary schedule
+# of docs/models.md#gemm.strassen, fused additions): 5 on quadrants of A (S1), 5 on quadrants of
+# B (T1), and on quadrants of C 5 passes (C22 = M1 - M2 + M3; two two-target accumulations)
+# plus 2 more for M6, M7 unless the level's products are leaves (then gemm accumulates them with
+# beta = 1).
 ADDS_A, ADDS_B, ADDS_C_LEAF, ADDS_C_INNER = 5, 5, 5, 7
+# Backend whose add kernel performs Strassen's additions (the Numba fused loops): the model's
+# ``add_backend`` wherever the selector or a fitted eq. 4.10 entry prices a Strassen candidate.
+STRASSEN_ADD_BACKEND = "numba-reference"
 
 
 def lookup_size(m: float, k: float, n: float) -> np.ndarray:
@@ -17,10 +22,13 @@ def lookup_size(m: float, k: float, n: float) -> np.ndarray:
     return np.cbrt(np.asarray(m, float) * np.asarray(k, float) * np.asarray(n, float))
 
 
-def blas(m: int, k: int, n: int, backend: str, threads: int, sp) -> float:
-    """``2mkn * k3_gemm(backend, threads, size)``."""
+def blas(m: int, k: int, n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
+    """``2mkn * k3_gemm(backend, threads, size)``; ``parts``, if given, receives it as the one term."""
     kk = sp.k("gemm", backend, threads, lookup_size(m, k, n))
-    return float(flops("gemm", {"m": m, "n": n, "k": k}) * kk)
+    t = float(flops("gemm", {"m": m, "n": n, "k": k}) * kk)
+    if parts is not None:
+        parts["gemm"] = t
+    return t
 
 
 def dispatch(backend: str, threads: int, sp) -> float:
@@ -34,20 +42,23 @@ def dispatch(backend: str, threads: int, sp) -> float:
 
 
 def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
-             add_backend: str = "numba-reference", add_threads: int = 1) -> np.ndarray:
-    """Strassen with ``levels`` recursion levels (array), leaves on ``backend``'s gemm (eq. 3.19)."""
+             add_backend: str = STRASSEN_ADD_BACKEND, add_threads: int = 1, parts: dict | None = None) -> np.ndarray:
+    """Strassen with ``levels`` recursion levels (array), leaves on ``backend``'s gemm
+    (docs/models.md#gemm.strassen); ``parts``, if given, receives the leaf gemms and additions."""
     leaves, adds = strassen_parts(m, k, n, levels, backend, threads, sp, add_backend, add_threads)
+    if parts is not None:
+        parts.update(gemm=leaves, add=adds)
     return leaves + adds
 
 
 def strassen_parts(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
-                   add_backend: str = "numba-reference", add_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
+                   add_backend: str = STRASSEN_ADD_BACKEND, add_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Strassen's two cost terms (arrays over ``levels``): leaf products and additions (the terms
-    001 eq. 4.10 weights by M(l) and A(l) when it remodels).
+    docs/models.md#fitted.strassen weights by M(l) and A(l) when it remodels).
 
     Leaves: ``7^l 2 (m/2^l)(k/2^l)(n/2^l) k3_gemm(leaf size)``. Additions: at level i the
     passes above act on quadrants of size ``/2^i``, each costed with k2_add measured on quadrant
-    views of that size (DESIGN §4: "better: k2_add at the size of each level").
+    views of that size (docs/models.md#gemm.strassen).
     """
     levels = np.atleast_1d(np.asarray(levels, dtype=int))
     scale = 2.0 ** levels

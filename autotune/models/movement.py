@@ -10,32 +10,12 @@ import math
 
 import numpy as np
 
+from autotune.assumptions import COPY_SHARE, FILL_SHARE, LOOP_SHARE, READ_SHARE
+
 ITEM = 8                            # bytes per float64
 PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
-# A copy reads and writes each element once (16 bytes); an ``add``, which ``passes`` is timed by,
-# moves 24 (two reads, one write): measured on this machine, copying a column-block share of an
-# n x n matrix into a buffer takes 0.6-0.8 of the add pass (n = 1024..3072).
-COPY_SHARE = 2.0 / 3.0
-# The gemv series is timed on operands the caches hold; a run's check reads a matrix they no
-# longer do, at 0.26 ns per element here (n = 1024..2560, 8 B read each), 0.42 of the add
-# series' out-of-cache rate (24 B moved per element).
-READ_SHARE = 0.42
-# Zeroing memory the caches no longer hold (the factor's other triangle after the loop) runs at
-# 0.53-0.58 ns per element here with both ranks at it (n = 1024..3072 on 2 ranks), 0.9 of the
-# add series' out-of-cache rate (0.62 ns, its largest sizes; a fill writes 8 B per element and
-# reads the line for ownership, an add moves 24 B but single-handed).
-FILL_SHARE = 0.9
-# A panel moved inside a distributed loop while the other ranks update (Cholesky's look-ahead:
-# packed by its owner, copied in by a receiver) costs more than the probe's warm transfer or copy
-# of the same bytes: measured here (Cholesky, n = 1024..4096, b = 64..512, 2 ranks) about 0.4 ns
-# per element more, 0.6 of the add series' out-of-cache rate. Not page faults (reusing the buffers
-# changed nothing); the copies run while the other rank's update holds the memory system.
-# Calibrated, like the shares above, on training runs (n = 1024, 2048, 4096; session 20, with the
-# loop overhead and the update's memory share now modelled apart): Cholesky's communication median
-# APE 2.9-12.8% over four runs with 0.6, 10.9-14.6% with session 19's 0.44; on the held-out sizes
-# of three runs 3.1-10.7% against 3.3-14.0%. SUMMA's synchronous broadcasts, during which no rank
-# updates, do not pay it.
-LOOP_SHARE = 0.6
+# Hand-set shares of an add pass (copy, cold read, fill, in-loop move): autotune/assumptions.py
+# (docs/models.md#movement).
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
 __all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "cold_copies", "cold_k",
@@ -94,8 +74,7 @@ def in_loop(sp, elems, share: float | None = None):
 
 def cold_copies(sp, elems) -> np.ndarray:
     """Seconds of copying ``elems`` elements out of memory the caches no longer hold (a SUMMA
-    Y-panel packed from the local Y the previous update evicted): one out-of-cache pass each;
-    measured here 0.55-0.60 ns per element (n = 2048, b = 64..512), 0.9-0.95 of that pass."""
+    Y-panel packed from the local Y the previous update evicted): one out-of-cache pass each."""
     return _cold(sp, 1.0, elems)
 
 

@@ -3,7 +3,9 @@
 Like FFTW's planner over measured wisdom: the SP database is the wisdom, a ``Decision`` is the
 plan. Nothing here loads a BLAS library; only the dispatcher does, for the chosen candidate.
 """
-from .candidates import ALGORITHMS, Candidate, as_candidate
+from autotune.plans import ALGORITHMS, Candidate
+
+from .candidates import as_candidate
 from .rank import Decision, Ranked, choose, clear_cache, rank
 
 __all__ = ["ALGORITHMS", "Candidate", "Decision", "Ranked", "as_candidate", "choose", "clear_cache", "rank"]

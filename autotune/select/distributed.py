@@ -11,9 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from autotune.distributed.plan import PHASES, Plan
-from autotune.models import movement
+from autotune.db.contention import ContendedSP, load_contention
+from autotune.models import distributed_cholesky, distributed_gemm, movement
+from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors
+from autotune.plans import PHASES, Plan
 
+from . import corrections
+from .corrections import Correction
 from .rank import choose
 
 # Panel / block sizes considered for block-cyclic algorithms, and Strassen levels on SUMMA.
@@ -25,13 +29,29 @@ RANK_BACKEND = {"gemm": "numpy-openblas", "cholesky": "scipy-openblas"}
 
 @dataclass
 class DistRanked:
+    """A plan, its predicted phases, the model's phases before calibration, and the correction
+    steps (``select.corrections``) between the analytical model and ``phases``."""
+
     plan: Plan
     phases: dict[str, float]                 # the prediction in use (fitted phase factors applied)
-    model: dict[str, float] | None = None    # the analytical model's phases (None: same as phases)
+    model: dict[str, float] | None = None    # the phases before calibration (None: same as phases)
+    corrections: tuple[Correction, ...] = ()
 
     @property
     def seconds(self) -> float:
         return self.phases["total"]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The platform's phase factors a ranking applied, fitted for its family from ``runs`` timed
+    runs at orders ``sizes`` (``fitted``: when; ``runs`` None where not stored)."""
+
+    platform: str
+    fitted: str
+    runs: int | None
+    sizes: tuple[int, ...]
+    factors: PhaseFactors
 
 
 @dataclass
@@ -41,6 +61,7 @@ class DistDecision:
     nprocs: int
     ranking: list[DistRanked]
     notes: list[str] = field(default_factory=list)
+    calibration: Calibration | None = None     # None: the analytical models only
 
     @property
     def chosen(self) -> Plan:
@@ -95,47 +116,102 @@ def _blocks(n: int) -> list[int]:
 
 def _family_models(family: str):
     """The family's model module: ``MODELS`` by algorithm and their ``WAIT_PHASE``."""
-    if family == "gemm":
-        from autotune.models import distributed_gemm as module
-    else:
-        from autotune.models import distributed_cholesky as module
-    return module
+    return distributed_gemm if family == "gemm" else distributed_cholesky
+
+
+@dataclass(frozen=True)
+class _PlanContext:
+    """What the correction steps know of one plan: the problem, the SP and comm parameters, the
+    platform's measured contention and phase factors."""
+
+    family: str
+    dims: tuple[int, ...]
+    plan: Plan
+    sp: object
+    cp: object
+    problem: dict
+    contention: object          # autotune.db.contention.Contention (factor 1 where not measured)
+    factors: PhaseFactors
+
+    @classmethod
+    def of(cls, family: str, dims: tuple[int, ...], plan: Plan, sp, cp, problem: dict,
+           contention=None, factors: PhaseFactors | None = None) -> _PlanContext:
+        path, key = getattr(sp, "path", None), cp.platform.get("key")
+        return cls(family, tuple(dims), plan, sp, cp, problem,
+                   load_contention(path, key) if contention is None else contention,
+                   load_phase_factors(path, key) if factors is None else factors)
+
+    @property
+    def contended(self) -> bool:
+        return bool(self.contention.available and self.plan.p > 1)
 
 
 def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True, **problem) -> dict[str, float]:
-    """Phase times of one plan (the model of its algorithm), per-rank k slowed by the measured
-    contention of ``p x threads`` busy cores (``autotune.db.contention``), then scaled by the
-    platform's fitted phase factors (``models.fitted_phases``) unless ``fitted`` is False.
-    ``problem``: Cholesky's ``lower`` and input memory ``order`` (they orient its loop grid)."""
-    model = _analytical(family, dims, plan, sp, cp, **problem)
-    return _fitted(family, plan, model, sp, cp) if fitted else model
+    """Phase times of one plan through the correction stack: the model of its algorithm, the
+    per-call overhead, per-rank k slowed by the measured contention of ``p x threads`` busy cores
+    (``autotune.db.contention``), then the platform's fitted phase factors (``models.fitted_phases``)
+    unless ``fitted`` is False. ``problem``: Cholesky's ``lower`` and input memory ``order``."""
+    model, calibrated, _ = _stack(_PlanContext.of(family, dims, plan, sp, cp, problem))
+    return calibrated if fitted else model
 
 
-def _analytical(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, **problem) -> dict[str, float]:
-    """The model with contended k. The gemm models place their ranks on the cores themselves
-    (``contention.lockstep``: the mean rank's k per core filled, the first done waiting for the
-    last in the algorithm's next synchronisation). Cholesky's ranks (a ``WAIT_PHASE``) run at the
-    slowest rank's k and the fastest waits out the difference in that phase, off the critical path
-    (the total): where ranks outnumber the cores the scheduler gives some a core of their own and
-    makes others share one. The models themselves keep the root's moves, while the others wait,
-    uncontended (``contention.alone``)."""
-    from autotune.db.contention import ContendedSP, load_contention
+def _stack(ctx: _PlanContext) -> tuple[dict[str, float], dict[str, float], tuple[Correction, ...]]:
+    """(phases before calibration, phases after, the corrections applied) of ``ctx``'s plan."""
+    base = _model(ctx, ctx.sp)
+    model, done = corrections.apply(base, ctx, _PLAN_STACK, _total)
+    calibrated, cal = corrections.apply(model, ctx, _CALIBRATION, _total)
+    return model, calibrated, done + cal
 
-    models = _family_models(family)
-    model = models.MODELS[plan.algorithm]
-    kw = problem if family == "cholesky" else {}
-    cont = load_contention(getattr(sp, "path", None), cp.platform.get("key"))
-    if not (cont.available and plan.p > 1):
-        return _with_call_overhead(model(*dims, plan, sp, cp, **kw), plan, cp)
-    busy = plan.p * plan.threads
-    phase = models.WAIT_PHASE.get(plan.algorithm)
-    if phase is None:                    # the model places its ranks: the mean rank's k
-        out = model(*dims, plan, ContendedSP(sp, cont, busy), cp, **kw)
+
+def _total(phases: dict[str, float]) -> float:
+    return phases["total"]
+
+
+def _model(ctx: _PlanContext, sp) -> dict[str, float]:
+    """The analytical model of the plan's algorithm on the SP view ``sp``."""
+    model = _family_models(ctx.family).MODELS[ctx.plan.algorithm]
+    kw = ctx.problem if ctx.family == "cholesky" else {}
+    return model(*ctx.dims, ctx.plan, sp, ctx.cp, **kw)
+
+
+def _overhead_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
+    """The fixed per-call costs the comm probe measured for the algorithm (agreement, split, grid)."""
+    out = _with_call_overhead(phases, ctx.plan, ctx.cp)
+    return out, "" if out is phases else "per-call overhead (comm probe)"
+
+
+def _contention_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
+    """The model re-run with the k of ``p x threads`` busy cores (measured contention), the per-call
+    overhead kept. The gemm models place their ranks on the cores themselves (``contention.lockstep``:
+    the mean rank's k per core filled). Cholesky's ranks (a ``WAIT_PHASE``) run at the slowest rank's
+    k and the fastest waits out the difference in that phase, off the critical path. The models keep
+    the root's moves, while the others wait, uncontended (``contention.alone``)."""
+    if not ctx.contended:
+        return phases, ""
+    busy = ctx.plan.p * ctx.plan.threads
+    phase = _family_models(ctx.family).WAIT_PHASE.get(ctx.plan.algorithm)
+    if phase is None:
+        out = _model(ctx, ContendedSP(ctx.sp, ctx.contention, busy))
+        note = f"k of {busy} busy cores (mean rank)"
     else:
-        out = model(*dims, plan, ContendedSP(sp, cont, busy, "max"), cp, **kw)
-        fast = model(*dims, plan, ContendedSP(sp, cont, busy, "min"), cp, **kw)
+        out = _model(ctx, ContendedSP(ctx.sp, ctx.contention, busy, "max"))
+        fast = _model(ctx, ContendedSP(ctx.sp, ctx.contention, busy, "min"))
         out = {**out, phase: out[phase] + max(out["compute"] - fast["compute"], 0.0)}
-    return _with_call_overhead(out, plan, cp)
+        note = f"slowest rank's k of {busy} busy cores, the fastest waiting in {phase}"
+    return _with_call_overhead(out, ctx.plan, ctx.cp), note
+
+
+def _calibration_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
+    """The platform's fitted phase factors (``models.fitted_phases``) on every phase and the total."""
+    out = ctx.factors.apply(ctx.family, ctx.plan.algorithm, phases, ctx.plan.p)
+    applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
+               if (f := ctx.factors.factor(ctx.family, ctx.plan.algorithm, ph, ctx.plan.p)) != 1.0]
+    return out, "phase factors " + ", ".join(applied) if applied else ""
+
+
+PLAN_STEPS = {"overhead": _overhead_step, "contention": _contention_step}
+_PLAN_STACK = corrections.stack(PLAN_STEPS)
+_CALIBRATION = corrections.stack({"calibration": _calibration_step})
 
 
 def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, float]:
@@ -149,11 +225,16 @@ def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, f
     return out
 
 
-def _fitted(family: str, plan: Plan, phases: dict[str, float], sp, cp) -> dict[str, float]:
-    from autotune.models.fitted_phases import load_phase_factors
-
-    factors = load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
-    return factors.apply(family, plan.algorithm, phases, plan.p)
+def _calibration(family: str, sp, cp) -> Calibration | None:
+    """The platform's phase calibration of ``family``, None where it has none."""
+    key = cp.platform.get("key")
+    factors = load_phase_factors(getattr(sp, "path", None), key)
+    info = factors.family_infos().get(family)
+    if info is None:
+        return None
+    runs = info.get("runs")
+    return Calibration(str(key), str(info.get("fitted") or factors.updated), None if runs is None else int(runs),
+                       tuple(int(n) for n in info.get("sizes", ())), factors)
 
 
 def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
@@ -180,36 +261,59 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
     if family not in RANK_BACKEND:
         raise ValueError(f"unknown family {family!r}")
     ranking = []
+    path, key = getattr(sp, "path", None), cp.platform.get("key")
+    cont, factors = load_contention(path, key), load_phase_factors(path, key)
     if sp.table is not None:
         plan, phases = local_phases(family, dims, sp, cores, nprocs)
-        ranking.append(DistRanked(plan, _fitted(family, plan, phases, sp, cp), phases))
+        ctx = _PlanContext.of(family, dims, plan, sp, cp, problem, cont, factors)
+        calibrated, done = corrections.apply(phases, ctx, _CALIBRATION, _total)
+        ranking.append(DistRanked(plan, calibrated, phases, done))
     hosts = int(cp.platform.get("hosts", 1) or 1)
     for plan in plans(family, dims, nprocs, cores, hosts, oversubscribe):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
-        model = _analytical(family, dims, plan, sp, cp, **problem)
+        model, calibrated, done = _stack(_PlanContext.of(family, dims, plan, sp, cp, problem, cont, factors))
         if all(math.isfinite(v) for v in model.values()):
-            ranking.append(DistRanked(plan, _fitted(family, plan, model, sp, cp), model))
+            ranking.append(DistRanked(plan, calibrated, model, done))
     if not ranking:
         raise LookupError(f"no plan for {family} {dims} on {nprocs} ranks")
     ranking.sort(key=lambda r: r.seconds)
     notes = []
     if not oversubscribe and not thread_options(nprocs, cores, hosts):
         notes.append(f"plans with more ranks than the {cores} cores per host left out (ranks x threads <= cores)")
-    return DistDecision(family, tuple(dims), nprocs, ranking, notes)
+    return DistDecision(family, tuple(dims), nprocs, ranking, notes, _calibration(family, sp, cp))
 
 
 def describe(dec: DistDecision, top: int = 12) -> str:
     """Text ranking: plan, predicted total and phases."""
-    lines = [f"{dec.family} {'x'.join(map(str, dec.dims))} on up to {dec.nprocs} ranks: chose {dec.chosen}"]
+    lines = [f"{dec.family} {'x'.join(map(str, dec.dims))} on up to {dec.nprocs} ranks: chose {dec.chosen}",
+             calibration_line(dec)]
     lines += [f"  note: {n}" for n in dec.notes]
     best = dec.ranking[0].seconds
     for i, r in enumerate(dec.ranking[:top], 1):
         ph = " ".join(f"{k[:5]}={r.phases.get(k, 0.0) * 1e3:.2f}" for k in PHASES)
         lines.append(f"  {i:2d}. {str(r.plan):58s} {r.seconds * 1e3:9.2f} ms x{r.seconds / best:5.2f}  ({ph} ms)")
+        line = corrections.summary(r.corrections)
+        lines += [f"        {line}"] if line else []
     if len(dec.ranking) > top:
         lines.append(f"  ... {len(dec.ranking) - top} more plans")
     return "\n".join(lines)
+
+
+def calibration_line(dec: DistDecision) -> str:
+    """Which phase calibration the ranking used, and the factors it applied to the chosen plan."""
+    cal = dec.calibration
+    if cal is None:
+        return "calibration: none (analytical models only)"
+    runs = "" if cal.runs is None else f", {cal.runs} runs"
+    sizes = f" at n = {', '.join(map(str, cal.sizes))}" if cal.sizes else ""
+    plan = dec.chosen
+    applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
+               if (f := cal.factors.factor(dec.family, plan.algorithm, ph, plan.p)) != 1.0]
+    used = (f"{plan.algorithm} factors " + ", ".join(applied) if applied
+            else f"no factor for {plan.algorithm} (analytical)")
+    return (f"calibration: phase factors of platform {cal.platform} (fitted {cal.fitted.replace('T', ' ')[:16]}"
+            f"{runs}{sizes}); chosen plan: {used}")
 
 
 def as_plan(config) -> Plan:

@@ -8,44 +8,34 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune import learn
+from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN, LIBRARY_SWITCH, POOL_CONTENTION
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
-from autotune.models.fitted import override
+from autotune.models.fitted import fitted_for, override
+from autotune.models.gemm import STRASSEN_ADD_BACKEND
+from autotune.plans import Candidate
 
-from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS, Candidate
+from . import corrections
+from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS
+from .corrections import Correction
 
-# Keep the library's own default (numpy's matmul / scipy's potrf at the full budget) unless an
-# alternative is predicted faster by more than this fraction: model error must not cost speed.
-# 10%: about the run-to-run difference of two standard probe runs (docs/models.md#selection.single).
-INCUMBENT_MARGIN = 0.10
-# Backend whose add kernel performs Strassen's additions (the Numba fused loops).
-STRASSEN_ADD_BACKEND = "numba-reference"
+# The hand-set charges and margin (POOL_CONTENTION, LIBRARY_SWITCH, COMPOSED_RISK, INCUMBENT_MARGIN,
+# FLOOR_SLACK) live in autotune/assumptions.py; imported here under their old names.
+
 _CACHE_LIMIT = 4096
-# Two libraries' thread pools on the same cores fight: a pool keeps spinning after its call, so a
-# multi-threaded call on a library other than the caller's default runs on a contended core.
-# Set by hand (docs/models.md#selection.single); charged until the probe measures contention.
-POOL_CONTENTION = 2.0
-# A single-threaded call on another library than the default still loses its warm code and data
-# to the default library's calls around it, so it is charged too (set by hand;
-# docs/models.md#selection.single).
-LIBRARY_SWITCH = 1.15
-# Composed models (a sum of many separately measured calls) err more than a library routine timed
-# whole. Prior factors, relative to the family's library routine, used until the validation step
-# (``autotune-install --validate``) measures them (``measured_risk``); set by hand, see
-# docs/models.md#selection.single (axpy is pruned anyway).
-# The pure prediction is kept in ``Ranked.model_seconds``.
-COMPOSED_RISK = {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10}
 
 
 @dataclass(frozen=True)
 class Ranked:
-    """A candidate, the time it is ranked by, the SP terms used, and the pure model prediction
-    (``seconds`` may add selection charges such as thread-pool contention)."""
+    """A candidate, the time it is ranked by, the SP terms used (``explain``), the pure model
+    prediction (fitted or analytical, with dispatch) and the correction steps that led to ``seconds``."""
 
     candidate: Candidate
     seconds: float
     terms: tuple[str, ...] = ()
     model_seconds: float | None = None
+    corrections: tuple[Correction, ...] = ()
+    split: tuple[tuple[str, float], ...] = ()    # analytical time by routine call kind (``explain``)
 
     @property
     def predicted(self) -> float:
@@ -72,19 +62,41 @@ class Decision:
         raise KeyError(str(cand))
 
     def describe(self, top: int = 12) -> str:
-        """The choice, the ``top`` ranked candidates with predicted times and the SP values each used."""
+        """The choice; the SP values the ``top`` candidates used, each listed once; then per candidate
+        its ranked and model times, the SP values it read, and the corrections that changed it."""
         lines = [f"{self.family} {'x'.join(map(str, self.dims))}, thread budget {self.threads}: chose {self.chosen}"]
         lines += [f"  note: {n}" for n in self.notes]
+        shown = self.ranking[:top]
+        index = _sp_index(shown)
+        if index:
+            lines.append("  SP used:")
+            lines += [f"    [{i}] {t}" for t, i in index.items()]
+        lines.append(f"  ranked by: model, then {' > '.join(corrections.STEPS)} where they apply")
         best = self.ranking[0].seconds
-        for i, r in enumerate(self.ranking[:top], 1):
-            lines.append(f"  {i:2d}. {str(r.candidate):42s} {r.seconds * 1e3:10.3f} ms  x{r.seconds / best:5.2f}")
-            lines += [f"        {t}" for t in r.terms]
+        for i, r in enumerate(shown, 1):
+            model = r.corrections[0].before if r.corrections else r.seconds
+            refs = ",".join(str(index[t]) for t in dict.fromkeys(r.terms))
+            lines.append(f"  {i:2d}. {str(r.candidate):42s} {r.seconds * 1e3:10.3f} ms  x{r.seconds / best:5.2f}"
+                         f"  model {model * 1e3:.3f} ms" + (f"  SP [{refs}]" if refs else ""))
+            if len(r.split) > 1:
+                lines.append("        model by call: " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in r.split) + " ms")
+            line = corrections.summary(r.corrections)
+            lines += [f"        {line}"] if line else []
         if len(self.ranking) > top:
             lines.append(f"  ... {len(self.ranking) - top} more candidates")
         return "\n".join(lines)
 
     def __str__(self) -> str:
         return self.describe()
+
+
+def _sp_index(ranking: list[Ranked]) -> dict[str, int]:
+    """Each distinct SP lookup of ``ranking``, numbered from 1 in order of first use."""
+    index: dict[str, int] = {}
+    for r in ranking:
+        for t in r.terms:
+            index.setdefault(t, len(index) + 1)
+    return index
 
 
 class _Recorder:
@@ -101,12 +113,13 @@ class _Recorder:
         xs, ks = np.atleast_1d(x), np.atleast_1d(out)
         ps = sorted({float(p) for p in np.atleast_1d(param) if p})
         where = f"{routine}/{pattern}" + (f"[{','.join(f'{p:g}' for p in ps)}]" if ps else "")
+        who = f"{backend} {threads}t"
         if xs.size == 0:
             return out
         if xs.size == 1:
-            self.log.append(f"k_{where}({float(xs[0]):.0f}) = {1e-9 / float(ks[0]):.2f} GF/s")
+            self.log.append(f"k_{where}({float(xs[0]):.0f}) {who} = {1e-9 / float(ks[0]):.2f} GF/s")
         else:
-            self.log.append(f"k_{where} over {xs.size} sizes {float(xs.min()):.0f}..{float(xs.max()):.0f}: "
+            self.log.append(f"k_{where} {who} over {xs.size} sizes {float(xs.min()):.0f}..{float(xs.max()):.0f}: "
                             f"{1e-9 / float(ks.max()):.2f}..{1e-9 / float(ks.min()):.2f} GF/s")
         return out
 
@@ -119,12 +132,25 @@ def _backends(table) -> tuple[str, ...]:
     return table.backends
 
 
-# (algorithm, backend, threads, AP values, variants, model, floor): the model returns one time
-# per (variant, AP value), variant-major (variants evaluated together share their common terms);
-# floor is a cheap lower bound on all of them (seconds; 0 for none), used to prune.
-Evaluation = tuple[str, str, int, tuple[int, ...], tuple[int, ...], Callable, float]
-# Lower bounds are total flops times the fastest k the series ever showed, times this slack.
-FLOOR_SLACK = 0.8
+@dataclass(frozen=True)
+class Evaluation:
+    """A group of candidates evaluated by one model call: ``model(sp, params, variants, parts)``
+    returns one time per (variant, AP value), variant-major (variants evaluated together share their
+    common terms), and fills ``parts`` (when not None) with the time by routine call kind in the
+    same layout; ``floor`` is a cheap lower bound on all of them (seconds; 0 for none), used to prune."""
+
+    algorithm: str
+    backend: str
+    threads: int
+    params: tuple[int, ...]
+    variants: tuple[int, ...]
+    model: Callable
+    floor: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self.params) * len(self.variants)
+
 
 
 def _floor(table, flop: float, routines, backend: str, threads: int, upto: float) -> float:
@@ -139,12 +165,14 @@ def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Eva
     can_add = table.has("add", STRASSEN_ADD_BACKEND, 1, "view")
     for be in _backends(table):
         for t in _threads(table, "gemm", be, budget):
-            yield "blas", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp)], 0.0
+            yield Evaluation("blas", be, t, (0,), (0,),
+                             lambda sp, p, v, parts=None, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp, parts)])
             if allow_strassen and levels and can_add:
                 leaf_flops = 2.0 * m * k * n * (7 / 8) ** max(levels)
-                yield "strassen", be, t, levels, (0,), lambda sp, p, v, be=be, t=t: gemm_models.strassen(
-                    m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND), \
-                    _floor(table, leaf_flops, [("gemm", "square")], be, t, max(dims))
+                yield Evaluation("strassen", be, t, levels, (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t: gemm_models.strassen(
+                                     m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND, parts=parts),
+                                 _floor(table, leaf_flops, [("gemm", "square")], be, t, max(dims)))
 
 
 def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
@@ -152,7 +180,8 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator
     total = float(chol_models.chol_flops(n))
     for be in _backends(table):
         for t in _threads(table, "potrf", be, budget):
-            yield "potrf", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.potrf(n, be, t, sp)], 0.0
+            yield Evaluation("potrf", be, t, (0,), (0,),
+                             lambda sp, p, v, parts=None, be=be, t=t: [chol_models.potrf(n, be, t, sp, parts)])
         if be not in DRIVER_BACKENDS or n < 2:
             continue
         for t in _threads(table, "trsm", be, budget, "panel"):
@@ -161,15 +190,18 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator
                 both = table.has("gemm", be, t, "panel") and table.has("syrk", be, t)
                 calls = [("potf2", "square"), ("trsm", "panel"), ("syrk", "panel")]
                 calls += [("gemm", "panel"), ("syrk", "square")] if both else []
-                yield "blocked", be, t, blocks, (0, 1) if both else (0,), \
-                    lambda sp, p, v, be=be, t=t: chol_models.blocked_variants(n, p, v, be, t, sp), \
-                    _floor(table, total, calls, be, t, n)
+                yield Evaluation("blocked", be, t, blocks, (0, 1) if both else (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t:
+                                 chol_models.blocked_variants(n, p, v, be, t, sp, parts),
+                                 _floor(table, total, calls, be, t, n))
         for t in _threads(table, "gemv", be, budget, "segment"):
-            yield "gemv", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp)], \
-                _floor(table, total, [("gemv", "segment")], be, t, n)
+            yield Evaluation("gemv", be, t, (0,), (0,),
+                             lambda sp, p, v, parts=None, be=be, t=t: [chol_models.unblocked_gemv(n, be, t, sp, parts)],
+                             _floor(table, total, [("gemv", "segment")], be, t, n))
         for t in _threads(table, "axpy", be, budget, "trail"):
-            yield "axpy", be, t, (0,), (0,), lambda sp, p, v, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)], \
-                _floor(table, total, [("axpy", "trail")], be, t, n)
+            yield Evaluation("axpy", be, t, (0,), (0,),
+                             lambda sp, p, v, parts=None, be=be, t=t: [chol_models.unblocked_axpy(n, be, t, sp)],
+                             _floor(table, total, [("axpy", "trail")], be, t, n))
 
 
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups}
@@ -190,22 +222,22 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
     ev = _Evidence.of(sp, family, tuple(dims))
     prune = prune and not ev.any       # measured corrections may undercut the analytical floors
     if prune:
-        groups.sort(key=lambda g: g[6] * _charge(family, g[0], g[1], g[2], ev.risk.get(g[0]))[0])
+        groups.sort(key=lambda g: g.floor * _charge(family, g, ev))
     best, skipped = np.inf, 0
-    for alg, be, t, params, variants, fn, floor in groups:
-        if prune and floor * _charge(family, alg, be, t, ev.risk.get(alg))[0] > best:
-            skipped += len(params) * len(variants)
+    for g in groups:
+        if prune and g.floor * _charge(family, g, ev) > best:
+            skipped += g.size
             continue
         view = _Recorder(sp) if explain else sp
-        times = np.asarray(fn(view, np.asarray(params), variants), dtype=float).ravel()
-        extra = _dispatch(family, alg, be, t, threads, view)
-        times = times + extra
-        if explain and extra:
-            view.log.append(f"+{extra * 1e6:.1f} us per tuned call on this path (probed dispatch)")
+        parts: dict | None = {} if explain else None
+        times = np.asarray(g.model(view, np.asarray(g.params), g.variants, parts), dtype=float).ravel()
+        extra = _dispatch(family, g.algorithm, g.backend, g.threads, threads, view)
         terms = tuple(view.log) if explain else ()
-        labels = [(v, p) for v in variants for p in params]
-        ranking += [_charged(family, Candidate(alg, be, t, int(p), v), float(s), terms, explain, ev)
-                    for (v, p), s in zip(labels, times, strict=True)]
+        labels = [(v, p) for v in g.variants for p in g.params]
+        splits = _splits(parts, len(labels))
+        ranking += [_corrected(_Context(family, Candidate(g.algorithm, g.backend, g.threads, int(p), v), ev,
+                                        float(s), extra), terms, split)
+                    for (v, p), s, split in zip(labels, times, splits, strict=True)]
         best = min(best, min(r.seconds for r in ranking[-len(labels):]))
     if not ranking:
         raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
@@ -241,7 +273,7 @@ class _Evidence:
 
     @classmethod
     def of(cls, sp, family: str, dims: tuple[int, ...]) -> _Evidence:
-        fitted = getattr(sp, "fitted", None)
+        fitted = fitted_for(sp)
         path = getattr(sp, "path", None)
         risk = (getattr(fitted, "info", None) or {}).get("risk", {}).get(family, {})
         return cls(sp, dims, bool(fitted is not None and fitted.in_use),
@@ -253,44 +285,113 @@ class _Evidence:
         return self.fitted or bool(self.learned) or learn.active()
 
 
-def _charged(family: str, cand: Candidate, seconds: float, terms: tuple[str, ...], explain: bool,
-             ev: _Evidence) -> Ranked:
-    """Rank by the model time (fitted where one is in use) times the selection charges, or times a
-    measured factor where on-line refinement has one; the pure prediction stays in ``model_seconds``."""
-    notes: list[str] = []
-    risk = ev.risk.get(cand.algorithm)
-    if ev.fitted:
-        seconds, source = override(cand, ev.dims, seconds, ev.sp)
-        if source == "fitted":
-            notes.append("fitted model in use (validation step)")
-            risk = 1.0                  # fitted to this series' measured times: no model risk left to charge
-    factor, why = _charge(family, cand.algorithm, cand.backend, cand.threads, risk)
-    ranked = seconds * factor
-    if ev.learned or learn.active():
-        measured = learn.ranked_seconds(cand, seconds, ranked, ev.dims, ev.learned)
-        if measured != ranked:
-            ranked, why = measured, [f"x{measured / seconds:.2f} measured factor (on-line refinement)"]
-    notes += why
-    if ranked == seconds and not notes:
-        return Ranked(cand, seconds, terms)
-    return Ranked(cand, ranked, terms + tuple(notes) if explain else (), seconds)
+@dataclass(frozen=True)
+class _Context:
+    """What the correction steps know of one candidate: its analytical time, the dispatch a tuned
+    call adds on its path, and the measured evidence for the problem."""
+
+    family: str
+    candidate: Candidate
+    ev: _Evidence
+    analytical: float
+    dispatch: float
+
+    @functools.cached_property
+    def fitted(self) -> float | None:
+        """The fitted model's seconds where one is in use for this candidate, else None."""
+        if not self.ev.fitted:
+            return None
+        seconds, source = override(self.candidate, self.ev.dims, self.analytical, self.ev.sp)
+        return seconds if source == "fitted" else None
+
+    @property
+    def uncharged(self) -> float:
+        """The pure prediction (fitted, or analytical plus dispatch): what learning compares against."""
+        return self.fitted if self.fitted is not None else self.analytical + self.dispatch
+
+
+def _fitted_step(seconds: float, ctx: _Context) -> tuple[float, str]:
+    """A fitted model of the validation step's measured times replaces the analytical one."""
+    return (seconds, "") if ctx.fitted is None else (ctx.fitted, "fitted model (validation step)")
+
+
+def _overhead_step(seconds: float, ctx: _Context) -> tuple[float, str]:
+    """The probed dispatch of a tuned call on this path; a fitted model's measured times include it."""
+    if ctx.fitted is not None or not ctx.dispatch:
+        return seconds, ""
+    return seconds + ctx.dispatch, f"+{ctx.dispatch * 1e6:.1f} us tuned-call dispatch, probed"
+
+
+def _contention_step(seconds: float, ctx: _Context) -> tuple[float, str]:
+    """Another library than the family default: pool contention (threads > 1) or a library switch."""
+    f, why = _switch(ctx.family, ctx.candidate.backend, ctx.candidate.threads)
+    return (seconds * f, why) if f != 1.0 else (seconds, "")
+
+
+def _risk_step(seconds: float, ctx: _Context) -> tuple[float, str]:
+    """The composed-model hedge: validation's measured risk, else the prior; none under a fitted model."""
+    measured = ctx.ev.risk.get(ctx.candidate.algorithm)
+    risk = 1.0 if ctx.fitted is not None else _risk(ctx.candidate.algorithm, measured)
+    if risk == 1.0:
+        return seconds, ""
+    return seconds * risk, "composed-model risk, " + ("measured" if measured is not None else "prior")
+
+
+def _calibration_step(seconds: float, ctx: _Context) -> tuple[float, str]:
+    """A learned factor (on-line refinement, ``autotune refit``) replaces the guessed charges."""
+    if not (ctx.ev.learned or learn.active()):
+        return seconds, ""
+    base = ctx.uncharged
+    measured = learn.ranked_seconds(ctx.candidate, base, seconds, ctx.ev.dims, ctx.ev.learned)
+    if measured == seconds:
+        return seconds, ""
+    return measured, f"model x{measured / base:.2f} measured factor (on-line refinement) in place of the charges"
+
+
+STEPS = {"fitted": _fitted_step, "overhead": _overhead_step, "contention": _contention_step,
+         "risk": _risk_step, "calibration": _calibration_step}
+_STACK = corrections.stack(STEPS)
+
+
+def _corrected(ctx: _Context, terms: tuple[str, ...], split: tuple[tuple[str, float], ...] = ()) -> Ranked:
+    """The candidate ranked by its analytical time through the correction stack (``corrections``)."""
+    seconds, done = corrections.apply(ctx.analytical, ctx, _STACK)
+    return Ranked(ctx.candidate, seconds, terms, ctx.uncharged, done, split)
+
+
+def _splits(parts: dict | None, count: int) -> list[tuple[tuple[str, float], ...]]:
+    """Per candidate of a group, its (call kind, seconds) from the model's ``parts`` (flattened in
+    the group's variant-major layout); empty where the model gave none that fit."""
+    flat = {k: np.ravel(np.asarray(v, dtype=float)) for k, v in (parts or {}).items()}
+    if not flat or any(a.size != count for a in flat.values()):
+        return [()] * count
+    return [tuple((k, float(a[i])) for k, a in flat.items() if a[i]) for i in range(count)]
 
 
 @functools.lru_cache(maxsize=256)
-def _charge(family: str, algorithm: str, backend: str, threads: int,
-            measured_risk: float | None = None) -> tuple[float, tuple[str, ...]]:
-    """Selection charge factor and its reasons: library switch or pool contention off the default
-    library, composed-model risk (the validation step's measurement where there is one, else the prior)."""
-    factor, notes = 1.0, []
-    if backend != INCUMBENTS[family][1]:
-        f, why = ((POOL_CONTENTION, "thread-pool contention") if threads > 1 else (LIBRARY_SWITCH, "library switch"))
-        factor *= f
-        notes.append(f"x{f:g} {why} (not {INCUMBENTS[family][1]})")
-    risk = COMPOSED_RISK.get(algorithm, 1.0) if measured_risk is None else measured_risk
-    if risk != 1.0:
-        factor *= risk
-        notes.append(f"x{risk:.3g} composed-model risk" + (" (measured)" if measured_risk is not None else ""))
-    return factor, tuple(notes)
+def _switch(family: str, backend: str, threads: int) -> tuple[float, str]:
+    """Charge for running off the family's default library, and why (1.0 on the default)."""
+    default = INCUMBENTS[family][1]
+    if backend == default:
+        return 1.0, ""
+    if threads > 1:
+        return POOL_CONTENTION, f"thread-pool contention, not {default}"
+    return LIBRARY_SWITCH, f"library switch, not {default}"
+
+
+def _risk(algorithm: str, measured: float | None) -> float:
+    """Composed-model risk: the validation step's measurement where there is one, else the prior."""
+    return COMPOSED_RISK.get(algorithm, 1.0) if measured is None else measured
+
+
+def _charge(family: str, g: Evaluation, ev: _Evidence) -> float:
+    """The contention and risk steps' factor on a group (for its pruning bound)."""
+    return _charge_factor(family, g.algorithm, g.backend, g.threads, ev.risk.get(g.algorithm))
+
+
+@functools.lru_cache(maxsize=256)
+def _charge_factor(family: str, algorithm: str, backend: str, threads: int, measured_risk: float | None) -> float:
+    return _switch(family, backend, threads)[0] * _risk(algorithm, measured_risk)
 
 
 def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:

@@ -1,24 +1,26 @@
-"""Re-score a validate.py run against another database or model version without re-timing.
+"""``autotune bench rescore RUN.json --db DB``: a ``bench validate`` run re-scored against another
+database or model version, without re-timing.
 
-    python bench/rescore.py RUN.json --db DB.h5 [--retime]
-
-For each problem, the candidates are re-ranked with the current code and ``--db``; each measured
+For each problem the candidates are re-ranked with the current code and ``--db``; each measured
 candidate's prediction is replaced and its APE recomputed. The choice may change: its regret is
 then the sweep's ratio t(new choice) / t(best) (sequential, not A/B), marked in the output.
-``--retime`` re-times every problem whose choice was not the best with validate.py's A/B pairs (the
+``--retime`` re-times every problem whose choice was not the best with validate's A/B pairs (the
 old value is kept).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+from pathlib import Path
 
 import numpy as np
-from validate import finish, summarise  # run as a script: bench/ is on sys.path
 
-import autotune
+from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks.validate import finish, summarise
+from autotune.db import load_sp
 from autotune.select import rank
+
+HELP = "re-score a validate run against another database, without re-timing"
 
 
 def rescore(results: list[dict], sp, strassen: bool = False) -> tuple[list[dict], int]:
@@ -53,28 +55,46 @@ def retime(results: list[dict], pairs: int, rng) -> None:
             print(f"{r['routine']} {r['dims']} t={r['threads']}: regret {before:.3f} -> {r['regret']:.3f} (A/B)")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run")
-    p.add_argument("--db", required=True)
-    p.add_argument("--out")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", metavar="RUN.json", help="output of `autotune bench validate --out`")
+    p.add_argument("--db", required=True, help="database to re-predict with")
+    p.add_argument("--out", metavar="FILE.json")
     p.add_argument("--retime", action="store_true", help="re-time chosen vs best with A/B pairs")
     p.add_argument("--pairs", type=int, default=7)
-    args = p.parse_args(argv)
-    data = json.load(open(args.run))
-    results, changed = rescore(data["results"], autotune.load_sp(args.db))
+
+
+def _load(path: str) -> list[dict]:
+    """The results of a validate run, each with the keys re-scoring reads (KeyError if not)."""
+    results = json.loads(Path(path).read_text())["results"]
+    for r in results:
+        missing = [k for k in ("routine", "dims", "threads", "candidates", "chosen", "best") if k not in r]
+        if missing:
+            raise KeyError(", ".join(missing))
+    return results
+
+
+def run(args) -> int:
+    """Re-predict every candidate of RUN.json, print the new summary, write --out."""
+    problem = output_problem("--out", args.out)
+    if problem:
+        return error("rescore", problem)
+    try:
+        results = _load(args.run)
+    except OSError as exc:
+        return error("rescore", f"{args.run}: {exc.strerror or exc}")
+    except (ValueError, KeyError, TypeError) as exc:
+        return error("rescore", f"{args.run}: not an `autotune bench validate` output ({type(exc).__name__}: {exc})")
+    sp = load_sp(args.db)
+    if sp.table is None:
+        return error("rescore", f"--db {args.db}: no usable database ({sp.reason})")
+    results, changed = rescore(results, sp)
     if args.retime:
         retime(results, args.pairs, np.random.default_rng(1))
-    summary = summarise(results)
-    summary["choices_changed"] = changed
+    summary = {**summarise(results), "choices_changed": changed}
     print(json.dumps(summary, indent=2))
     by_routine = {rt: [c["ape"] for r in results if r["routine"] == rt for c in r["candidates"]
                        if "ape" in c and c["predicted"] >= 1e-3] for rt in ("gemm", "cholesky")}
     print({rt: round(float(np.median(v)), 1) for rt, v in by_routine.items() if v})
     if args.out:
-        json.dump({"summary": summary, "results": results}, open(args.out, "w"), indent=2)
+        write_json(args.out, {"summary": summary, "results": results})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

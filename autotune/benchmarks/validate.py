@@ -1,36 +1,41 @@
-"""Validation against exhaustive search: run every candidate, compare with the models' predictions.
+"""``autotune bench validate``: every candidate against its prediction, on sizes on and off the
+probe grid.
 
-For each problem (square sizes on and off the probe grid, rectangular gemm shapes, thread
-budgets 1 and 2) every ranked candidate is forced with ``config=`` and timed (median of
-repeated runs; Cholesky factors a fresh copy in place so only the algorithm is timed). Reports
-the absolute percentage error of each prediction and the regret t(chosen) / t(best measured).
-Candidates predicted slower than ``--max-ratio`` x the best are not run (listed as skipped).
-Accuracy is scored on the pure model prediction; the choice (and so the regret) also includes the
-selector's policy charges (incumbent margin, thread-pool contention).
+For each problem (square sizes, rectangular gemm shapes, each thread budget) every ranked
+candidate is forced with ``config=`` and timed (median of repeated runs; Cholesky factors a fresh
+copy in place so only the algorithm is timed). Reports each prediction's absolute percentage error
+(APE) and the regret t(chosen) / t(best measured), re-timed A/B. Candidates predicted slower than
+``--max-ratio`` x the best are skipped. Accuracy is scored on the pure model prediction; the choice
+(and so the regret) also includes the selector's charges (incumbent margin, thread-pool contention).
 
-    python bench/validate.py --out $RESULTS/validate.json --markdown $RESULTS/validate.md \
-        --plot $RESULTS/validate.png          # RESULTS: any directory outside the checkout
+    autotune bench validate --out RESULTS/validate.json --markdown RESULTS/validate.md \\
+        --plot RESULTS/validate.png          # RESULTS: any directory outside the checkout
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
-from autotune.install_probe.validate import candidate_runner
 
-import autotune
+from autotune.benchmarks._common import error, output_problem, write_json, write_text
+from autotune.db import load_sp
 from autotune.select import as_candidate, rank
 
+HELP = "every candidate timed against its prediction: model error and regret"
 GEMM = [(n, n, n) for n in (200, 384, 700, 1024, 1500, 2048, 3000)] + [
     (2000, 200, 2000), (4000, 1000, 500), (500, 3000, 500), (3000, 64, 3000)]
 CHOL = [(n,) for n in (100, 256, 500, 1000, 1500, 2048, 3000, 4000)]
-SMOKE_GEMM, SMOKE_CHOL = [(64, 64, 64)], [(64,)]
 # Pause between candidates when threads are involved: a library's pool spins for a while after a
 # call and would slow the next candidate's warm-up (measured in isolation, as the model predicts).
 SETTLE_SECONDS = 0.3
+
+
+def _runner(routine: str, dims: tuple[int, ...], cand, rng):
+    from autotune.install_probe.validate import candidate_runner
+
+    return candidate_runner(routine, dims, cand, rng)
 
 
 def measure(fn, budget: float, reps: int) -> tuple[float, float]:
@@ -43,10 +48,9 @@ def measure(fn, budget: float, reps: int) -> tuple[float, float]:
     return float(med), float((q3 - q1) / med)
 
 
-def validate(routine: str, dims, threads: int, args, rng) -> dict:
+def sweep(routine: str, dims, threads: int, args, rng) -> dict:
     """One problem, one pass: rank the candidates, time each one not skipped, score it."""
-    sp = autotune.load_sp(args.db)
-    dec = rank(routine, dims, sp, threads, allow_strassen=args.strassen)
+    dec = rank(routine, dims, load_sp(args.db), threads, allow_strassen=args.strassen)
     best_pred = min(r.predicted for r in dec.ranking)
     rows = []
     for r in dec.ranking:
@@ -73,8 +77,7 @@ def remeasure(result: dict, rng, args) -> None:
             time.sleep(SETTLE_SECONDS)           # let the last library's thread pool go idle
         previous_threads = threads
         cand = as_candidate(row["config"], result["routine"])
-        run = candidate_runner(result["routine"], tuple(result["dims"]), cand, rng)
-        med, spread = measure(run, args.seconds, args.reps)
+        med, spread = measure(_runner(result["routine"], tuple(result["dims"]), cand, rng), args.seconds, args.reps)
         if med < row.get("measured", np.inf):
             row["measured"], row["spread"] = med, spread
         row["passes"] = row.get("passes", 0) + 1
@@ -97,12 +100,10 @@ def finish(result: dict, rng, args) -> dict:
 def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> float:
     """t(chosen) / t(best) re-timed side by side (A/B pairs, order alternating, median of the pair
     ratios), so drift of this noisy machine between the sweep's candidates cannot fake a regret.
-    Below 1 (the sweep's "best" was a lucky draw) it counts as 1.
-
-    Each timed call follows one untimed call of the same candidate, as in the sweep and the probe:
-    after the settling pause a thread pool is asleep, and a lone call at n = 100 (20 us) timed the
-    pool's wake-up (a 2-thread regret of 1.4-1.6 whose sweep ratio was 1.04-1.06)."""
-    runs = [candidate_runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
+    Below 1 (the sweep's "best" was a lucky draw) it counts as 1. Each timed call follows an untimed
+    one of the same candidate: after the settling pause a thread pool is asleep, and a lone small
+    call would time the pool's wake-up."""
+    runs = [_runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
     for run in runs:
         run()
     ratios, threaded = [], chosen.threads > 1 or best_config["threads"] > 1
@@ -118,6 +119,7 @@ def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> f
 
 
 def summarise(results: list[dict], min_seconds: float = 1e-3) -> dict:
+    """APE median and p90 over predictions of at least ``min_seconds``, and the regrets."""
     apes = np.array([c["ape"] for r in results for c in r["candidates"]
                      if "ape" in c and c["predicted"] >= min_seconds])
     regrets = np.array([r["regret"] for r in results])
@@ -129,6 +131,7 @@ def summarise(results: list[dict], min_seconds: float = 1e-3) -> dict:
 
 
 def markdown(results: list[dict], summary: dict) -> str:
+    """The summary and one table row per problem."""
     ape = ("no candidate predicted >= 1 ms" if summary["ape_median"] is None else
            f"APE median {summary['ape_median']:.1f}%, p90 {summary['ape_p90']:.1f}%")
     lines = [f"Problems: {summary['problems']}; candidates scored (predicted >= 1 ms): "
@@ -146,6 +149,7 @@ def markdown(results: list[dict], summary: dict) -> str:
 
 
 def plot(results: list[dict], filename: str) -> None:
+    """Predicted against measured for every candidate, and the regret per problem."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,27 +164,25 @@ def plot(results: list[dict], filename: str) -> None:
             ax1.loglog(m, p, ".", color=colour, label=routine, alpha=0.6)
     lim = ax1.get_xlim()
     ax1.plot(lim, lim, "k-", lw=0.8)
-    ax1.set_xlabel("measured (s)")
-    ax1.set_ylabel("predicted (s)")
-    ax1.set_title("every candidate: predicted vs measured")
+    ax1.set(xlabel="measured (s)", ylabel="predicted (s)", title="every candidate: predicted vs measured")
     ax1.legend()
     labels = [f"{r['routine'][:4]} {'x'.join(map(str, r['dims']))} t{r['threads']}" for r in results]
     ax2.bar(range(len(results)), [r["regret"] for r in results], color="C2")
     ax2.axhline(1.05, color="r", lw=0.8, ls="--")
     ax2.set_xticks(range(len(results)), labels, rotation=90, fontsize=6)
     ax2.set_ylim(0.95, max(1.2, max(r["regret"] for r in results) + 0.02))
-    ax2.set_ylabel("regret t(chosen)/t(best)")
-    ax2.set_title("regret per problem")
+    ax2.set(ylabel="regret t(chosen)/t(best)", title="regret per problem")
     fig.tight_layout()
     fig.savefig(filename, dpi=110)
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    p.add_argument("--sizes", type=int, nargs="+", default=None,
+                   help="square sizes for both routines (default: off-grid sizes and rectangular gemm shapes)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--routines", nargs="+", default=["gemm", "cholesky"])
-    p.add_argument("--db", default=None)
+    p.add_argument("--routines", nargs="+", choices=["gemm", "cholesky"], default=["gemm", "cholesky"])
     p.add_argument("--strassen", action="store_true", help="include Strassen candidates")
     p.add_argument("--max-ratio", type=float, default=6.0, help="skip candidates predicted slower than this x best")
     p.add_argument("--seconds", type=float, default=1.0, help="time budget per candidate")
@@ -188,17 +190,34 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", type=int, default=7, help="A/B pairs re-timing chosen against best (regret)")
     p.add_argument("--passes", type=int, default=2,
                    help="sweeps over all problems (alternately reversed); each candidate keeps its fastest")
-    p.add_argument("--smoke", action="store_true")
-    p.add_argument("--out")
-    p.add_argument("--markdown")
-    p.add_argument("--plot")
-    args = p.parse_args(argv)
-    problems = {"gemm": SMOKE_GEMM if args.smoke else GEMM, "cholesky": SMOKE_CHOL if args.smoke else CHOL}
-    if args.smoke:
-        args.seconds, args.reps = 0.0, 3
+    p.add_argument("--out", metavar="FILE.json")
+    p.add_argument("--markdown", metavar="FILE.md")
+    p.add_argument("--plot", metavar="FILE.png")
+
+
+def _problems(args) -> list[tuple[str, tuple[int, ...], int]]:
+    sizes = {"gemm": [(n, n, n) for n in args.sizes], "cholesky": [(n,) for n in args.sizes]} if args.sizes \
+        else {"gemm": GEMM, "cholesky": CHOL}
+    return [(routine, dims, t) for t in args.threads for routine in args.routines for dims in sizes[routine]]
+
+
+def _input_problem(args) -> str:
+    if any(n < 1 for n in args.sizes or [1]) or any(t < 1 for t in args.threads) or min(args.reps, args.passes) < 1:
+        return "--sizes, --threads, --reps and --passes must be positive"
+    problems = [output_problem(f"--{option}", getattr(args, option)) for option in ("out", "markdown", "plot")]
+    return next((p for p in problems if p), "")
+
+
+def run(args) -> int:
+    """Sweep every problem ``--passes`` times, score it, print and write the results."""
+    problem = _input_problem(args)
+    if problem:
+        return error("validate", problem)
+    sp = load_sp(args.db)
+    if sp.table is None:
+        return error("validate", f"no usable database ({sp.reason}): run `autotune-install` first", 1)
     rng = np.random.default_rng(0)
-    todo = [(routine, dims, t) for t in args.threads for routine in args.routines for dims in problems[routine]]
-    results = [validate(routine, dims, t, args, rng) for routine, dims, t in todo]
+    results = [sweep(routine, dims, t, args, rng) for routine, dims, t in _problems(args)]
     for i in range(1, args.passes):
         for r in (reversed(results) if i % 2 else results):
             remeasure(r, rng, args)
@@ -210,15 +229,9 @@ def main(argv=None) -> int:
     summary = summarise(results)
     print(json.dumps(summary, indent=2))
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump({"summary": summary, "results": results}, fh, indent=2)
+        write_json(args.out, {"summary": summary, "results": results})
     if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(markdown(results, summary) + "\n")
+        write_text(args.markdown, markdown(results, summary))
     if args.plot:
         plot(results, args.plot)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

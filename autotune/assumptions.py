@@ -1,0 +1,88 @@
+"""Every constant that stands in for a measurement, in one place, with what it means, how its value
+was obtained and which correction step (``select.corrections``) or model uses it.
+
+A value here is a guess the probe does not (yet) replace; the modules that use one import it from
+here (their old names stay importable there). ``ASSUMPTIONS`` lists them all for ``explain`` and tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SET_BY_HAND = "set by hand"
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One stand-in constant: its value, meaning, origin and user."""
+
+    name: str
+    value: object
+    meaning: str
+    source: str        # how the value was obtained
+    used_by: str       # the correction step or model that reads it
+
+
+ASSUMPTIONS: dict[str, Assumption] = {}
+
+
+def _assume(name: str, value, meaning: str, source: str, used_by: str):
+    """Register ``name`` and return its value (so the module constant and the registry agree)."""
+    ASSUMPTIONS[name] = Assumption(name, value, meaning, source, used_by)
+    return value
+
+
+# -- selection charges (select/rank.py) --------------------------------------------------------------
+
+POOL_CONTENTION = _assume(
+    "POOL_CONTENTION", 2.0,
+    "slowdown of a multi-threaded call on a library other than the family default: two libraries' "
+    "thread pools spin on the same cores",
+    SET_BY_HAND + " (prior until the probe measures contention between pools)",
+    "correction step 'contention' (select/rank.py)")
+LIBRARY_SWITCH = _assume(
+    "LIBRARY_SWITCH", 1.15,
+    "slowdown of a one-thread call on a library other than the default: it loses warm code and data "
+    "to the default library's calls around it",
+    SET_BY_HAND, "correction step 'contention' (select/rank.py)")
+COMPOSED_RISK = _assume(
+    "COMPOSED_RISK", {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10},
+    "hedge on composed models (sums of separately measured calls), relative to the family's library routine",
+    SET_BY_HAND + "; prior until validation (autotune-install --validate) measures the risk",
+    "correction step 'risk' (select/rank.py)")
+INCUMBENT_MARGIN = _assume(
+    "INCUMBENT_MARGIN", 0.10,
+    "fraction by which an alternative must be predicted faster than the library default to replace it",
+    SET_BY_HAND + " (about the run-to-run difference of two standard probe runs)",
+    "final choice rule (select/rank.py _apply_margin)")
+FLOOR_SLACK = _assume(
+    "FLOOR_SLACK", 0.8,
+    "slack on the lower bound total flops x fastest k used to prune candidate groups",
+    SET_BY_HAND, "pruning in select/rank.py (_floor)")
+
+# -- memory traffic in the models (models/movement.py, models/cholesky.py) ---------------------------
+
+COPY_SHARE = _assume(
+    "COPY_SHARE", 2.0 / 3.0,
+    "cost of a copy as a share of an add pass: 16 B moved per element against the add's 24 B",
+    "derived from bytes moved (not measured)", "models/movement.py copy")
+READ_SHARE = _assume(
+    "READ_SHARE", 0.42,
+    "cost of reading a matrix the caches no longer hold, as a share of the add series' out-of-cache rate",
+    SET_BY_HAND + " from validation runs", "models/movement.py cold reads (finite check)")
+FILL_SHARE = _assume(
+    "FILL_SHARE", 0.9,
+    "cost of zeroing memory the caches no longer hold, as a share of the add series' out-of-cache rate",
+    SET_BY_HAND, "models/movement.py fill")
+LOOP_SHARE = _assume(
+    "LOOP_SHARE", 0.6,
+    "cost per element of a panel moved inside a distributed loop while other ranks update, as a share "
+    "of an out-of-cache pass",
+    "prior until the comm probe calibrates cp.loop_share", "models/movement.py in_loop (distributed Cholesky)")
+MEMORY_SHARE = _assume(
+    "MEMORY_SHARE", 1.0 / 3.0,
+    "share of an add pass per trailing element a right-looking b-wide update pays for streaming the "
+    "trailing triangle",
+    SET_BY_HAND + " to fit distributed Cholesky validation runs", "models/cholesky.py, models/distributed_cholesky.py")
+
+__all__ = ["ASSUMPTIONS", "COMPOSED_RISK", "COPY_SHARE", "FILL_SHARE", "FLOOR_SLACK", "INCUMBENT_MARGIN",
+           "LIBRARY_SWITCH", "LOOP_SHARE", "MEMORY_SHARE", "POOL_CONTENTION", "READ_SHARE", "Assumption"]

@@ -1,0 +1,22 @@
+"""``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
+unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
+a new benchmark (the MPI ones next, run under ``mpiexec``) is one more module in COMMANDS."""
+from __future__ import annotations
+
+import argparse
+
+from autotune.benchmarks import compare, drift, overhead, probe, regress, rescore, validate
+
+COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overhead": overhead,
+            "compare": compare, "drift": drift, "probe": probe}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register ``bench`` and its subcommands on the ``autotune`` parser's subparsers."""
+    bench = sub.add_parser("bench", help="benchmarks: tuned vs numpy/scipy, model validation, overhead, ...")
+    commands = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+    for name, module in COMMANDS.items():
+        p = commands.add_parser(name, help=module.HELP, description=module.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)

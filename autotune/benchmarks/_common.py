@@ -1,0 +1,70 @@
+"""What every ``autotune bench`` command shares: its one-line errors, where results may be
+written, and robust statistics of repeated timings."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+
+def error(command: str, message: str, status: int = 2) -> int:
+    """Print ``autotune bench COMMAND: error: ...`` on one line; returns ``status``
+    (2: bad input, 1: a failed run or a regression)."""
+    print(f"autotune bench {command}: error: {message}", file=sys.stderr)
+    return status
+
+
+def output_problem(option: str, path: str | None) -> str:
+    """Why ``path`` cannot take a result file ("" if it can), checked before anything is timed."""
+    if path is None:
+        return ""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return f"{option} {path}: is a directory"
+    if not p.parent.is_dir():
+        return f"{option} {path}: directory {p.parent} does not exist"
+    return ""
+
+
+def write_json(path: str, doc: dict) -> None:
+    """Write ``doc`` atomically: an interrupted write leaves the previous file as it was."""
+    target = Path(path).expanduser()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a text result (Markdown table) where the user said."""
+    Path(path).expanduser().write_text(text if text.endswith("\n") else text + "\n")
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Wall time of one call in seconds."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def quartiles(values) -> tuple[float, float, float]:
+    """(q1, median, q3) of ``values``."""
+    q1, med, q3 = np.percentile(np.asarray(values, dtype=float), [25, 50, 75])
+    return float(q1), float(med), float(q3)
+
+
+def half_iqr(values) -> float:
+    """Half the interquartile range relative to the median: the spread of one ratio series."""
+    q1, med, q3 = quartiles(values)
+    return (q3 - q1) / 2 / med if med > 0 else float("inf")

@@ -1,0 +1,74 @@
+"""What selection produces and execution runs: a single-process ``Candidate`` and a distributed ``Plan``.
+
+Plain data at the bottom of the layers (docs/architecture.md#layers): the selector (``select``,
+``learn``) builds them, execution (``dispatch``, ``distributed``) runs them, and neither has to
+import the other to share them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# algorithm -> (routine family, name of the numeric parameter or None)
+ALGORITHMS: dict[str, tuple[str, str | None]] = {
+    "blas": ("gemm", None),           # the library's dgemm
+    "strassen": ("gemm", "levels"),   # sequential Strassen, leaves on the library's dgemm
+    "potrf": ("cholesky", None),      # the library's LAPACK dpotrf
+    "blocked": ("cholesky", "block"),  # our right-looking blocked driver (variant: trailing update form)
+    "gemv": ("cholesky", None),       # unblocked, left-looking, one gemv per column
+    "axpy": ("cholesky", None),       # unblocked, outer product by axpy
+}
+
+# Phase names shared by the distributed algorithms (measured) and their models (predicted).
+PHASES = ("distribution", "communication", "compute", "collection")
+
+
+@dataclass(frozen=True, order=True)
+class Candidate:
+    """One point of the AP space: algorithm, library, thread count, block/level, variant."""
+
+    algorithm: str
+    backend: str
+    threads: int
+    param: int = 0
+    variant: int = 0
+
+    def __str__(self) -> str:
+        extra = ""
+        if self.algorithm == "strassen":
+            extra = f" l={self.param}"
+        elif self.algorithm == "blocked":
+            extra = f" b={self.param} v{self.variant}"
+        return f"{self.algorithm}{extra} [{self.backend}, {self.threads}t]"
+
+    @property
+    def family(self) -> str:
+        return ALGORITHMS[self.algorithm][0]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A distributed configuration: algorithm, processes used, grid, block, recursion level,
+    BLAS threads per rank and the per-rank BLAS backend. Ranks >= p take no part."""
+
+    algorithm: str          # bsr | cbsr | cannon | summa | strassen_summa | strassen_ms | cholesky
+    p: int
+    r: int = 1
+    c: int = 1
+    b: int = 0              # SUMMA panel / block-cyclic block (0: unused)
+    level: int = 0          # Strassen recursion level (0: unused)
+    threads: int = 1
+    backend: str = "numpy-openblas"
+
+    def __post_init__(self):
+        if self.p < 1 or self.r * self.c != self.p:
+            raise ValueError(f"grid {self.r}x{self.c} does not hold p={self.p} processes")
+
+    def __str__(self) -> str:
+        extra = (f" b={self.b}" if self.b else "") + (f" l={self.level}" if self.level else "")
+        return f"{self.algorithm} p={self.p} grid={self.r}x{self.c}{extra} [{self.backend}, {self.threads}t]"
+
+
+__all__ = ["ALGORITHMS", "PHASES", "Candidate", "Plan"]

@@ -1,0 +1,199 @@
+"""Tuned calls in one process: the candidate (forced ``config`` or the selector's choice), run
+through dispatch, or numpy/scipy's own call when there is nothing to tune or no usable database."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scipy import linalg
+
+from autotune import backends, learn
+from autotune.config import Options, get_options
+from autotune.db import load_sp
+from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
+from autotune.kernels import _front
+from autotune.kernels._matadd import zero_triangle
+from autotune.plans import Candidate
+from autotune.select import Decision, as_candidate, choose, rank
+
+_F64 = np.dtype(np.float64)
+# Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
+MIN_TUNED_SIZE = 32
+# numpy's own multi-threaded call writes into a cache-line-aligned output from this m*n*k up:
+# an unaligned output slows multi-threaded dgemm, while below it the extra allocation costs more
+# than it saves. Set by hand.
+ALIGNED_OUTPUT_WORK = 128 ** 3
+
+
+def decide(family: str, dims: tuple[int, ...], config, explain: bool,
+            opts: Options | None = None) -> tuple[Candidate, Decision | None]:
+    """The candidate to run under ``opts`` (None: the options in force): forced ``config`` or the
+    selector's choice; None when untuned."""
+    opts = get_options() if opts is None else opts
+    if config is not None:
+        return as_candidate(config, family), None
+    sp = load_sp(opts.db)
+    if sp.table is None:
+        sp.k("gemm", "numpy-openblas", 1, 1)   # warns once: no usable database
+        return None, None
+    if explain:
+        dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+        print(dec)
+        return dec.chosen, dec
+    try:
+        dec = choose(family, dims, sp, opts.thread_budget, opts.allow_strassen)
+    except LookupError:
+        return None, None
+    return dec.chosen, dec
+
+
+
+def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
+         explain: bool = False):
+    """``alpha op(a) op(b) + beta c`` into ``out`` (or a new array): numpy's result and errors."""
+    plain = c is None and not trans_a and not trans_b and alpha == 1.0 and beta == 0.0
+    if not (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
+            and a.dtype == _F64 and b.dtype == _F64):
+        return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
+        return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
+    opts = get_options()
+    cand, dec = decide("gemm", (m, k, n), config, explain, opts)
+    if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
+        if hot and not learn.enabled():
+            _front.remember(a.shape + b.shape, False, opts)
+        return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    direct = out is None or _direct_target(out, a, b, (m, n))
+    own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
+           and backends.get(cand.backend).get_threads() == cand.threads)
+    if plain and (own or not direct):
+        aligned = own and out is None and cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK
+        if own and hot and not learn.enabled():
+            _front.remember(a.shape + b.shape, aligned, opts)
+        target = _front.aligned_empty((m, n)) if aligned else out
+        if dec is not None and learn.enabled():
+            return _observed(dec, lambda: np.matmul(a, b, out=target))
+        return np.matmul(a, b, out=target)  # numpy's own call (this very candidate), or numpy's out rules
+    if c is not None and np.shape(c) != (m, n):
+        raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
+    target = out if (direct and out is not None) else _front.aligned_empty((m, n))
+    if c is not None and beta != 0.0 and c is not target:
+        np.copyto(target, c)
+    args = (cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
+    if dec is not None and learn.enabled():
+        _observed(dec, lambda: run_gemm(*args))
+    else:
+        run_gemm(*args)
+    if out is None or target is out:
+        return target
+    return copy_out(target, out)
+
+
+def _observed(dec: Decision, work):
+    """Run ``work()`` timing it for on-line refinement (opt-in: ``AUTOTUNE_LEARN=1``); O(1) record."""
+    t0 = time.perf_counter()
+    result = work()
+    learn.observe(dec, time.perf_counter() - t0, get_options().db)
+    return result
+
+
+def _direct_target(out, a, b, shape) -> bool:
+    """Can BLAS write straight into ``out``? (float64, right shape, contiguous, not aliasing a or b)."""
+    return (type(out) is np.ndarray and out.dtype == _F64 and out.shape == shape and out.flags.writeable
+            and (out.flags.c_contiguous or out.flags.f_contiguous)
+            and not np.may_share_memory(out, a) and not np.may_share_memory(out, b))
+
+
+def copy_out(res: np.ndarray, out):
+    """numpy's rules for ``out=``: an ndarray of the result's shape, same-kind casting."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError("return arrays must be of ArrayType")
+    if out.shape != res.shape:
+        raise ValueError(f"out has shape {out.shape}, expected {res.shape}")
+    np.copyto(out, res, casting="same_kind")
+    return out
+
+
+def generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out):
+    """BLAS-style extras for what is not tuned (any dtype, 2-D): numpy does the arithmetic."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 2 or b.ndim != 2:
+        raise ValueError("alpha/beta/c/trans_a/trans_b need 2-D operands")
+    res = np.matmul(a.T if trans_a else a, b.T if trans_b else b)
+    if alpha != 1.0:
+        res = alpha * res
+    if c is not None and beta != 0.0:
+        c = np.asarray(c)
+        if c.shape != res.shape:
+            raise ValueError(f"c has shape {c.shape}, expected {res.shape}")
+        res = res + beta * c
+    return res if out is None else copy_out(res, out)
+
+
+def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
+             explain: bool = False):
+    """The Cholesky factor of ``a`` with scipy.linalg.cholesky's contract."""
+    a1 = np.asarray(a)
+    overwrite_a = overwrite_a and a1.flags.writeable   # scipy's potrf would write into a read-only array
+    if a1.ndim != 2 or not (a1.dtype == _F64 or a1.dtype.kind in "biu") or a1.shape[0] == 0 \
+            or a1.shape[0] != a1.shape[1]:
+        return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    n = a1.shape[0]
+    cand = dec = None
+    opts = get_options()
+    hot = type(a) is np.ndarray and not explain
+    if n >= MIN_TUNED_SIZE or config is not None:
+        cand, dec = decide("cholesky", (n,), config, explain, opts)
+        if dec is not None and cand is not None:
+            _remember_cholesky(cand, n, overwrite_a, hot, opts)
+    if cand is None:
+        cand = Candidate("potrf", "scipy-openblas", 1)
+        if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
+            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False)
+            return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
+    # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
+    wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
+    if dec is not None and learn.enabled():
+        info = _observed(dec, lambda: run_cholesky(cand, wf, lo))
+    else:
+        info = run_cholesky(cand, wf, lo)
+    if info > 0:
+        raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    if info < 0:
+        raise ValueError(f"LAPACK reported an illegal value in {-info}-th argument on entry to \"POTRF\".")
+    if not clean:
+        zero_triangle(wf, lo)
+    return w
+
+
+def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_finite: bool) -> tuple[np.ndarray, bool]:
+    """The float64 buffer to factor in place (``a`` itself when allowed) and whether its unused
+    triangle is already zero; ValueError for inf/NaN when ``check_finite``."""
+    contiguous = a1.flags.f_contiguous or a1.flags.c_contiguous
+    if overwrite_a and a1 is a and a1.dtype == _F64 and a1.flags.writeable and contiguous:
+        w, clean = a1, False
+    elif a1.dtype == _F64 and contiguous:
+        w, clean = _front.prepare_cholesky(a1, lower, check_finite), True
+    else:
+        w, clean = _front.aligned_copy(a1, "C" if a1.flags.c_contiguous else "F"), False
+    if w is None or (check_finite and not clean and not np.isfinite(w).all()):
+        raise ValueError("array must not contain infs or NaNs")
+    return w, clean
+
+
+def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, opts: Options,
+                       switch_threads: bool = True) -> None:
+    """Let the C hot path run this order's choice under ``opts`` (switching the library's threads in
+    C, unless ``switch_threads`` is False: then at whatever count the library has, as scipy would)."""
+    if not hot or overwrite_a or learn.enabled():
+        return
+    if not switch_threads:
+        _front.remember_cholesky(n, cholesky_runner(cand), None, 0, opts)
+        return
+    be = backends.get(cand.backend)
+    if be.thread_addresses or be.set_threads is None:
+        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts)

@@ -1,0 +1,230 @@
+"""Tuned calls over MPI (``comm=``): collective entry points behind ``tuned_gemm`` and ``tuned_cholesky``.
+
+Every rank first checks its own arguments (``root`` in range) and, in one allgather, that all
+ranks passed the same family, ``root`` and ``lower`` and which cores each may run on; then the
+root checks the input and picks the plan (forced ``config`` or the distributed selector over the
+database's BLAS SP, the platform's communication parameters and the cores of the root's node),
+and every rank learns the verdict and the plan from one small broadcast, so all ranks raise the
+same error or run the same plan. ``config`` and ``explain`` are the root's. A ``local`` plan (one
+process is fastest) runs on the root with the one-process tuned call while the other ranks wait
+quietly for its outcome, so an error there is raised on every rank too. The plan itself runs in
+``autotune.distributed`` (execution only).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from autotune import tuned_local
+from autotune.config import get_options, options
+from autotune.db import load_sp
+from autotune.db.comm import load_comm
+from autotune.models.distributed_cholesky import memory_order
+from autotune.plans import Plan
+from autotune.select.distributed import as_plan, rank_plans
+
+_DECISIONS: dict[tuple, Plan] = {}
+_OPERANDS = {"gemm": 2, "cholesky": 1}     # leading matrices of each family's call arguments
+
+
+def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
+                     alpha: float = 1.0, beta: float = 0.0, c=None, trans_a: bool = False, trans_b: bool = False,
+                     out=None) -> np.ndarray | None:
+    """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the
+    product (in ``out`` if given); others get None."""
+    extras = (alpha, beta, c, trans_a, trans_b, out)
+    plan, args, ops = _decide("gemm", lambda: _gemm_operands(a, b, *extras), comm, root, config, explain, phases)
+    root = args["root"]
+    if plan.algorithm == "local":
+        res = _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(*ops))
+    else:
+        from autotune.distributed.gemm import ALGORITHMS
+
+        a2, b2 = ops[:2] if comm.rank == root else (None, None)
+        res = ALGORITHMS[plan.algorithm](a2, b2, comm, plan, root=root, phases=phases)
+    return _gemm_finish(res, *extras) if comm.rank == root and plan.algorithm != "local" else res
+
+
+def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=None, explain: bool = False,
+                         phases=None) -> np.ndarray | None:
+    """Collective Cholesky factor: the root passes a and gets the factor; others get None.
+    Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank)."""
+    plan, args, _ = _decide("cholesky", lambda: (a,), comm, root, config, explain, phases, lower=lower)
+    root, lower = args["root"], args["lower"]
+    if plan.algorithm == "local":
+        return _run_local(comm, root, plan, phases,
+                          lambda: tuned_local.cholesky(a, lower=lower, check_finite=False))
+    from autotune.distributed.cholesky import ALGORITHMS
+
+    return ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan, lower=lower, root=root,
+                                      phases=phases)
+
+
+# ------------------------------------------------------------------------------ agreement and plan
+
+def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases,
+            **flags) -> tuple[Plan, dict, tuple | None]:
+    """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
+    and its operands (``operands()``, evaluated on the root), or the same error on every rank:
+    any exception on the root reaches the others."""
+    from autotune.distributed.collective import agree_args, core_info, share
+
+    args, err = _call_args(comm, root, family, **flags)
+    infos = agree_args(comm, err, args, core_info())
+    root, plan, ops, err = args["root"], None, None, None
+    if comm.rank == root:
+        try:
+            ops = operands()
+            problem = {k: args[k] for k in flags}
+            plan = _root_plan(family, ops[:_OPERANDS[family]], infos, root, config, explain, phases, **problem)
+        except Exception as exc:
+            err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
+    return share(comm, root, err, plan), args, ops
+
+
+def _call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None]:
+    """This rank's arguments every rank must pass alike, as comparable values, and what is wrong
+    with them (``root`` must be an int in range(comm.size): every rank knows without asking)."""
+    args: dict = {"family": family, "root": f"<{type(root).__name__}>"}
+    err = None
+    if isinstance(root, (bool, np.bool_)) or not isinstance(root, (int, np.integer)):
+        err = ValueError(f"root must be an int rank, got {type(root).__name__}")
+    else:
+        args["root"] = int(root)
+        if not 0 <= root < comm.size:
+            err = ValueError(f"root {root} is not a rank of the communicator (0..{comm.size - 1})")
+    for name, value in flags.items():
+        try:
+            args[name] = bool(value)
+        except Exception:
+            args[name] = f"<{type(value).__name__}>"
+            err = err or ValueError(f"{name} must be true or false, got {type(value).__name__}")
+    return args, err
+
+
+def _root_plan(family: str, arrays: tuple, infos: list[tuple[str, int]], root: int, config, explain: bool,
+               phases, **problem) -> Plan:
+    """Root only: check the input and choose the plan for the root node's cores (a local
+    Cholesky's finiteness check counts as its ``distribution`` phase, as the distributed runs'
+    check does); raises what no rank can compute."""
+    from autotune.distributed.checks import all_finite
+    from autotune.distributed.collective import node_cores
+    from autotune.distributed.plan import timed
+
+    dims, tuned = _root_check(family, arrays)
+    if family == "cholesky":
+        problem["order"] = memory_order(arrays[0])
+    plan = Plan("local", 1)
+    if tuned:
+        plan = _plan(family, dims, len(infos), node_cores(infos, root), config, explain, **problem)
+        plan = plan if config is not None else _fit_threads(plan, infos, root)
+    # The distributed run checks its own input (on the root, agreed); the local one is checked
+    # here, where the verdict still reaches every rank.
+    if family == "cholesky" and plan.algorithm == "local":
+        with timed(phases, "distribution"):
+            finite = all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1))
+        if not finite:
+            raise ValueError("array must not contain infs or NaNs")
+    return plan
+
+
+def _root_check(family: str, arrays: tuple) -> tuple[tuple[int, ...], bool]:
+    """(dims, tuned) for the root's operands; raises ValueError for what no rank can compute."""
+    if any(x is None for x in arrays):
+        raise ValueError("the root rank must pass the matrices (other ranks pass None)")
+    arrs = [np.asarray(x) for x in arrays]
+    if any(x.ndim != 2 for x in arrs):
+        raise ValueError("distributed routines take 2-D matrices")
+    tuned = all(x.dtype == np.float64 for x in arrs)
+    if family == "gemm":
+        (m, k), (k2, n) = arrs[0].shape, arrs[1].shape
+        if k != k2:
+            raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 (size {k2} is "
+                             f"different from {k})")
+        return (m, k, n), tuned and 0 not in (m, k, n)
+    n, n2 = arrs[0].shape
+    if n != n2:
+        raise ValueError(f"expected square matrix, got {arrs[0].shape}")
+    return (n,), tuned and n > 0
+
+
+def _plan(family: str, dims: tuple[int, ...], nprocs: int, cores: int, config, explain: bool,
+          **problem) -> Plan:
+    """Root only: the forced plan or the selector's choice for ``cores`` on the root's node (cached
+    per problem, rank and core count); ``problem``: Cholesky's ``lower`` and input memory ``order``."""
+    if config is not None:
+        plan = as_plan(config)
+        if plan.p > nprocs:
+            raise ValueError(f"plan needs {plan.p} ranks, communicator has {nprocs}")
+        return plan
+    opts = get_options()
+    key = (family, dims, nprocs, cores, opts.allow_strassen, opts.db, tuple(sorted(problem.items())))
+    if key in _DECISIONS and not explain:
+        return _DECISIONS[key]
+    sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
+    dec = rank_plans(family, dims, nprocs, sp, cp, cores, opts.allow_strassen, **problem)
+    if explain:
+        print(dec)
+    _DECISIONS[key] = dec.chosen
+    return dec.chosen
+
+
+def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
+    """``plan`` with no more BLAS threads per rank than the fewest cores a rank running it may use
+    (its affinity mask; the root alone runs a local plan)."""
+    from autotune.distributed.collective import mask_cores
+
+    own = mask_cores(infos)
+    most = own[root] if plan.algorithm == "local" else min(own[:plan.p])
+    return plan if plan.threads <= most else dataclasses.replace(plan, threads=most)
+
+
+def _run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray]) -> np.ndarray | None:
+    """Collective: ``work()`` on the root with the plan's threads, the others waiting quietly;
+    its error is raised on every rank."""
+    from autotune.distributed.collective import share_outcome
+    from autotune.distributed.plan import timed
+
+    out = err = None
+    if comm.rank == root:
+        try:
+            with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
+                out = work()
+        except Exception as exc:
+            err = exc
+    share_outcome(comm, root, err)
+    return out
+
+
+# ------------------------------------------------------------------------------------- gemm extras
+
+def _gemm_operands(a, b, alpha, beta, c, trans_a, trans_b, out) -> tuple:
+    """Root only: the one-process call's arguments with ``op(a)``, ``op(b)`` first, every extra
+    checked before any rank starts (so an error is everyone's)."""
+    if a is None or b is None:
+        raise ValueError("the root rank must pass the matrices (other ranks pass None)")
+    a, b = np.asarray(a), np.asarray(b)
+    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
+    if a.ndim == 2 and b.ndim == 2:
+        shape = (a.shape[0], b.shape[1])
+        if c is not None and beta != 0.0 and np.shape(c) != shape:
+            raise ValueError(f"c has shape {np.shape(c)}, expected {shape}")
+        if out is not None:
+            if not isinstance(out, np.ndarray):
+                raise TypeError("return arrays must be of ArrayType")
+            if out.shape != shape:
+                raise ValueError(f"out has shape {out.shape}, expected {shape}")
+            if not np.can_cast(np.result_type(a, b), out.dtype, "same_kind"):
+                raise TypeError(f"Cannot cast the result from {np.result_type(a, b)} to {out.dtype}")
+    return a, b, alpha, beta, c, False, False, out
+
+
+def _gemm_finish(res: np.ndarray, alpha, beta, c, trans_a, trans_b, out) -> np.ndarray:
+    """Root only: the extras a distributed run leaves to the root (checked in ``_gemm_operands``)."""
+    if alpha != 1.0:
+        res = res * alpha
+    if c is not None and beta != 0.0:
+        res = res + beta * np.asarray(c)
+    return res if out is None else tuned_local.copy_out(res, out)

@@ -1,0 +1,256 @@
+"""Phase calibration (collective, under mpiexec): time the candidate distributed plans on a few
+problems and fit this platform's per-(algorithm, phase) factors measured/analytical
+(``models.fitted_phases``), stored with the platform's key.
+
+``autotune-install --mpi`` ends with it (profile key ``phase_calibration``), and
+``bench/mpi_validate.py`` times its plans with the same functions. The root ranks every plan
+(oversubscribed ones too: their models are checked), keeps those predicted within ``max_ratio``
+of the best (and the selector's choice), and every plan is forced and timed: median of ``reps``
+runs, the plans' runs interleaved round by round, each run from the same root-held matrices to
+the gathered result, each phase the slowest rank's.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from autotune.install_probe.calibrate import PLAN
+from autotune.install_probe.operands import spd_matrix
+
+from autotune.config import available_cores, options
+from autotune.db import load_sp, location
+from autotune.db.comm import load_comm
+from autotune.db.store import DatabaseError
+from autotune.distributed.collective import quiet_barrier
+from autotune.distributed.plan import Phases
+from autotune.models.fitted_phases import (
+    PhaseFactor,
+    fit_phase_factors,
+    load_phase_factors,
+    save_phase_factors,
+)
+from autotune.plans import PHASES, Plan
+from autotune.select.distributed import plans, rank_plans
+from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
+
+FAMILIES = ("gemm", "cholesky")
+
+
+@dataclass(frozen=True)
+class PhaseCalibration:
+    """What the installer times: orders ``sizes`` of each family, ``reps`` runs per plan, the plans
+    predicted within ``max_ratio`` of the best. No sizes: no calibration."""
+
+    sizes: tuple[int, ...] = (1024, 2048)
+    reps: int = 3
+    families: tuple[str, ...] = FAMILIES
+    max_ratio: float = 3.0
+
+
+def _problem(family: str, n: int, rng) -> tuple:
+    if family == "gemm":
+        return rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    return (spd_matrix(rng, n, order="C"),)   # no BLAS call: no pool left spinning
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def _run_once(family: str, plan: Plan, args: tuple, comm) -> tuple[float, dict[str, float]]:
+    """One collective run of ``plan``: root wall time and the per-phase max over ranks."""
+    phases = Phases()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    if family == "gemm":
+        distributed_gemm(*args, comm, config=plan, phases=phases)
+    else:
+        distributed_cholesky(*args, comm, config=plan, phases=phases)
+    wall = time.perf_counter() - t0
+    quiet_barrier(comm)     # ranks the plan left out wait without taking a core from it (as the probe's)
+    wall = comm.bcast(wall, root=0)
+    mine = np.array([phases.seconds.get(p, 0.0) for p in PHASES])
+    worst = np.empty_like(mine)
+    comm.Allreduce(mine, worst, op=_max())
+    return wall, dict(zip(PHASES, worst.tolist(), strict=True))
+
+
+def measure(family: str, plan_list: list[Plan], n: int, comm, reps: int, rng) -> list[dict]:
+    """Every plan's ``reps`` runs on one problem, interleaved: round k runs each plan once, in an
+    order rotated by k, so a slow spell of the machine falls on every plan alike; each plan's
+    first run warms up."""
+    args = _problem(family, n, rng) if comm.rank == 0 else ((None,) * (2 if family == "gemm" else 1))
+    runs: list[list] = [[] for _ in plan_list]
+    for plan in plan_list:
+        _run_once(family, plan, args, comm)
+    for k in range(reps):
+        for i in np.roll(np.arange(len(plan_list)), -k):
+            runs[i].append(_run_once(family, plan_list[i], args, comm))
+    return [_summary(r) for r in runs]
+
+
+def _summary(runs: list) -> dict:
+    """Median wall time, its interquartile spread, and each phase's own median over the runs (one
+    run's phases carry that run's noise)."""
+    walls = np.array([w for w, _ in runs])
+    return {"total": float(np.median(walls)), "spread": float(np.subtract(*np.percentile(walls, [75, 25])) /
+                                                              np.median(walls)),
+            **{p: float(np.median([ph[p] for _, ph in runs])) for p in PHASES}}
+
+
+def _dims(family: str, n: int) -> tuple[int, ...]:
+    return (n, n, n) if family == "gemm" else (n,)
+
+
+def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> tuple[list, Plan]:
+    """(plan, prediction, analytical model) of each plan to time, and the selector's choice: the
+    root's ranking, broadcast (its failure raised on every rank)."""
+    ranked, error = None, ""
+    if comm.rank == 0:
+        try:
+            ranked = _root_ranking(family, n, comm.size, max_ratio, db, strassen)
+        except (DatabaseError, LookupError, OSError, ValueError) as exc:
+            error = f"cannot rank the {family} plans at n = {n}: {type(exc).__name__}: {exc}"
+    ranked, error = comm.bcast((ranked, error), root=0)
+    if error:
+        raise RuntimeError(error)
+    return ranked
+
+
+def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool) -> tuple[list, Plan]:
+    """The root's part of ``_ranked``: every plan (oversubscribed too) within ``max_ratio`` of the
+    best predicted, and the selector's choice (ranks x threads <= cores)."""
+    sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
+    dims, cores = _dims(family, n), available_cores()
+    dec = rank_plans(family, dims, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
+    choice = rank_plans(family, dims, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
+    best = dec.ranking[0].seconds
+    return [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking
+            if r.seconds <= max_ratio * best or r.plan == choice], choice
+
+
+def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
+             strassen: bool = False, verbose: bool = True) -> list[dict]:
+    """Time every plan to check on each order of ``sizes``: per problem its rows (plan, predicted
+    and analytical phases, measured phases) and the selector's choice. Collective."""
+    rng = np.random.default_rng(0)
+    results = []
+    with options(db=db):
+        for n in sizes:
+            ranked, choice = _ranked(family, n, comm, max_ratio, db, strassen)
+            timed = measure(family, [plan for plan, _, _ in ranked], n, comm, reps, rng)
+            rows = []
+            for (plan, predicted, model), measured in zip(ranked, timed, strict=True):
+                rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm, "p": plan.p,
+                             "predicted": predicted, "model": model, "measured": measured})
+                if comm.rank == 0 and verbose:
+                    print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
+                          f"predicted {predicted['total'] * 1e3:.1f} ms", flush=True)
+            results.append({"family": family, "n": n, "nprocs": comm.size, "rows": rows, "choice": str(choice),
+                            "reps": reps})
+    return results
+
+
+def _procs(plan: str) -> int:
+    """Process count from a plan's text (runs saved before rows carried it)."""
+    return int(re.search(r"\bp=(\d+)", plan).group(1))
+
+
+def _family_info(results: list[dict], by: str) -> dict[str, dict]:
+    """Per family: the orders timed, plans x reps runs, when and by what."""
+    out: dict[str, dict] = {}
+    for prob in results:
+        entry = out.setdefault(prob["family"], {"sizes": [], "plans": 0, "runs": 0, "by": by,
+                                                "fitted": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        entry["sizes"] = sorted({*entry["sizes"], int(prob["n"])})
+        entry["plans"] += len(prob["rows"])
+        entry["runs"] += len(prob["rows"]) * int(prob.get("reps", 1))
+    return out
+
+
+def fit(results: list[dict], db: str | None, nprocs: int, by: str = "bench/mpi_validate.py"
+        ) -> tuple[str | None, list[PhaseFactor]]:
+    """Fit this platform's phase factors from the analytical phases of the runs and store them,
+    keeping the stored factors of families these runs did not time. Returns (platform key, factors)."""
+    path = location.resolve(db)
+    key = load_comm(db, nprocs=nprocs).platform.get("key")
+    rows = [{**r, "predicted": r["model"], "p": r.get("p", _procs(r["plan"]))}
+            for prob in results for r in prob["rows"]]
+    families = {r["family"] for r in rows}
+    old = load_phase_factors(path, key)
+    kept = [f for f in old.factors if f.family not in families]
+    info = {"nprocs": nprocs, "families": {**{f: i for f, i in old.family_infos().items() if f not in families},
+                                           **_family_info(results, by)}}
+    factors = kept + fit_phase_factors(rows)
+    save_phase_factors(path, key, factors, info=info)
+    return key, factors
+
+
+def factor_lines(factors: list[PhaseFactor]) -> list[str]:
+    """One line per fitted factor: what it scales, by how much, from how many runs."""
+    return [f"fitted {f.family} {f.algorithm} {f.phase} p={f.p or 'any'}: x{f.factor:.3f} from {f.points} runs "
+            f"(APE {f.ape_before:.1f}% -> {f.ape_after:.1f}%)" for f in factors]
+
+
+def total_lines(factors: list[PhaseFactor]) -> list[str]:
+    """Per family, each algorithm's factor on the total time (over every p)."""
+    out = []
+    for family in FAMILIES:
+        tot = [f"{f.algorithm} x{f.factor:.2f}" for f in factors
+               if f.family == family and f.phase == "total" and not f.p]
+        if tot:
+            out.append(f"  {family} total: " + ", ".join(tot))
+    return out
+
+
+def _models_usable(comm, db) -> bool:
+    """Whether the database holds the BLAS records the distributed models need (as the probe's
+    other calibrations require), agreed on every rank."""
+    ok = False
+    if comm.rank == 0:
+        try:
+            ok = bool(load_sp(db).has("gemm", PLAN.backend, PLAN.threads, "panel"))
+        except (DatabaseError, LookupError, OSError, ValueError):
+            ok = False
+    return bool(comm.bcast(ok, root=0))
+
+
+def calibrate_phases(world, db, cal: PhaseCalibration, verbose: bool = False) -> dict | None:
+    """Time ``cal``'s plans on every rank of ``world``, fit and store the phase factors: on rank 0
+    ``{"key", "factors", "seconds", "runs"}``, None elsewhere, without sizes, or without the BLAS
+    records the models need (then nothing is run). Collective."""
+    if not cal.sizes or not cal.families or not _models_usable(world, db):
+        return None
+    t0 = time.perf_counter()
+    results = [prob for family in cal.families
+               for prob in validate(family, cal.sizes, world, cal.reps, cal.max_ratio, db, verbose=verbose)]
+    if world.rank != 0:
+        return None
+    try:
+        key, factors = fit(results, db, world.size, by="autotune-install --mpi")
+    except (DatabaseError, OSError, ValueError) as exc:
+        raise RuntimeError(f"phase calibration: could not fit/store the factors: {exc}") from exc
+    runs = sum(len(p["rows"]) for p in results) * cal.reps
+    return {"key": key, "factors": factors, "runs": runs, "seconds": time.perf_counter() - t0}
+
+
+def estimate_seconds(cal: PhaseCalibration, nprocs: int, cores: int, rate: float,
+                     run_seconds: float = 0.01) -> float:
+    """Rough wall seconds of ``cal`` on ``nprocs`` ranks: every candidate plan's ``reps + 1`` runs
+    at ``rate`` flop/s per busy core (at most ``cores``), plus a fixed cost per run."""
+    total = 0.0
+    for family in cal.families:
+        for n in cal.sizes:
+            flops = 2.0 * n ** 3 if family == "gemm" else n ** 3 / 3.0
+            cands = [p for p in plans(family, _dims(family, n), nprocs, cores, oversubscribe=True)
+                     if "strassen" not in p.algorithm] + [Plan("local", 1, 1, 1, threads=cores)]
+            total += sum(flops / (rate * min(p.p * p.threads, cores)) + run_seconds for p in cands)
+    return (cal.reps + 1) * total
+
+
+__all__ = ["PhaseCalibration", "calibrate_phases", "estimate_seconds", "factor_lines", "fit", "measure",
+           "total_lines", "validate"]

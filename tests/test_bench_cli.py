@@ -1,0 +1,139 @@
+"""`autotune bench`: regress writes ratios only where --out says, compares against a baseline
+(exit 0, 1 on a regression, 2 with one line for a missing, damaged or foreign baseline);
+validate, rescore and overhead run on the tiny database."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import cli
+
+BASELINES = Path(__file__).resolve().parents[1] / "bench" / "baselines"
+
+
+def _regress(db: Path, *extra: str) -> int:
+    return cli.main(["bench", "regress", "--db", str(db), "--sizes", "40", "96", "--threads", "1",
+                     "--rounds", "9", "--seconds", "0", *extra])
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_db, tmp_path_factory) -> tuple[Path, Path]:
+    """One regress run written to --out and --save-baseline: (out, baseline)."""
+    where = tmp_path_factory.mktemp("regress")
+    out, base = where / "r.json", where / "base.json"
+    assert _regress(tiny_db, "--out", str(out), "--save-baseline", str(base)) == 0
+    return out, base
+
+
+def test_regress_writes_ratios_only_where_out_says(saved):
+    out, base = saved
+    assert sorted(p.name for p in out.parent.iterdir()) == ["base.json", "r.json"]
+    doc = json.loads(out.read_text())
+    assert doc["fingerprint"]["cpu_model"] and doc == json.loads(base.read_text())
+    assert {r["routine"] for r in doc["results"]} == {"gemm", "cholesky"} and len(doc["results"]) == 4
+    for r in doc["results"]:
+        assert r["pairs"] == 9 and r["speedup_q1"] <= r["speedup_median"] <= r["speedup_q3"]
+        assert r["speedup_median"] > 0 and r["aa_median"] > 0 and r["noise"] >= 0
+
+
+def test_regress_against_its_own_baseline_passes(tiny_db, saved, capsys):
+    # a generous floor here and below: this shared machine's load may shift a tiny case between runs
+    assert _regress(tiny_db, "--baseline", str(saved[1]), "--floor", "0.5") == 0
+    assert "0 regression(s) in 4 case(s)" in capsys.readouterr().out
+
+
+def test_a_baseline_much_better_than_this_run_is_a_regression(tiny_db, saved, tmp_path, capsys):
+    doc = json.loads(saved[1].read_text())
+    doc["results"][0]["speedup_median"] *= 100
+    fast = tmp_path / "fast.json"
+    fast.write_text(json.dumps(doc))
+    assert _regress(tiny_db, "--baseline", str(fast), "--floor", "0.5") == 1
+    out = capsys.readouterr().out
+    assert "1 regression(s) in 4 case(s)" in out and f"REGRESSION {doc['results'][0]['case']}" in out
+
+
+def _foreign(saved, tmp_path) -> Path:
+    doc = json.loads(saved[1].read_text())
+    doc["fingerprint"]["cpu_model"] = "Some Other CPU"
+    path = tmp_path / "foreign.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(("make", "says"), [
+    (lambda saved, tmp: tmp / "missing.json", "no such file"),
+    (lambda saved, tmp: (tmp / "garbage.json").write_bytes(b"\x00not json") and tmp / "garbage.json", "damaged"),
+    (lambda saved, tmp: (tmp / "empty.json").write_text('{"results": [{"case": "x"}]}') and tmp / "empty.json",
+     "damaged"),
+    (_foreign, "another machine"),
+])
+def test_a_bad_baseline_is_one_line_and_exit_2(tiny_db, saved, tmp_path, capsys, make, says):
+    path = make(saved, tmp_path)
+    before = path.read_bytes() if path.exists() else None
+    assert _regress(tiny_db, "--baseline", str(path), "--out", str(tmp_path / "r.json")) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], captured.err
+    assert lines[0].startswith("autotune bench regress: error:")
+    assert f"autotune bench regress --save-baseline {path}" in lines[0]
+    assert captured.out == "" and not (tmp_path / "r.json").exists()
+    assert (path.read_bytes() if path.exists() else None) == before       # nothing changed or lost
+
+
+def test_a_stored_baseline_without_fingerprint_is_still_read(tiny_db, capsys):
+    status = cli.main(["bench", "regress", "--db", str(tiny_db), "--sizes", "64", "--threads", "1",
+                       "--routines", "gemm", "--rounds", "3", "--seconds", "0",
+                       "--baseline", str(BASELINES / "regress-xeon-2c.json")])
+    out = capsys.readouterr().out
+    assert status in (0, 1) and "gemm 64x64x64 t=1" in out and "records no machine fingerprint" in out
+
+
+def test_a_baseline_without_this_runs_cases_is_bad_input(tiny_db, saved, capsys):
+    status = cli.main(["bench", "regress", "--db", str(tiny_db), "--sizes", "50", "--threads", "1",
+                       "--routines", "gemm", "--rounds", "3", "--seconds", "0", "--baseline", str(saved[1])])
+    assert status == 2 and "has none of this run's cases" in capsys.readouterr().err
+
+
+def test_regress_refuses_an_output_in_a_missing_directory(tiny_db, tmp_path, capsys):
+    assert _regress(tiny_db, "--out", str(tmp_path / "no" / "r.json")) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bench_validate_rescore_and_overhead(tiny_db, tmp_path, capsys):
+    """validate times every candidate not skipped in both passes; rescore re-predicts without
+    re-timing and changes nothing against the same database; overhead reports cached decisions."""
+    out, md, png = tmp_path / "v.json", tmp_path / "v.md", tmp_path / "v.png"
+    assert cli.main(["bench", "validate", "--db", str(tiny_db), "--sizes", "64", "--threads", "1", "--seconds", "0",
+                     "--reps", "3", "--out", str(out), "--markdown", str(md), "--plot", str(png)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["problems"] == 2
+    for r in doc["results"]:
+        assert r["regret"] >= 1.0
+        assert any("measured" in c for c in r["candidates"])
+    assert png.stat().st_size > 0 and "regret" in md.read_text()
+    assert all(c["passes"] == 2 for r in doc["results"] for c in r["candidates"] if "measured" in c)
+    again = tmp_path / "s.json"
+    assert cli.main(["bench", "rescore", str(out), "--db", str(tiny_db), "--out", str(again), "--retime",
+                     "--pairs", "3"]) == 0
+    rescored = json.loads(again.read_text())
+    assert rescored["summary"]["choices_changed"] == 0
+    assert rescored["summary"]["ape_median"] == doc["summary"]["ape_median"]
+    capsys.readouterr()
+    assert cli.main(["bench", "overhead", "--db", str(tiny_db), "--threads", "1", "--sizes", "100", "300"]) == 0
+    assert "cached" in capsys.readouterr().out
+
+
+def test_compare_a_database_with_itself_and_with_a_missing_one(tiny_db, tmp_path, capsys):
+    assert cli.main(["bench", "compare", str(tiny_db), str(tiny_db), "--min-size", "16"]) == 0
+    assert "worst relative difference 0.00%" in capsys.readouterr().out
+    assert cli.main(["bench", "compare", str(tiny_db), str(tmp_path / "none.h5")]) == 2
+    assert "none.h5: no such database" in capsys.readouterr().err
+
+
+def test_probe_and_drift_run_once(capsys):
+    assert cli.main(["bench", "probe", "--n", "64", "--rounds", "2"]) == 0
+    assert cli.main(["bench", "drift", "--minutes", "0", "--n", "64", "--seconds", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "ratio median" in out and "numpy-openblas: min" in out

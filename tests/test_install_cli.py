@@ -1,0 +1,338 @@
+"""autotune-install's command line: stopping (SIGINT, SIGTERM) ends everything it launched, a run
+that measures nothing is an error, bad --db paths are one-line errors, the MPI run's estimate."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from autotune.install_probe import cli
+from autotune.install_probe import runner as runner_mod
+from autotune.install_probe.comm import estimate_seconds, load_comm_profile
+from mpi_helpers import mpi_env
+
+from autotune import backends as bk
+from autotune.db import load
+
+BACKENDS = ["scipy-openblas", "numpy-openblas"]
+TINY = {
+    "name": "tiny",
+    "backends": BACKENDS,
+    "threads": [1],
+    "timing": {"min_reps": 1, "max_reps": 2, "point_budget_seconds": 0.01, "min_sample_seconds": 1e-5},
+    "measure": [{"routines": ["gemm", "axpy"], "pattern": "square", "sizes": [8, 16]}],
+}
+# Never stable, long samples: a few seconds of work, time to be stopped midway.
+SLOW = dict(TINY, name="slow", timing={"min_reps": 3, "max_reps": 3, "rel_tol": 1e-9, "min_sample_seconds": 0.1,
+                                       "point_budget_seconds": 0.5},
+            measure=[{"routines": ["gemm"], "pattern": "square", "sizes": [96, 128, 160, 192, 224, 256, 288]}])
+# The comm probe at its smallest (as tests/test_comm.py's): the ranks run for tens of seconds.
+COMM_TINY = {
+    "name": "tiny-comm", "sizes": [8, 64, 512, 2048, 4096, 8192, 32768, 131072], "procs": [2], "grids": "none",
+    "timing": {"warmup": 1, "warmup_seconds": 0.0, "rewarm": 1, "min_reps": 2, "max_reps": 3, "rel_tol": 0.5,
+               "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
+    "passes": 1, "check_sides": [128, 256], "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256,
+    "root_reps": 1,
+}
+
+
+def write_yaml(path: Path, data: dict) -> str:
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "autotune.install_probe.cli", *args]
+
+
+# -- /proc: the processes a launch left behind ----------------------------------------------------------
+
+def stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat fields after the command name: [0] state, [1] ppid, [19] start time."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def tree(root: int) -> dict[int, str]:
+    """pid -> start time of every process below ``root``, by the parent links in /proc."""
+    kids: dict[int, list[int]] = {}
+    starts = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = stat(int(entry.name))
+        if fields:
+            kids.setdefault(int(fields[1]), []).append(int(entry.name))
+            starts[int(entry.name)] = fields[19]
+    out, todo = {}, [root]
+    while todo:
+        for pid in kids.get(todo.pop(), []):
+            out[pid] = starts[pid]
+            todo.append(pid)
+    return out
+
+
+def running(pids: dict[int, str]) -> list[int]:
+    """Those of ``pids`` still running (same start time, not a zombie)."""
+    alive = []
+    for pid, start in pids.items():
+        fields = stat(pid)
+        if fields and fields[19] == start and fields[0] not in ("Z", "X"):
+            alive.append(pid)
+    return alive
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def ranks(pids) -> list[int]:
+    """The Python ranks among ``pids`` (not mpiexec/prterun, whose command line names the module too)."""
+    return [p for p in pids if "autotune.install_probe.comm" in cmdline(p) and "python" in Path(cmdline(p)[0]).name]
+
+
+def wait_for(condition, timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+# -- 1. stopping ---------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_stop_signal_ends_mpiexec_and_every_rank(tmp_path, sig):
+    """SIGTERM (as `timeout` sends) or SIGINT to `autotune-install --mpi --np 2`: mpiexec and both
+    ranks end with it, the exit status is 128 + the signal, and the report says what was kept."""
+    prof = write_yaml(tmp_path / "tiny.yaml", COMM_TINY)
+    db, log = tmp_path / "sp.h5", tmp_path / "err.txt"
+    # Output to a file, not a pipe: the ranks inherit it, and reading a pipe to its end would
+    # wait for them to finish on their own.
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen(command("--mpi", "--np", "2", "--profile", prof, "--db", str(db), "--no-progress",
+                                        "--timeout", "300"),
+                                stdout=subprocess.DEVNULL, stderr=err_file, env=mpi_env(), cwd=tmp_path,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    family: dict[int, str] = {}
+    try:
+        assert wait_for(lambda: len(ranks(tree(proc.pid))) >= 2 or proc.poll() is not None, 90), "no ranks started"
+        assert proc.poll() is None, "the probe ended before it could be stopped"
+        time.sleep(1.0)                      # the ranks inside MPI
+        family = tree(proc.pid)
+        assert len(ranks(family)) == 2 and len(family) >= 3, {p: cmdline(p) for p in family}
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        left = wait_for(lambda: not running(family), 3) or running(family)
+        assert left is True, f"still running after the installer ended: {[cmdline(p) for p in running(family)]}"
+        err = log.read_text()
+        assert proc.returncode == 128 + sig, (proc.returncode, err)
+        assert f"stopped by {signal.Signals(sig).name}" in err and "nothing was written" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in running(family):          # never leave a stray rank behind, whatever failed
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_stops_the_blas_probe_like_ctrl_c(tmp_path):
+    """SIGTERM checkpoints what was measured, says --resume finishes it, exits 143."""
+    prof = write_yaml(tmp_path / "slow.yaml", SLOW)
+    db = tmp_path / "db.h5"
+    proc = subprocess.Popen(command("--profile", prof, "--db", str(db), "--no-progress"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        def measured() -> int:
+            try:
+                return len(load(db).records)
+            except Exception:
+                return 0
+
+        assert wait_for(lambda: measured() > 0 or proc.poll() is not None, 60)
+        assert proc.poll() is None, "the probe finished before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, (out, err)
+    assert "interrupted" in out and "--resume" in err
+    assert load(db).run["complete"] is False and len(load(db).records) > 0
+
+
+def test_stop_launched_kills_what_ignores_sigterm(tmp_path):
+    """A launched group whose members ignore SIGTERM still ends: SIGKILL after the grace period."""
+    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "c = subprocess.Popen([sys.executable, '-c', 'import os, signal, time; os.setpgid(0, 0); "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)']); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        assert wait_for(lambda: len(tree(proc.pid)) >= 1, 20)
+        family = tree(proc.pid)
+        t0 = time.monotonic()
+        cli.stop_launched(proc, grace=0.5)
+        assert proc.poll() is not None and not running(family)
+        assert time.monotonic() - t0 < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# -- 2. a run that measures nothing ---------------------------------------------------------------------
+
+@pytest.fixture
+def no_mkl(monkeypatch):
+    """MKL unavailable, whether or not it is installed here."""
+    real = bk.get
+
+    def get(name):
+        if name == "mkl":
+            raise bk.BackendUnavailable("MKL not installed (pip install mkl)")
+        return real(name)
+
+    monkeypatch.setattr(bk, "get", get)
+
+
+def test_only_an_unavailable_backend_is_an_error_and_keeps_the_database(tmp_path, capsys, no_mkl):
+    prof = write_yaml(tmp_path / "tiny.yaml", dict(TINY, backends=[*BACKENDS, "mkl"]))
+    db = tmp_path / "db.h5"
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress"]) == 0
+    before = db.read_bytes()
+    capsys.readouterr()
+    code = cli.main(["--profile", prof, "--db", str(db), "--no-progress", "--only", "mkl"])
+    out, err = capsys.readouterr()
+    assert code != 0
+    lines = [line for line in err.splitlines() if "error" in line]
+    assert len(lines) == 1 and "nothing was measured" in lines[0], err
+    assert "mkl" in lines[0] and "MKL not installed" in lines[0] and "left as it was" in lines[0]
+    assert "complete" not in out
+    assert db.read_bytes() == before
+
+    fresh = tmp_path / "fresh.h5"                  # no database yet: none is made
+    assert cli.main(["--profile", prof, "--db", str(fresh), "--no-progress", "--only", "mkl"]) != 0
+    assert not fresh.exists()
+
+
+def test_only_names_what_the_profile_lacks(tmp_path, capsys):
+    prof = write_yaml(tmp_path / "tiny.yaml", TINY)
+    db = tmp_path / "db.h5"
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress", "--only", "blis"]) != 0
+    assert "does not use backend blis" in capsys.readouterr().err
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress", "--only", "potrf"]) != 0
+    err = capsys.readouterr().err
+    assert "nothing was measured" in err and "selects no routine" in err and not db.exists()
+
+
+def test_every_point_failing_is_an_error(tmp_path, capsys, monkeypatch):
+    prof = write_yaml(tmp_path / "tiny.yaml", TINY)
+    db = tmp_path / "db.h5"
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress"]) == 0
+    records = load(db).records.copy()
+
+    def broken(*args, **kw):
+        raise RuntimeError("broken library")
+
+    monkeypatch.setattr(runner_mod, "build", broken)
+    capsys.readouterr()
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress"]) == 1
+    out, err = capsys.readouterr()
+    assert "nothing was measured" in err and "complete" not in out
+    assert (load(db).records == records).all()        # the earlier points are all still there
+
+
+# -- 3. --db paths ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mpi", [False, True])
+def test_db_naming_a_directory_is_a_one_line_error(tmp_path, capsys, mpi):
+    (tmp_path / "keep.txt").write_text("x")
+    before = sorted(os.listdir(tmp_path))
+    args = ["--mpi", "--np", "2"] if mpi else ["--profile", write_yaml(tmp_path.parent / "t.yaml", TINY)]
+    assert cli.main([*args, "--db", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a directory" in err and "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_db_directory_from_the_environment(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path))
+    assert cli.main(["--profile", write_yaml(tmp_path / "t.yaml", TINY), "--no-progress"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_db_in_missing_directories_creates_them(tmp_path, capsys):
+    db = tmp_path / "x" / "y" / "sp.h5"
+    assert cli.main(["--profile", write_yaml(tmp_path / "t.yaml", TINY), "--db", str(db), "--no-progress"]) == 0
+    assert len(load(db).records) > 0
+
+
+def test_db_under_a_file_or_unwritable_directory(tmp_path, capsys, monkeypatch):
+    prof = write_yaml(tmp_path / "t.yaml", TINY)
+    (tmp_path / "plain").write_text("x")
+    assert cli.main(["--profile", prof, "--db", str(tmp_path / "plain" / "sp.h5"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a directory" in err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    assert cli.main(["--profile", prof, "--db", str(locked / "a" / "sp.h5"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not writable" in err and not (locked / "a").exists()
+
+
+# -- 4. the MPI run's default profile and estimate ------------------------------------------------------
+
+def test_mpi_default_profile_and_blas_default(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "launch_comm_probe", lambda n, profile, db, **kw: seen.update(profile=profile) or 0)
+    assert cli.main(["--mpi", "--np", "2"]) == 0
+    assert seen["profile"] == cli.MPI_DEFAULT_PROFILE
+    monkeypatch.setattr(cli, "run_probe", lambda profile, *a, **kw: seen.update(blas=profile.name) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        cli.main([])
+    assert seen["blas"] == cli.BLAS_DEFAULT_PROFILE == "standard"
+
+
+def test_estimate_grows_with_the_plan_and_the_default_fits_five_minutes():
+    quick, std = load_comm_profile("quick"), load_comm_profile("standard")
+    default = load_comm_profile(cli.MPI_DEFAULT_PROFILE)
+    for cores in (2, 4):
+        assert estimate_seconds(quick, 2, cores)[1] < estimate_seconds(quick, 4, cores)[1]
+        assert estimate_seconds(quick, 4, cores)[1] < estimate_seconds(std, 4, cores)[0]
+        low, high = estimate_seconds(default, 4, cores)
+        assert 0 < low <= high <= 7 * 60
+    assert estimate_seconds(std, 4, 2)[1] > 15 * 60        # standard at P = 4 on two cores: long
+
+
+def test_launch_prints_the_estimate_first(tmp_path, monkeypatch, capsys):
+    class Done:
+        pid = 0
+
+        def __init__(self, cmd, env, **kw):
+            pass
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Done)
+    monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
+    monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
+    assert cli.launch_comm_probe(4, "quick", tmp_path / "x.h5", quiet=True) == 0
+    err = capsys.readouterr().err
+    assert "estimated run time" in err and "'quick'" in err and "P = 4" in err and "estimate" in err

@@ -1,0 +1,142 @@
+"""Collective calls agree on their arguments, errors and cores: no rank hangs or returns alone.
+
+One launch runs every case (mismatched ``lower``/``root``/family, exceptions of any type on the
+root, local-plan errors, an out-of-range root, ranks pinned to one core each) and prints one line
+per rank and case; the test checks that every rank raised the expected type with one message.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+from mpi_helpers import run_mpi
+
+from autotune.distributed.collective import mask_cores, node_cores, rebuilt, verdict_of
+
+AGREE = """
+import contextlib, io, os, sys
+import numpy as np, scipy.linalg as sl
+from mpi4py import MPI
+import autotune
+from autotune import tuned_cholesky, tuned_gemm
+from autotune.tuned_mpi import _decide, distributed_gemm
+from autotune.distributed.collective import gather_cores
+from autotune.distributed.plan import Plan
+autotune.set_options(db=sys.argv[1])
+comm = MPI.COMM_WORLD
+P, rank, root = comm.size, comm.rank, comm.rank == 0
+rng = np.random.default_rng(2)
+g = rng.standard_normal((300, 300)); s = g @ g.T + 300 * np.eye(300)
+a = rng.standard_normal((40, 30)); b = rng.standard_normal((30, 20))
+dist = {"algorithm": "cholesky", "p": P, "r": 1, "c": P, "b": 32}
+
+class MyError(RuntimeError):
+    pass
+
+class Bad:
+    def __array__(self, dtype=None, copy=None):
+        raise MyError("no array here")
+
+words = np.array([["x", "y"], ["z", "w"]], dtype=object)
+cases = {
+    "lower": (ValueError, lambda: tuned_cholesky(s if root else None, lower=root, comm=comm)),
+    "lower_forced": (ValueError, lambda: tuned_cholesky(s if root else None, lower=root, comm=comm, config=dist)),
+    "root_differs": (ValueError, lambda: tuned_cholesky(s if root else None, root=rank, comm=comm)),
+    "family": (ValueError, lambda: tuned_gemm(a, b, comm=comm) if root else tuned_cholesky(None, comm=comm)),
+    "array_raises_chol": (RuntimeError, lambda: tuned_cholesky(Bad() if root else None, comm=comm)),
+    "array_raises_gemm": (RuntimeError, lambda: distributed_gemm(Bad() if root else None, b, comm)),
+    "array_raises_tuned": (RuntimeError, lambda: tuned_gemm(Bad() if root else None, b, comm=comm, trans_a=True)),
+    "c_shape": (ValueError, lambda: tuned_gemm(a, b, c=np.ones((3, 3)), beta=1.0, comm=comm)),
+    "out_shape": (ValueError, lambda: tuned_gemm(a, b, np.empty((2, 2)), comm=comm)),
+    "not_pd_local": (np.linalg.LinAlgError, lambda: tuned_cholesky(-s if root else None, comm=comm,
+                                                                   config=Plan("local", 1))),
+    "not_pd": (np.linalg.LinAlgError, lambda: tuned_cholesky(-s if root else None, comm=comm)),
+    "gemm_local": (TypeError, lambda: tuned_gemm(words if root else None, words if root else None, comm=comm)),
+    "root_5": (ValueError, lambda: tuned_cholesky(s if root else None, root=5, comm=comm)),
+    "root_negative": (ValueError, lambda: tuned_gemm(a, b, root=-1, comm=comm)),
+    "root_str": (ValueError, lambda: tuned_gemm(a, b, root="0", comm=comm)),
+    "root_mixed": (ValueError, lambda: tuned_gemm(a, b, root=0 if root else 5, comm=comm)),
+}
+for name, (want, call) in cases.items():
+    try:
+        call()
+    except Exception as exc:
+        print("ERR", name, rank, isinstance(exc, want), type(exc).__name__, str(exc), flush=True)
+    else:
+        print("NOERR", name, rank, flush=True)
+# the root keeps its own exception type
+try:
+    tuned_cholesky(Bad() if root else None, comm=comm)
+except RuntimeError as exc:
+    assert type(exc).__name__ == ("MyError" if root else "RuntimeError"), type(exc)
+# still in step after all that
+f = tuned_cholesky(s if root else None, lower=True, comm=comm)
+c = tuned_gemm(a if root else None, b if root else None, comm=comm)
+c0 = rng.standard_normal((20, 40)); o = np.empty((20, 40))
+cd = tuned_gemm(b.T if root else None, a if root else None, o, comm=comm, alpha=2.0, beta=0.5, c=c0, trans_b=True,
+                config={"algorithm": "bsr", "p": P, "r": P, "c": 1})
+if root:
+    assert cd is o
+    np.testing.assert_allclose(o, 2.0 * (b.T @ a.T) + 0.5 * c0, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(f, sl.cholesky(s, lower=True), rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+# ranks pinned to one core each (as mpiexec binds them): the node still has P cores for the plans
+cpus = sorted(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+cores, own = gather_cores(comm)
+assert cores == min(P, len(cpus)) and own == [1] * P, (cores, own)
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    plan, _, _ = _decide("gemm", lambda: (a, b), comm, 0, None, True, None)
+assert plan.threads == 1, plan
+if root:
+    assert f"p={P}" in out.getvalue(), out.getvalue()
+print("OK", rank, flush=True)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two ranks apart")
+def test_ranks_agree_on_arguments_errors_and_cores(tiny_db, tmp_path):
+    out = run_mpi(AGREE, 2, tmp_path, args=[str(tiny_db)])
+    assert out.stdout.count("OK") == 2 and "NOERR" not in out.stdout, out.stdout + out.stderr
+    errs = [ln.split(" ", 5) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
+    for case in {e[1] for e in errs} | {"lower", "not_pd_local", "root_5", "gemm_local", "array_raises_gemm",
+                                        "array_raises_tuned", "c_shape", "out_shape"}:
+        rows = [e for e in errs if e[1] == case]
+        assert {e[2] for e in rows} == {"0", "1"}, (case, rows)
+        assert all(e[3] == "True" for e in rows), (case, rows)
+        assert len({e[5] for e in rows}) == 1, (case, rows)
+
+
+def test_node_cores_union_of_masks_on_the_roots_host():
+    infos = [("a", 0b0001), ("a", 0b0010), ("b", 0b1111), ("a", 0b0010)]
+    assert node_cores(infos, 0) == 2 and node_cores(infos, 2) == 4
+    assert mask_cores(infos) == [1, 1, 4, 1]
+
+
+def test_plan_threads_fit_the_smallest_mask():
+    from autotune.plans import Plan
+    from autotune.tuned_mpi import _fit_threads
+
+    infos = [("a", 0b0011), ("a", 0b1100), ("a", 0b10000)]
+    assert _fit_threads(Plan("summa", 2, 1, 2, b=32, threads=4), infos, 0).threads == 2
+    assert _fit_threads(Plan("summa", 3, 1, 3, b=32, threads=2), infos, 0).threads == 1
+    assert _fit_threads(Plan("local", 1, threads=3), infos, 2).threads == 1
+    assert _fit_threads(Plan("local", 1, threads=1), infos, 0).threads == 1
+
+
+def test_rebuilt_errors_keep_or_match_the_type():
+    import numpy as np
+
+    class MyError(RuntimeError):
+        pass
+
+    own = MyError("boom")
+    assert type(rebuilt(verdict_of(own), 0, 2, own)) is MyError
+    other = rebuilt(verdict_of(own), 0, 2)
+    assert type(other) is RuntimeError and str(other) == "rank 0: boom"
+    lin = rebuilt(verdict_of(np.linalg.LinAlgError("not pd")), 1, 2)
+    assert isinstance(lin, np.linalg.LinAlgError) and str(lin) == "rank 1: not pd"
+    uni = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad")
+    assert type(rebuilt(verdict_of(uni), 0, 1)) is UnicodeError       # the nearest one-argument type
+    assert rebuilt(verdict_of(uni), 0, 1, uni) is uni                   # its own rank keeps it as is
