@@ -39,7 +39,7 @@ def parser() -> argparse.ArgumentParser:
                    help="measure only these routines and/or backends (e.g. --only gemm potrf mkl)")
     p.add_argument("--resume", action="store_true", help="finish an interrupted run of the same profile")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    val = p.add_argument_group("validation (issue 5): check models on off-grid sizes, store fitted ones where needed")
+    val = p.add_argument_group("validation: check models on off-grid sizes, store fitted ones where needed")
     val.add_argument("--validate", action="store_true",
                      help="run only the validation step on the existing database (--profile quick|standard|FILE)")
     val.add_argument("--with-validate", action="store_true",
