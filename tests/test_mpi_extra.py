@@ -5,9 +5,9 @@ import importlib.util
 
 import numpy as np
 import pytest
+from autotune.install_probe import cli
 
 import autotune
-from autotune.install_probe import cli
 
 
 @pytest.fixture
