@@ -1,5 +1,5 @@
 """Repeatability of the distributed runs: the same plans measured in two or more rounds of
-``mpi_validate`` (its ``--out`` files; each phase there is already the median of its runs).
+``autotune bench mpi-validate`` (its ``--out`` files; each phase there is already the median of its runs).
 
     python bench/mpi_repeatability.py ROUND_A.json ROUND_B.json [ROUND_C.json ...]
 
@@ -23,7 +23,7 @@ MIN_SECONDS = 1e-3
 
 
 def measured(doc: dict) -> dict:
-    """(n, plan) -> the measured phases of one ``mpi_validate`` output."""
+    """(n, plan) -> the measured phases of one ``autotune bench mpi-validate`` output."""
     return {(res["n"], row["plan"]): row["measured"] for res in doc["results"] for row in res["rows"]}
 
 
@@ -49,7 +49,7 @@ def table(rounds: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rounds", nargs="+", help="mpi_validate --out files of the same family and platform")
+    ap.add_argument("rounds", nargs="+", help="mpi-validate --out files of the same family and platform")
     args = ap.parse_args(argv)
     if len(args.rounds) < 2:
         ap.error("need at least two rounds")

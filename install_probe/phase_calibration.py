@@ -3,7 +3,7 @@ problems and fit this platform's per-(algorithm, phase) factors measured/analyti
 (``models.fitted_phases``), stored with the platform's key.
 
 ``autotune-install --mpi`` ends with it (profile key ``phase_calibration``), and
-``bench/mpi_validate.py`` times its plans with the same functions. The root ranks every plan
+``autotune bench mpi-validate`` times its plans with the same functions. The root ranks every plan
 (oversubscribed ones too: their models are checked), keeps those predicted within ``max_ratio``
 of the best (and the selector's choice), and every plan is forced and timed: median of ``reps``
 runs, the plans' runs interleaved round by round, each run from the same root-held matrices to
@@ -172,7 +172,7 @@ def _family_info(results: list[dict], by: str) -> dict[str, dict]:
     return out
 
 
-def fit(results: list[dict], db: str | None, nprocs: int, by: str = "bench/mpi_validate.py"
+def fit(results: list[dict], db: str | None, nprocs: int, by: str = "autotune bench mpi-validate"
         ) -> tuple[str | None, list[PhaseFactor]]:
     """Fit this platform's phase factors from the analytical phases of the runs and store them,
     keeping the stored factors of families these runs did not time. Returns (platform key, factors)."""

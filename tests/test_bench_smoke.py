@@ -1,13 +1,11 @@
-"""`autotune explain` and the MPI validation's summary (the `autotune bench` subcommands: test_bench_cli.py)."""
+"""`autotune explain` and `autotune bench mpi-validate`'s summary (the other `autotune bench` subcommands:
+test_bench_cli.py; the mpi-* ones under mpiexec: test_bench_mpi.py)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from autotune import cli
-
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from autotune.benchmarks import mpi_validate as mv
 
 
 @pytest.mark.parametrize(("argv", "expect"), [
@@ -29,11 +27,6 @@ def test_cli_explain_errors(tmp_path, capsys):
 def test_mpi_validate_summary_reports_fitted_and_analytical_errors():
     """The distributed validation reports the median APE of the prediction it used (with fitted
     phase factors) and of the analytical models alone, and the selection deviation table."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("mpi_validate", BENCH / "mpi_validate.py")
-    mv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mv)
     phases = ("distribution", "communication", "compute", "collection")
 
     def row(plan, measured, predicted, model):

@@ -72,7 +72,7 @@ def test_calibration_line_names_the_platform_runs_and_the_chosen_plans_factors()
 def test_show_lists_stored_calibrations_and_legacy_ones(tmp_path):
     path = tmp_path / "db.h5"
     save_phase_factors(path, "k", [PhaseFactor("gemm", "bsr", "collection", 2.0, 3, 0.1, 50.0, 5.0)],
-                       info={"sizes": [1536, 2560], "nprocs": 2})          # as bench/mpi_validate.py stored
+                       info={"sizes": [1536, 2560], "nprocs": 2})  # as `autotune bench mpi-validate` stores
     lines = cli.phase_calibration_lines(path, "k")
     assert "n = 1536, 2560" in lines[0] and "bsr" in lines[1] and "collection x2.00" in lines[1]
     assert "none" in cli.phase_calibration_lines(path, "other")[0]

@@ -1,14 +1,27 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
-a new benchmark (the MPI ones next, run under ``mpiexec``) is one more module in COMMANDS."""
+a new benchmark is one more module in COMMANDS. The ``mpi-*`` ones run under ``mpiexec -n P``
+(mpi4py imported inside ``run``; without it one line naming the ``mpi`` extra, exit 2)."""
 from __future__ import annotations
 
 import argparse
 
-from autotune.benchmarks import compare, drift, overhead, probe, regress, rescore, validate
+from autotune.benchmarks import (
+    compare,
+    drift,
+    mpi_rescore,
+    mpi_speed,
+    mpi_validate,
+    overhead,
+    probe,
+    regress,
+    rescore,
+    validate,
+)
 
 COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overhead": overhead,
-            "compare": compare, "drift": drift, "probe": probe}
+            "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
+            "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,31 +1,34 @@
-"""Distributed validation: run every plan (exhaustive), compare phases and totals with the models.
+"""``autotune bench mpi-validate``: run every plan (exhaustive) under ``mpiexec -n P``, compare
+phases and totals with the models.
 
-Run collectively under mpiexec; the root ranks the plans for each problem (oversubscribed ones
-too, so that their models are checked; the selector's choice obeys ranks x threads <= cores and
-the best measured is over every plan timed), every plan is forced
-and timed (median of ``--reps`` runs, the plans' runs interleaved round by round; each run
-from root-held matrices, the same for every plan, to the gathered result),
-per-phase times are the maximum over ranks (each phase the median of its runs). Reports the
-absolute percentage error per phase and for the total, and per problem the best measured plan,
-the model's choice and the deviation t(choice) / t(best) - 1 (the layout of 001 tables 3.44-3.45).
-Output JSON and Markdown. The plans are ranked, run and fitted by
-``autotune.install_probe.phase_calibration``, the step ``autotune-install --mpi`` ends with.
+The root ranks the plans for each problem (oversubscribed ones too, so that their models are
+checked; the selector's choice obeys ranks x threads <= cores and the best measured is over every
+plan timed), every plan is forced and timed (median of ``--reps`` runs, the plans' runs
+interleaved round by round; each run from root-held matrices, the same for every plan, to the
+gathered result), per-phase times are the maximum over ranks (each phase the median of its runs).
+Reports the absolute percentage error per phase and for the total, and per problem the best
+measured plan, the model's choice and the deviation t(choice) / t(best) - 1 (the layout of 001
+tables 3.44-3.45). Output JSON and Markdown, only where ``--out``/``--markdown`` say. The plans
+are ranked, run and fitted by ``autotune.install_probe.phase_calibration``, the step
+``autotune-install --mpi`` ends with; ``--fit`` stores phase factors from these runs,
+``--fit-from`` from earlier ``--out`` files (no runs, no mpiexec).
 
-    mpiexec -n 2 python bench/mpi_validate.py --family gemm --sizes 1024 2048 4096 \
-        --out $RESULTS/mpi-validate-gemm-P2.json --markdown $RESULTS/mpi-validate-gemm-P2.md
-
-(``RESULTS``: any directory outside the checkout; without ``--out``/``--markdown`` nothing is written.)
+    mpiexec -n 2 autotune bench mpi-validate --family gemm --sizes 1024 2048 4096 \
+        --out mpi-validate-gemm-P2.json --markdown mpi-validate-gemm-P2.md
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import sys
 
 import numpy as np
-from autotune.install_probe.phase_calibration import factor_lines, fit, validate
 
+from autotune.benchmarks._common import error, output_problem, write_json, write_text
 from autotune.plans import PHASES
+from autotune.tuned_mpi import MPI_MISSING
+
+HELP = "every distributed plan timed against its phase models (under mpiexec -n P)"
 
 SMOKE_SIZES = (48,)
 
@@ -79,28 +82,44 @@ def markdown(results: list[dict], summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
-    p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048])
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048], help="square sizes")
+    p.add_argument("--reps", type=int, default=3, help="timed runs of each plan (median)")
     p.add_argument("--max-ratio", type=float, default=3.0, help="run plans predicted within this x the best")
-    p.add_argument("--db", default=None)
-    p.add_argument("--out", default=None)
-    p.add_argument("--markdown", default=None)
+    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    p.add_argument("--out", metavar="FILE.json", help="write every run and the summary here (the root)")
+    p.add_argument("--markdown", metavar="FILE.md", help="write the tables here (the root)")
     p.add_argument("--strassen", action="store_true", help="also rank the Strassen plans (opt-in, as in the API)")
     p.add_argument("--smoke", action="store_true", help="one tiny problem, one rep (harness check)")
     p.add_argument("--fit", action="store_true",
                    help="fit phase factors (measured / analytical) from these runs and store them in the database")
     p.add_argument("--fit-from", nargs="+", metavar="JSON",
                    help="fit phase factors from earlier --out files (no runs; no mpiexec needed)")
-    args = p.parse_args(argv)
+
+
+def run(args) -> int:
+    """Time every plan collectively; the root prints the median APEs and writes what was asked."""
+    from autotune.install_probe.phase_calibration import validate
+
     if args.fit_from:
+        loaded = []
         for name in args.fit_from:
-            with open(name) as f:
-                results = json.load(f)["results"]
+            try:
+                with open(name) as f:
+                    loaded.append(json.load(f)["results"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                return error("mpi-validate", f"--fit-from {name}: not an `autotune bench mpi-validate --out` file "
+                                             f"({exc})")
+        for results in loaded:
             fit_and_report(results, args.db, results[0]["nprocs"])
         return 0
+    problem = output_problem("--out", args.out) or output_problem("--markdown", args.markdown) or (
+        "" if min(args.sizes) >= 1 and args.reps >= 1 else "--sizes and --reps must be positive")
+    if problem:
+        return error("mpi-validate", problem)
+    if importlib.util.find_spec("mpi4py") is None:
+        return error("mpi-validate", MPI_MISSING)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
@@ -108,13 +127,11 @@ def main(argv=None) -> int:
     results = validate(args.family, sizes, comm, reps, args.max_ratio, args.db, args.strassen)
     if comm.rank == 0:
         summary = summarise(results)
-        print(json.dumps({"ape_median": summary["ape_median"], "within_10pct": summary["within_10pct"]}))
+        print(json.dumps({"ape_median": summary["ape_median"], "within_10pct": summary["within_10pct"]}), flush=True)
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump({"results": results, "summary": summary}, f, indent=1)
+            write_json(args.out, {"results": results, "summary": summary})
         if args.markdown:
-            with open(args.markdown, "w") as f:
-                f.write(markdown(results, summary))
+            write_text(args.markdown, markdown(results, summary))
         if args.fit:
             fit_and_report(results, args.db, comm.size)
     return 0
@@ -122,10 +139,8 @@ def main(argv=None) -> int:
 
 def fit_and_report(results: list[dict], db: str | None, nprocs: int) -> None:
     """Fit and store this platform's phase factors from the runs (``phase_calibration.fit``), print them."""
+    from autotune.install_probe.phase_calibration import factor_lines, fit
+
     key, factors = fit(results, db, nprocs)
     print(f"phase factors of platform {key}:")
     print("\n".join(factor_lines(factors)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

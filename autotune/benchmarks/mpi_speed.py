@@ -1,47 +1,45 @@
-"""Distributed speed at P ranks against one-process numpy/scipy and dask, side by side in one run.
+"""``autotune bench mpi-speed``: distributed speed at P ranks against one-process numpy/scipy and
+dask, side by side in one run, under ``mpiexec -n P``.
 
-Run under ``mpiexec -n P``. Alternating blocks in one run: ``--rounds`` distributed calls (the
-model's best plan with P ranks and one BLAS thread per rank, root-held data to gathered result),
-then on the root only — the other ranks sleep-wait so they steal no core — as many rounds of
-numpy's matmul / scipy's cholesky with P threads and dask.array (threaded scheduler, P workers,
-one BLAS thread each, chunks of each ``--chunks`` size). Blocks, not per-call interleaving: a
-P-thread baseline leaves the root's BLAS pool disturbing the next distributed run for seconds
-(measured: +0.2 s of data movement at n = 4096). Reports medians, quartiles and ratios.
+Alternating blocks in one run: ``--rounds`` distributed calls (the model's best plan with P ranks
+and one BLAS thread per rank, root-held data to gathered result), then on the root only — the
+other ranks sleep-wait so they steal no core — as many rounds of numpy's matmul / scipy's
+cholesky with P threads and dask.array (threaded scheduler, P workers, one BLAS thread each,
+chunks of each ``--chunks`` size; dask comes with the ``bench`` extra, ``--chunks`` with no size
+leaves it out). Blocks, not per-call interleaving: a P-thread baseline leaves the root's BLAS pool
+disturbing the next distributed run for seconds (measured: +0.2 s of data movement at n = 4096).
+Reports medians, quartiles and ratios; results only where ``--out`` says.
 
-    mpiexec -n 2 python bench/mpi_speed.py --n 4096 --rounds 5 --out bench/results/mpi-speed-P2.json
+    mpiexec -n 2 autotune bench mpi-speed --family gemm --n 4096 --rounds 5 --out FILE.json
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
-import sys
 import time
 
 import numpy as np
-from autotune.install_probe.operands import spd_matrix
 from threadpoolctl import threadpool_limits
 
+from autotune.benchmarks._common import error, output_problem, timed, write_json
 from autotune.config import options
-from autotune.distributed.collective import gather_cores, quiet_barrier
+from autotune.db import load_sp
+from autotune.db.comm import load_comm
 from autotune.plans import Plan
+from autotune.select.distributed import rank_plans
+from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm
 
+HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P)"
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
 # would slow the next distributed run (the probe settles the same way).
 SETTLE_SECONDS = 0.5
 
 
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def best_plan(family: str, n: int, comm, db) -> Plan:
     """The model's best plan that uses every rank with one BLAS thread each, for the cores of the
     root's node (collective: a rank bound to one core does not see the node's count)."""
-    from autotune.db import load_sp
-    from autotune.db.comm import load_comm
-    from autotune.select.distributed import rank_plans
+    from autotune.distributed.collective import gather_cores
 
     plan = None
     cores, _ = gather_cores(comm)
@@ -53,39 +51,57 @@ def best_plan(family: str, n: int, comm, db) -> Plan:
 
 
 def baselines(family: str, a, b, P: int, chunks) -> dict[str, float]:
-    import dask
-    import dask.array as da
+    """One-process times on the root: numpy/scipy with P threads, dask per chunk size."""
     import scipy.linalg as sl
 
     out = {}
     with threadpool_limits(P):
-        out["numpy" if family == "gemm" else "scipy"] = _timed(
+        out["numpy" if family == "gemm" else "scipy"] = timed(
             (lambda: a @ b) if family == "gemm" else (lambda: sl.cholesky(a, lower=True)))
+    if not chunks:
+        return out
+    import dask
+    import dask.array as da
+
     with threadpool_limits(1), dask.config.set(scheduler="threads", num_workers=P):
         for ch in chunks:
             if family == "gemm":
                 x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=ch)
-                out[f"dask{ch}"] = _timed(lambda x=x, y=y: (x @ y).compute())
+                out[f"dask{ch}"] = timed(lambda x=x, y=y: (x @ y).compute())
             else:
                 x = da.from_array(a, chunks=ch)
-                out[f"dask{ch}"] = _timed(lambda x=x: da.linalg.cholesky(x, lower=True).compute())
+                out[f"dask{ch}"] = timed(lambda x=x: da.linalg.cholesky(x, lower=True).compute())
     return out
 
 
-def main(argv=None) -> int:
-    from mpi4py import MPI
-
-    from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
-
-    p = argparse.ArgumentParser(description=__doc__)
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
-    p.add_argument("--n", type=int, default=4096)
+    p.add_argument("--n", type=int, default=4096, help="square size")
     p.add_argument("--rounds", type=int, default=3, help="timed runs per block (after one warm-up run)")
     p.add_argument("--blocks", type=int, default=2, help="alternating blocks: distributed runs, then baselines")
-    p.add_argument("--chunks", type=int, nargs="+", default=[1024, 2048])
-    p.add_argument("--db", default=None)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
+    p.add_argument("--chunks", type=int, nargs="*", default=[1024, 2048],
+                   help="dask chunk sizes (none: no dask comparison)")
+    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
+
+
+def run(args) -> int:
+    """Time the blocks collectively; the root prints the report (and writes it to --out)."""
+    problem = output_problem("--out", args.out) or (
+        "" if args.n >= 1 and args.rounds >= 1 and args.blocks >= 1 and min(args.chunks, default=1) >= 1
+        else "--n, --rounds, --blocks and --chunks must be positive")
+    if problem:
+        return error("mpi-speed", problem)
+    if importlib.util.find_spec("mpi4py") is None:
+        return error("mpi-speed", MPI_MISSING)
+    if args.chunks and importlib.util.find_spec("dask") is None:
+        return error("mpi-speed", 'the dask comparison needs dask: pip install "autotune[bench]" '
+                                  "(or --chunks with no size to leave it out)")
+    from mpi4py import MPI
+
+    from autotune.distributed.collective import quiet_barrier
+    from autotune.install_probe.operands import spd_matrix
+
     comm, P = MPI.COMM_WORLD, MPI.COMM_WORLD.size
     rng = np.random.default_rng(0)
     n = args.n
@@ -117,18 +133,13 @@ def main(argv=None) -> int:
         times = {k: [x for i, x in enumerate(v) if i % (args.rounds + 1)] for k, v in times.items()}
         med = {k: float(np.median(v)) for k, v in times.items()}
         base = "numpy" if args.family == "gemm" else "scipy"
-        dask_best = min(v for k, v in med.items() if k.startswith("dask"))
         report = {"family": args.family, "n": n, "P": P, "plan": str(plan), "median_s": med,
                   "quartiles_s": {k: np.percentile(v, [25, 75]).tolist() for k, v in times.items()},
-                  f"speedup_vs_{base}": med[base] / med["autotune"],
-                  "speedup_vs_dask_best": dask_best / med["autotune"],
-                  f"dask_vs_{base}": med[base] / dask_best}
-        print(json.dumps(report, indent=1))
+                  f"speedup_vs_{base}": med[base] / med["autotune"]}
+        if args.chunks:
+            dask_best = min(v for k, v in med.items() if k.startswith("dask"))
+            report |= {"speedup_vs_dask_best": dask_best / med["autotune"], f"dask_vs_{base}": med[base] / dask_best}
+        print(json.dumps(report, indent=1), flush=True)
         if args.out:
-            with open(args.out, "w") as f:
-                json.dump(report, f, indent=1)
+            write_json(args.out, report)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

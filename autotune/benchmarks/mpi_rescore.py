@@ -1,0 +1,73 @@
+"""``autotune bench mpi-rescore``: saved ``autotune bench mpi-validate`` runs re-scored with the
+current analytical models, without re-timing (no mpiexec): each distributed row's analytical
+prediction is replaced, then ``mpi_validate.summarise`` gives the median APE per phase
+(one-process rows keep their saved prediction).
+
+    autotune bench mpi-rescore RUN.json ... --db DB --np P --family gemm   # P: the platform's world size
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks.mpi_validate import summarise
+from autotune.db import load_sp
+from autotune.db.comm import load_comm
+from autotune.plans import Plan
+from autotune.select.distributed import predict
+
+HELP = "re-score mpi-validate runs with the current models, without re-timing"
+PLAN = re.compile(r"(\w+) p=(\d+) grid=(\d+)x(\d+)(?: b=(\d+))?(?: l=(\d+))? \[([\w-]+), (\d+)t\]")
+
+
+def parse(text: str) -> Plan | None:
+    """The Plan a result row names (``str(plan)``); None for the one-process row."""
+    m = PLAN.match(text)
+    if not m or m.group(1) == "local":
+        return None
+    alg, p, r, c, b, level, backend, threads = m.groups()
+    return Plan(alg, int(p), int(r), int(c), int(b or 0), int(level or 0), int(threads), backend)
+
+
+def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
+    """``results`` with every distributed row's ``model`` predicted by the current code."""
+    for res in results:
+        dims = (res["n"],) if family == "cholesky" else (res["n"],) * 3
+        for row in res["rows"]:
+            plan = parse(row["plan"])
+            if plan is not None:
+                row["model"] = predict(family, dims, plan, sp, cp, fitted=False)
+    return results
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN.json", help="outputs of `autotune bench mpi-validate --out`")
+    p.add_argument("--db", required=True, help="database to re-predict with")
+    p.add_argument("--np", type=int, required=True, help="the platform's world size P")
+    p.add_argument("--family", choices=["gemm", "cholesky"], required=True)
+    p.add_argument("--out", metavar="FILE.json", help="write the re-scored runs and summary here")
+
+
+def run(args) -> int:
+    """Print the analytical median APE per phase of the re-scored runs."""
+    problem = output_problem("--out", args.out) or ("" if args.np >= 1 else "--np must be positive")
+    if problem:
+        return error("mpi-rescore", problem)
+    results = []
+    for path in args.runs:
+        try:
+            with open(path) as f:
+                results += json.load(f)["results"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return error("mpi-rescore", f"{path}: not an `autotune bench mpi-validate --out` file ({exc})")
+    sp = load_sp(args.db)
+    if sp.table is None:
+        return error("mpi-rescore", f"no usable database ({sp.reason}): {args.db}", 1)
+    summary = summarise(rescore(results, args.family, sp, load_comm(args.db, nprocs=args.np)))
+    ape = summary["ape_median_analytical"]
+    print(" ".join(f"{k} {v:.1f}" for k, v in ape.items() if v is not None))
+    if args.out:
+        write_json(args.out, {"results": results, "summary": summary})
+    return 0

@@ -1,0 +1,83 @@
+"""`autotune bench mpi-speed / mpi-validate / mpi-rescore`: the MPI benchmarks run under mpiexec on
+tiny sizes and write only where --out/--markdown say; without mpi4py, one line naming the extra."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mpi_helpers import MPI_TIMEOUT, mpi_command, mpi_env
+
+from autotune import cli
+
+
+def _bench_mpi(np_: int, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``mpiexec -n np_ autotune bench ARGV`` (the console script next to this Python), with a timeout."""
+    exe = Path(sys.executable).with_name("autotune")
+    launcher = [str(exe)] if exe.exists() else [sys.executable, "-m", "autotune.cli"]
+    cmd = mpi_command(np_, [*launcher, "bench", *argv])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"timed out after {MPI_TIMEOUT} s: {cmd}\n{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture
+def no_mpi4py(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mpi4py" else real(name, *a))
+
+
+@pytest.mark.parametrize("command", [["mpi-speed", "--n", "64"], ["mpi-validate", "--smoke"]])
+def test_mpi_bench_without_mpi4py_is_one_line(no_mpi4py, command, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert cli.main(["bench", *command, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'pip install "autotune[mpi]"' in err[0] and err[0].startswith(
+        f"autotune bench {command[0]}: error:"), err
+    assert not out.exists()
+
+
+@pytest.mark.filterwarnings("ignore:communication parameters unavailable")
+def test_mpi_validate_smoke_then_rescore_and_fit_from(tiny_db, tmp_path, capsys):
+    """mpi-validate times the plans of one tiny problem on 2 ranks and writes JSON and Markdown;
+    mpi-rescore re-predicts them without re-timing; --fit-from stores factors without mpiexec."""
+    db, run_dir = tmp_path / "sp.h5", tmp_path / "run"
+    shutil.copy(tiny_db, db)
+    run_dir.mkdir()
+    out, md = tmp_path / "v.json", tmp_path / "v.md"
+    proc = _bench_mpi(2, ["mpi-validate", "--smoke", "--db", str(db), "--out", str(out), "--markdown", str(md)],
+                      run_dir)
+    assert "ape_median" in proc.stdout
+    assert not list(run_dir.iterdir())                      # results only where --out/--markdown say
+    doc = json.loads(out.read_text())
+    assert doc["results"][0]["nprocs"] == 2 and doc["results"][0]["rows"]
+    assert "Distributed validation, P = 2" in md.read_text()
+    again = tmp_path / "s.json"
+    assert cli.main(["bench", "mpi-rescore", str(out), "--db", str(db), "--np", "2", "--family", "gemm",
+                     "--out", str(again)]) == 0
+    assert "total" in capsys.readouterr().out
+    assert json.loads(again.read_text())["summary"]["selection"]
+    assert cli.main(["bench", "mpi-validate", "--fit-from", str(out), "--db", str(db)]) == 0
+    assert "phase factors of platform" in capsys.readouterr().out
+    assert cli.main(["bench", "mpi-rescore", str(tmp_path / "none.json"), "--db", str(db), "--np", "2",
+                     "--family", "gemm"]) == 2
+    assert "not an `autotune bench mpi-validate --out` file" in capsys.readouterr().err
+
+
+def test_mpi_speed_tiny(tiny_db, tmp_path):
+    """mpi-speed on 2 ranks, one block of one round, without dask: the root reports and writes --out."""
+    run_dir, out = tmp_path / "run", tmp_path / "speed.json"
+    run_dir.mkdir()
+    proc = _bench_mpi(2, ["mpi-speed", "--family", "cholesky", "--n", "64", "--rounds", "1", "--blocks", "1",
+                          "--chunks", "--db", str(tiny_db), "--out", str(out)], run_dir)
+    report = json.loads(out.read_text())
+    assert report["P"] == 2 and report["n"] == 64 and set(report["median_s"]) == {"autotune", "scipy"}
+    assert report["speedup_vs_scipy"] > 0 and "speedup_vs_scipy" in proc.stdout
+    assert not list(run_dir.iterdir())
