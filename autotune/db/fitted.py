@@ -12,21 +12,18 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 
-from . import location
-from .store import check_member, replace_group
+from .store import read_group_member, replace_group
 
 GROUP = "fitted"
 REBUILD = "autotune-install --validate --db {path}"
 
 Key = tuple[str, str, int, int, int]   # (algorithm, backend, threads, param, variant)
-_WARNED: set[str] = set()
 
 
 @dataclass(eq=False)  # holds arrays
@@ -138,31 +135,11 @@ def read_fitted(path: str | os.PathLike | None = None, machine: str = "default",
     No file or no ``/fitted/<machine>`` group (not validated yet): none, silently, with the reason.
     A damaged group or file: none, with one RuntimeWarning per cause (like ``db.lookup``).
     """
-    import h5py
+    entries, info, reason = read_group_member(
+        path, GROUP, machine, lambda g: [_read_entry(g[name], record) for name in sorted(g)], "fitted models",
+        REBUILD, "; using the analytical models")
+    return FittedGroup(entries or [], info, reason)
 
-    try:
-        p = location.resolve(path)
-        if not p.is_file():
-            return FittedGroup([], {}, f"no database at {p}")
-        with h5py.File(p, "r", locking=False) as f:
-            if GROUP not in f or machine not in f[GROUP]:
-                return FittedGroup([], {}, f"no fitted models in {p} (run `autotune-install --validate`)")
-            g = f[GROUP][machine]
-            check_member(f, GROUP, g, p, REBUILD)
-            info = json.loads(g.attrs.get("info", "{}"))
-            entries = [_read_entry(g[name], record) for name in sorted(g)]
-        return FittedGroup(entries, info, "")
-    except Exception as exc:  # h5py raises OSError/KeyError/ValueError for damaged files
-        reason = f"fitted models unusable in {path} ({type(exc).__name__}: {exc}); using the analytical models"
-        _warn(reason)
-        return FittedGroup([], {}, reason)
-
-
-def _warn(message: str) -> None:
-    """Warn once per message."""
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 __all__ = ["GROUP", "FittedGroup", "FittedRecord", "Key", "read_fitted", "save_fitted"]

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from . import fingerprint as fp
+from . import location
 
 SCHEMA_VERSION = 3
 # Root versions read as SCHEMA_VERSION on read: 2 kept a version per group (below), same layout.
@@ -351,3 +352,30 @@ def read_member(path: str | os.PathLike | None, group: str, member: str | None, 
             warnings.warn(f"ignoring unreadable {what} in {path}: {exc}", RuntimeWarning, stacklevel=3)
             _MEMBER_CACHE[key] = empty()
     return _MEMBER_CACHE[key]
+
+
+_UNUSABLE_WARNED: set[str] = set()
+
+
+def read_group_member(path: str | os.PathLike | None, group: str, member: str, parse, what: str,
+                      rebuild: str, consequence: str = "") -> tuple[object | None, dict, str]:
+    """(``parse(/group/member)``, its ``info`` attribute, "") or (None, {}, why not): silently for
+    an absent file or member, with one RuntimeWarning per cause when unreadable or refused. Never raises."""
+    import h5py
+
+    try:
+        p = location.resolve(path)
+        if not p.is_file():
+            return None, {}, f"no database at {p}"
+        with h5py.File(p, "r", locking=False) as f:
+            if group not in f or member not in f[group]:
+                return None, {}, f"no {what} in {p} (run `autotune-install --validate`)"
+            g = f[group][member]
+            check_member(f, group, g, p, rebuild)
+            return parse(g), json.loads(g.attrs.get("info", "{}")), ""
+    except Exception as exc:  # h5py raises OSError/KeyError/ValueError for damaged files; refused schemas too
+        reason = f"{what} unusable in {path} ({type(exc).__name__}: {exc}){consequence}"
+        if reason not in _UNUSABLE_WARNED:
+            _UNUSABLE_WARNED.add(reason)
+            warnings.warn(reason, RuntimeWarning, stacklevel=3)
+        return None, {}, reason

@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 import os
 import time
-import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from . import location
-from .store import check_member, replace_group
+from .store import read_group_member, replace_group
 
 GROUP = "validation"
 REBUILD = "autotune-install --validate --db {path}"
@@ -30,7 +28,6 @@ POINT_DTYPE = np.dtype([
 _TEXT = ("family", "algorithm", "backend", "model", "reason")
 _INTS = ("threads", "param", "variant", "n")
 _FLOATS = ("predicted", "measured", "in_use")
-_WARNED: set[str] = set()
 
 
 class ValidationGroup(NamedTuple):
@@ -63,26 +60,9 @@ def _field(point: dict, name: str):
 def read_validation(path: str | os.PathLike | None = None, machine: str = "default") -> ValidationGroup:
     """The stored check points; none, with the reason, when absent (silently) or unreadable
     (one RuntimeWarning per cause). Never raises."""
-    import h5py
-
-    try:
-        p = location.resolve(path)
-        if not p.is_file():
-            return ValidationGroup([], {}, f"no database at {p}")
-        with h5py.File(p, "r", locking=False) as f:
-            if GROUP not in f or machine not in f[GROUP]:
-                return ValidationGroup([], {}, f"no validation results in {p} (run `autotune-install --validate`)")
-            g = f[GROUP][machine]
-            check_member(f, GROUP, g, p, REBUILD)
-            info = json.loads(g.attrs.get("info", "{}"))
-            rows = g["points"][()]
-        return ValidationGroup([_row(r) for r in rows], info, "")
-    except Exception as exc:  # damaged or refused: no points, one warning
-        reason = f"validation results unusable in {path} ({type(exc).__name__}: {exc})"
-        if reason not in _WARNED:
-            _WARNED.add(reason)
-            warnings.warn(reason, RuntimeWarning, stacklevel=2)
-        return ValidationGroup([], {}, reason)
+    rows, info, reason = read_group_member(path, GROUP, machine, lambda g: [_row(r) for r in g["points"][()]],
+                                           "validation results", REBUILD)
+    return ValidationGroup(rows or [], info, reason)
 
 
 def _row(r) -> dict:

@@ -20,7 +20,7 @@ Verdict = tuple[tuple[str, ...], str]     # an error as its class names (most de
 
 def agree(comm, error: Exception | None) -> None:
     """Raise on every rank if any rank reported an error (the lowest rank's error wins)."""
-    _raise_first(comm, comm.allgather(None if error is None else verdict_of(error)), error)
+    raise_first(comm, comm.allgather(None if error is None else verdict_of(error)), error)
 
 
 def agree_args(comm, error: Exception | None, args: dict, extra=None) -> list:
@@ -35,7 +35,7 @@ def agree_args(comm, error: Exception | None, args: dict, extra=None) -> list:
         passed = "; ".join(f"{k}: " + ", ".join(f"rank {r} {g[1].get(k)!r}" for r, g in enumerate(gathered))
                            for k in differ)
         raise ValueError(f"ranks passed different arguments ({passed})")
-    _raise_first(comm, [g[0] for g in gathered], error)
+    raise_first(comm, [g[0] for g in gathered], error)
     return [g[2] for g in gathered]
 
 
@@ -84,7 +84,8 @@ def rebuilt(verdict: Verdict, rank: int, size: int, own: Exception | None = None
     return own if own is not None else RuntimeError(message)
 
 
-def _raise_first(comm, verdicts: Sequence[Verdict | None], own: Exception | None) -> None:
+def raise_first(comm, verdicts: Sequence[Verdict | None], own: Exception | None) -> None:
+    """Raise the lowest rank's reported error on this rank (``own`` if it is this rank's)."""
     for rank, verdict in enumerate(verdicts):
         if verdict is not None:
             raise rebuilt(verdict, rank, comm.size, own if rank == comm.rank else None)

@@ -24,7 +24,7 @@ import numpy as np
 from autotune.plans import Plan
 
 from . import workspace
-from .collective import rebuilt, verdict_of
+from .collective import raise_first, verdict_of
 from .grid import ProcessGrid
 from .plan import Phases, timed
 
@@ -78,9 +78,7 @@ def agree_plan(comm, plan: Plan, algorithm: str, root: int, problem: Callable[[P
     except (ValueError, TypeError) as exc:
         err = exc
     gathered = comm.allgather((None if err is None else verdict_of(err), meta))
-    for rank, (verdict, _) in enumerate(gathered):
-        if verdict is not None:
-            raise rebuilt(verdict, rank, comm.size, err if rank == comm.rank else None)
+    raise_first(comm, [g[0] for g in gathered], err)
     return ops, gathered[root][1]
 
 
