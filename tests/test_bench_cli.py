@@ -1,6 +1,7 @@
 """`autotune bench`: regress writes ratios only where --out says, compares against a baseline
 (exit 0, 1 on a regression, 2 with one line for a missing, damaged or foreign baseline);
-validate, rescore and overhead run on the tiny database."""
+validate, rescore, overhead and strassen-remodel run on the tiny database (comm-fit and mpi-repeat:
+test_bench_repeatability.py)."""
 from __future__ import annotations
 
 import json
@@ -137,3 +138,34 @@ def test_probe_and_drift_run_once(capsys):
     assert cli.main(["bench", "drift", "--minutes", "0", "--n", "64", "--seconds", "0.01"]) == 0
     out = capsys.readouterr().out
     assert "ratio median" in out and "numpy-openblas: min" in out
+
+
+def test_strassen_remodel_runs_tiny_and_writes_only_where_asked(tiny_db, tmp_path, capsys):
+    """Levels 0 and 1 on three grid sizes, two check sizes, one rep: the factors, the models'
+    errors and each check size's picks, in the files asked for and nowhere else."""
+    where = tmp_path / "res"
+    where.mkdir()
+    out, md = where / "s.json", where / "s.md"
+    assert cli.main(["bench", "strassen-remodel", "--db", str(tiny_db), "--sizes", "128", "192", "256",
+                     "--checks", "160", "224", "--levels", "0", "1", "--reps", "1",
+                     "--out", str(out), "--markdown", str(md)]) == 0
+    assert sorted(p.name for p in where.iterdir()) == ["s.json", "s.md"]
+    doc = json.loads(out.read_text())
+    assert sorted(doc["M"]) == ["0", "1"] and doc["A"]["0"] == 0.0 and len(doc["grid"]) == 6
+    assert [(r["n"], r["l"]) for r in doc["check"]] == [(160, 0), (160, 1), (224, 0), (224, 1)]
+    assert all(r["measured"] > 0 and r["analytical"] > 0 for r in doc["check"])
+    assert [p["n"] for p in doc["summary"]["picks"]] == [160, 224]
+    assert all(p["fitted_regret"] >= 1.0 for p in doc["summary"]["picks"])
+    assert md.read_text() == capsys.readouterr().out and "| l | M(l) | A(l) |" in md.read_text()
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--sizes", "128", "--checks", "160", "--levels", "0", "1"], "--sizes must give level(s) 1 two sizes"),
+    (["--checks", "100", "--levels", "1"], "no --checks size has leaves of at least 64"),
+    (["--levels", "-1"], "--levels must not be negative"),
+    (["--out", "no/s.json"], "does not exist"),
+])
+def test_strassen_remodel_bad_input_is_one_line_and_exit_2(tiny_db, capsys, argv, says):
+    assert cli.main(["bench", "strassen-remodel", "--db", str(tiny_db), *argv]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune bench strassen-remodel: error:") and says in lines[0]

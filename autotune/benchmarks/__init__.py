@@ -1,14 +1,17 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
-a new benchmark is one more module in COMMANDS. The ``mpi-*`` ones run under ``mpiexec -n P``
-(mpi4py imported inside ``run``; without it one line naming the ``mpi`` extra, exit 2)."""
+a new benchmark is one more module in COMMANDS. ``mpi-speed`` and ``mpi-validate`` run under
+``mpiexec -n P`` (mpi4py imported inside ``run``; without it one line naming the ``mpi`` extra,
+exit 2); the other ``mpi-*`` ones and ``comm-fit`` read saved results and re-time nothing."""
 from __future__ import annotations
 
 import argparse
 
 from autotune.benchmarks import (
+    comm_fit,
     compare,
     drift,
+    mpi_repeat,
     mpi_rescore,
     mpi_speed,
     mpi_validate,
@@ -16,12 +19,14 @@ from autotune.benchmarks import (
     probe,
     regress,
     rescore,
+    strassen_remodel,
     validate,
 )
 
 COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overhead": overhead,
             "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
-            "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore}
+            "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
+            "comm-fit": comm_fit, "strassen-remodel": strassen_remodel}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
