@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from autotune import tuned_local, tuned_mpi
+from autotune.backends import pools
 from autotune.config import get_options
 from autotune.db import load_sp
 from autotune.kernels import _front
@@ -29,9 +30,10 @@ class DatabaseUnavailable(LookupError):
 
 
 def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen: bool | None = None,
-            db: str | os.PathLike | None = None) -> Decision:
+            db: str | os.PathLike | None = None, after: str | None = None) -> Decision:
     """The selector's decision for ``routine`` without running it: "gemm" with dims ``(n,)`` or
     ``(m, k, n)``, "cholesky" with ``(n,)``. ``str()`` of it is what ``explain=True`` prints.
+    ``after="LIBRARY:THREADS"`` decides as right after such a call (default: after an idle spell).
 
     Unset arguments come from the options in force (``autotune.options``). Raises ValueError for
     bad arguments, DatabaseUnavailable (a LookupError) when there is no usable database, and
@@ -48,7 +50,7 @@ def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen
                                   "this machine (tuned calls fall back to numpy/scipy meanwhile)")
     budget = opts.thread_budget if threads is None else int(threads)
     strassen = opts.allow_strassen if allow_strassen is None else bool(allow_strassen)
-    return rank(routine, shape, sp, budget, strassen, explain=True)
+    return rank(routine, shape, sp, budget, strassen, explain=True, after=None if after is None else pools.parse(after))
 
 
 def _problem(routine: str, dims: tuple) -> tuple[int, ...]:
@@ -102,6 +104,6 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
     return tuned_local.cholesky(a, lower, overwrite_a, check_finite, config, explain)
 
 
-_front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS)
+_front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS, pools.CODES["numpy-openblas"])
 tuned_gemm = _front.tuned_gemm
 tuned_cholesky = _front.tuned_cholesky

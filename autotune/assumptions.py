@@ -33,19 +33,8 @@ def _assume(name: str, value, meaning: str, source: str, used_by: str):
 
 # -- selection charges (select/rank.py) --------------------------------------------------------------
 
-POOL_CONTENTION = _assume(
-    "POOL_CONTENTION", 2.0,
-    "slowdown of a multi-threaded call on a library other than the family default: two libraries' "
-    "thread pools spin on the same cores",
-    SET_BY_HAND + " (prior until the probe measures contention between pools)",
-    "correction step 'contention' (select/rank.py)")
-LIBRARY_SWITCH = _assume(
-    "LIBRARY_SWITCH", 1.15,
-    "slowdown of a one-thread call on a library other than the default: it loses warm code and data "
-    "to the default library's calls around it",
-    SET_BY_HAND, "correction step 'contention' (select/rank.py)")
 COMPOSED_RISK = _assume(
-    "COMPOSED_RISK", {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10},
+    "COMPOSED_RISK", {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10, "strassen_nested": 1.10},
     "hedge on composed models (sums of separately measured calls), relative to the family's library routine",
     SET_BY_HAND + "; prior until validation (autotune-install --validate) measures the risk",
     "correction step 'risk' (select/rank.py)")
@@ -85,4 +74,4 @@ MEMORY_SHARE = _assume(
     SET_BY_HAND + " to fit distributed Cholesky validation runs", "models/cholesky.py, models/distributed_cholesky.py")
 
 __all__ = ["ASSUMPTIONS", "COMPOSED_RISK", "COPY_SHARE", "FILL_SHARE", "FLOOR_SLACK", "INCUMBENT_MARGIN",
-           "LIBRARY_SWITCH", "LOOP_SHARE", "MEMORY_SHARE", "POOL_CONTENTION", "READ_SHARE", "Assumption"]
+           "LOOP_SHARE", "MEMORY_SHARE", "READ_SHARE", "Assumption"]

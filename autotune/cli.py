@@ -14,13 +14,16 @@ from pathlib import Path
 import numpy as np
 
 from autotune.api import describe, tuned_cholesky, tuned_gemm
+from autotune.backends import pools
 from autotune.benchmarks import add_parser as add_bench_parser
 from autotune.config import available_cores, options
 from autotune.db import DatabaseError, load, load_sp, resolve
 from autotune.db.comm import PRIMITIVES, library_id, load_comm, loggp_lines, read_platforms
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.db.lookup import INVALID, remeasure_command
+from autotune.db.pools import COLD, Transitions, load_transitions
 from autotune.db.store import valid_mask
+from autotune.db.threads import ThreadSPs, load_threads
 from autotune.learn import refit
 from autotune.models.fitted_phases import load_phase_factors
 from autotune.report import load_validation, write_report
@@ -236,7 +239,8 @@ def cmd_show(args) -> int:
         diff = mismatches(db.fingerprint, machine_fingerprint())
         if diff:
             print("NOTE: measured on another machine or stack; the runtime will not use it (" + "; ".join(diff) + ")")
-        print("\n".join(summary(db, path, args.verbose) + gflops_tables(db.records)))
+        print("\n".join(summary(db, path, args.verbose) + gflops_tables(db.records)
+                        + pool_lines(load_transitions(path)) + thread_lines(load_threads(path))))
     else:
         print(f"BLAS/LAPACK: {blas_error}")
     if platforms:
@@ -247,6 +251,38 @@ def cmd_show(args) -> int:
         except OSError as exc:
             return _error("show", f"cannot write the plot: {exc}")
     return 0
+
+
+def pool_lines(tr: Transitions) -> list[str]:
+    """The measured cross-call costs: per call (library, threads, size) its extra right after a call
+    on each library and thread count, and after an idle spell; empty when nothing was measured."""
+    if tr.empty:
+        return ["", "Thread pools: not measured (autotune-install --profile quick|standard measures them)"]
+    froms = sorted({k[:2] for k in tr.pairs() if k[0] != COLD})
+    names = [f"{b} {t}t" for b, t in froms] + ["idle spell"]
+    lines = ["", f"Thread pools: extra ms of a call right after a call on (hot window "
+                 f"{tr.hot_window * 1e3:g} ms; measured {tr.info.get('updated', '?')}):",
+             f"  {'call (own ms)':<36}" + "".join(f"{n:>20}" for n in names)]
+    for to in sorted({k[2:] for k in tr.pairs()}):
+        own = tr.curve(next(k for k in tr.pairs() if k[2:] == to))[0]
+        for j, t in enumerate(own):
+            cells = []
+            for frm in froms + [(COLD, 0)]:
+                key = frm + to
+                cells.append(f"{tr.curve(key)[1][j] * 1e3:+20.3f}" if key in tr.pairs() else f"{'-':>20}")
+            lines.append(f"  {f'{to[0]} {to[1]}t gemm ({t * 1e3:.3f})':<36}" + "".join(cells))
+    return lines
+
+
+def thread_lines(sps: ThreadSPs) -> list[str]:
+    """The thread system parameters of each kernel version (001 §6.3.1), one line each."""
+    if not sps.measured:
+        return ["", "Thread SPs: not measured"]
+    lines = ["", f"Thread SPs per kernel version ({sps.cores} cores; T_sw/T_cpu: oversubscription ratio):"]
+    for name, v in sorted(sps.versions.items()):
+        lines.append(f"  {name:<6} T_gen {v.t_gen * 1e6:9.2f} us  T_work {v.t_work * 1e9:7.3f} ns  "
+                     f"T_syn {v.t_syn * 1e6:9.2f} us  T_sw/T_cpu {v.sw_cpu:.3f}")
+    return lines
 
 
 def _plot_problem(filename: str) -> str:
@@ -462,7 +498,11 @@ def cmd_explain(args) -> int:
         if args.np is not None:
             return _explain_distributed(args, dims, sp, opts)
         try:
-            dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+            after = None if args.after is None else pools.parse(args.after)
+        except ValueError as exc:
+            return _error("explain", f"--{exc}", 2)
+        try:
+            dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
         except LookupError as exc:
             return _error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
         print(describe(dec, top=args.top))
@@ -623,6 +663,9 @@ def parser() -> argparse.ArgumentParser:
     exp.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     exp.add_argument("--top", type=int, default=12, help="how many ranked candidates to print")
     exp.add_argument("--run", action="store_true", help="also run the tuned call once and time it")
+    exp.add_argument("--after", default=None, metavar="LIBRARY:THREADS",
+                     help="decide as right after a call on that library's pool (e.g. numpy-openblas:2; "
+                          "default: after an idle spell)")
     exp.add_argument("--np", type=int, default=None,
                      help="rank distributed plans for up to NP MPI ranks (cores per node: --threads)")
     exp.set_defaults(func=cmd_explain)

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 # algorithm -> (routine family, name of the numeric parameter or None)
 ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "blas": ("gemm", None),           # the library's dgemm
-    "strassen": ("gemm", "levels"),   # sequential Strassen, leaves on the library's dgemm
+    "strassen": ("gemm", "levels"),   # sequential Strassen, leaves on the library's dgemm (variant: add kernel)
+    "strassen_nested": ("gemm", "levels"),  # Strassen's top-level products on P1 workers (variant: P1)
     "potrf": ("cholesky", None),      # the library's LAPACK dpotrf
     "blocked": ("cholesky", "block"),  # our right-looking blocked driver (variant: trailing update form)
     "gemv": ("cholesky", None),       # unblocked, left-looking, one gemv per column
@@ -35,7 +36,10 @@ class Candidate:
     def __str__(self) -> str:
         extra = ""
         if self.algorithm == "strassen":
-            extra = f" l={self.param}"
+            extra = f" l={self.param}" + (" add=omp" if self.variant == 1 else "")
+        elif self.algorithm == "strassen_nested":
+            p1 = max(self.variant, 1)
+            extra = f" l={self.param} P1={p1}xP2={max(self.threads // p1, 1)}"
         elif self.algorithm == "blocked":
             extra = f" b={self.param} v{self.variant}"
         return f"{self.algorithm}{extra} [{self.backend}, {self.threads}t]"

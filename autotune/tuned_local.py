@@ -8,8 +8,10 @@ import numpy as np
 from scipy import linalg
 
 from autotune import backends, learn
+from autotune.backends import pools
 from autotune.config import Options, get_options
 from autotune.db import load_sp
+from autotune.db.pools import load_transitions
 from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
 from autotune.kernels import _front
 from autotune.kernels._matadd import zero_triangle
@@ -21,14 +23,15 @@ _F64 = np.dtype(np.float64)
 MIN_TUNED_SIZE = 32
 # numpy's own multi-threaded call writes into a cache-line-aligned output from this m*n*k up:
 # an unaligned output slows multi-threaded dgemm, while below it the extra allocation costs more
-# than it saves. Set by hand.
+# than it saves. Set by hand. Outputs of BLOCK_CACHE_MIN bytes and more come from the reused
+# blocks of kernels/_front.pyx whatever the thread count (no page faults in a loop of calls).
 ALIGNED_OUTPUT_WORK = 128 ** 3
 
 
 def decide(family: str, dims: tuple[int, ...], config, explain: bool,
-            opts: Options | None = None) -> tuple[Candidate, Decision | None]:
-    """The candidate to run under ``opts`` (None: the options in force): forced ``config`` or the
-    selector's choice; None when untuned."""
+           opts: Options | None = None) -> tuple[Candidate, Decision | None]:
+    """The candidate to run under ``opts`` (None: the options in force) after the last library
+    call (``pools.hot``): forced ``config`` or the selector's choice; None when untuned."""
     opts = get_options() if opts is None else opts
     if config is not None:
         return as_candidate(config, family), None
@@ -36,15 +39,23 @@ def decide(family: str, dims: tuple[int, ...], config, explain: bool,
     if sp.table is None:
         sp.k("gemm", "numpy-openblas", 1, 1)   # warns once: no usable database
         return None, None
+    pools.set_hot_window(load_transitions(sp.path).hot_window)
+    after = pools.hot()
     if explain:
-        dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True)
+        dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
         print(dec)
         return dec.chosen, dec
     try:
-        dec = choose(family, dims, sp, opts.thread_budget, opts.allow_strassen)
+        dec = choose(family, dims, sp, opts.thread_budget, opts.allow_strassen, after=after)
     except LookupError:
         return None, None
     return dec.chosen, dec
+
+
+def _state(dec: Decision | None) -> int:
+    """The pool-state code a decision was taken under (what the C hot paths remember it by)."""
+    after = dec.after if dec is not None else None
+    return 0 if after is None else pools.CODES[after.backend] * 256 + after.threads
 
 
 
@@ -64,19 +75,20 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
     cand, dec = decide("gemm", (m, k, n), config, explain, opts)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
-            _front.remember(a.shape + b.shape, False, opts)
-        return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+            _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), pools.state_code())
+        return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
            and backends.get(cand.backend).get_threads() == cand.threads)
     if plain and (own or not direct):
-        aligned = own and out is None and cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK
+        aligned = own and out is None and ((cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK)
+                                           or 8 * m * n >= _front.BLOCK_CACHE_MIN)
         if own and hot and not learn.enabled():
-            _front.remember(a.shape + b.shape, aligned, opts)
+            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, _state(dec))
         target = _front.aligned_empty((m, n)) if aligned else out
         if dec is not None and learn.enabled():
-            return _observed(dec, lambda: np.matmul(a, b, out=target))
-        return np.matmul(a, b, out=target)  # numpy's own call (this very candidate), or numpy's out rules
+            return _observed(dec, lambda: _numpy_matmul(a, b, target))
+        return _numpy_matmul(a, b, target)  # numpy's own call (this very candidate), or numpy's out rules
     if c is not None and np.shape(c) != (m, n):
         raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
     target = out if (direct and out is not None) else _front.aligned_empty((m, n))
@@ -90,6 +102,19 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
     if out is None or target is out:
         return target
     return copy_out(target, out)
+
+
+def _numpy_threads() -> int:
+    """numpy's library thread count now (what its own call runs with)."""
+    return backends.get("numpy-openblas").get_threads()
+
+
+def _numpy_matmul(a, b, out):
+    """numpy's own product, noted as a call on numpy's pool."""
+    try:
+        return np.matmul(a, b, out=out)
+    finally:
+        pools.note("numpy-openblas", _numpy_threads())
 
 
 def _observed(dec: Decision, work):
@@ -148,12 +173,12 @@ def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bo
     if n >= MIN_TUNED_SIZE or config is not None:
         cand, dec = decide("cholesky", (n,), config, explain, opts)
         if dec is not None and cand is not None:
-            _remember_cholesky(cand, n, overwrite_a, hot, opts)
+            _remember_cholesky(cand, n, overwrite_a, hot, opts, state=_state(dec))
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
-            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False)
-            return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False, state=pools.state_code())
+            return _scipy_cholesky(a1, lower, overwrite_a, check_finite)
     w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
     wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
@@ -185,15 +210,24 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
     return w, clean
 
 
+def _scipy_cholesky(a1, lower: bool, overwrite_a: bool, check_finite: bool):
+    """scipy's own Cholesky, noted as a call on scipy's pool."""
+    try:
+        return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    finally:
+        pools.note("scipy-openblas", backends.get("scipy-openblas").get_threads())
+
+
 def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, opts: Options,
-                       switch_threads: bool = True) -> None:
-    """Let the C hot path run this order's choice under ``opts`` (switching the library's threads in
-    C, unless ``switch_threads`` is False: then at whatever count the library has, as scipy would)."""
+                       switch_threads: bool = True, state: int = 0) -> None:
+    """Let the C hot path run this order's choice in pool state ``state`` under ``opts`` (switching
+    the library's threads in C, unless ``switch_threads`` is False: then at whatever count the
+    library has, as scipy would)."""
     if not hot or overwrite_a or learn.enabled():
         return
+    be, lib = backends.get(cand.backend), pools.CODES[cand.backend]
     if not switch_threads:
-        _front.remember_cholesky(n, cholesky_runner(cand), None, 0, opts)
+        _front.remember_cholesky(n, cholesky_runner(cand), None, be.get_threads(), opts, lib, state)
         return
-    be = backends.get(cand.backend)
     if be.thread_addresses or be.set_threads is None:
-        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts)
+        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts, lib, state)

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from autotune.db import DatabaseError, load, resolve
@@ -19,16 +20,20 @@ from autotune.db import comm as dbc
 from autotune.db.comm import hardware, mpi_world_size_env
 from autotune.tuned_mpi import MPI_MISSING
 
+from .pools import probe_pools
 from .profile import BLAS_DEFAULT as BLAS_DEFAULT_PROFILE
 from .profile import COMM_DEFAULT as MPI_DEFAULT_PROFILE
 from .profile import ProfileError, load_profile
 from .runner import ProbeError, run_probe
+from .threads import probe_and_save
 
 STOP_GRACE_SECONDS = 5.0   # after SIGTERM, how long the launched mpiexec and ranks get before SIGKILL
 # Built-in profiles whose install ends with the validation step (unless --no-validate), so that the
 # database holds the check points `autotune report` draws, and the validation spec each runs
 # (install_probe.validate.SPECS); `quick` skips it to stay well under a minute.
 VALIDATE_AFTER = {"standard": "install", "full": "standard"}
+# The validation step gets what is left of the profile's time limit, but at least this long.
+MIN_VALIDATION_SECONDS = 60.0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -82,6 +87,8 @@ def main_probe(args, stop: StopSignals) -> int:
     try:
         profile = load_profile(args.profile)
         only = {t for tok in args.only for t in tok.split(",") if t} if args.only else None
+        if profile.time_limit_minutes and not only:
+            print(f"autotune-install: {limit_line(profile, validates(args))}", file=sys.stderr, flush=True)
         result = run_probe(profile, args.db, only=only, resume=args.resume,
                            progress=False if args.no_progress else None)
     except (ProfileError, ProbeError, PermissionError) as exc:
@@ -97,19 +104,56 @@ def main_probe(args, stop: StopSignals) -> int:
         return 1
     state = "complete" if result.complete else "interrupted"
     print(f"autotune-install: {state}: {result.measured} points in {result.path} ({result.seconds:.1f} s)")
-    if result.complete and args.with_validate:
-        return main_validate(args)
-    if result.complete and args.profile in VALIDATE_AFTER and not args.no_validate and not args.only:
-        return validate_after_probe(args, stop, VALIDATE_AFTER[args.profile])
+    spent = result.seconds
+    if result.complete and profile.pools and not only:
+        spent += main_pools(args, profile)
+    if result.complete and profile.thread_sps and not only:
+        spent += main_thread_sps(args, profile)
+    if result.complete and validates(args):
+        budget = None if profile.time_limit_minutes is None else \
+            max(MIN_VALIDATION_SECONDS, 60 * profile.time_limit_minutes - spent)
+        spec = args.profile if args.with_validate else VALIDATE_AFTER[args.profile]
+        return validate_after_probe(args, stop, spec, budget)
     return 0 if result.complete else stop.exit_code()
 
 
-def validate_after_probe(args, stop: StopSignals, spec: str) -> int:
-    """The validation step (``spec``) ending a standard install: its interruption keeps the
-    measurements (the install stands) and says how to run it again."""
+def main_pools(args, profile) -> float:
+    """Measure the thread-pool transition costs of the profile's libraries; the seconds it took."""
+    say = (lambda m: None) if args.no_progress else \
+        (lambda m: print(f"autotune-install: pools: {m}", file=sys.stderr, flush=True))
+    info = probe_pools(args.db, profile.backends, profile.pools, say)
+    print(f"autotune-install: thread-pool transitions of {', '.join(info['libraries'])} "
+          f"(hot window {info['hot_window'] * 1e3:g} ms) in {info['seconds']:.1f} s")
+    return float(info["seconds"])
+
+
+def main_thread_sps(args, profile) -> float:
+    """Measure the thread SPs of each kernel version (001 §6.3.1); the seconds it took."""
+    t0 = time.perf_counter()
+    sps = probe_and_save(resolve(args.db), quick=profile.thread_sps == "quick")
+    seconds = time.perf_counter() - t0
+    print(f"autotune-install: thread SPs of {', '.join(sorted(sps.versions))} in {seconds:.1f} s")
+    return seconds
+
+
+def validates(args) -> bool:
+    """Whether this install ends with the validation step."""
+    return args.with_validate or (args.profile in VALIDATE_AFTER and not args.no_validate and not args.only)
+
+
+def limit_line(profile, validating: bool) -> str:
+    """The up-front promise: the profile's time limit, and whether the model check is inside it."""
+    check = ", the check of its models included (--no-validate skips it)" if validating else ""
+    return (f"profile {profile.name!r} takes about {profile.time_limit_minutes:g} minutes on two cores{check}; "
+            "other programs on the machine make it longer")
+
+
+def validate_after_probe(args, stop: StopSignals, spec: str, budget: float | None = None) -> int:
+    """The validation step (``spec``) ending an install, within ``budget`` seconds: its
+    interruption keeps the measurements (the install stands) and says how to run it again."""
     again = f"`autotune-install --validate --profile {spec}" + (f" --db {args.db}`" if args.db else "`")
     try:
-        return main_validate(args, spec)
+        return main_validate(args, spec, budget)
     except KeyboardInterrupt:
         print(f"autotune-install: validation stopped; the measurements are kept; run {again} to validate",
               file=sys.stderr)
@@ -192,13 +236,14 @@ def signals_ignored():
             signal.signal(sig, handler)
 
 
-def main_validate(args, spec: str | None = None) -> int:
+def main_validate(args, spec: str | None = None, budget: float | None = None) -> int:
     """``--validate``: time the candidates on check points (``spec``, else the profile's), store
     fitted models where the analytical ones fail and every check point for ``autotune report``."""
     from .validate import validate
 
     try:
-        report = validate(args.db, spec or args.profile, tol=args.tol, progress=not args.no_progress)
+        report = validate(args.db, spec or args.profile, tol=args.tol, progress=not args.no_progress,
+                          budget_seconds=budget)
     except (ValueError, LookupError, PermissionError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2

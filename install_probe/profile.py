@@ -10,6 +10,8 @@ import yaml
 from autotune.backends import BACKENDS
 from autotune.routines import PATTERNS
 
+from .pools import SPECS as POOL_SPECS
+
 BUILTIN = ("quick", "standard", "full")
 BLAS_DEFAULT = "standard"   # autotune-install without --profile
 COMM_DEFAULT = "quick"      # autotune-install --mpi without --profile: fits a few minutes at P = 4
@@ -55,6 +57,9 @@ class Profile:
     timing: Timing
     measures: tuple[Measure, ...]
     source: str = ""
+    time_limit_minutes: float | None = None   # the whole install, validation included; None: no limit
+    pools: str | None = None                  # the thread-pool transition probe's spec (install_probe.pools)
+    thread_sps: str | None = None             # the thread-SP probe's plan, quick or full (install_probe.threads)
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -86,7 +91,8 @@ def read_profile_yaml(name_or_path: str, builtin: tuple[str, ...], resource: str
 
 def parse_profile(data: dict, source: str = "<profile>") -> Profile:
     """Validate a profile mapping; every error names ``source`` and the key at fault."""
-    unknown = set(data) - {"name", "backends", "threads", "timing", "measure", "description"}
+    unknown = set(data) - {"name", "backends", "threads", "timing", "measure", "description", "time_limit_minutes",
+                           "pools", "thread_sps"}
     if unknown:
         raise ProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
     backends = _backends(data.get("backends", list(BACKENDS)), f"{source}: backends")
@@ -96,7 +102,17 @@ def parse_profile(data: dict, source: str = "<profile>") -> Profile:
     if not isinstance(blocks, list) or not blocks:
         raise ProfileError(f"{source}: 'measure' must be a non-empty list")
     measures = tuple(_measure(b, f"{source}: measure[{i}]") for i, b in enumerate(blocks))
-    return Profile(str(data.get("name", Path(source).stem)), backends, threads, timing, measures, source)
+    limit = data.get("time_limit_minutes")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
+        raise ProfileError(f"{source}: time_limit_minutes: {limit!r} must be a positive number")
+    pools = data.get("pools")
+    if pools is not None and pools not in POOL_SPECS:
+        raise ProfileError(f"{source}: pools: {pools!r} is not one of {', '.join(POOL_SPECS)}")
+    thread_sps = data.get("thread_sps")
+    if thread_sps is not None and thread_sps not in ("quick", "full"):
+        raise ProfileError(f"{source}: thread_sps: {thread_sps!r} is not one of quick, full")
+    return Profile(str(data.get("name", Path(source).stem)), backends, threads, timing, measures, source,
+                   None if limit is None else float(limit), pools, thread_sps)
 
 
 def _backends(value, where: str) -> tuple[str, ...]:

@@ -173,15 +173,22 @@ def time_point(fn: Callable[[], float], reps: int, seconds: float) -> float:
 class Timer:
     """Times (family, n, candidate) points, settling thread pools when the library or threads change."""
 
-    def __init__(self, spec: Spec, seed: int = 0):
+    def __init__(self, spec: Spec, seed: int = 0, deadline: float = math.inf):
         self.spec, self.rng, self.cache = spec, np.random.default_rng(seed), {}
         self.last: tuple[str, int] | None = None
-        self.runs, self.seconds = 0, 0.0
+        self.runs, self.seconds, self.skipped = 0, 0.0, 0
+        self.deadline = deadline            # perf_counter() after which no new point is timed
+
+    @property
+    def expired(self) -> bool:
+        return time.perf_counter() >= self.deadline
 
     def __call__(self, family: str, n: int, cand: Candidate) -> float:
-        """The point's time: measured now if it never was, else the fastest measurement so far."""
+        """The point's time: measured now if it never was (NaN past the deadline), else the fastest so far."""
         key = (family, int(n), cand)
         if key not in self.cache:
+            if self.expired:
+                return math.nan
             self.cache[key] = self._measure(family, n, cand)
         return self.cache[key]
 
@@ -197,7 +204,8 @@ class Timer:
         return t
 
     def many(self, points: list[tuple[str, int, Candidate]]) -> dict:
-        """Time points grouped by (threads, backend) so that pools settle as rarely as possible, in
+        """Time points (NaN for those left when the deadline passes) grouped by (threads, backend) so
+        that pools settle as rarely as possible, in
         ``spec.passes`` sweeps (alternately reversed), keeping each point's fastest: a machine
         can run slow for minutes at a time, and a series timed in such a spell would look like a
         model error that the fitted models then learn."""
@@ -205,11 +213,12 @@ class Timer:
                        key=lambda p: (p[2].threads, p[2].backend, p[0], p[1], p[2]))
         for i in range(self.spec.passes):
             for key in order if i % 2 == 0 else order[::-1]:
-                if i == 0 and key in self.cache:
+                if (i == 0 and key in self.cache) or self.expired:
                     continue
                 t = self._measure(*key)
                 self.cache[key] = min(self.cache.get(key, math.inf), t)
-        return {p: self.cache[(p[0], int(p[1]), p[2])] for p in points}
+        self.skipped += sum(key not in self.cache for key in order)
+        return {p: self.cache.get((p[0], int(p[1]), p[2]), math.nan) for p in points}
 
 
 # ----------------------------------------------------------------------------- check points
@@ -347,6 +356,7 @@ class Report:
     points_scored: int = 0
     runs: int = 0
     seconds: float = 0.0
+    skipped: int = 0                        # points left untimed when the time budget ran out
 
     @property
     def ok(self) -> bool:
@@ -359,7 +369,7 @@ class Report:
         return {"spec": self.spec, "tol": self.tol, "series": len(self.rows), "fitted_in_use": fitted,
                 "fitted_stored": len(self.entries), "ape_in_use": self.ape_in_use,
                 "points_scored": self.points_scored, "runs": self.runs, "seconds": round(self.seconds, 2),
-                "risk": self.risk}
+                "skipped": self.skipped, "risk": self.risk}
 
     def text(self) -> str:
         """Human-readable table: one line per series, then the overall figure."""
@@ -375,7 +385,8 @@ class Report:
                           for alg, r in sorted(algs.items()))
         lines.append(f"measured composed-model risk (vs the library routine): {risks or 'none measured'}")
         lines.append(f"{overall} (tol {self.tol:g}%); {sum(e.in_use for e in self.entries)} fitted models in use; "
-                     f"{self.runs} points timed in {self.seconds:.1f} s")
+                     f"{self.runs} points timed in {self.seconds:.1f} s"
+                     + (f"; time budget reached, {self.skipped} points left untimed" if self.skipped else ""))
         return "\n".join(lines)
 
 
@@ -423,11 +434,13 @@ def _model_reason(entry: FittedEntry | None, flagged: str | None, ape: float, to
 # ----------------------------------------------------------------------------- the step
 
 def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, progress: bool = True,
-             sp=None, save: bool = True) -> Report:
+             sp=None, save: bool = True, budget_seconds: float | None = None) -> Report:
     """Time the selector's candidates on check points, remodel the series the analytical model gets wrong, store.
 
     ``sp`` replaces the system parameters read from ``db_path`` (tests pass a deliberately wrong
-    one); entries are written to ``/fitted/default`` of ``db_path`` unless ``save=False``.
+    one); entries are written to ``/fitted/default`` of ``db_path`` unless ``save=False``. Past
+    ``budget_seconds`` no new point is timed: the step scores and stores what it has (check points
+    come first), so an install keeps its time limit.
     """
     spec = load_spec(profile_name_or_spec)
     path = resolve(db_path)
@@ -435,7 +448,7 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     if sp.table is None:
         raise LookupError(f"no usable system parameters in {path} ({getattr(sp, 'reason', '')}): run the probe first")
     t0 = time.perf_counter()
-    timer = Timer(spec)
+    timer = Timer(spec, deadline=t0 + budget_seconds if budget_seconds is not None else math.inf)
     say = (lambda msg: print(f"autotune-install: validate: {msg}", file=sys.stderr, flush=True)) if progress \
         else (lambda msg: None)
     problems = _check(spec, sp, timer, say)
@@ -449,7 +462,7 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
                     risk=measured_risk(problems))
     _summarise(report, series, entries, spec, sp, flagged)
-    report.runs, report.seconds = timer.runs, time.perf_counter() - t0
+    report.runs, report.seconds, report.skipped = timer.runs, time.perf_counter() - t0, timer.skipped
     if save:
         save_fitted(path, report.entries, info=report.summary())
         save_validation(path, report.points, info=report.summary())
@@ -470,10 +483,11 @@ def _check(spec: Spec, sp, timer: Timer, say) -> dict[tuple[str, int], list[Poin
     todo = [(p.family, p.n, p.cand) for pts in problems.values() for p in pts]
     say(f"timing {len(todo)} candidate check points ({spec.name})")
     measured = timer.many(todo)
-    for pts in problems.values():
+    for key, pts in list(problems.items()):
         for p in pts:
             p.measured = measured[(p.family, p.n, p.cand)]
-    return problems
+        problems[key] = [p for p in pts if math.isfinite(p.measured)]
+    return {key: pts for key, pts in problems.items() if pts}
 
 
 def _flag(problems: dict, series: dict, spec: Spec, tol: float) -> dict[Candidate, str]:
@@ -532,10 +546,12 @@ def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float
     """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted. A Strassen
     series also gets the form of docs/models.md#fitted.strassen; the better of the two on the check
     points is kept."""
-    family, sizes = pts[0].family, _fit_sizes(pts, spec)
+    family = pts[0].family
+    timed = {n: timer(family, n, cand) for n in _fit_sizes(pts, spec)}
+    sizes = [n for n, t in timed.items() if math.isfinite(t)]
     if len(sizes) < 2:
         return None
-    fit = Samples(np.array(sizes, float), None, np.array([timer(family, n, cand) for n in sizes]))
+    fit = Samples(np.array(sizes, float), None, np.array([timed[n] for n in sizes]))
     check = Samples(np.array([p.n for p in pts], float), None, np.array([p.measured for p in pts]))
     analytical = np.array([p.predicted for p in pts])
     tried = []

@@ -10,8 +10,15 @@ What is remembered belongs to the options object in force (one per context's ``o
 see ``autotune.config``), so a context never runs a decision taken under another's options, and
 is forgotten ``seconds`` after it was first remembered (so database, learning and thread changes
 are seen again).
+
+Every call made through here or through ``pool_note`` records which library's thread pool ran
+last and when (``pool_state``): a call's cost depends on it (another library's pool may still be
+spinning on the cores). Decisions are remembered per pool state (``pool_code``): the library and
+thread count of the last call while it is within the hot window, else cold.
 """
 cimport numpy as cnp
+from libc.stdlib cimport free, malloc
+from libc.string cimport memmove
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 cnp.import_array()
@@ -28,6 +35,13 @@ cdef enum:
     MEMO_LIMIT = 64                # options objects remembered at once (expired ones dropped first)
 
 
+cdef int _pool_lib = 0             # code of the library whose pool ran last (0: none yet)
+cdef int _pool_threads = 0
+cdef double _pool_end = -1e300
+cdef double _hot_window = 0.0      # seconds after a call during which its pool state is told apart
+cdef int _numpy_lib = 0            # numpy's own library (the C gemm path's calls)
+
+
 ctypedef void (*set_threads_t)(int) noexcept nogil
 ctypedef int (*get_threads_t)() noexcept nogil
 
@@ -41,9 +55,10 @@ cdef class _Kernel:
     cdef set_threads_t set_threads
     cdef get_threads_t get_threads
     cdef int threads
+    cdef int lib
 
-    def __init__(self, run, addresses, int threads):
-        self.run, self.threads = run, threads
+    def __init__(self, run, addresses, int threads, int lib=0):
+        self.run, self.threads, self.lib = run, threads, lib
         self.set_threads = NULL
         self.get_threads = NULL
         if addresses is not None:
@@ -53,21 +68,59 @@ cdef class _Kernel:
     cdef int call(self, w, bint lower) except? -1:
         cdef int before
         if self.set_threads == NULL:
-            return self.run(w, lower)
+            try:
+                return self.run(w, lower)
+            finally:
+                _note(self.lib, self.threads)
         before = self.get_threads()
-        if before == self.threads:
-            return self.run(w, lower)
-        self.set_threads(self.threads)
+        if before != self.threads:
+            self.set_threads(self.threads)
         try:
             return self.run(w, lower)
         finally:
-            self.set_threads(before)
+            _note(self.lib, self.threads)
+            if before != self.threads:
+                self.set_threads(before)
 
 
 cdef double _now() noexcept:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + 1e-9 * ts.tv_nsec
+
+
+cdef inline void _note(int lib, int threads) noexcept:
+    global _pool_lib, _pool_threads, _pool_end
+    if lib:
+        _pool_lib, _pool_threads, _pool_end = lib, threads, _now()
+
+
+cdef inline int _state() noexcept:
+    """The pool state decisions are remembered under: lib * 256 + threads while hot, else 0."""
+    if _pool_lib == 0 or _now() - _pool_end > _hot_window:
+        return 0
+    return _pool_lib * 256 + _pool_threads
+
+
+def pool_note(int lib, int threads) -> None:
+    """Record a call that just ended on library ``lib`` (a code > 0) with ``threads`` threads."""
+    _note(lib, threads)
+
+
+def pool_state():
+    """(library code, threads, seconds since that call ended) of the last recorded call; code 0: none."""
+    return _pool_lib, _pool_threads, _now() - _pool_end
+
+
+def pool_code() -> int:
+    """The pool state decisions taken now are remembered under (see ``_state``)."""
+    return _state()
+
+
+def set_hot_window(double seconds) -> None:
+    """How long after a call its pool state still changes what the next call costs (measured)."""
+    global _hot_window
+    _hot_window = seconds
 
 
 cdef class _Memo:
@@ -82,11 +135,11 @@ cdef class _Memo:
         self.shapes, self.chol = {}, {}
 
 
-def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds) -> None:
-    """Install the options getter, the full Python implementations and numpy's matmul."""
-    global _get_options, _slow, _slow_chol, _matmul, _period
+def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds, int numpy_lib=0) -> None:
+    """Install the options getter, the full Python implementations, numpy's matmul and its library code."""
+    global _get_options, _slow, _slow_chol, _matmul, _period, _numpy_lib
     _get_options, _slow, _slow_chol, _matmul = get_options, slow_gemm, slow_cholesky, matmul
-    _period = seconds
+    _period, _numpy_lib = seconds, numpy_lib
     forget()
 
 
@@ -126,25 +179,104 @@ cdef void _prune():
         forget()
 
 
+cdef class _Block:
+    """A cache-line-aligned block of memory owning an array's data; on release it goes back to the
+    block cache (``_give``) instead of the system while the cache has room."""
+    cdef char *raw
+    cdef char *data
+    cdef size_t size
+
+    def __dealloc__(self):
+        _give(self.raw, self.size)
+
+
+cdef enum:
+    CACHED_MAX = 32                # blocks kept at once
+cdef char *_cached_raw[32]
+cdef size_t _cached_size[32]
+cdef int _cached = 0
+cdef size_t _cached_bytes = 0
+cdef size_t _cache_limit = 256 * 1024 * 1024     # bytes kept in all (set_block_cache)
+cdef size_t _cache_min = 256 * 1024              # smaller blocks come from malloc's own arenas
+BLOCK_CACHE_MIN = _cache_min
+
+
+cdef char *_take(size_t size):
+    """A block of exactly ``size`` bytes: the most recently returned one of that size, else a new one.
+    Reused memory is already mapped: no page faults, as in a loop of calls of one size."""
+    global _cached, _cached_bytes
+    cdef int i
+    cdef char *raw
+    for i in range(_cached - 1, -1, -1):
+        if _cached_size[i] == size:
+            raw = _cached_raw[i]
+            _cached_bytes -= size
+            _cached -= 1
+            _cached_raw[i], _cached_size[i] = _cached_raw[_cached], _cached_size[_cached]
+            return raw
+    return <char *>malloc(size)
+
+
+cdef void _give(char *raw, size_t size) noexcept:
+    """Keep a released block for the next call of its size (dropping the oldest kept beyond the
+    limits), or free it if it is small or larger than the whole cache."""
+    global _cached, _cached_bytes
+    if raw == NULL:
+        return
+    if size < _cache_min or size > _cache_limit:
+        free(raw)
+        return
+    while _cached and (_cached == CACHED_MAX or _cached_bytes + size > _cache_limit):
+        free(_cached_raw[0])
+        _cached_bytes -= _cached_size[0]
+        _cached -= 1
+        memmove(&_cached_raw[0], &_cached_raw[1], _cached * sizeof(char *))
+        memmove(&_cached_size[0], &_cached_size[1], _cached * sizeof(size_t))
+    _cached_raw[_cached], _cached_size[_cached] = raw, size
+    _cached += 1
+    _cached_bytes += size
+
+
+def set_block_cache(size_t limit_bytes) -> None:
+    """How many bytes of released output blocks to keep for reuse (0: none; every block is freed)."""
+    global _cache_limit, _cached, _cached_bytes
+    _cache_limit = limit_bytes
+    while _cached and _cached_bytes > _cache_limit:
+        _cached -= 1
+        _cached_bytes -= _cached_size[_cached]
+        free(_cached_raw[_cached])
+
+
+def block_cache() -> tuple:
+    """(blocks kept, bytes kept, limit in bytes)."""
+    return _cached, _cached_bytes, _cache_limit
+
+
 cdef cnp.ndarray _aligned_empty(int nd, cnp.npy_intp *dims, bint fortran):
-    """Uninitialised float64 array whose data starts on a cache line, owned by a byte buffer.
+    """Uninitialised float64 array whose data starts on a cache line, owned by a ``_Block``.
 
     Multi-threaded OpenBLAS writes an output that is not cache-line aligned more slowly (dgemm,
     dpotrf); numpy's own allocations are only 16-byte aligned, so where one lands decides the
-    speed. The probe and the tuned calls both write into these."""
-    cdef cnp.npy_intp size = 8 * dims[0] * (dims[1] if nd == 2 else 1) + CACHE_LINE
+    speed. Blocks are reused once released (``_take``/``_give``), so a loop of calls does not pay
+    the system's page faults for fresh memory on every output. The probe and the tuned calls
+    both write into these."""
+    cdef size_t size = 8 * dims[0] * (dims[1] if nd == 2 else 1) + CACHE_LINE
     cdef cnp.npy_intp strides[2]
-    cdef cnp.ndarray buf = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT8, 0)
-    cdef size_t addr = <size_t>cnp.PyArray_DATA(buf)
-    cdef char *data = <char *>cnp.PyArray_DATA(buf) + (CACHE_LINE - addr % CACHE_LINE) % CACHE_LINE
+    cdef _Block block = _Block.__new__(_Block)
+    block.raw = _take(size)
+    if block.raw == NULL:
+        raise MemoryError(f"cannot allocate {size} bytes")
+    block.size = size
+    cdef size_t addr = <size_t>block.raw
+    block.data = block.raw + (CACHE_LINE - addr % CACHE_LINE) % CACHE_LINE
     strides[0] = 8
     if nd == 2 and fortran:
         strides[1] = 8 * dims[0]
     elif nd == 2:
         strides[0], strides[1] = 8 * dims[1], 8
-    cdef cnp.ndarray arr = cnp.PyArray_New(cnp.ndarray, nd, dims, cnp.NPY_DOUBLE, strides, data, 8,
+    cdef cnp.ndarray arr = cnp.PyArray_New(cnp.ndarray, nd, dims, cnp.NPY_DOUBLE, strides, block.data, 8,
                                            cnp.NPY_ARRAY_FARRAY if fortran else cnp.NPY_ARRAY_CARRAY, None)
-    cnp.set_array_base(arr, buf)
+    cnp.set_array_base(arr, block)
     return arr
 
 
@@ -166,18 +298,21 @@ def aligned_copy(x, order="C"):
     return out
 
 
-def remember(tuple key, bint aligned=False, opts=None) -> None:
-    """Shape key ``a.shape + b.shape`` whose choice is numpy's own call under ``opts`` (the options
-    the decision was taken under; None: those in force), into a cache-line-aligned output when
-    ``aligned`` (multi-threaded choices, see _aligned_empty)."""
-    _memo_of(_get_options() if opts is None else opts, True).shapes[key] = aligned
+def remember(tuple key, bint aligned=False, opts=None, int threads=0, int state=0) -> None:
+    """Shape key ``a.shape + b.shape`` whose choice in pool state ``state`` is numpy's own call
+    (at ``threads`` threads) under ``opts`` (the options the decision was taken under; None: those
+    in force), into a cache-line-aligned output when ``aligned`` (multi-threaded choices, see
+    _aligned_empty)."""
+    _memo_of(_get_options() if opts is None else opts, True).shapes[key + (state,)] = (aligned, threads)
 
 
-def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads, opts=None) -> None:
-    """Order ``n`` whose choice under ``opts`` (None: the options in force) is ``run(w, lower) -> info``
-    with the library at ``threads`` threads (``thread_addresses``: C set/get functions of its
-    thread count, or None)."""
-    _memo_of(_get_options() if opts is None else opts, True).chol[n] = _Kernel(run, thread_addresses, threads)
+def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads, opts=None, int lib=0,
+                      int state=0) -> None:
+    """Order ``n`` whose choice in pool state ``state`` under ``opts`` (None: the options in force)
+    is ``run(w, lower) -> info`` on library ``lib`` at ``threads`` threads (``thread_addresses``: C
+    set/get functions of its thread count, or None)."""
+    _memo_of(_get_options() if opts is None else opts, True).chol[(n, state)] = _Kernel(
+        run, thread_addresses, threads, lib)
 
 
 def forget() -> None:
@@ -188,15 +323,15 @@ def forget() -> None:
 
 
 def remembered(tuple key) -> bool:
-    """Would a product with shape key ``key`` take the hot path now, in this context?"""
+    """Would a product with shape key ``key`` take the hot path now, in this context and pool state?"""
     cdef _Memo memo = _current()
-    return memo is not None and key in memo.shapes
+    return memo is not None and key + (_state(),) in memo.shapes
 
 
 def remembered_cholesky(Py_ssize_t n) -> bool:
-    """Would a Cholesky of order ``n`` take the hot path now, in this context?"""
+    """Would a Cholesky of order ``n`` take the hot path now, in this context and pool state?"""
     cdef _Memo memo = _current()
-    return memo is not None and n in memo.chol
+    return memo is not None and (n, _state()) in memo.chol
 
 
 cdef inline bint _plain_f64(object x):
@@ -231,12 +366,16 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
         if memo is not None:
             da = cnp.PyArray_DIMS(<cnp.ndarray>a)
             db = cnp.PyArray_DIMS(<cnp.ndarray>b)
-            aligned = memo.shapes.get((da[0], da[1], db[0], db[1]))
-            if aligned is not None:
-                if not aligned:
-                    return _matmul(a, b)
-                dc[0], dc[1] = da[0], db[1]
-                return _matmul(a, b, _aligned_empty(2, dc, False))
+            found = memo.shapes.get((da[0], da[1], db[0], db[1], _state()))
+            if found is not None:
+                aligned, threads = found
+                if not aligned and 8 * da[0] * db[1] < _cache_min:
+                    result = _matmul(a, b)
+                else:
+                    dc[0], dc[1] = da[0], db[1]
+                    result = _matmul(a, b, _aligned_empty(2, dc, False))
+                _note(_numpy_lib, threads)
+                return result
     return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs)
 
 
@@ -319,7 +458,7 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
         d = cnp.PyArray_DIMS(x)
         if d[0] == d[1] and (cnp.PyArray_IS_C_CONTIGUOUS(x) or cnp.PyArray_IS_F_CONTIGUOUS(x)):
             memo = _current()
-            kernel = memo.chol.get(d[0]) if memo is not None else None
+            kernel = memo.chol.get((d[0], _state())) if memo is not None else None
         w = _prepare(x, bool(lower), bool(check_finite)) if kernel is not None else None
         if w is not None:
             c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)

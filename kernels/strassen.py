@@ -18,7 +18,9 @@ Schedule (per level; S1, T1, P1 are the three temporaries, C's quadrants hold in
 
 The products of steps 1-3 are written straight into their C quadrant, and when the next level is
 a leaf, steps 6-7 accumulate into C with ``gemm(..., beta=1)`` (no P1, no addition pass). All
-additions are fused Numba loops over column-major views writing into preallocated buffers.
+additions are fused Numba loops over column-major views writing into preallocated buffers, or,
+when ``add`` is passed (a kernel version's ``add(x, y, out, beta)``, e.g. the OpenMP one of
+``kernels/_omp.pyx`` at some thread count), calls of it: one per addition, two per fused pass.
 
 Workspace: one float64 buffer for all levels, allocated up front (or passed as ``work``); level
 ``d`` holds S1 (m_d x k_d), T1 (k_d x n_d) and P1 (m_d x n_d) with ``m_d = floor(m_{d-1} / 2)``
@@ -135,15 +137,47 @@ def _check(x: np.ndarray, name: str) -> None:
         raise ValueError(f"strassen: {name} must be column-major (Fortran order or a column-major view)")
 
 
+class _AddOps:
+    """The driver's addition passes built from one ``add(x, y, out, beta)`` kernel (out = x + beta y)."""
+
+    def __init__(self, add: Callable):
+        self.add = add
+
+    def axpby(self, x, y, beta, out):
+        self.add(x, y, out, beta)
+
+    def combine22(self, c11, c21, c12, c22):
+        self.add(c11, c21, c22, -1.0)
+        self.add(c22, c12, c22, 1.0)
+
+    def acc2(self, p, c1, s1, c2, s2):
+        self.add(c1, p, c1, s1)
+        self.add(c2, p, c2, s2)
+
+    def acc(self, p, c):
+        self.add(c, p, c, 1.0)
+
+
+class _FusedOps:
+    """The fused Numba passes (the default)."""
+
+    axpby, combine22 = staticmethod(_axpby), staticmethod(_combine22)
+    acc2, acc = staticmethod(_acc2), staticmethod(_acc)
+
+
+_FUSED = _FusedOps()
+
+
 def strassen(a: np.ndarray, b: np.ndarray, c: np.ndarray, levels: int, gemm: Callable,
-             *, min_dim: int = 2, work: np.ndarray | None = None) -> np.ndarray:
+             *, min_dim: int = 2, work: np.ndarray | None = None, add: Callable | None = None) -> np.ndarray:
     """c = a @ b (c overwritten) by ``levels`` levels of Strassen over the leaf ``gemm``.
 
     ``gemm(alpha, a, b, beta, c)`` computes ``c = alpha a b + beta c`` on column-major views.
     ``min_dim``: do not recurse on sub-problems with a dimension below it (at least 2).
     ``work``: optional float64 buffer of at least ``strassen_workspace_elems(m, k, n, levels,
-    min_dim)`` elements (allocated here otherwise). Odd sizes are peeled (see module doc).
-    Returns ``c``.
+    min_dim)`` elements (allocated here otherwise). ``add``: the addition kernel
+    ``add(x, y, out, beta)`` (out = x + beta y on column-major views; out may be x) in place of
+    the fused Numba passes. Odd sizes are peeled (see module doc). Returns ``c``.
     """
     for x, name in ((a, "a"), (b, "b"), (c, "c")):
         _check(x, name)
@@ -174,23 +208,23 @@ def strassen(a: np.ndarray, b: np.ndarray, c: np.ndarray, levels: int, gemm: Cal
             views.append(work[off:off + r * s].reshape((r, s), order="F"))
             off += r * s
         ws.append(tuple(views))
-    _rec(a, b, c, 0, len(ws), ws, gemm)
+    _rec(a, b, c, 0, len(ws), ws, gemm, _FUSED if add is None else _AddOps(add))
     return c
 
 
-def _mul(x, y, out, beta, depth, nlev, ws, gemm):
+def _mul(x, y, out, beta, depth, nlev, ws, gemm, ops):
     """out = x y (beta 0) or out += x y (beta 1), recursing when depth < nlev."""
     if depth >= nlev:
         gemm(1.0, x, y, beta, out)
     elif beta == 0.0:
-        _rec(x, y, out, depth, nlev, ws, gemm)
+        _rec(x, y, out, depth, nlev, ws, gemm, ops)
     else:
         p = ws[depth - 1][2]
-        _rec(x, y, p, depth, nlev, ws, gemm)
-        _acc(p, out)
+        _rec(x, y, p, depth, nlev, ws, gemm, ops)
+        ops.acc(p, out)
 
 
-def _rec(a, b, c, depth, nlev, ws, gemm):
+def _rec(a, b, c, depth, nlev, ws, gemm, ops):
     """c = a b at recursion ``depth`` (0 = top); ws[depth] holds this level's S1, T1, P1."""
     if depth >= nlev:
         gemm(1.0, a, b, 0.0, c)
@@ -205,26 +239,26 @@ def _rec(a, b, c, depth, nlev, ws, gemm):
     b11, b12, b21, b22 = b[:k2, :n2], b[:k2, n2:ne], b[k2:ke, :n2], b[k2:ke, n2:ne]
     c11, c12, c21, c22 = c[:m2, :n2], c[:m2, n2:ne], c[m2:me, :n2], c[m2:me, n2:ne]
 
-    _axpby(a11, a22, 1.0, s1)                       # 1
-    _axpby(b11, b22, 1.0, t1)
-    _mul(s1, t1, c11, 0.0, sub, nlev, ws, gemm)
-    _axpby(a21, a22, 1.0, s1)                       # 2
-    _mul(s1, b11, c21, 0.0, sub, nlev, ws, gemm)
-    _axpby(b12, b22, -1.0, t1)                      # 3
-    _mul(a11, t1, c12, 0.0, sub, nlev, ws, gemm)
-    _combine22(c11, c21, c12, c22)
-    _axpby(b21, b11, -1.0, t1)                      # 4
-    _mul(a22, t1, p1, 0.0, sub, nlev, ws, gemm)
-    _acc2(p1, c11, 1.0, c21, 1.0)
-    _axpby(a11, a12, 1.0, s1)                       # 5
-    _mul(s1, b22, p1, 0.0, sub, nlev, ws, gemm)
-    _acc2(p1, c11, -1.0, c12, 1.0)
-    _axpby(a21, a11, -1.0, s1)                      # 6
-    _axpby(b11, b12, 1.0, t1)
-    _mul(s1, t1, c22, 1.0, sub, nlev, ws, gemm)
-    _axpby(a12, a22, -1.0, s1)                      # 7
-    _axpby(b21, b22, 1.0, t1)
-    _mul(s1, t1, c11, 1.0, sub, nlev, ws, gemm)
+    ops.axpby(a11, a22, 1.0, s1)                       # 1
+    ops.axpby(b11, b22, 1.0, t1)
+    _mul(s1, t1, c11, 0.0, sub, nlev, ws, gemm, ops)
+    ops.axpby(a21, a22, 1.0, s1)                       # 2
+    _mul(s1, b11, c21, 0.0, sub, nlev, ws, gemm, ops)
+    ops.axpby(b12, b22, -1.0, t1)                      # 3
+    _mul(a11, t1, c12, 0.0, sub, nlev, ws, gemm, ops)
+    ops.combine22(c11, c21, c12, c22)
+    ops.axpby(b21, b11, -1.0, t1)                      # 4
+    _mul(a22, t1, p1, 0.0, sub, nlev, ws, gemm, ops)
+    ops.acc2(p1, c11, 1.0, c21, 1.0)
+    ops.axpby(a11, a12, 1.0, s1)                       # 5
+    _mul(s1, b22, p1, 0.0, sub, nlev, ws, gemm, ops)
+    ops.acc2(p1, c11, -1.0, c12, 1.0)
+    ops.axpby(a21, a11, -1.0, s1)                      # 6
+    ops.axpby(b11, b12, 1.0, t1)
+    _mul(s1, t1, c22, 1.0, sub, nlev, ws, gemm, ops)
+    ops.axpby(a12, a22, -1.0, s1)                      # 7
+    ops.axpby(b21, b22, 1.0, t1)
+    _mul(s1, t1, c11, 1.0, sub, nlev, ws, gemm, ops)
 
     # dynamic peeling of the odd last row / column / inner index
     if ke < k:

@@ -294,3 +294,28 @@ def test_fitted_model_negative_below_its_sizes_is_used_without_extrapolating_dow
                      "analytical APE 20% > tol 3%")
     assert e.in_use and e.fitted_ape == pytest.approx(0.0)
     assert not e.covers(150.0) and e.covers(160.0) and e.covers(3200.0 * 1.2)
+
+
+def test_timer_past_its_deadline_times_nothing_more(monkeypatch):
+    """Past the deadline Timer.many leaves points untimed (NaN) and counts them; before it, it times all."""
+    from autotune.install_probe import validate as v
+
+    monkeypatch.setattr(v, "candidate_runner", lambda family, dims, cand, rng: (lambda: 0.0))
+    monkeypatch.setattr(v, "time_point", lambda run, reps, seconds: 1.0)
+    spec = v.load_spec(TINY_SPEC)
+    cand = Candidate("potrf", "scipy-openblas", 1, 0, 0)
+    points = [("cholesky", n, cand) for n in (10, 20)]
+    late = v.Timer(spec, deadline=0.0)
+    assert all(np.isnan(t) for t in late.many(points).values()) and late.skipped == 2 and late.runs == 0
+    assert np.isnan(late("cholesky", 30, cand))
+    on_time = v.Timer(spec)
+    assert set(on_time.many(points).values()) == {1.0} and on_time.skipped == 0
+
+
+def test_validate_within_a_spent_budget_stores_what_it_has(db):
+    from autotune.install_probe.validate import validate
+
+    report = validate(db, {**TINY_SPEC, "families": ["gemm"]}, progress=False, budget_seconds=0.0)
+    assert report.runs == 0 and report.skipped > 0 and report.ape_in_use is None
+    assert "time budget reached" in report.text()
+    assert load_fitted(db).info["skipped"] == report.skipped

@@ -336,3 +336,27 @@ def test_launch_prints_the_estimate_first(tmp_path, monkeypatch, capsys):
     assert cli.launch_comm_probe(4, "quick", tmp_path / "x.h5", quiet=True) == 0
     err = capsys.readouterr().err
     assert "estimated run time" in err and "'quick'" in err and "P = 4" in err and "estimate" in err
+
+
+def test_profile_time_limit_is_said_up_front_and_bounds_the_validation(tmp_path, capsys, monkeypatch):
+    """A profile's time_limit_minutes is printed before measuring; the validation gets what is left."""
+    from conftest import TINY_PROFILE
+
+    seen = {}
+    monkeypatch.setattr(cli, "main_validate", lambda args, spec=None, budget=None: seen.update(budget=budget) or 0)
+    prof = tmp_path / "tiny.yaml"
+    prof.write_text(yaml.safe_dump({**TINY_PROFILE, "time_limit_minutes": 2}))
+    assert cli.main(["--profile", str(prof), "--db", str(tmp_path / "sp.h5"), "--no-progress",
+                     "--with-validate"]) == 0
+    err = capsys.readouterr().err
+    assert "takes about 2 minutes on two cores, the check of its models included" in err
+    assert cli.MIN_VALIDATION_SECONDS <= seen["budget"] <= 120
+
+
+def test_time_limit_must_be_positive():
+    from autotune.install_probe.profile import ProfileError, load_profile, parse_profile
+    from conftest import TINY_PROFILE
+
+    with pytest.raises(ProfileError, match="time_limit_minutes"):
+        parse_profile({**TINY_PROFILE, "time_limit_minutes": 0}, "bad")
+    assert load_profile("standard").time_limit_minutes and load_profile("full").time_limit_minutes is None

@@ -112,6 +112,8 @@ def test_a_standard_install_ends_with_the_validation_unless_opted_out(monkeypatc
     done = SimpleNamespace(complete=True, measured=3, failures={}, skipped_backends={}, path=tmp_path / "db.h5",
                            seconds=1.0)
     monkeypatch.setattr(cli, "run_probe", lambda *a, **kw: done)
+    monkeypatch.setattr(cli, "main_pools", lambda args, profile: 0.0)        # measured in their own tests
+    monkeypatch.setattr(cli, "main_thread_sps", lambda args, profile: 0.0)
     specs = []
     monkeypatch.setattr(val, "validate", lambda db, spec, **kw: specs.append(spec) or SimpleNamespace(text=str))
     db = ["--db", str(tmp_path / "db.h5"), "--no-progress"]

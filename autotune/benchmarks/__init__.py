@@ -10,11 +10,13 @@ import argparse
 from autotune.benchmarks import (
     comm_fit,
     compare,
+    composed,
     drift,
     mpi_repeat,
     mpi_rescore,
     mpi_speed,
     mpi_validate,
+    multicore,
     overhead,
     probe,
     regress,
@@ -26,7 +28,8 @@ from autotune.benchmarks import (
 COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overhead": overhead,
             "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
-            "comm-fit": comm_fit, "strassen-remodel": strassen_remodel}
+            "comm-fit": comm_fit, "strassen-remodel": strassen_remodel, "composed": composed,
+            "multicore": multicore}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

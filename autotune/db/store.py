@@ -13,9 +13,10 @@ or the new file, never a torn one, and never waits for the lock.
 Groups beside ``/k`` (``KEPT_GROUPS``), each written by its own db module through
 ``replace_group`` (one member per platform or machine) and carried over by ``save``:
 ``/comm`` (``db.comm``), ``/contention`` (``db.contention``), ``/fitted`` (``db.fitted``),
-``/fitted_phases`` (``db.phase_factors``), ``/learned`` (``db.learned``) and ``/validation``
-(``db.validation``). A file holding only such groups (no ``/k``) reads as DatabaseMissing for
-the BLAS side.
+``/fitted_phases`` (``db.phase_factors``), ``/learned`` (``db.learned``), ``/pools``
+(``db.pools``: cross-call costs of thread pools), ``/threads`` (``db.threads``: thread system
+parameters of the kernel versions) and ``/validation`` (``db.validation``). A file holding only
+such groups (no ``/k``) reads as DatabaseMissing for the BLAS side.
 
 Older files: a root version in ``MIGRATABLE`` is read as the current one after a pure renaming
 or defaulting on read (nothing is written); its members must then carry the per-group version
@@ -55,7 +56,8 @@ RECORD_DTYPE = np.dtype([
 ])
 COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across BLAS saves
 # Groups beside /k, carried over when the BLAS records are rewritten (see the module docstring).
-KEPT_GROUPS = frozenset({COMM_GROUP, "contention", "fitted", "fitted_phases", "learned", "validation"})
+KEPT_GROUPS = frozenset({COMM_GROUP, "contention", "fitted", "fitted_phases", "learned", "pools", "threads",
+                         "validation"})
 KEY_FIELDS = ("routine", "backend", "threads", "dtype", "pattern", "param", "x")
 # Timing fields a usable record holds as finite numbers, never negative (0: not recorded).
 CHECKED_FIELDS = ("t_median", "t_min")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.backends import pools
+
 
 def fortran_operand(x: np.ndarray, trans: bool) -> tuple[np.ndarray, bool]:
     """(F-ordered array, trans flag) with ``op(x)`` unchanged: a C-ordered x becomes x.T transposed."""
@@ -14,14 +16,15 @@ def fortran_operand(x: np.ndarray, trans: bool) -> tuple[np.ndarray, bool]:
 
 
 def call_with_threads(backend, threads: int, fn, *args):
-    """``fn(*args)`` with ``backend`` limited to ``threads``, restoring the previous count."""
-    if backend.set_threads is None:
-        return fn(*args)
-    before = backend.get_threads()
-    if before == threads:
-        return fn(*args)
-    backend.set_threads(threads)
+    """``fn(*args)`` with ``backend`` limited to ``threads``, restoring the previous count; the call
+    is noted as the last one on that library's pool (``backends.pools``)."""
+    switch = backend.set_threads is not None and backend.get_threads() != threads
+    before = backend.get_threads() if switch else threads
+    if switch:
+        backend.set_threads(threads)
     try:
         return fn(*args)
     finally:
-        backend.set_threads(before)
+        pools.note(backend.name, threads)
+        if switch:
+            backend.set_threads(before)

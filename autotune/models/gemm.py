@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.db.threads import ThreadSPs, VersionSPs
 from autotune.routines import DISPATCH_ORDER, flops
+
+from . import multicore
 
 # Element passes per Strassen level of ``autotune.kernels.strassen`` (the 3-temporary schedule
 # of docs/models.md#gemm.strassen, fused additions): 5 on quadrants of A (S1), 5 on quadrants of
@@ -15,6 +18,17 @@ ADDS_A, ADDS_B, ADDS_C_LEAF, ADDS_C_INNER = 5, 5, 5, 7
 # Backend whose add kernel performs Strassen's additions (the Numba fused loops): the model's
 # ``add_backend`` wherever the selector or a fitted eq. 4.10 entry prices a Strassen candidate.
 STRASSEN_ADD_BACKEND = "numba-reference"
+# Strassen's addition kernel versions (the ``variant`` AP of a "strassen" candidate): 0 the fused
+# Numba loops above, priced by the add/view SP series; 1 the OpenMP ``add`` of kernels/_omp.pyx at
+# the candidate's thread count, priced by the measured thread SPs of version "omp" (R-pfor per pass).
+STRASSEN_ADD_VERSIONS = {0: "numba-fused", 1: "omp"}
+# Calls of the OpenMP add per Strassen node on quadrants of C: C22 = M1 - M2 + M3 (2), two two-target
+# accumulations (2 each), plus 2 accumulations of M6, M7 unless the node's products are leaves.
+OMP_CALLS_C_LEAF, OMP_CALLS_C_INNER = 6, 8
+# Nested Strassen (docs/models.md#multicore.nested-strassen): its addition terms as counted in the
+# driver ("exact") rather than as printed in the source, and the aspect ratio it is offered up to.
+NESTED_COUNTS = "exact"
+NESTED_MAX_ASPECT = 1.5
 
 
 def lookup_size(m: float, k: float, n: float) -> np.ndarray:
@@ -51,6 +65,70 @@ def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     return leaves + adds
 
 
+def _leaves(m: int, k: int, n: int, levels, backend: str, threads: int, sp) -> tuple[np.ndarray, np.ndarray]:
+    """(levels as an int array, ``7^l 2 (m/2^l)(k/2^l)(n/2^l) k3_gemm(leaf size)`` per level)."""
+    levels = np.atleast_1d(np.asarray(levels, dtype=int))
+    scale = 2.0 ** levels
+    lm, lk, ln = m / scale, k / scale, n / scale
+    k3 = sp.k("gemm", backend, threads, lookup_size(lm, lk, ln))
+    return levels, 7.0 ** levels * 2.0 * lm * lk * ln * k3
+
+
+def omp_add_sps(tsp: ThreadSPs) -> tuple[VersionSPs, tuple[float, float] | None] | None:
+    """(version "omp" SPs, seconds per added element of one thread as a line in P, or None) when
+    the OpenMP kernel version is measured, else None. The per-element line is nested Strassen's
+    ``T_add``, which the thread probe measures on the "omp" add whenever that version is measured."""
+    omp = tsp.versions.get("omp")
+    if omp is None:
+        return None
+    return omp, (tsp.strassen.t_add if tsp.strassen is not None else None)
+
+
+def strassen_omp(m: int, k: int, n: int, levels, backend: str, threads: int, sp, tsp: ThreadSPs,
+                 parts: dict | None = None) -> np.ndarray:
+    """Strassen with ``levels`` levels, leaves on ``backend``'s gemm, additions by the OpenMP ``add``
+    at ``threads`` threads (variant 1): the leaves as in ``strassen``; every addition call an R-pfor
+    (models.multicore.additions) over its elements with version "omp"'s T_gen, per-element time and
+    oversubscription. ValueError when "omp" is not measured."""
+    found = omp_add_sps(tsp)
+    if found is None:
+        raise ValueError("strassen_omp: thread SPs of kernel version 'omp' are not measured")
+    omp, per_elem = found
+    levels, leaves = _leaves(m, k, n, levels, backend, threads, sp)
+    lmax = int(levels.max(initial=0))
+    inner_c, leaf_c = np.zeros(lmax + 1), np.zeros(lmax + 1)
+    for i in range(1, lmax + 1):
+        qm, qk, qn = m / 2.0 ** i, k / 2.0 ** i, n / 2.0 ** i
+        a_call, b_call, c_call = (float(multicore.additions(threads, [(1, e)], omp, tsp.cores, per_elem))
+                                  for e in (qm * qk, qk * qn, qm * qn))
+        nodes = 7.0 ** (i - 1)
+        base = nodes * (ADDS_A * a_call + ADDS_B * b_call)
+        leaf_c[i] = base + nodes * OMP_CALLS_C_LEAF * c_call
+        inner_c[i] = base + nodes * OMP_CALLS_C_INNER * c_call
+    inner = np.concatenate([[0.0], np.cumsum(inner_c[1:])])
+    adds = inner[np.maximum(levels - 1, 0)] + leaf_c[levels]
+    if parts is not None:
+        parts.update(gemm=leaves, add=adds)
+    return leaves + adds
+
+
+def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: ThreadSPs,
+                    parts: dict | None = None) -> np.ndarray:
+    """Nested-parallel Strassen (algorithm "strassen_nested", variant ``p1``): ``p1`` workers over the
+    top level's products, ``threads / p1`` BLAS threads each, ``levels`` (1 or 2) levels; eqs.
+    6.9-6.12 (models.multicore.strassen_nested) at the size ``(m k n)^(1/3)`` with the stored
+    StrassenSPs. ValueError when they are not measured."""
+    if tsp.strassen is None:
+        raise ValueError("strassen_nested: nested-Strassen thread SPs are not measured")
+    size = float(lookup_size(m, k, n))
+    p2 = max(threads // p1, 1)
+    t = np.array([float(multicore.strassen_nested(size, p1, p2, tsp.strassen, tsp.cores, int(lv),
+                                                   NESTED_COUNTS)) for lv in np.atleast_1d(levels)])
+    if parts is not None:
+        parts.update(gemm=t)
+    return t
+
+
 def strassen_parts(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
                    add_backend: str = STRASSEN_ADD_BACKEND, add_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Strassen's two cost terms (arrays over ``levels``): leaf products and additions (the terms
@@ -60,11 +138,7 @@ def strassen_parts(m: int, k: int, n: int, levels, backend: str, threads: int, s
     passes above act on quadrants of size ``/2^i``, each costed with k2_add measured on quadrant
     views of that size (docs/models.md#gemm.strassen).
     """
-    levels = np.atleast_1d(np.asarray(levels, dtype=int))
-    scale = 2.0 ** levels
-    lm, lk, ln = m / scale, k / scale, n / scale
-    k3 = sp.k("gemm", backend, threads, lookup_size(lm, lk, ln))
-    leaves = 7.0 ** levels * 2.0 * lm * lk * ln * k3
+    levels, leaves = _leaves(m, k, n, levels, backend, threads, sp)
     lmax = int(levels.max(initial=0))
     if lmax == 0:
         return leaves, np.zeros_like(leaves)

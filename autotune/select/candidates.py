@@ -9,6 +9,10 @@ from autotune.plans import ALGORITHMS, Candidate
 # Backends whose BLAS tables carry the Cython Cholesky drivers (blocked/gemv/axpy).
 DRIVER_BACKENDS = ("numpy-openblas", "scipy-openblas", "mkl")
 STRASSEN_LEVELS = (1, 2, 3, 4)
+# Nested Strassen (algorithm "strassen_nested"): its levels (001 eqs. 6.9-6.12 cover 1 and 2) and the
+# backend whose gemm and thread control it runs on (the one the thread probe measures T_mul on).
+NESTED_LEVELS = (1, 2)
+NESTED_BACKEND = "numpy-openblas"
 # Smallest Strassen leaf worth considering (below it additions dominate everywhere).
 MIN_STRASSEN_LEAF = 64
 

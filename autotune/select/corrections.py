@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 STEPS: dict[str, str] = {
     "fitted": "a fitted model of measured times replaces the analytical one",
     "overhead": "fixed cost around the routine: tuned-call dispatch (one process), per-call overhead (MPI)",
-    "contention": "cores shared: another library's thread pool (one process), ranks on shared cores (MPI)",
+    "contention": "cores shared: the previous call's pool or this pool waking, measured (one process); "
+                  "ranks on shared cores (MPI)",
     "risk": "hedge on composed models: the prior, or validation's measured risk",
     "calibration": "measured factors: learned corrections (one process), fitted phase factors (MPI)",
 }

@@ -8,19 +8,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune import learn
-from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN, LIBRARY_SWITCH, POOL_CONTENTION
+from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN
+from autotune.backends.pools import PoolState
+from autotune.db.pools import Transitions, load_transitions
+from autotune.db.threads import ThreadSPs, load_threads
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models.fitted import fitted_for, override
-from autotune.models.gemm import STRASSEN_ADD_BACKEND
+from autotune.models.gemm import NESTED_MAX_ASPECT, STRASSEN_ADD_BACKEND, omp_add_sps
 from autotune.plans import Candidate
 
 from . import corrections
-from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, STRASSEN_LEVELS
+from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, NESTED_BACKEND, NESTED_LEVELS, STRASSEN_LEVELS
 from .corrections import Correction
 
-# The hand-set charges and margin (POOL_CONTENTION, LIBRARY_SWITCH, COMPOSED_RISK, INCUMBENT_MARGIN,
-# FLOOR_SLACK) live in autotune/assumptions.py; imported here under their old names.
+# The hand-set hedge and margin (COMPOSED_RISK, INCUMBENT_MARGIN, FLOOR_SLACK) live in
+# autotune/assumptions.py; the thread-pool charges are measured (autotune.db.pools).
 
 _CACHE_LIMIT = 4096
 
@@ -54,6 +57,7 @@ class Decision:
     chosen: Candidate
     incumbent: Candidate | None = None
     notes: list[str] = field(default_factory=list)
+    after: PoolState | None = None     # the library call before this one, while its pool counts
 
     def predicted(self, cand: Candidate) -> float:
         for r in self.ranking:
@@ -65,6 +69,8 @@ class Decision:
         """The choice; the SP values the ``top`` candidates used, each listed once; then per candidate
         its ranked and model times, the SP values it read, and the corrections that changed it."""
         lines = [f"{self.family} {'x'.join(map(str, self.dims))}, thread budget {self.threads}: chose {self.chosen}"]
+        lines.append(f"  after: {self.after.backend} {self.after.threads}t (its pool still counts)" if self.after
+                     else "  after: an idle spell (no pool hot)")
         lines += [f"  note: {n}" for n in self.notes]
         shown = self.ranking[:top]
         index = _sp_index(shown)
@@ -159,23 +165,59 @@ def _floor(table, flop: float, routines, backend: str, threads: int, upto: float
     return FLOOR_SLACK * flop * min(table.k_min(r, backend, threads, pat, upto=upto) for r, pat in routines)
 
 
-def _gemm_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
+def _gemm_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
     m, k, n = dims
+    tsp = tsp or ThreadSPs()
     levels = tuple(lv for lv in STRASSEN_LEVELS if min(m, k, n) / 2**lv >= MIN_STRASSEN_LEAF)
     can_add = table.has("add", STRASSEN_ADD_BACKEND, 1, "view")
+    can_omp = omp_add_sps(tsp) is not None
+    variants = (0,) * can_add + (1,) * can_omp        # Strassen's addition kernel version (models.gemm)
     for be in _backends(table):
         for t in _threads(table, "gemm", be, budget):
             yield Evaluation("blas", be, t, (0,), (0,),
                              lambda sp, p, v, parts=None, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp, parts)])
-            if allow_strassen and levels and can_add:
+            if allow_strassen and levels and variants:
                 leaf_flops = 2.0 * m * k * n * (7 / 8) ** max(levels)
-                yield Evaluation("strassen", be, t, levels, (0,),
-                                 lambda sp, p, v, parts=None, be=be, t=t: gemm_models.strassen(
-                                     m, k, n, p, be, t, sp, add_backend=STRASSEN_ADD_BACKEND, parts=parts),
+                yield Evaluation("strassen", be, t, levels, variants,
+                                 lambda sp, p, v, parts=None, be=be, t=t: _strassen_variants(
+                                     m, k, n, p, v, be, t, sp, tsp, parts),
                                  _floor(table, leaf_flops, [("gemm", "square")], be, t, max(dims)))
+    if allow_strassen and tsp.strassen is not None and NESTED_BACKEND in _backends(table) \
+            and max(dims) <= NESTED_MAX_ASPECT * min(dims):
+        nested = tuple(lv for lv in NESTED_LEVELS if min(m, k, n) / 2**lv >= MIN_STRASSEN_LEAF)
+        blas = tsp.versions.get("blas")
+        lib_max = blas.max_threads if blas is not None and blas.max_threads > 0 else budget   # P2: the library's
+        for p1 in range(1, min(budget, 7) + 1) if nested else ():   # 7 top-level products
+            for p2 in range(1, min(budget // p1, lib_max) + 1):
+                yield Evaluation("strassen_nested", NESTED_BACKEND, p1 * p2, nested, (p1,),
+                                 lambda sp, p, v, parts=None, t=p1 * p2, p1=p1: gemm_models.strassen_nested(
+                                     m, k, n, p, p1, t, tsp, parts))
 
 
-def _cholesky_groups(dims, table, budget: int, allow_strassen: bool) -> Iterator[Evaluation]:
+def _strassen_variants(m, k, n, levels, variants, be: str, t: int, sp, tsp: ThreadSPs, parts: dict | None):
+    """Times of a Strassen group, variant-major: 0 the fused additions (add/view SPs), 1 the OpenMP add."""
+    out, split = [], {}
+    for v in variants:
+        part: dict | None = {} if parts is not None else None
+        if v == 0:
+            out.append(gemm_models.strassen(m, k, n, levels, be, t, sp, add_backend=STRASSEN_ADD_BACKEND, parts=part))
+        else:
+            out.append(gemm_models.strassen_omp(m, k, n, levels, be, t, sp, tsp, parts=part))
+        for key, val in (part or {}).items():
+            split.setdefault(key, []).append(np.atleast_1d(val))
+    if parts is not None:
+        parts.update({key: np.concatenate(vals) for key, vals in split.items()})
+    return np.concatenate(out)
+
+
+def _thread_sps(sp) -> ThreadSPs:
+    """The thread SPs stored beside ``sp``'s database (``db.threads``); empty without a path."""
+    path = getattr(sp, "path", None)
+    return ThreadSPs() if path is None else load_threads(path)
+
+
+def _cholesky_groups(dims, table, budget: int, allow_strassen: bool,
+                     tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
     (n,) = dims
     total = float(chol_models.chol_flops(n))
     for be in _backends(table):
@@ -209,8 +251,9 @@ INCUMBENTS = {"gemm": ("blas", "numpy-openblas"), "cholesky": ("potrf", "scipy-o
 
 
 def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
-         explain: bool = False, prune: bool = False) -> Decision:
-    """Evaluate every candidate for ``family`` on ``dims`` within a ``threads`` budget.
+         explain: bool = False, prune: bool = False, after: PoolState | None = None) -> Decision:
+    """Evaluate every candidate for ``family`` on ``dims`` within a ``threads`` budget, as the call
+    that follows ``after`` (the previous library call while its pool counts; None: an idle spell).
 
     ``prune``: skip groups whose lower bound (with charges) already exceeds a ranked candidate
     (branch and bound: the choice is unchanged, the ranking shorter; ``choose`` prunes).
@@ -218,8 +261,8 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
     if sp.table is None:
         raise LookupError("no system parameters: nothing to rank")
     ranking: list[Ranked] = []
-    groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen))
-    ev = _Evidence.of(sp, family, tuple(dims))
+    groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen, _thread_sps(sp)))
+    ev = _Evidence.of(sp, family, tuple(dims), after)
     prune = prune and not ev.any       # measured corrections may undercut the analytical floors
     if prune:
         groups.sort(key=lambda g: g.floor * _charge(family, g, ev))
@@ -245,7 +288,7 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
     chosen, incumbent, notes = _apply_margin(family, ranking)
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
-    return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes)
+    return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes, after)
 
 
 def _dispatch(family: str, algorithm: str, backend: str, threads: int, budget: int, sp) -> float:
@@ -270,15 +313,17 @@ class _Evidence:
     fitted: bool
     learned: dict
     risk: dict        # algorithm -> measured composed-model risk for this family
+    pools: Transitions
+    after: PoolState | None
 
     @classmethod
-    def of(cls, sp, family: str, dims: tuple[int, ...]) -> _Evidence:
+    def of(cls, sp, family: str, dims: tuple[int, ...], after: PoolState | None = None) -> _Evidence:
         fitted = fitted_for(sp)
         path = getattr(sp, "path", None)
         risk = (getattr(fitted, "info", None) or {}).get("risk", {}).get(family, {})
         return cls(sp, dims, bool(fitted is not None and fitted.in_use),
                    learn.load_learned(path) if path is not None else {},
-                   {str(k): float(v) for k, v in risk.items()})
+                   {str(k): float(v) for k, v in risk.items()}, load_transitions(path), after)
 
     @property
     def any(self) -> bool:
@@ -323,9 +368,14 @@ def _overhead_step(seconds: float, ctx: _Context) -> tuple[float, str]:
 
 
 def _contention_step(seconds: float, ctx: _Context) -> tuple[float, str]:
-    """Another library than the family default: pool contention (threads > 1) or a library switch."""
-    f, why = _switch(ctx.family, ctx.candidate.backend, ctx.candidate.threads)
-    return (seconds * f, why) if f != 1.0 else (seconds, "")
+    """The measured cost of following the previous call (its pool may still spin), or of waking
+    this library's pool after an idle spell (docs/models.md#pools.switch)."""
+    cand, after = ctx.candidate, ctx.ev.after
+    extra = ctx.ev.pools.extra(after, cand.backend, cand.threads, seconds)
+    if extra <= 0.0:
+        return seconds, ""
+    why = f"after {after.backend} {after.threads}t" if after is not None else "pool wake-up after an idle spell"
+    return seconds + extra, f"+{extra * 1e3:.3f} ms {why}, measured"
 
 
 def _risk_step(seconds: float, ctx: _Context) -> tuple[float, str]:
@@ -368,30 +418,14 @@ def _splits(parts: dict | None, count: int) -> list[tuple[tuple[str, float], ...
     return [tuple((k, float(a[i])) for k, a in flat.items() if a[i]) for i in range(count)]
 
 
-@functools.lru_cache(maxsize=256)
-def _switch(family: str, backend: str, threads: int) -> tuple[float, str]:
-    """Charge for running off the family's default library, and why (1.0 on the default)."""
-    default = INCUMBENTS[family][1]
-    if backend == default:
-        return 1.0, ""
-    if threads > 1:
-        return POOL_CONTENTION, f"thread-pool contention, not {default}"
-    return LIBRARY_SWITCH, f"library switch, not {default}"
-
-
 def _risk(algorithm: str, measured: float | None) -> float:
     """Composed-model risk: the validation step's measurement where there is one, else the prior."""
     return COMPOSED_RISK.get(algorithm, 1.0) if measured is None else measured
 
 
 def _charge(family: str, g: Evaluation, ev: _Evidence) -> float:
-    """The contention and risk steps' factor on a group (for its pruning bound)."""
-    return _charge_factor(family, g.algorithm, g.backend, g.threads, ev.risk.get(g.algorithm))
-
-
-@functools.lru_cache(maxsize=256)
-def _charge_factor(family: str, algorithm: str, backend: str, threads: int, measured_risk: float | None) -> float:
-    return _switch(family, backend, threads)[0] * _risk(algorithm, measured_risk)
+    """The risk step's factor on a group (its pruning bound; the pool charges only add time)."""
+    return _risk(g.algorithm, ev.risk.get(g.algorithm))
 
 
 def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
@@ -412,14 +446,15 @@ def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candid
 _CACHE: dict[tuple, Decision] = {}
 
 
-def choose(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False) -> Decision:
-    """``rank`` with the decision cached per (family, dims, budget, Strassen allowed, SP source)."""
-    key = (family, dims, threads, allow_strassen, id(sp), learn.version())
+def choose(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
+           after: PoolState | None = None) -> Decision:
+    """``rank`` with the decision cached per (family, dims, budget, Strassen allowed, SP source, pool state)."""
+    key = (family, dims, threads, allow_strassen, id(sp), learn.version(), after)
     dec = _CACHE.get(key)
     if dec is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
-        dec = _CACHE[key] = rank(family, dims, sp, threads, allow_strassen, prune=True)
+        dec = _CACHE[key] = rank(family, dims, sp, threads, allow_strassen, prune=True, after=after)
     return dec
 
 

@@ -1,0 +1,110 @@
+"""Cross-call costs of thread pools: ``/pools/default``.
+
+What a library call costs beyond its time in a loop of its own, when the call before it ran on
+some library at some thread count and ended ``gap`` seconds ago (that library's pool may still
+spin on the cores), or after an idle spell (``COLD``: its own pool has to wake up). Measured by
+``install_probe.pools`` as rows (from, to, gap, the call's own time, its time after the switch);
+``Transitions.extra`` interpolates them for the selector (docs/models.md#pools.switch).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from autotune.backends.pools import PoolState
+
+from .store import read_member, replace_group
+
+GROUP = "pools"
+MEMBER = "default"
+REBUILD = "autotune-install --profile standard --db {path}"
+COLD = ""            # from_backend of the rows measured after an idle spell
+ROW_DTYPE = np.dtype([("from_backend", "S24"), ("from_threads", "<i4"), ("to_backend", "S24"),
+                      ("to_threads", "<i4"), ("gap", "<f8"), ("x", "<i8"), ("t_alone", "<f8"),
+                      ("t_after", "<f8")])
+Key = tuple[str, int, str, int]
+
+
+class Transitions:
+    """Measured extra seconds of a call after another, by (from library, threads) -> (to library,
+    threads) and the call's own time, in a tight alternation (gap 0); 0 where nothing was measured.
+    Rows at longer gaps only set the hot window."""
+
+    def __init__(self, rows: np.ndarray | None = None, info: dict | None = None):
+        self.rows = np.zeros(0, ROW_DTYPE) if rows is None else np.asarray(rows, ROW_DTYPE)
+        self.info = dict(info or {})
+        tight = self.rows[self.rows["gap"] == 0.0]
+        keys = [_key(r) for r in tight]
+        self._curves: dict[Key, tuple[np.ndarray, np.ndarray]] = {
+            key: _curve(tight[[k == key for k in keys]]) for key in set(keys)}
+
+    @property
+    def empty(self) -> bool:
+        return not self._curves
+
+    @property
+    def hot_window(self) -> float:
+        """Seconds after a call during which its pool was measured to cost the next call something."""
+        return float(self.info.get("hot_window", 0.0))
+
+    def extra(self, prev: PoolState | None, backend: str, threads: int, seconds: float) -> float:
+        """Extra seconds of a call on ``backend`` at ``threads`` that takes ``seconds`` in a loop of its
+        own, right after ``prev`` (None: after an idle spell)."""
+        key = (COLD, 0, backend, threads) if prev is None else (prev.backend, prev.threads, backend, threads)
+        curve = self._curves.get(key)
+        if curve is None:
+            return 0.0
+        own, extra = curve
+        return max(0.0, float(np.interp(np.log(max(seconds, 1e-9)), np.log(own), extra)))
+
+    def pairs(self) -> list[Key]:
+        return sorted(self._curves)
+
+    def curve(self, key: Key) -> tuple[np.ndarray, np.ndarray]:
+        """(own times, median extra seconds) of one measured transition, by operand size."""
+        return self._curves[key]
+
+
+def _key(row) -> Key:
+    return (row["from_backend"].decode(), int(row["from_threads"]), row["to_backend"].decode(), int(row["to_threads"]))
+
+
+def _curve(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(own time, median extra) per operand size of one transition's rows, by increasing own time."""
+    sizes = np.unique(rows["x"])
+    own = np.array([np.median(rows["t_alone"][rows["x"] == x]) for x in sizes])
+    extra = np.array([np.median((rows["t_after"] - rows["t_alone"])[rows["x"] == x]) for x in sizes])
+    order = np.argsort(own)
+    return own[order], extra[order]
+
+
+def save_transitions(path: str | os.PathLike, rows: Iterable, info: dict | None = None) -> None:
+    """Write the measured transitions (replacing earlier ones), keeping the rest of the database."""
+    table = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, ROW_DTYPE)
+
+    def write(g) -> None:
+        g.create_dataset("rows", data=table)
+        g.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        g.attrs["info"] = json.dumps(info or {}, sort_keys=True, default=str)
+
+    replace_group(path, GROUP, MEMBER, write)
+
+
+def load_transitions(path: str | os.PathLike | None) -> Transitions:
+    """The stored transitions, empty when absent or unreadable (one warning); cached per file version."""
+    return read_member(path, GROUP, MEMBER, _parse, Transitions, "thread-pool transition costs", REBUILD)
+
+
+def _parse(g) -> Transitions:
+    if g["rows"].dtype != ROW_DTYPE:
+        raise ValueError(f"pool transition rows of dtype {g['rows'].dtype}, expected {ROW_DTYPE}")
+    info = json.loads(g.attrs.get("info", "{}"))
+    info["updated"] = str(g.attrs.get("updated", ""))
+    return Transitions(g["rows"][()], info)
+
+
+__all__ = ["COLD", "GROUP", "ROW_DTYPE", "Transitions", "load_transitions", "save_transitions"]

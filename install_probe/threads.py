@@ -1,0 +1,199 @@
+"""Thread-SP probe (docs/models.md#multicore): the micro-routines of 001 §6.3.1 per kernel version.
+
+For each kernel version and P = 1..2C (C = the CPUs this process may run on), R-generate and
+R-pfor are timed at two work sizes and R-barriers at one; a weighted least-squares fit of the
+``P <= C`` points gives ``T_gen`` and ``T_work`` (eqs. 6.1, 6.3; one intercept per routine takes
+up the Python call), then ``T_syn`` (eq. 6.5); the ``P > C`` points give ``T_sw/T_cpu`` through
+eqs. 6.2 and 6.4, as a constant and as a line in P. The "blas" version (numpy's OpenBLAS gemm)
+has no micro-routines: its ``T_gen`` and ``T_work`` come from gemm at two sizes, P = 1..C. For
+nested Strassen (eqs. 6.9-6.12), ``T_mul`` (gemm) and ``T_add`` (the fused addition) are fitted as
+lines in P, and ``T_gen`` is the cost of one task of the worker pool.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from autotune.kernels import nested_strassen
+from autotune.kernels import versions as kernel_versions
+from autotune.kernels.versions import load
+
+from autotune import backends
+from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, save_threads
+
+FLOOR = 1e-12  # smallest T_gen / T_work reported (a fit at or below zero means "not resolved")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Work sizes (elementary operations) and repetitions of one probe flavour."""
+
+    gen_sizes: tuple[int, int]
+    barrier_ops: int
+    barrier_rounds: int
+    reps: int
+    gemm_sizes: tuple[int, int]
+    add_size: int
+
+
+QUICK = Plan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256)
+FULL = Plan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512)
+
+
+def cores() -> int:
+    """CPUs this process may run on (``os.sched_getaffinity``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def best_time(fn: Callable, *args, reps: int) -> float:
+    """Fastest of ``reps`` timed calls after one warm-up call (seconds)."""
+    fn(*args)
+    best = np.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _relative_lstsq(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Least squares on relative errors (each row divided by its time)."""
+    w = 1.0 / np.maximum(t, 1e-9)
+    return np.linalg.lstsq(x * w[:, None], t * w, rcond=None)[0]
+
+
+def _ratio_points(rows: list[tuple], t_gen: float, t_work: float, c: int, icpt: dict) -> tuple[np.ndarray, ...]:
+    """(P, T_sw/T_cpu) from the P > C rows by eq. 6.2 (generate) or eq. 6.4 (pfor)."""
+    ps, rs = [], []
+    for routine, p, work, t in rows:
+        left = t - icpt[routine] - p * t_gen
+        if routine == "generate":
+            rs.append(left / (work * t_work * p / c) - 1.0)
+        else:
+            rs.append((left / (work / p * t_work) - 1.0) * c / p)
+        ps.append(p)
+    return np.array(ps, float), np.array(rs, float)
+
+
+def fit_version(rows: list[tuple], barrier_rows: list[tuple], c: int, max_threads: int = 0) -> VersionSPs:
+    """Fit one version's SPs from rows (routine, P, work, seconds): ``work`` is N for generate and
+    N_t for pfor; ``barrier_rows`` are (P, N, rounds, seconds)."""
+    low = [r for r in rows if r[1] <= c]
+    x = np.array([[r[0] == "generate", r[0] == "pfor", r[1], r[2] if r[0] == "generate" else r[2] / r[1]]
+                  for r in low], float)
+    c_gen, c_pfor, t_gen, t_work = _relative_lstsq(x, np.array([r[3] for r in low]))
+    t_gen, t_work = max(t_gen, FLOOR), max(t_work, FLOOR)
+    icpt = {"generate": c_gen, "pfor": c_pfor}
+    syn = [(p * k, t - c_gen - p * t_gen - k * n * t_work) for p, n, k, t in barrier_rows if p <= c]
+    t_syn = max(sum(a * b for a, b in syn) / sum(a * a for a, _ in syn), 0.0) if syn else 0.0
+    high = [r for r in rows if r[1] > c and r[2] == max(q[2] for q in rows if q[0] == r[0])]
+    ps, rs = _ratio_points(high, t_gen, t_work, c, icpt)
+    ratio = max(float(np.mean(rs)), 0.0) if rs.size else 0.0
+    line = (ratio, 0.0)
+    if np.unique(ps).size >= 2:
+        b, a = np.polyfit(ps, rs, 1)
+        line = (float(a), float(b))
+    return VersionSPs(float(t_gen), float(t_work), float(t_syn), ratio, line, max_threads)
+
+
+def measure_version(module, c: int, plan: Plan) -> tuple[list[tuple], list[tuple]]:
+    """Time generate and pfor (two sizes) and barriers (one) at P = 1..2C with one version's module."""
+    rows, barrier_rows = [], []
+    for p in range(1, 2 * c + 1):
+        for n in plan.gen_sizes:
+            rows.append(("generate", p, n, best_time(module.generate, p, n, reps=plan.reps)))
+            rows.append(("pfor", p, c * n, best_time(module.pfor, p, c * n, reps=plan.reps)))
+        t = best_time(module.barriers, p, plan.barrier_ops, plan.barrier_rounds, reps=plan.reps)
+        barrier_rows.append((p, plan.barrier_ops, plan.barrier_rounds, t))
+    return rows, barrier_rows
+
+
+def _pool_limit(module) -> int:
+    return int(module.pool_size()) if hasattr(module, "pool_size") else 0
+
+
+def _gemm_times(be, n: int, p: int, reps: int) -> float:
+    a, b, out = (np.asfortranarray(np.random.default_rng(0).random((n, n))) for _ in range(3))
+    with be.threads(p):
+        return best_time(be.ops["gemm"], 1.0, a, b, 0.0, out, False, False, reps=reps)
+
+
+def probe_blas(c: int, plan: Plan) -> tuple[VersionSPs, tuple[float, float]]:
+    """The BLAS-threaded version (numpy's OpenBLAS gemm, pfor-shaped: flops / P per thread) and the
+    line of T_mul(P) = t P / flops at the larger size."""
+    be = backends.get("numpy-openblas")
+    ps = range(1, min(c, be.max_threads) + 1)
+    small, big = plan.gemm_sizes
+    rows = [(p, n, _gemm_times(be, n, p, plan.reps)) for p in ps for n in (small, big)]
+    x = np.array([[1.0, p, 2.0 * n**3 / p] for p, n, _ in rows])
+    _, t_gen, t_work = _relative_lstsq(x, np.array([t for *_, t in rows]))
+    per_flop = [(p, t * p / (2.0 * n**3)) for p, n, t in rows if n == big]
+    return VersionSPs(max(float(t_gen), FLOOR), max(float(t_work), FLOOR), 0.0, 0.0, (0.0, 0.0),
+                      be.max_threads), _line(per_flop)
+
+
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(a, b) of a + b P through the points (a constant for one point)."""
+    ps, ys = np.array([p for p, _ in points], float), np.array([y for _, y in points], float)
+    if np.unique(ps).size < 2:
+        return float(ys.mean()), 0.0
+    b, a = np.polyfit(ps, ys, 1)
+    return float(a), float(b)
+
+
+def probe_add(module, c: int, plan: Plan) -> tuple[float, float]:
+    """T_add(P) = t P / elements of the version's fused addition on an n x n matrix, P = 1..2C, as a line."""
+    n = plan.add_size
+    a, b, out = (np.asfortranarray(np.random.default_rng(1).random((n, n))) for _ in range(3))
+    pts = [(p, best_time(module.add, a, b, out, 1.0, p, reps=plan.reps) * p / (n * n)) for p in range(1, 2 * c + 1)]
+    return _line(pts)
+
+
+def probe_pool(c: int, plan: Plan) -> float:
+    """Seconds per task of the nested-Strassen worker pool (slope of P no-op tasks, warm pool)."""
+    pts = []
+    for p in range(1, 2 * c + 1):
+        pool = nested_strassen.pool(p)
+        pts.append((p, best_time(lambda q=pool, k=p: list(q.map(int, range(k))), reps=plan.reps)))
+    a, b = _line(pts)
+    return max(b, FLOOR)
+
+
+def probe_threads(versions: list[str] | None = None, quick: bool = False) -> ThreadSPs:
+    """Measure and fit the thread SPs of the kernel versions (all available ones by default) and of
+    nested Strassen; ``quick`` for a few-second run (tests)."""
+    t0 = time.perf_counter()
+    plan = QUICK if quick else FULL
+    c = cores()
+    names = [v for v in (versions or kernel_versions.available()) if v != "blas" and load(v) is not None]
+    found, points = {}, {}
+    for name in names:
+        module = load(name)
+        rows, barrier_rows = measure_version(module, c, plan)
+        found[name] = fit_version(rows, barrier_rows, c, _pool_limit(module))
+        points[name] = {"rows": rows, "barriers": barrier_rows}
+    strassen = None
+    if versions is None or "blas" in versions:
+        found["blas"], t_mul = probe_blas(c, plan)
+        add_version = "omp" if "omp" in found else next(iter(names), None)
+        if add_version is not None:
+            strassen = StrassenSPs(probe_pool(c, plan), t_mul, probe_add(load(add_version), c, plan),
+                                   found[add_version].sw_cpu_line)
+    info = {"quick": quick, "seconds": time.perf_counter() - t0, "cores": c, "points": points}
+    return ThreadSPs(c, found, strassen, info)
+
+
+def probe_and_save(path: str | os.PathLike, versions: list[str] | None = None, quick: bool = False) -> ThreadSPs:
+    """``probe_threads`` then store the result in ``/threads/default`` of the database at ``path``."""
+    sps = probe_threads(versions, quick)
+    save_threads(path, sps)
+    return sps
+
+
+__all__ = ["FULL", "QUICK", "Plan", "best_time", "cores", "fit_version", "probe_and_save", "probe_threads"]
