@@ -11,12 +11,13 @@ from autotune import backends, learn
 from autotune.backends import pools
 from autotune.config import Options, get_options
 from autotune.db import load_sp
-from autotune.db.pools import load_transitions
+from autotune.db.pools import transitions_for
 from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
 from autotune.kernels import _front
 from autotune.kernels._matadd import zero_triangle
 from autotune.plans import Candidate
 from autotune.select import Decision, as_candidate, choose, rank
+from autotune.select.rank import INCUMBENTS
 
 _F64 = np.dtype(np.float64)
 # Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
@@ -29,9 +30,11 @@ ALIGNED_OUTPUT_WORK = 128 ** 3
 
 
 def decide(family: str, dims: tuple[int, ...], config, explain: bool,
-           opts: Options | None = None) -> tuple[Candidate, Decision | None]:
-    """The candidate to run under ``opts`` (None: the options in force) after the last library
-    call (``pools.hot``): forced ``config`` or the selector's choice; None when untuned."""
+           opts: Options | None = None, state: int | None = None) -> tuple[Candidate, Decision | None]:
+    """The candidate to run under ``opts`` (None: the options in force) in pool state ``state``
+    (``pools.state_code()``; None: now): forced ``config`` or the selector's choice; None when
+    untuned. After a gap that may hide a call of the program's own, that call is taken to be on
+    the library numpy or scipy uses for the family."""
     opts = get_options() if opts is None else opts
     if config is not None:
         return as_candidate(config, family), None
@@ -39,8 +42,12 @@ def decide(family: str, dims: tuple[int, ...], config, explain: bool,
     if sp.table is None:
         sp.k("gemm", "numpy-openblas", 1, 1)   # warns once: no usable database
         return None, None
-    pools.set_hot_window(load_transitions(sp.path).hot_window)
-    after = pools.hot()
+    transitions = transitions_for(sp)
+    pools.set_hot_window(transitions.hot_window, transitions.foreign_gap)
+    after = pools.from_code(pools.state_code() if state is None else state)
+    if after == pools.FOREIGN:
+        library = INCUMBENTS[family][1]
+        after = pools.PoolState(library, backends.get(library).get_threads(), 0.0)
     if explain:
         dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
         print(dec)
@@ -52,10 +59,6 @@ def decide(family: str, dims: tuple[int, ...], config, explain: bool,
     return dec.chosen, dec
 
 
-def _state(dec: Decision | None) -> int:
-    """The pool-state code a decision was taken under (what the C hot paths remember it by)."""
-    after = dec.after if dec is not None else None
-    return 0 if after is None else pools.CODES[after.backend] * 256 + after.threads
 
 
 
@@ -71,11 +74,11 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
     if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
-    opts = get_options()
-    cand, dec = decide("gemm", (m, k, n), config, explain, opts)
+    opts, state = get_options(), pools.state_code()
+    cand, dec = decide("gemm", (m, k, n), config, explain, opts, state)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
-            _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), pools.state_code())
+            _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
         return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
@@ -84,11 +87,12 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
         aligned = own and out is None and ((cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK)
                                            or 8 * m * n >= _front.BLOCK_CACHE_MIN)
         if own and hot and not learn.enabled():
-            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, _state(dec))
+            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, state)
         target = _front.aligned_empty((m, n)) if aligned else out
+        threads = cand.threads if own else None
         if dec is not None and learn.enabled():
-            return _observed(dec, lambda: _numpy_matmul(a, b, target))
-        return _numpy_matmul(a, b, target)  # numpy's own call (this very candidate), or numpy's out rules
+            return _observed(dec, lambda: _numpy_matmul(a, b, target, threads))
+        return _numpy_matmul(a, b, target, threads)  # numpy's own call (this very candidate), or numpy's out rules
     if c is not None and np.shape(c) != (m, n):
         raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
     target = out if (direct and out is not None) else _front.aligned_empty((m, n))
@@ -109,12 +113,11 @@ def _numpy_threads() -> int:
     return backends.get("numpy-openblas").get_threads()
 
 
-def _numpy_matmul(a, b, out):
-    """numpy's own product, noted as a call on numpy's pool."""
-    try:
+def _numpy_matmul(a, b, out, threads: int | None = None):
+    """numpy's own product under its library's lease at ``threads`` (None: its count now)."""
+    be = backends.get("numpy-openblas")
+    with pools.lease(be, be.get_threads() if threads is None else threads):
         return np.matmul(a, b, out=out)
-    finally:
-        pools.note("numpy-openblas", _numpy_threads())
 
 
 def _observed(dec: Decision, work):
@@ -168,16 +171,16 @@ def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bo
         return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     n = a1.shape[0]
     cand = dec = None
-    opts = get_options()
+    opts, state = get_options(), pools.state_code()
     hot = type(a) is np.ndarray and not explain
     if n >= MIN_TUNED_SIZE or config is not None:
-        cand, dec = decide("cholesky", (n,), config, explain, opts)
+        cand, dec = decide("cholesky", (n,), config, explain, opts, state)
         if dec is not None and cand is not None:
-            _remember_cholesky(cand, n, overwrite_a, hot, opts, state=_state(dec))
+            _remember_cholesky(cand, n, overwrite_a, hot, opts, state=state)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
-            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False, state=pools.state_code())
+            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False, state=state)
             return _scipy_cholesky(a1, lower, overwrite_a, check_finite)
     w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
@@ -211,11 +214,10 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
 
 
 def _scipy_cholesky(a1, lower: bool, overwrite_a: bool, check_finite: bool):
-    """scipy's own Cholesky, noted as a call on scipy's pool."""
-    try:
+    """scipy's own Cholesky under its library's lease at its count now."""
+    be = backends.get("scipy-openblas")
+    with pools.lease(be, be.get_threads()):
         return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
-    finally:
-        pools.note("scipy-openblas", backends.get("scipy-openblas").get_threads())
 
 
 def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, opts: Options,

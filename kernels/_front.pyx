@@ -19,7 +19,7 @@ thread count of the last call while it is within the hot window, else cold.
 cimport numpy as cnp
 from libc.stdlib cimport free, malloc
 from libc.string cimport memmove
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, clock_gettime, timespec
 
 cnp.import_array()
 
@@ -38,7 +38,17 @@ cdef enum:
 cdef int _pool_lib = 0             # code of the library whose pool ran last (0: none yet)
 cdef int _pool_threads = 0
 cdef double _pool_end = -1e300
+cdef double _pool_cpu = 0.0        # the noting thread's CPU time then
+cdef unsigned long _pool_thread = 0
+
+
+cdef extern from "<pthread.h>" nogil:
+    unsigned long pthread_self()
 cdef double _hot_window = 0.0      # seconds after a call during which its pool state is told apart
+cdef double _foreign_gap = 1e300   # a gap longer than this may hide a call of the program's own
+FOREIGN = 1                        # the state code after such a gap (real codes are >= 256)
+cdef enum:
+    FOREIGN_CODE = 1
 cdef int _numpy_lib = 0            # numpy's own library (the C gemm path's calls)
 
 
@@ -66,21 +76,20 @@ cdef class _Kernel:
             self.get_threads = <get_threads_t><size_t>addresses[1]
 
     cdef int call(self, w, bint lower) except? -1:
-        cdef int before
-        if self.set_threads == NULL:
-            try:
-                return self.run(w, lower)
-            finally:
-                _note(self.lib, self.threads)
-        before = self.get_threads()
-        if before != self.threads:
-            self.set_threads(self.threads)
+        """LAPACK's info, or BUSY when another thread holds the library at another count."""
+        cdef int taken = _lease_take(self.lib, self.threads)
+        if taken == 0:
+            return BUSY
+        if taken == 1 and self.set_threads != NULL:
+            _lease_before[self.lib] = self.get_threads()
+            if _lease_before[self.lib] != self.threads:
+                self.set_threads(self.threads)
         try:
             return self.run(w, lower)
         finally:
             _note(self.lib, self.threads)
-            if before != self.threads:
-                self.set_threads(before)
+            if _lease_give(self.lib) and self.set_threads != NULL and _lease_before[self.lib] != self.threads:
+                self.set_threads(_lease_before[self.lib])
 
 
 cdef double _now() noexcept:
@@ -89,16 +98,87 @@ cdef double _now() noexcept:
     return ts.tv_sec + 1e-9 * ts.tv_nsec
 
 
+# Leases: the Python threads calling one library at once share its thread count. A call takes the
+# library at its count (joining holders at that count), else waits (Python) or leaves the hot path
+# (C); the first holder sets the count and the last restores it. All under the GIL.
+cdef enum:
+    LIBS = 16
+    BUSY = -1000000
+cdef int _lease_holders[16]
+cdef int _lease_count[16]
+cdef int _lease_before[16]
+
+
+cdef inline int _lease_take(int lib, int threads) noexcept:
+    """0: held by others at another count; 1: taken first (set the count); 2: joined at this count."""
+    if lib <= 0 or lib >= LIBS:
+        return 2
+    if _lease_holders[lib]:
+        if _lease_count[lib] != threads:
+            return 0
+        _lease_holders[lib] += 1
+        return 2
+    _lease_holders[lib], _lease_count[lib] = 1, threads
+    return 1
+
+
+cdef inline bint _lease_give(int lib) noexcept:
+    """Release one hold; True for the last holder (restore the count)."""
+    if lib <= 0 or lib >= LIBS or _lease_holders[lib] == 0:
+        return False
+    _lease_holders[lib] -= 1
+    return _lease_holders[lib] == 0
+
+
+def lease_enter(int lib, int threads, size_t set_address=0, size_t get_address=0) -> int:
+    """``_lease_take`` for Python callers; the first holder also switches the count through the
+    library's C setter (addresses 0: the caller switches it) in the same step, under the GIL."""
+    cdef int taken = _lease_take(lib, threads)
+    if taken == 1 and set_address and get_address:
+        _lease_before[lib] = (<get_threads_t>get_address)()
+        if _lease_before[lib] != threads:
+            (<set_threads_t>set_address)(threads)
+    return taken
+
+
+def lease_exit(int lib, int threads, size_t set_address=0) -> bool:
+    """``_lease_give`` for Python callers; the last holder also restores the count through the C
+    setter (address 0: the caller restores it, when this returns True)."""
+    cdef bint last = _lease_give(lib)
+    if last and set_address and 0 < lib < LIBS and _lease_before[lib] != threads:
+        (<set_threads_t>set_address)(_lease_before[lib])
+    return last
+
+
+def lease_before(int lib, int threads=-1) -> int:
+    """The count to restore when the last holder leaves (set it with ``threads`` >= 0)."""
+    if 0 < lib < LIBS and threads >= 0:
+        _lease_before[lib] = threads
+    return _lease_before[lib] if 0 < lib < LIBS else 0
+
+
+cdef double _thread_cpu() noexcept:
+    cdef timespec ts
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return ts.tv_sec + 1e-9 * ts.tv_nsec
+
+
 cdef inline void _note(int lib, int threads) noexcept:
-    global _pool_lib, _pool_threads, _pool_end
+    global _pool_lib, _pool_threads, _pool_end, _pool_cpu, _pool_thread
     if lib:
         _pool_lib, _pool_threads, _pool_end = lib, threads, _now()
+        _pool_cpu, _pool_thread = _thread_cpu(), pthread_self()
 
 
 cdef inline int _state() noexcept:
-    """The pool state decisions are remembered under: lib * 256 + threads while hot, else 0."""
+    """The pool state decisions are remembered under: lib * 256 + threads right after a call; FOREIGN
+    when the calling thread has since worked longer than the foreign gap (CPU time: a call of the
+    program's own may have run in between; time it waited for a core does not count) or is another
+    thread; 0 (cold) past the hot window."""
     if _pool_lib == 0 or _now() - _pool_end > _hot_window:
         return 0
+    if pthread_self() != _pool_thread or _thread_cpu() - _pool_cpu > _foreign_gap:
+        return FOREIGN_CODE
     return _pool_lib * 256 + _pool_threads
 
 
@@ -108,8 +188,9 @@ def pool_note(int lib, int threads) -> None:
 
 
 def pool_state():
-    """(library code, threads, seconds since that call ended) of the last recorded call; code 0: none."""
-    return _pool_lib, _pool_threads, _now() - _pool_end
+    """(library code, threads, seconds since that call ended, CPU seconds the noting thread has
+    worked since, whether this is that thread) of the last recorded call; code 0: none."""
+    return _pool_lib, _pool_threads, _now() - _pool_end, _thread_cpu() - _pool_cpu, pthread_self() == _pool_thread
 
 
 def pool_code() -> int:
@@ -117,10 +198,11 @@ def pool_code() -> int:
     return _state()
 
 
-def set_hot_window(double seconds) -> None:
-    """How long after a call its pool state still changes what the next call costs (measured)."""
-    global _hot_window
-    _hot_window = seconds
+def set_hot_window(double seconds, double foreign_gap=1e300) -> None:
+    """How long after a call its pool state still changes what the next call costs, and after how
+    long another call may have run in between (both from the measured transitions)."""
+    global _hot_window, _foreign_gap
+    _hot_window, _foreign_gap = seconds, foreign_gap
 
 
 cdef class _Memo:
@@ -369,13 +451,17 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
             found = memo.shapes.get((da[0], da[1], db[0], db[1], _state()))
             if found is not None:
                 aligned, threads = found
-                if not aligned and 8 * da[0] * db[1] < _cache_min:
-                    result = _matmul(a, b)
-                else:
-                    dc[0], dc[1] = da[0], db[1]
-                    result = _matmul(a, b, _aligned_empty(2, dc, False))
-                _note(_numpy_lib, threads)
-                return result
+                if _lease_take(_numpy_lib, threads):
+                    try:
+                        if not aligned and 8 * da[0] * db[1] < _cache_min:
+                            result = _matmul(a, b)
+                        else:
+                            dc[0], dc[1] = da[0], db[1]
+                            result = _matmul(a, b, _aligned_empty(2, dc, False))
+                    finally:
+                        _note(_numpy_lib, threads)
+                        _lease_give(_numpy_lib)
+                    return result
     return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs)
 
 
@@ -464,6 +550,6 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
             c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
             lo = (not lower) if c_order else bool(lower)   # a C buffer is the transpose in Fortran order
             if kernel.call(w.T if c_order else w, lo) == 0:
-                return w
+                return w                    # else: not positive definite, or the library busy at another count
     # Anything else, including a failed factorisation (the Python path raises the right error).
     return _slow_chol(a, lower, overwrite_a, check_finite, config, explain, comm, root)

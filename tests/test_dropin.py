@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -394,3 +395,33 @@ def test_explain_flag_prints_and_returns_the_product(db, capsys):
     s = _spd(64, "C")
     np.testing.assert_allclose(tuned_cholesky(s, explain=True), sl.cholesky(s), rtol=1e-10, atol=1e-10)
     assert capsys.readouterr().out.startswith("cholesky 64")
+
+
+def test_concurrent_calls_each_run_at_their_own_thread_count():
+    """A library's thread count is process-wide: two Python threads calling it at 1 and 2 threads
+    at once each run at their own count (the one at another count waits), and the default is back
+    after both."""
+    from autotune import backends
+    from autotune.dispatch.layout import call_with_threads
+
+    be = backends.get("scipy-openblas")
+    default = be.get_threads()
+    barrier = threading.Barrier(2, timeout=30)
+    seen: dict[int, list[int]] = {1: [], 2: []}
+
+    def worker(threads: int):
+        def body():
+            for _ in range(5):
+                seen[threads].append(be.get_threads())
+                time.sleep(0.005)                  # the other thread tries meanwhile
+                seen[threads].append(be.get_threads())
+
+        def run():
+            barrier.wait()
+            for _ in range(4):
+                call_with_threads(be, threads, body)
+        return run
+
+    _in_threads(worker(1), worker(2))
+    assert set(seen[1]) == {1} and set(seen[2]) == {2}
+    assert be.get_threads() == default

@@ -27,12 +27,12 @@ def rows(extra_cross: float = 5e-3, gap_extra: float = 0.0) -> np.ndarray:
     ``extra_cross`` more; everything else nothing; a cold start 1e-4; one gap row at 0.1 s."""
     out = []
     for to in ((NP, 1), (NP, 2), (SC, 1), (SC, 2)):
-        for x, own in ((64, 1e-4), (512, 1e-2)):
+        for x, own in ((64, 1e-2), (512, 1e-1)):   # foreign gap: 10 ms
             out.append((COLD, 0, *to, 0.0, x, own, own + 1e-4))
             for frm in ((NP, 1), (NP, 2), (SC, 1), (SC, 2)):
                 cross = frm[0] != to[0] and frm[1] == to[1] == 2
                 out.append((*frm, *to, 0.0, x, own, own + (extra_cross if cross else 0.0)))
-    out.append((NP, 2, SC, 2, 0.1, 64, 1e-4, 1e-4 + gap_extra))
+    out.append((NP, 2, SC, 2, 0.1, 64, 1e-2, 1e-2 + gap_extra))
     return np.array(out, ROW_DTYPE)
 
 
@@ -171,3 +171,23 @@ def test_released_output_blocks_are_reused_without_new_memory():
     del y
     assert _front.block_cache()[:2] == (0, 0)         # no room: freed
     _front.set_block_cache(256 << 20)
+
+
+def test_work_of_the_calling_thread_between_calls_is_a_foreign_state_waiting_is_not():
+    """After the foreign gap of the calling thread's own CPU time (it may have called numpy or scipy
+    itself) the state is FOREIGN; time spent waiting (sleeping, or descheduled) does not count."""
+    import time
+
+    pools.set_hot_window(10.0, 0.005)
+    try:
+        pools.note(NP, 2)
+        time.sleep(0.02)                                   # waiting: not a call of its own
+        assert pools.hot() == PoolState(NP, 2, 0.0)
+        end = time.thread_time() + 0.02
+        while time.thread_time() < end:                    # working: it may have been one
+            pass
+        assert pools.hot() == pools.FOREIGN and pools.state_code() == _front.FOREIGN
+        pools.note(SC, 1)
+        assert pools.hot() == PoolState(SC, 1, 0.0)
+    finally:
+        pools.set_hot_window(0.0)

@@ -7,6 +7,8 @@ path that runs a library call notes it here.
 """
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 from autotune.kernels import _front
@@ -45,25 +47,79 @@ def note(backend: str, threads: int) -> None:
 
 def last() -> PoolState | None:
     """The last recorded library call, or None if there was none."""
-    code, threads, gap = _front.pool_state()
+    code, threads, gap, _, _ = _front.pool_state()
     return PoolState(NAMES[code], threads, gap) if code else None
 
 
-def hot() -> PoolState | None:
-    """The last call while it still counts (within the hot window, see ``set_hot_window``), else None:
-    the state decisions are taken and remembered under."""
-    code = _front.pool_code()
+FOREIGN = PoolState("", 0, 0.0)     # a call of the program's own (numpy, scipy) may have run since
+
+
+def from_code(code: int) -> PoolState | None:
+    """The state a C state code stands for: None (cold), FOREIGN, or the last call (gap taken as 0)."""
+    if code == _front.FOREIGN:
+        return FOREIGN
     return PoolState(NAMES[code // 256], code % 256, 0.0) if code else None
 
 
+def hot() -> PoolState | None:
+    """The state decisions are taken and remembered under now (``from_code(state_code())``)."""
+    return from_code(state_code())
+
+
 def state_code() -> int:
-    """``hot()`` as the integer the C hot paths key remembered decisions by."""
+    """The integer the C hot paths key remembered decisions by: the last call while within the
+    foreign gap, FOREIGN up to the hot window (see ``set_hot_window``), else 0 (cold)."""
     return _front.pool_code()
 
 
-def set_hot_window(seconds: float) -> None:
-    """How long after a call its pool still changes the next call's cost (from the measured SPs)."""
-    _front.set_hot_window(max(0.0, float(seconds)))
+_HELD = threading.local()          # per Python thread: library codes it holds a lease on
+LEASE_POLL_SECONDS = 2e-4          # how often a waiting call looks again (C holders do not signal)
 
 
-__all__ = ["CODES", "NAMES", "PoolState", "hot", "last", "note", "parse", "set_hot_window", "state_code"]
+class lease:
+    """Run the block with ``backend`` at ``threads`` threads while other Python threads may call it:
+    calls at the same count share the library, a call at another count waits until it is free (a
+    library's thread count is process-wide). The first holder sets the count, the last restores it
+    (through the library's C setter, in one step under the GIL); nested use within one Python
+    thread does not wait. The block's call is noted (``note``)."""
+
+    __slots__ = ("backend", "threads", "code", "setter", "by_python", "nested")
+
+    def __init__(self, backend, threads: int):
+        self.backend, self.threads, self.code = backend, threads, CODES[backend.name]
+
+    def __enter__(self) -> None:
+        held = getattr(_HELD, "codes", None)
+        if held is None:
+            held = _HELD.codes = set()
+        self.nested = self.code in held
+        if self.nested:
+            return
+        self.setter, getter = self.backend.thread_addresses or (0, 0)
+        self.by_python = self.backend.set_threads is not None and not self.setter
+        while not (taken := _front.lease_enter(self.code, self.threads, self.setter, getter)):
+            time.sleep(LEASE_POLL_SECONDS)
+        held.add(self.code)
+        if taken == 1 and self.by_python:
+            _front.lease_before(self.code, self.backend.get_threads())
+            if _front.lease_before(self.code) != self.threads:
+                self.backend.set_threads(self.threads)
+
+    def __exit__(self, *exc) -> None:
+        if self.nested:
+            return
+        _HELD.codes.discard(self.code)
+        _front.pool_note(self.code, self.threads)
+        if _front.lease_exit(self.code, self.threads, self.setter) and self.by_python \
+                and _front.lease_before(self.code) != self.threads:
+            self.backend.set_threads(_front.lease_before(self.code))
+
+
+def set_hot_window(seconds: float, foreign_gap: float = float("inf")) -> None:
+    """How long after a call its pool still changes the next call's cost, and after how long a call
+    of the program's own may have run in between (both from the measured SPs)."""
+    _front.set_hot_window(max(0.0, float(seconds)), max(0.0, float(foreign_gap)))
+
+
+__all__ = ["CODES", "FOREIGN", "NAMES", "PoolState", "from_code", "hot", "last", "lease", "note", "parse",
+           "set_hot_window", "state_code"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
@@ -50,6 +51,14 @@ class Transitions:
     def hot_window(self) -> float:
         """Seconds after a call during which its pool was measured to cost the next call something."""
         return float(self.info.get("hot_window", 0.0))
+
+    @property
+    def foreign_gap(self) -> float:
+        """The shortest measured multi-threaded call: a calling thread that worked longer than this
+        between two tuned calls may have made a call of its own that woke numpy's or scipy's pool
+        (shorter calls run on one thread; the time around a tuned call is tens of microseconds)."""
+        multi = self.rows[(self.rows["to_threads"] > 1) & (self.rows["from_backend"] != COLD.encode())]
+        return float(multi["t_alone"].min()) if multi.size else float("inf")
 
     def extra(self, prev: PoolState | None, backend: str, threads: int, seconds: float) -> float:
         """Extra seconds of a call on ``backend`` at ``threads`` that takes ``seconds`` in a loop of its
@@ -99,6 +108,24 @@ def load_transitions(path: str | os.PathLike | None) -> Transitions:
     return read_member(path, GROUP, MEMBER, _parse, Transitions, "thread-pool transition costs", REBUILD)
 
 
+_FOR_SP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def transitions_for(sp) -> Transitions:
+    """The transitions stored with the system parameters ``sp`` (read once per ``sp`` object, which
+    ``load_sp`` renews when the file changes; as ``models.fitted.fitted_for``); empty without a path."""
+    try:
+        return _FOR_SP[sp]
+    except (KeyError, TypeError):
+        pass
+    found = load_transitions(getattr(sp, "path", None))
+    try:
+        _FOR_SP[sp] = found
+    except TypeError:                    # not weak-referenceable: read every time
+        pass
+    return found
+
+
 def _parse(g) -> Transitions:
     if g["rows"].dtype != ROW_DTYPE:
         raise ValueError(f"pool transition rows of dtype {g['rows'].dtype}, expected {ROW_DTYPE}")
@@ -107,4 +134,4 @@ def _parse(g) -> Transitions:
     return Transitions(g["rows"][()], info)
 
 
-__all__ = ["COLD", "GROUP", "ROW_DTYPE", "Transitions", "load_transitions", "save_transitions"]
+__all__ = ["COLD", "GROUP", "ROW_DTYPE", "Transitions", "load_transitions", "save_transitions", "transitions_for"]

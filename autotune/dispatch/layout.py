@@ -16,15 +16,7 @@ def fortran_operand(x: np.ndarray, trans: bool) -> tuple[np.ndarray, bool]:
 
 
 def call_with_threads(backend, threads: int, fn, *args):
-    """``fn(*args)`` with ``backend`` limited to ``threads``, restoring the previous count; the call
-    is noted as the last one on that library's pool (``backends.pools``)."""
-    switch = backend.set_threads is not None and backend.get_threads() != threads
-    before = backend.get_threads() if switch else threads
-    if switch:
-        backend.set_threads(threads)
-    try:
+    """``fn(*args)`` with ``backend`` at ``threads`` threads, under its lease (``backends.pools.lease``:
+    concurrent Python threads at other counts wait), noted as the last call on its pool."""
+    with pools.lease(backend, threads):
         return fn(*args)
-    finally:
-        pools.note(backend.name, threads)
-        if switch:
-            backend.set_threads(before)

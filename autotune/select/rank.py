@@ -10,7 +10,7 @@ import numpy as np
 from autotune import learn
 from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN
 from autotune.backends.pools import PoolState
-from autotune.db.pools import Transitions, load_transitions
+from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
@@ -323,7 +323,7 @@ class _Evidence:
         risk = (getattr(fitted, "info", None) or {}).get("risk", {}).get(family, {})
         return cls(sp, dims, bool(fitted is not None and fitted.in_use),
                    learn.load_learned(path) if path is not None else {},
-                   {str(k): float(v) for k, v in risk.items()}, load_transitions(path), after)
+                   {str(k): float(v) for k, v in risk.items()}, transitions_for(sp), after)
 
     @property
     def any(self) -> bool:
