@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .strassen import strassen
+from .strassen import peel, strassen
 
 # (S operand of A's quadrants, T operand of B's quadrants) of M1..M7: (first, second, sign).
 _A_OPS = ((0, 3, 1.0), (2, 3, 1.0), (0, None, 0.0), (3, None, 0.0), (0, 1, 1.0), (2, 0, -1.0), (1, 3, -1.0))
@@ -102,13 +102,7 @@ def _top(a: np.ndarray, b: np.ndarray, c: np.ndarray, p1: int, levels: int, gemm
     workers = pool(p1)
     prods = list(workers.map(lambda i: _product(aq, bq, i, levels, gemm), range(7)))
     list(workers.map(lambda q: _combine(prods, _C_OPS[q], cq[q]), range(4)))
-    me, ke, ne = 2 * m2, 2 * k2, 2 * n2
-    if ke < k:
-        gemm(1.0, a[:me, ke:], b[ke:, :ne], 1.0, c[:me, :ne])
-    if ne < n:
-        gemm(1.0, a, b[:, ne:], 0.0, c[:, ne:])
-    if me < m:
-        gemm(1.0, a[me:, :], b[:, :ne], 0.0, c[me:, :ne])
+    peel(a, b, c, 2 * m2, 2 * k2, 2 * n2, gemm)
 
 
 __all__ = ["nested_strassen", "pool"]

@@ -260,7 +260,14 @@ def _rec(a, b, c, depth, nlev, ws, gemm, ops):
     ops.axpby(b21, b22, 1.0, t1)
     _mul(s1, t1, c11, 1.0, sub, nlev, ws, gemm, ops)
 
-    # dynamic peeling of the odd last row / column / inner index
+    peel(a, b, c, me, ke, ne, gemm)
+
+
+def peel(a, b, c, me: int, ke: int, ne: int, gemm) -> None:
+    """Dynamic peeling: the odd last row, column and inner index that the even ``me x ke x ne``
+    Strassen product left out, added into ``c`` with plain gemm calls."""
+    m, k = a.shape
+    n = b.shape[1]
     if ke < k:
         gemm(1.0, a[:me, ke:], b[ke:, :ne], 1.0, c[:me, :ne])
     if ne < n:

@@ -19,11 +19,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from autotune import backends
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.db import load_sp
 from autotune.db.location import resolve
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.dispatch import run_gemm
+from autotune.kernels import versions
+from autotune.kernels.nested_strassen import nested_strassen
 from autotune.models import gemm as gemm_models
 from autotune.models import multicore
 from autotune.plans import Candidate
@@ -58,14 +61,17 @@ def _rand(n: int, seed: int, order: str = "F") -> np.ndarray:
     return np.asarray(np.random.default_rng(seed).random((n, n)), order=order)
 
 
-def jacobi_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
-    from autotune.kernels import versions
-
-    pts = []
+def _versions(tsp: ThreadSPs):
+    """(name, SPs, kernel module) of each measured version whose kernels load here."""
     for name, sps in tsp.versions.items():
         module = versions.load(name) if name in versions.VERSIONS else None
-        if module is None:
-            continue
+        if module is not None:
+            yield name, sps, module
+
+
+def jacobi_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
+    pts = []
+    for name, sps, module in _versions(tsp):
         for n in sizes:
             old, new = _rand(n, 1, "C"), np.empty((n, n))
             for p in threads:
@@ -77,14 +83,9 @@ def jacobi_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
 def add_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
     """The addition kernel of each version: one R-pfor over n^2 elements, per-element time the
     measured ``T_add`` line (the probe's, on the OpenMP add) and the version's T_gen."""
-    from autotune.kernels import versions
-
     per_elem = tsp.strassen.t_add if tsp.strassen is not None else None
     pts = []
-    for name, sps in tsp.versions.items():
-        module = versions.load(name) if name in versions.VERSIONS else None
-        if module is None:
-            continue
+    for name, sps, module in _versions(tsp):
         for n in sizes:
             a, b, c = _rand(n, 2), _rand(n, 3), np.empty((n, n), order="F")
             for p in threads:
@@ -96,9 +97,6 @@ def add_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
 
 def nested_points(tsp: ThreadSPs, sizes, budget: int, reps: int) -> list[dict]:
     """Nested Strassen for every P1 x P2 (P1 <= 7, P2 within the library's threads, P1 P2 <= budget)."""
-    from autotune import backends
-    from autotune.kernels.nested_strassen import nested_strassen
-
     if tsp.strassen is None:
         return []
     be = backends.get(BACKEND)
@@ -119,8 +117,6 @@ def nested_points(tsp: ThreadSPs, sizes, budget: int, reps: int) -> list[dict]:
 
 def omp_strassen_points(tsp: ThreadSPs, sp, sizes, threads, reps: int) -> list[dict]:
     """Sequential Strassen with the OpenMP additions (gemm candidate variant 1), run as a tuned call runs it."""
-    from autotune.kernels import versions
-
     if versions.load("omp") is None or gemm_models.omp_add_sps(tsp) is None or sp.table is None \
             or BACKEND not in sp.table.backends:
         return []
