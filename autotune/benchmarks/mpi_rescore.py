@@ -67,7 +67,7 @@ def run(args) -> int:
         return error("mpi-rescore", f"no usable database ({sp.reason}): {args.db}", 1)
     summary = summarise(rescore(results, args.family, sp, load_comm(args.db, nprocs=args.np)))
     ape = summary["ape_median_analytical"]
-    print(" ".join(f"{k} {v:.1f}" for k, v in ape.items() if v is not None))
+    print(" ".join(f"{k} {v:.1f}" if v is not None else f"{k} n/a" for k, v in ape.items()))
     if args.out:
         write_json(args.out, {"results": results, "summary": summary})
     return 0
