@@ -77,3 +77,16 @@ def tiny_db(tmp_path_factory):
     result = run_probe(parse_profile(TINY_PROFILE, "tiny-runtime"), path, progress=False)
     assert result.complete
     return path
+
+
+def require_kernel_version(name: str):
+    """The kernel version's module; skips the calling test when it is not built here (no OpenMP
+    compiler), fails under CI, whose build has one."""
+    from autotune.kernels import versions
+
+    module = versions.load(name)
+    if module is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"kernel version {name!r} not built although CI's compiler builds it")
+        pytest.skip(f"kernel version {name!r} not built here")
+    return module

@@ -84,3 +84,34 @@ def run_mpi(code: str, np_: int, tmp_path: Path, *, timeout: float = MPI_TIMEOUT
         pytest.fail(f"mpiexec -n {np_} failed ({proc.returncode})\nstdout:\n{proc.stdout}\n"
                     f"stderr:\n{proc.stderr}")
     return proc
+
+
+def run_checked(cmd: list[str], cwd, timeout: float = MPI_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (an MPI launch) from ``cwd`` (not the source tree, whose autotune/ lacks the
+    mapped subpackages) with the MPI environment and a timeout; fail on a timeout or non-zero exit."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=cwd)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"timed out after {timeout} s: {cmd}\n{exc.stdout}\n{exc.stderr}")
+    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def fake_launch(monkeypatch, cli) -> dict:
+    """Make ``cli.launch_comm_probe`` start a process that succeeds at once; returns the dict
+    that receives the command and environment it was started with."""
+    seen: dict = {}
+
+    class Done:
+        pid = 0
+
+        def __init__(self, cmd, env, **kw):
+            seen.update(cmd=cmd, env=env)
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Done)
+    monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
+    monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
+    return seen

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpi_helpers import MPI_TIMEOUT, mpi_command, mpi_env
+from mpi_helpers import mpi_command, run_checked
 
 from autotune import cli
 
@@ -19,13 +19,7 @@ def _bench_mpi(np_: int, argv: list[str], cwd: Path) -> subprocess.CompletedProc
     """``mpiexec -n np_ autotune bench ARGV`` (the console script next to this Python), with a timeout."""
     exe = Path(sys.executable).with_name("autotune")
     launcher = [str(exe)] if exe.exists() else [sys.executable, "-m", "autotune.cli"]
-    cmd = mpi_command(np_, [*launcher, "bench", *argv])
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=cwd)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"timed out after {MPI_TIMEOUT} s: {cmd}\n{exc.stdout}\n{exc.stderr}")
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
-    return proc
+    return run_checked(mpi_command(np_, [*launcher, "bench", *argv]), cwd)
 
 
 @pytest.fixture

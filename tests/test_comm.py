@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from mpi_helpers import mpi_command, mpi_env
+from mpi_helpers import fake_launch, mpi_command, run_checked
 
 from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, load, load_sp, save
 from autotune.db import comm as dbc
@@ -486,14 +486,6 @@ def expected_curves(P: int) -> set[tuple]:
     return out
 
 
-def run(cmd, cwd, timeout=MPI_TIMEOUT):
-    """Run from ``cwd`` (not the source tree, whose autotune/ lacks the mapped subpackages)."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=cwd)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"timed out after {timeout} s: {cmd}\n{exc.stdout}\n{exc.stderr}")
-    assert proc.returncode == 0, f"{cmd} failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 @pytest.fixture(scope="module")
@@ -505,9 +497,9 @@ def probed(tmp_path_factory):
     save(blas_db(), path)
     with h5py.File(path, "r") as f:
         blas = (f["k"][...].tobytes(), dict(f.attrs))
-    out2 = run(mpi_command(2, [sys.executable, "-m", "autotune.install_probe.comm", "--db", str(path),
+    out2 = run_checked(mpi_command(2, [sys.executable, "-m", "autotune.install_probe.comm", "--db", str(path),
                                "--profile", str(prof)]), d)
-    out3 = run(mpi_command(3, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--db", str(path),
+    out3 = run_checked(mpi_command(3, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--db", str(path),
                                "--profile", str(prof)]), d)
     return path, blas, out2, out3
 
@@ -572,24 +564,10 @@ def test_show_lists_comm_fits_and_plots(probed, tmp_path, capsys):
 def test_cli_launch_imports_the_installed_package_from_any_directory(monkeypatch, tmp_path):
     """The launched ranks run ``-m`` with PYTHONSAFEPATH: started from a source checkout, its
     autotune/ (no compiled kernels there) must not shadow the installed package."""
-    import subprocess
 
     from autotune.install_probe import cli
 
-    seen = {}
-
-    class Done:
-        pid = 0
-
-        def __init__(self, cmd, env, **kw):
-            seen.update(cmd=cmd, env=env)
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(subprocess, "Popen", Done)
-    monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
-    monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
+    seen = fake_launch(monkeypatch, cli)
     assert cli.launch_comm_probe(2, "quick", tmp_path / "x.h5", quiet=True) == 0
     assert seen["env"]["PYTHONSAFEPATH"] == "1" and "autotune.install_probe.comm" in seen["cmd"]
 
@@ -597,8 +575,8 @@ def test_cli_launch_imports_the_installed_package_from_any_directory(monkeypatch
 def test_cli_launches_mpiexec_itself(tmp_path):
     path, prof = tmp_path / "cli.h5", tmp_path / "tiny.yaml"
     prof.write_text(yaml.safe_dump(dict(TINY, procs=[2], grids="none", heldout="midpoints")))
-    proc = run([sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--np", "2", "--profile", str(prof),
-                "--db", str(path), "--no-progress", "--timeout", "50"], tmp_path)
+    proc = run_checked([sys.executable, "-m", "autotune.install_probe.cli", "--mpi", "--np", "2",
+                        "--profile", str(prof), "--db", str(path), "--no-progress", "--timeout", "50"], tmp_path)
     assert "MPI probe on 2 processes complete" in proc.stdout
     cp = load_comm(path, nprocs=2)
     assert cp.available and cp.platform["P"] == 2 and cp.loggp is not None

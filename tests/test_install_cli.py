@@ -15,7 +15,7 @@ import yaml
 from autotune.install_probe import cli
 from autotune.install_probe import runner as runner_mod
 from autotune.install_probe.comm import estimate_seconds, load_comm_profile
-from mpi_helpers import mpi_env
+from mpi_helpers import fake_launch, mpi_env
 
 from autotune import backends as bk
 from autotune.db import load
@@ -321,18 +321,7 @@ def test_estimate_grows_with_the_plan_and_the_default_fits_five_minutes():
 
 
 def test_launch_prints_the_estimate_first(tmp_path, monkeypatch, capsys):
-    class Done:
-        pid = 0
-
-        def __init__(self, cmd, env, **kw):
-            pass
-
-        def wait(self, timeout=None):
-            return 0
-
-    monkeypatch.setattr(subprocess, "Popen", Done)
-    monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
-    monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
+    fake_launch(monkeypatch, cli)
     assert cli.launch_comm_probe(4, "quick", tmp_path / "x.h5", quiet=True) == 0
     err = capsys.readouterr().err
     assert "estimated run time" in err and "'quick'" in err and "P = 4" in err and "estimate" in err

@@ -10,6 +10,7 @@ import scipy.linalg
 from autotune.install_probe.threads import cores, probe_threads
 from autotune.kernels import versions
 from autotune.kernels.nested_strassen import nested_strassen
+from conftest import require_kernel_version
 
 from autotune import backends
 from autotune.db import store
@@ -28,13 +29,6 @@ from autotune.models import multicore
 AVAILABLE = versions.available()
 
 
-def _module(name: str):
-    module = versions.load(name)
-    if module is None:
-        pytest.skip(f"kernel version {name!r} not built here")
-    return module
-
-
 @pytest.fixture(scope="module")
 def quick_sps() -> ThreadSPs:
     return probe_threads(quick=True)
@@ -49,7 +43,7 @@ def test_numba_version_always_available():
 @pytest.mark.parametrize("name", versions.VERSIONS)
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_add_matches_numpy(name, order):
-    mod = _module(name)
+    mod = require_kernel_version(name)
     rng = np.random.default_rng(1)
     a, b = (np.array(rng.random((37, 23)), order=order) for _ in range(2))
     for threads in (1, 2, 3):
@@ -70,7 +64,7 @@ def _jacobi_ref(old: np.ndarray) -> tuple[np.ndarray, float]:
 @pytest.mark.parametrize("name", versions.VERSIONS)
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_jacobi_sweep_matches_numpy(name, order):
-    mod = _module(name)
+    mod = require_kernel_version(name)
     old = np.array(np.random.default_rng(2).random((41, 29)), order=order)
     ref, change = _jacobi_ref(old)
     for threads in (1, 2, 4):
@@ -88,7 +82,7 @@ def _spd(n: int) -> np.ndarray:
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("lower", [True, False])
 def test_omp_potf2_axpy_matches_scipy(order, lower):
-    mod = _module("omp")
+    mod = require_kernel_version("omp")
     s = _spd(70)
     ref = scipy.linalg.cholesky(s, lower=lower)
     for threads in (1, 2, 3):
@@ -102,7 +96,7 @@ def test_omp_potf2_axpy_matches_scipy(order, lower):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_omp_potf2_axpy_reports_the_failing_pivot(order):
-    mod = _module("omp")
+    mod = require_kernel_version("omp")
     s = _spd(12)
     s[4, 4] = -1.0e3            # leading minor of order 5 is not positive definite
     a = np.array(s, order=order)
@@ -113,7 +107,7 @@ def test_omp_potf2_axpy_reports_the_failing_pivot(order):
 
 @pytest.mark.parametrize("name", versions.VERSIONS)
 def test_micro_routines_run_for_1_to_4_threads(name):
-    mod = _module(name)
+    mod = require_kernel_version(name)
     for p in range(1, 5):
         mod.generate(p, 1000)
         mod.pfor(p, 10_000)
