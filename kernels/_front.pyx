@@ -38,7 +38,9 @@ cdef enum:
 cdef int _pool_lib = 0             # code of the library whose pool ran last (0: none yet)
 cdef int _pool_threads = 0
 cdef double _pool_end = -1e300
-cdef double _pool_cpu = 0.0        # the noting thread's CPU time then
+cdef double _cpu_sample = 0.0      # the noting thread's CPU time at a recent note (a syscall: at
+cdef double _cpu_sample_wall = -1e300  # most once per CPU_SAMPLE_PERIOD), and the wall time then
+cdef double CPU_SAMPLE_PERIOD = 1e-3
 cdef unsigned long _pool_thread = 0
 
 
@@ -164,20 +166,30 @@ cdef double _thread_cpu() noexcept:
 
 
 cdef inline void _note(int lib, int threads) noexcept:
-    global _pool_lib, _pool_threads, _pool_end, _pool_cpu, _pool_thread
+    global _pool_lib, _pool_threads, _pool_end, _cpu_sample, _cpu_sample_wall, _pool_thread
+    cdef unsigned long me
     if lib:
+        me = pthread_self()
         _pool_lib, _pool_threads, _pool_end = lib, threads, _now()
-        _pool_cpu, _pool_thread = _thread_cpu(), pthread_self()
+        if me != _pool_thread or _pool_end - _cpu_sample_wall > CPU_SAMPLE_PERIOD:
+            _cpu_sample, _cpu_sample_wall, _pool_thread = _thread_cpu(), _pool_end, me
+
+
+cdef inline double _cpu_since() noexcept:
+    """CPU time the noting thread has worked since the last note, at least: since the last sample
+    less the wall time from the sample to the note (it cannot have worked longer than that)."""
+    return _thread_cpu() - _cpu_sample - (_pool_end - _cpu_sample_wall)
 
 
 cdef inline int _state() noexcept:
     """The pool state decisions are remembered under: lib * 256 + threads right after a call; FOREIGN
     when the calling thread has since worked longer than the foreign gap (CPU time: a call of the
-    program's own may have run in between; time it waited for a core does not count) or is another
-    thread; 0 (cold) past the hot window."""
-    if _pool_lib == 0 or _now() - _pool_end > _hot_window:
+    program's own may have run in between; time it waited for a core does not count; read only once
+    the wall-clock gap exceeds it) or is another thread; 0 (cold) past the hot window."""
+    cdef double gap = _now() - _pool_end
+    if _pool_lib == 0 or gap > _hot_window:
         return 0
-    if pthread_self() != _pool_thread or _thread_cpu() - _pool_cpu > _foreign_gap:
+    if pthread_self() != _pool_thread or (gap > _foreign_gap and _cpu_since() > _foreign_gap):
         return FOREIGN_CODE
     return _pool_lib * 256 + _pool_threads
 
@@ -190,7 +202,7 @@ def pool_note(int lib, int threads) -> None:
 def pool_state():
     """(library code, threads, seconds since that call ended, CPU seconds the noting thread has
     worked since, whether this is that thread) of the last recorded call; code 0: none."""
-    return _pool_lib, _pool_threads, _now() - _pool_end, _thread_cpu() - _pool_cpu, pthread_self() == _pool_thread
+    return _pool_lib, _pool_threads, _now() - _pool_end, _cpu_since(), pthread_self() == _pool_thread
 
 
 def pool_code() -> int:
