@@ -11,10 +11,11 @@ lines in P, and ``T_gen`` is the cost of one task of the worker pool.
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from autotune.kernels import nested_strassen
@@ -23,6 +24,7 @@ from autotune.kernels.versions import load
 
 from autotune import backends
 from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, save_threads
+from autotune.select.candidates import NESTED_BACKEND
 
 FLOOR = 1e-12  # smallest T_gen / T_work reported (a fit at or below zero means "not resolved")
 
@@ -37,10 +39,12 @@ class Plan:
     reps: int
     gemm_sizes: tuple[int, int]
     add_size: int
+    kernel_sizes: tuple[int, ...]          # n of the loop kernels' own tables (n x n operands)
 
 
-QUICK = Plan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256)
-FULL = Plan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512)
+QUICK = Plan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256, (96, 256))
+FULL = Plan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584))
+WAKE_GEMM = 128   # order of the BLAS gemm that precedes each timed addition in "add_after_blas"
 
 
 def cores() -> int:
@@ -155,6 +159,43 @@ def probe_add(module, c: int, plan: Plan) -> tuple[float, float]:
     return _line(pts)
 
 
+def median_time(fn: Callable, *args, reps: int, before: Callable | None = None) -> float:
+    """Median of ``reps`` timed calls after one warm-up, each right after ``before()`` if given."""
+    fn(*args)
+    out = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn(*args)
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out))
+
+
+def probe_kernels(module, c: int, plan: Plan) -> dict:
+    """Seconds per element of one thread of the version's Jacobi sweep and addition at each of the
+    plan's sizes and P = 1..C, alone and (the addition) right after a BLAS gemm at P threads, as
+    Strassen's additions run (the start of the threads included): the tables
+    ``db.threads.kernel_time`` interpolates."""
+    be = backends.get(NESTED_BACKEND)
+    w = np.asfortranarray(np.random.default_rng(2).random((WAKE_GEMM, WAKE_GEMM)))
+    threads = list(range(1, c + 1))
+    tables = {k: np.zeros((len(plan.kernel_sizes), c)) for k in ("jacobi", "add", "add_after_blas")}
+    for i, n in enumerate(plan.kernel_sizes):
+        old, new = np.random.default_rng(3).random((n, n)), np.empty((n, n))
+        a, b, out = (np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
+        for j, p in enumerate(threads):
+            per = p / float(n * n)
+            tables["jacobi"][i, j] = median_time(module.jacobi_sweep, old, new, p, reps=plan.reps)
+            tables["add"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps)
+            with be.threads(p):
+                wake = functools.partial(be.ops["gemm"], 1.0, w, w, 0.0, w.copy(order="F"), False, False)
+                tables["add_after_blas"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps, before=wake)
+            for k in tables:
+                tables[k][i, j] *= per
+    return {k: {"sizes": list(plan.kernel_sizes), "threads": threads, "seconds": v.tolist()} for k, v in tables.items()}
+
+
 def probe_pool(c: int, plan: Plan) -> float:
     """Seconds per task of the nested-Strassen worker pool (slope of P no-op tasks, warm pool)."""
     pts = []
@@ -176,7 +217,8 @@ def probe_threads(versions: list[str] | None = None, quick: bool = False) -> Thr
     for name in names:
         module = load(name)
         rows, barrier_rows = measure_version(module, c, plan)
-        found[name] = fit_version(rows, barrier_rows, c, _pool_limit(module))
+        fitted = fit_version(rows, barrier_rows, c, _pool_limit(module))
+        found[name] = replace(fitted, kernels=probe_kernels(module, c, plan))
         points[name] = {"rows": rows, "barriers": barrier_rows}
     strassen = None
     if versions is None or "blas" in versions:

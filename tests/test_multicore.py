@@ -20,6 +20,7 @@ from autotune.db.threads import (
     StrassenSPs,
     ThreadSPs,
     VersionSPs,
+    kernel_time,
     line_at,
     load_threads,
     save_threads,
@@ -138,6 +139,42 @@ def test_db_round_trip(tmp_path, quick_sps):
     assert got.versions == quick_sps.versions
     assert got.strassen == quick_sps.strassen
     assert got.info["quick"] is True
+    for name, v in quick_sps.versions.items():
+        assert got.versions[name].kernels == v.kernels, name
+
+
+def test_quick_probe_measures_each_loop_kernel_per_size_and_thread_count(quick_sps):
+    c = quick_sps.cores
+    for name in AVAILABLE:
+        tables = quick_sps.versions[name].kernels
+        assert set(tables) == {"jacobi", "add", "add_after_blas"}, name
+        for kernel, t in tables.items():
+            secs = np.asarray(t["seconds"])
+            assert secs.shape == (len(t["sizes"]), c) and t["threads"] == list(range(1, c + 1)), (name, kernel)
+            assert np.all(np.isfinite(secs)) and np.all((secs > 1e-12) & (secs < 1e-5)), (name, kernel)
+
+
+TABLE = {"sizes": [100, 1000], "threads": [1, 2], "seconds": [[1e-9, 2e-9], [4e-9, 8e-9]]}
+SPT = VersionSPs(t_gen=10e-6, t_work=1e-9, sw_cpu=0.5, kernels={"jacobi": TABLE, "add": TABLE})
+
+
+def test_kernel_time_interpolates_in_log_size_and_clamps():
+    assert kernel_time(SPT, "jacobi", 100, 1) == pytest.approx(1e-9)
+    assert kernel_time(SPT, "jacobi", np.sqrt(100 * 1000), 1) == pytest.approx(2e-9)   # geometric midpoint
+    assert kernel_time(SPT, "jacobi", 50, 2) == pytest.approx(2e-9)                   # clamped below
+    assert kernel_time(SPT, "jacobi", 5000, 3) == pytest.approx(8e-9)                 # clamped; P > C: P = 2's
+    np.testing.assert_allclose(kernel_time(SPT, "add", [100, 1000], [1, 2]), [1e-9, 8e-9])
+    assert kernel_time(SPT, "add_after_blas", 100, 1) is None
+
+
+def test_jacobi_and_additions_use_the_measured_tables():
+    c = 2
+    assert multicore.jacobi(1000, 2, SPT, c) == pytest.approx(1e6 / 2 * 8e-9)       # start measured with it
+    assert multicore.jacobi(1000, 4, SPT, c) == pytest.approx(1e6 / 4 * 8e-9 * (1 + 4 * 0.5 / c))
+    got = multicore.additions(1, [(3, 100 * 100)], SPT, c, t_work=(1.0, 0.0))
+    assert got == pytest.approx(3 * 1e4 * 1e-9)                             # the table wins over t_work
+    flat = multicore.additions(1, [(1, 1e4)], SPT, c, t_work=5e-9, kernel="add_after_blas")
+    assert flat == pytest.approx(10e-6 + 1e4 * 5e-9)                        # no table: the given time
 
 
 def test_db_missing_loads_empty_silently(tmp_path):
@@ -147,7 +184,10 @@ def test_db_missing_loads_empty_silently(tmp_path):
 
 
 @pytest.mark.parametrize("payload", ["not json", json.dumps({"cores": 2}),
-                                     json.dumps({"cores": 2, "versions": {"omp": {"t_gen": "x"}}})])
+                                     json.dumps({"cores": 2, "versions": {"omp": {"t_gen": "x"}}}),
+                                     json.dumps({"cores": 2, "versions": {"omp": {
+                                         "t_gen": 1e-6, "t_work": 1e-9, "kernels": {"add": {
+                                             "sizes": [1, 2], "threads": [1], "seconds": [[-1.0], [1.0]]}}}}})])
 def test_db_damaged_loads_empty_with_at_most_a_warning(tmp_path, payload):
     path = tmp_path / "sp.h5"
     store.replace_group(path, GROUP, MEMBER, lambda g: g.attrs.__setitem__("sps", payload))

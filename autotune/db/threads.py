@@ -41,10 +41,31 @@ class VersionSPs:
     sw_cpu: float = 0.0                       # T_sw / T_cpu, constant (first approximation, 001 §6.4.1)
     sw_cpu_line: Line = (0.0, 0.0)            # T_sw / T_cpu = a + b P (001 Table 6.8)
     max_threads: int = 0                      # most threads it runs at once (0: no limit)
+    # Per loop kernel ("jacobi", "add", "add_after_blas"): {"sizes": [n], "threads": [P], "seconds":
+    # [[per element of one thread]]}: measured on the kernel itself, P <= C (see kernel_time).
+    kernels: dict = field(default_factory=dict, compare=False, hash=False)
 
     def ratio(self, p, linear: bool = False) -> np.ndarray:
         """T_sw/T_cpu at thread counts ``p``: the constant, or the line when ``linear``."""
         return line_at(self.sw_cpu_line, p) if linear else np.full(np.shape(p), self.sw_cpu)
+
+
+def kernel_time(sps: VersionSPs, kernel: str, n, p) -> np.ndarray | None:
+    """Seconds per element of one thread of ``kernel`` on ``n x n`` operands with ``p`` threads busy:
+    interpolated in log n between the probe's sizes (clamped at the ends) at the measured thread
+    count nearest ``p`` from below (P > C: the count at C; the caller applies oversubscription);
+    None when the version's kernel was not measured."""
+    table = sps.kernels.get(kernel)
+    if not table:
+        return None
+    sizes, threads = np.asarray(table["sizes"], float), np.asarray(table["threads"], float)
+    secs = np.asarray(table["seconds"], float)                       # [size][thread count]
+    n, p = np.broadcast_arrays(np.asarray(n, float), np.asarray(p, float))
+    col = np.clip(np.searchsorted(threads, p, side="right") - 1, 0, threads.size - 1)
+    lx = np.log(np.maximum(n, 1.0))
+    logs = np.log(secs)
+    out = [np.interp(x, np.log(sizes), logs[:, j]) for x, j in zip(lx.ravel(), col.ravel(), strict=True)]
+    return np.exp(np.array(out)).reshape(n.shape)
 
 
 @dataclass(frozen=True)
@@ -79,6 +100,10 @@ def _to_json(sps: ThreadSPs) -> dict:
 def _version(d: dict) -> VersionSPs:
     d = dict(d)
     d["sw_cpu_line"] = tuple(float(x) for x in d.get("sw_cpu_line", (0.0, 0.0)))
+    for name, table in d.get("kernels", {}).items():
+        secs = np.asarray(table["seconds"], float)
+        if secs.shape != (len(table["sizes"]), len(table["threads"])) or not np.all(np.isfinite(secs) & (secs > 0)):
+            raise ValueError(f"malformed kernel table {name!r}")
     return VersionSPs(**d)
 
 
@@ -118,4 +143,5 @@ def _parse(g) -> ThreadSPs:
     return from_json(json.loads(g.attrs["sps"]), json.loads(g.attrs.get("info", "{}")))
 
 
-__all__ = ["GROUP", "Line", "StrassenSPs", "ThreadSPs", "VersionSPs", "line_at", "load_threads", "save_threads"]
+__all__ = ["GROUP", "Line", "StrassenSPs", "ThreadSPs", "VersionSPs", "kernel_time", "line_at", "load_threads",
+           "save_threads"]

@@ -99,7 +99,8 @@ def strassen_omp(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     inner_c, leaf_c = np.zeros(lmax + 1), np.zeros(lmax + 1)
     for i in range(1, lmax + 1):
         qm, qk, qn = m / 2.0 ** i, k / 2.0 ** i, n / 2.0 ** i
-        a_call, b_call, c_call = (float(multicore.additions(threads, [(1, e)], omp, tsp.cores, per_elem))
+        a_call, b_call, c_call = (float(multicore.additions(threads, [(1, e)], omp, tsp.cores, per_elem,
+                                                                  "add_after_blas"))
                                   for e in (qm * qk, qk * qn, qm * qn))
         nodes = 7.0 ** (i - 1)
         base = nodes * (ADDS_A * a_call + ADDS_B * b_call)

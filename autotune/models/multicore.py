@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, line_at
+from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, kernel_time, line_at
 
 JACOBI_OPS = 11.0  # elementary operations per grid point of the source's R-jacobi (001 eq. 6.7)
 # Addition terms of eqs. 6.9-6.12 as printed, and as counted (18 additions of (n/2^i)^2 elements per node).
@@ -46,9 +46,15 @@ def barriers(p, n: float, sps: VersionSPs, cores: int, reps: int = 1) -> np.ndar
 
 
 def jacobi(n: int, p, sps: VersionSPs, cores: int) -> np.ndarray:
-    """R-jacobi on an n x n grid, eqs. 6.7-6.8: ``P T_gen + (11 n^2 / P) T_work`` (times the factor)."""
+    """R-jacobi on an n x n grid, eqs. 6.7-6.8: ``P T_gen + (11 n^2 / P) T_work`` times the factor;
+    with the version's measured sweep (its memory traffic is not the micro-routines'), ``(n^2 / P)
+    T_point`` times the factor, ``T_point`` per point at this size and min(P, C) threads, start included."""
     p = np.asarray(p, dtype=float)
-    return p * sps.t_gen + JACOBI_OPS * n * n / p * sps.t_work * oversubscription(p, cores, sps.ratio(p))
+    over = oversubscription(p, cores, sps.ratio(p))
+    point = kernel_time(sps, "jacobi", n, np.minimum(p, cores))
+    if point is None:
+        return p * sps.t_gen + JACOBI_OPS * n * n / p * sps.t_work * over
+    return n * n / p * point * over
 
 
 def strassen_nested(n: int, p1, p2, sps: StrassenSPs, cores: int, levels: int = 2,
@@ -71,18 +77,25 @@ def strassen_nested(n: int, p1, p2, sps: StrassenSPs, cores: int, levels: int = 
     return p * sps.t_gen + mul + add
 
 
-def additions(p, calls: Iterable[tuple[float, float]], sps: VersionSPs, cores: int, t_work=None) -> np.ndarray:
+def additions(p, calls: Iterable[tuple[float, float]], sps: VersionSPs, cores: int, t_work=None,
+              kernel: str = "add") -> np.ndarray:
     """Passes of a loop-parallel addition kernel, each an R-pfor (eqs. 6.3-6.4) over its elements:
-    ``calls`` are (how many calls, elements per call). ``t_work``: seconds per element of one thread
-    (a line ``a + b P`` or a constant) in place of the version's ``T_work`` (whose elementary
-    operation is the micro-routines' multiply-add, not an element added)."""
+    ``calls`` are (how many calls, elements per call). Seconds per element of one thread: the
+    version's measured ``kernel`` table at each call's size (``"add_after_blas"``: right after a
+    BLAS call at P threads; the start of the threads included), else ``P T_gen`` plus ``t_work``
+    (a line ``a + b P`` or a constant), else ``T_work``, per element."""
     p = np.asarray(p, dtype=float)
     if t_work is not None:
-        per = line_at(t_work, p) if isinstance(t_work, tuple) else np.full(p.shape, float(t_work))
+        flat = line_at(t_work, p) if isinstance(t_work, tuple) else np.full(p.shape, float(t_work))
     else:
-        per = np.full(p.shape, sps.t_work)
+        flat = np.full(p.shape, sps.t_work)
     over = oversubscription(p, cores, sps.ratio(p))
-    return sum(count * (p * sps.t_gen + elems / p * per * over) for count, elems in calls) + 0.0 * p
+    total = 0.0 * p
+    for count, elems in calls:
+        measured = kernel_time(sps, kernel, np.sqrt(elems), np.minimum(p, cores))
+        start, per = (p * sps.t_gen, flat) if measured is None else (0.0, measured)
+        total = total + count * (start + elems / p * per * over)
+    return total
 
 
 def best_version(model: Callable[[np.ndarray, VersionSPs], np.ndarray], sps: ThreadSPs, threads: Iterable[int],
