@@ -5,11 +5,21 @@ Architecture: ``install_probe`` (measure) -> ``db`` (store, look up) -> ``models
 Importing this package loads neither MPI nor any BLAS backend; they load on first use.
 """
 from ._version import __version__
-from .api import DatabaseUnavailable, describe, explain, tuned_cholesky, tuned_gemm
+from .api import (
+    DatabaseUnavailable,
+    describe,
+    explain,
+    tuned_cholesky,
+    tuned_gemm,
+    tuned_lu_factor,
+    tuned_lu_solve,
+    tuned_solve,
+)
 from .config import get_options, options, set_options
 from .db import load_sp
 from .plans import Candidate
 from .select import Decision
 
 __all__ = ["Candidate", "DatabaseUnavailable", "Decision", "__version__", "describe", "explain", "get_options",
-           "load_sp", "options", "set_options", "tuned_cholesky", "tuned_gemm"]
+           "load_sp", "options", "set_options", "tuned_cholesky", "tuned_gemm", "tuned_lu_factor", "tuned_lu_solve",
+           "tuned_solve"]

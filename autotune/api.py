@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from autotune import tuned_local, tuned_mpi
+from autotune import tuned_local, tuned_lu, tuned_mpi
 from autotune.backends import pools
 from autotune.config import get_options
 from autotune.db import load_sp
@@ -32,14 +32,15 @@ class DatabaseUnavailable(LookupError):
 def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen: bool | None = None,
             db: str | os.PathLike | None = None, after: str | None = None) -> Decision:
     """The selector's decision for ``routine`` without running it: "gemm" with dims ``(n,)`` or
-    ``(m, k, n)``, "cholesky" with ``(n,)``. ``str()`` of it is what ``explain=True`` prints.
+    ``(m, k, n)``, "cholesky" and "lu" with ``(n,)``, "solve" and "lu_solve" with ``(n,)`` or
+    ``(n, nrhs)`` (one right-hand side by default). ``str()`` of it is what ``explain=True`` prints.
     ``after="LIBRARY:THREADS"`` decides as right after such a call (default: after an idle spell).
 
     Unset arguments come from the options in force (``autotune.options``). Raises ValueError for
     bad arguments, DatabaseUnavailable (a LookupError) when there is no usable database, and
     LookupError when nothing measured fits the thread budget.
     """
-    shape = _problem(routine, dims)
+    shape = problem_dims(routine, dims)
     opts = get_options()
     if threads is not None and (not isinstance(threads, numbers.Integral) or isinstance(threads, bool)
                                 or threads < 1):
@@ -53,17 +54,22 @@ def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen
     return rank(routine, shape, sp, budget, strassen, explain=True, after=None if after is None else pools.parse(after))
 
 
-def _problem(routine: str, dims: tuple) -> tuple[int, ...]:
-    """``explain``'s dims as the selector's (m, k, n) or (n,); ValueError unless valid."""
-    arity = {"gemm": (1, 3), "cholesky": (1,)}
+ARITY = {"gemm": (1, 3), "cholesky": (1,), "lu": (1,), "solve": (1, 2), "lu_solve": (1, 2)}
+
+
+def problem_dims(routine: str, dims: tuple) -> tuple[int, ...]:
+    """``explain``'s dims as the selector's: (m, k, n), (n,) or (n, nrhs); ValueError unless valid."""
+    arity = ARITY
     if routine not in arity:
-        raise ValueError(f"explain: routine must be 'gemm' or 'cholesky', got {routine!r}")
+        raise ValueError(f"explain: routine must be one of {', '.join(arity)}, got {routine!r}")
     if len(dims) not in arity[routine]:
         raise ValueError(f"explain: {routine} takes {' or '.join(map(str, arity[routine]))} size(s), got {dims!r}")
     if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in dims):
         raise ValueError(f"explain: sizes must be positive integers, got {dims!r}")
     shape = tuple(int(d) for d in dims)
-    return shape * 3 if routine == "gemm" and len(shape) == 1 else shape
+    if routine == "gemm" and len(shape) == 1:
+        return shape * 3
+    return shape + (1,) if routine in ("solve", "lu_solve") and len(shape) == 1 else shape
 
 
 def describe(dec: Decision, top: int = 12) -> str:
@@ -104,6 +110,29 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
     return tuned_local.cholesky(a, lower, overwrite_a, check_finite, config, explain)
 
 
-_front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS, pools.CODES["numpy-openblas"])
+# ------------------------------------------------------------------------------------------------ LU
+
+def _lu_factor(a, overwrite_a, check_finite, config, explain):
+    """``tuned_lu_factor`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
+    return tuned_lu.lu_factor(a, overwrite_a, check_finite, config, explain)
+
+
+def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True, *,
+                   config=None, explain: bool = False):
+    """``scipy.linalg.lu_solve``: the solution of ``a x = b`` (``trans`` 1 or 2: ``a^T x = b``) from
+    ``tuned_lu_factor``'s (or scipy's) output."""
+    return tuned_lu.lu_solve(lu_and_piv, b, trans, overwrite_b, check_finite, config, explain)
+
+
+def _solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain):
+    """``tuned_solve`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
+    return tuned_lu.solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config,
+                          explain)
+
+
+_front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS, pools.CODES["numpy-openblas"],
+                 _lu_factor, _solve)
 tuned_gemm = _front.tuned_gemm
 tuned_cholesky = _front.tuned_cholesky
+tuned_lu_factor = _front.tuned_lu_factor
+tuned_solve = _front.tuned_solve

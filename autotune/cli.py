@@ -13,7 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.api import describe, tuned_cholesky, tuned_gemm
+from autotune.api import (
+    ARITY,
+    describe,
+    problem_dims,
+    tuned_cholesky,
+    tuned_gemm,
+    tuned_lu_factor,
+    tuned_lu_solve,
+    tuned_solve,
+)
 from autotune.backends import pools
 from autotune.benchmarks import add_parser as add_bench_parser
 from autotune.config import available_cores, options
@@ -484,8 +493,8 @@ def plot_comm(platforms, filename: str) -> None:
 
 def cmd_explain(args) -> int:
     """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
-    dims = tuple(args.dims) * 3 if args.routine == "gemm" and len(args.dims) == 1 else tuple(args.dims)
-    problem = _explain_usage_problem(args, dims)
+    problem = _explain_usage_problem(args, tuple(args.dims))
+    dims = () if problem else problem_dims(args.routine, tuple(args.dims))
     if problem:
         return _error("explain", problem, 2)
     problem = _memory_problem(args.routine, dims) if args.run else ""
@@ -516,12 +525,14 @@ def cmd_explain(args) -> int:
 
 def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
     """What is wrong with the explain arguments ("" if nothing)."""
-    if (args.routine == "gemm" and len(dims) != 3) or (args.routine == "cholesky" and len(dims) != 1):
-        return "gemm takes N or M K N; cholesky takes N"
+    if len(dims) not in ARITY[args.routine]:
+        return "gemm takes N or M K N; cholesky and lu take N; solve and lu_solve take N [NRHS]"
     checks = [("sizes", min(dims)), ("--threads", args.threads), ("--top", args.top), ("--np", args.np)]
     for name, value in checks:
         if value is not None and value < 1:
             return f"{name} must be positive, got {dims if name == 'sizes' else value}"
+    if args.np is not None and args.routine not in ("gemm", "cholesky"):
+        return f"--np: distributed plans exist for gemm and cholesky, not {args.routine}"
     if args.run and args.np is not None:
         return "--run runs on this process only; it does not combine with --np"
     return ""
@@ -532,6 +543,8 @@ def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
     if routine == "gemm":
         m, k, n = dims
         need = 8 * (m * k + k * n + m * n)
+    elif routine in ("lu", "solve", "lu_solve"):
+        need = 8 * (2 * dims[0] ** 2 + 2 * dims[0] * (dims[1] if len(dims) > 1 else 0))
     else:
         need = 8 * 3 * dims[0] ** 2      # the SPD operand is built from two n x n temporaries
     free = available_memory()
@@ -591,6 +604,12 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
         m, k, n = dims
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         call = lambda: tuned_gemm(a, b)  # noqa: E731
+    elif routine in ("lu", "solve", "lu_solve"):
+        n = dims[0]
+        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, dims[-1]))
+        factors = tuned_lu_factor(a) if routine == "lu_solve" else None
+        call = {"lu": lambda: tuned_lu_factor(a), "solve": lambda: tuned_solve(a, b),
+                "lu_solve": lambda: tuned_lu_solve(factors, b)}[routine]
     else:
         (n,) = dims
         from autotune.install_probe.operands import spd_matrix
@@ -656,8 +675,8 @@ def parser() -> argparse.ArgumentParser:
                       help="also list every measured series, library paths and every MPI fit regime")
     show.set_defaults(func=cmd_show)
     exp = sub.add_parser("explain", help="rank the candidate configurations for a problem")
-    exp.add_argument("routine", choices=["gemm", "cholesky"])
-    exp.add_argument("dims", type=int, nargs="+", help="gemm: N or M K N; cholesky: N")
+    exp.add_argument("routine", choices=list(ARITY))
+    exp.add_argument("dims", type=int, nargs="+", help="gemm: N or M K N; cholesky, lu: N; solve, lu_solve: N [NRHS]")
     exp.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
     exp.add_argument("--strassen", action="store_true", help="allow Strassen (changes rounding error)")
     exp.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")

@@ -17,6 +17,9 @@ ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "blocked": ("cholesky", "block"),  # our right-looking blocked driver (variant: trailing update form)
     "gemv": ("cholesky", None),       # unblocked, left-looking, one gemv per column
     "axpy": ("cholesky", None),       # unblocked, outer product by axpy
+    "getrf": ("lu", None),            # the library's LAPACK dgetrf
+    "gesv": ("solve", None),          # the library's dgetrf then dgetrs on the right-hand sides
+    "getrs": ("lu_solve", None),      # the library's dgetrs from given factors
 }
 
 # Phase names shared by the distributed algorithms (measured) and their models (predicted).

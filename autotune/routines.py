@@ -42,6 +42,7 @@ ROUTINES: dict[str, Routine] = {r.name: r for r in (
     Routine("potrf", 3, _chol_flops),
     Routine("potf2", 2, _chol_flops),
     Routine("getrf", 3, lambda n: 2.0 * n**3 / 3.0 - n**2 / 2.0 + 5.0 * n / 6.0),
+    Routine("getrs", 3, lambda n, nrhs: 2.0 * n * n * nrhs),  # unit-lower then upper solve of nrhs columns
 )}
 
 
@@ -85,7 +86,11 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
         "potrf": lambda x, _: {"n": x},
         "potf2": lambda x, _: {"n": x},
         "getrf": lambda x, _: {"n": x},
+        "getrs": lambda x, _: {"n": x, "nrhs": x},
     }),
+    Pattern("rhs", "solve from an LU factor of order x for param right-hand sides", {
+        "getrs": lambda x, r: {"n": x, "nrhs": _i(r)},
+    }, needs_param=True),
     Pattern("panel", "blocked Cholesky, block b, trailing size x: trsm x-by-b panel, "
             "syrk trailing update of rank b, gemm x-by-b times b-by-b block column update", {
         "trsm": lambda x, b: {"m": x, "n": _i(b)},

@@ -184,9 +184,19 @@ def _chol(name):
 
 
 def _getrf(be, d, rng):
-    a = spd_matrix(rng, d["n"])
+    # A general matrix: partial pivoting swaps rows as it would on a user's (an SPD one never swaps).
+    a = _mat(rng, d["n"], d["n"])
     ipiv = np.zeros(d["n"], dtype=be.int_dtype)
     return _restoring(a, _op(be, "getrf", a, ipiv))
+
+
+def _getrs_rhs(be, d, rng):
+    n = d["n"]
+    lu = _mat(rng, n, n) / n
+    lu[np.diag_indices(n)] = 1.0          # near the identity: repeated solves keep b's scale (no denormals)
+    ipiv = np.asarray(rng.integers(np.arange(1, n + 1), n + 1), dtype=be.int_dtype)   # swaps below each row
+    b = _mat(rng, n, d["nrhs"])
+    return _restoring(b, _op(be, "getrs", lu, ipiv, b))
 
 
 _BUILDERS = {
@@ -198,5 +208,5 @@ _BUILDERS = {
     ("axpy", "square"): _axpy, ("axpy", "trail"): _axpy_trail,
     ("add", "square"): _add_square, ("add", "view"): _add_view,
     ("potrf", "square"): _chol("potrf"), ("potf2", "square"): _chol("potf2"),
-    ("getrf", "square"): _getrf,
+    ("getrf", "square"): _getrf, ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,
 }

@@ -29,6 +29,8 @@ cdef double _period = 1.0
 cdef object _get_options = None
 cdef object _slow = None
 cdef object _slow_chol = None
+cdef object _slow_lu = None
+cdef object _slow_solve = None
 cdef object _matmul = None
 cdef enum:
     CACHE_LINE = 64
@@ -68,17 +70,18 @@ cdef class _Kernel:
     cdef get_threads_t get_threads
     cdef int threads
     cdef int lib
+    cdef object aux                # per-family extra: the pivot integer type number of an LU kernel
 
-    def __init__(self, run, addresses, int threads, int lib=0):
-        self.run, self.threads, self.lib = run, threads, lib
+    def __init__(self, run, addresses, int threads, int lib=0, aux=None):
+        self.run, self.threads, self.lib, self.aux = run, threads, lib, aux
         self.set_threads = NULL
         self.get_threads = NULL
         if addresses is not None:
             self.set_threads = <set_threads_t><size_t>addresses[0]
             self.get_threads = <get_threads_t><size_t>addresses[1]
 
-    cdef int call(self, w, bint lower) except? -1:
-        """LAPACK's info, or BUSY when another thread holds the library at another count."""
+    cdef int call(self, w, object arg) except? -1:
+        """``run(w, arg)``: LAPACK's info, or BUSY when another thread holds the library at another count."""
         cdef int taken = _lease_take(self.lib, self.threads)
         if taken == 0:
             return BUSY
@@ -87,7 +90,7 @@ cdef class _Kernel:
             if _lease_before[self.lib] != self.threads:
                 self.set_threads(self.threads)
         try:
-            return self.run(w, lower)
+            return self.run(w, arg)
         finally:
             _note(self.lib, self.threads)
             if _lease_give(self.lib) and self.set_threads != NULL and _lease_before[self.lib] != self.threads:
@@ -221,18 +224,22 @@ cdef class _Memo:
     """Decisions remembered under one options object, trusted until ``expiry``."""
     cdef object opts
     cdef dict shapes               # shape key -> write into a cache-line-aligned output?
-    cdef dict chol                 # order -> _Kernel
+    cdef dict chol                 # (order, state) -> _Kernel
+    cdef dict lu                   # (order, state) -> _Kernel running getrf(w, ipiv)
+    cdef dict solve                # (order, right-hand sides, state) -> _Kernel running solve(w, (x, trans))
     cdef double expiry
 
     def __cinit__(self, opts, double expiry):
         self.opts, self.expiry = opts, expiry
-        self.shapes, self.chol = {}, {}
+        self.shapes, self.chol, self.lu, self.solve = {}, {}, {}, {}
 
 
-def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds, int numpy_lib=0) -> None:
+def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds, int numpy_lib=0, slow_lu=None,
+              slow_solve=None) -> None:
     """Install the options getter, the full Python implementations, numpy's matmul and its library code."""
-    global _get_options, _slow, _slow_chol, _matmul, _period, _numpy_lib
+    global _get_options, _slow, _slow_chol, _matmul, _period, _numpy_lib, _slow_lu, _slow_solve
     _get_options, _slow, _slow_chol, _matmul = get_options, slow_gemm, slow_cholesky, matmul
+    _slow_lu, _slow_solve = slow_lu, slow_solve
     _period, _numpy_lib = seconds, numpy_lib
     forget()
 
@@ -409,6 +416,22 @@ def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads, opts=Non
         run, thread_addresses, threads, lib)
 
 
+def remember_lu(Py_ssize_t n, run, thread_addresses, int threads, int_dtype, opts=None, int lib=0,
+                int state=0) -> None:
+    """Order ``n`` whose LU choice in pool state ``state`` is ``run(w, ipiv) -> info`` (pivots of
+    ``int_dtype``) on library ``lib`` at ``threads`` threads (see ``remember_cholesky``)."""
+    _memo_of(_get_options() if opts is None else opts, True).lu[(n, state)] = _Kernel(
+        run, thread_addresses, threads, lib, int(int_dtype.num))
+
+
+def remember_solve(Py_ssize_t n, Py_ssize_t nrhs, run, thread_addresses, int threads, opts=None, int lib=0,
+                   int state=0) -> None:
+    """Order ``n`` and ``nrhs`` right-hand sides whose solve in pool state ``state`` is
+    ``run(w, (x, trans)) -> info`` on library ``lib`` at ``threads`` threads."""
+    _memo_of(_get_options() if opts is None else opts, True).solve[(n, nrhs, state)] = _Kernel(
+        run, thread_addresses, threads, lib)
+
+
 def forget() -> None:
     """Forget every remembered decision, under all options."""
     global _last
@@ -420,6 +443,12 @@ def remembered(tuple key) -> bool:
     """Would a product with shape key ``key`` take the hot path now, in this context and pool state?"""
     cdef _Memo memo = _current()
     return memo is not None and key + (_state(),) in memo.shapes
+
+
+def remembered_lu(Py_ssize_t n) -> bool:
+    """Would an LU factorisation of order ``n`` take the hot path now, in this context and pool state?"""
+    cdef _Memo memo = _current()
+    return memo is not None and (n, _state()) in memo.lu
 
 
 def remembered_cholesky(Py_ssize_t n) -> bool:
@@ -565,3 +594,153 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
                 return w                    # else: not positive definite, or the library busy at another count
     # Anything else, including a failed factorisation (the Python path raises the right error).
     return _slow_chol(a, lower, overwrite_a, check_finite, config, explain, comm, root)
+
+
+cdef enum:
+    TILE = 32                      # transposing copies go tile by tile (both sides stay in cache)
+
+
+cdef object _fortran_copy(cnp.ndarray x, bint check_finite):
+    """A Fortran-ordered aligned copy of a contiguous 2-D float64 ``x`` in one pass (a C-ordered
+    one transposed tile by tile), or None if ``check_finite`` and an entry is inf/NaN."""
+    cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], n = cnp.PyArray_DIMS(x)[1], i, j, i1, j1, ii, jj
+    cdef cnp.ndarray w = _aligned_empty(2, cnp.PyArray_DIMS(x), True)
+    cdef const double *src = <const double *>cnp.PyArray_DATA(x)
+    cdef const unsigned long long *bits = <const unsigned long long *>src
+    cdef double *dst = <double *>cnp.PyArray_DATA(w)
+    cdef unsigned long long bad = 0
+    cdef bint fortran = cnp.PyArray_IS_F_CONTIGUOUS(x)
+    with nogil:
+        if fortran:
+            bad = _copy_span(src, dst, m * n)
+        else:
+            i = 0
+            while i < m:
+                i1 = min(i + <Py_ssize_t>TILE, m)
+                j = 0
+                while j < n:
+                    j1 = min(j + <Py_ssize_t>TILE, n)
+                    for jj in range(j, j1):
+                        for ii in range(i, i1):
+                            dst[ii + jj * m] = src[ii * n + jj]
+                            bad |= (bits[ii * n + jj] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL
+                    j = j1
+                i = i1
+    if check_finite and bad:
+        return None
+    return w
+
+
+cdef object _same_copy(cnp.ndarray x, bint check_finite):
+    """An aligned copy of a contiguous 2-D float64 ``x`` in its own memory order, or None if
+    ``check_finite`` and an entry is inf/NaN."""
+    cdef cnp.ndarray w = _aligned_empty(2, cnp.PyArray_DIMS(x), not cnp.PyArray_IS_C_CONTIGUOUS(x))
+    cdef unsigned long long bad
+    cdef const double *src = <const double *>cnp.PyArray_DATA(x)
+    cdef double *dst = <double *>cnp.PyArray_DATA(w)
+    cdef Py_ssize_t size = cnp.PyArray_SIZE(x)
+    with nogil:
+        bad = _copy_span(src, dst, size)
+    if check_finite and bad:
+        return None
+    return w
+
+
+cdef inline bint _contiguous(cnp.ndarray x):
+    return cnp.PyArray_IS_C_CONTIGUOUS(x) or cnp.PyArray_IS_F_CONTIGUOUS(x)
+
+
+cdef object _zero_based_int32(cnp.ndarray ipiv):
+    """LAPACK's 1-based pivots as scipy's 0-based int32 (in place when they are int32 already)."""
+    cdef Py_ssize_t i, k = cnp.PyArray_SIZE(ipiv)
+    cdef cnp.ndarray out = ipiv if cnp.PyArray_TYPE(ipiv) == cnp.NPY_INT32 else cnp.PyArray_EMPTY(
+        1, cnp.PyArray_DIMS(ipiv), cnp.NPY_INT32, 0)
+    cdef int *dst = <int *>cnp.PyArray_DATA(out)
+    cdef long long *wide
+    cdef int *narrow
+    if cnp.PyArray_TYPE(ipiv) == cnp.NPY_INT32:
+        narrow = <int *>cnp.PyArray_DATA(ipiv)
+        for i in range(k):
+            dst[i] = narrow[i] - 1
+    else:
+        wide = <long long *>cnp.PyArray_DATA(ipiv)
+        for i in range(k):
+            dst[i] = <int>(wide[i] - 1)
+    return out
+
+
+def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, explain=False):
+    """``(lu, piv)`` with the contract of ``scipy.linalg.lu_factor``, tuned for square 2-D float64.
+
+    ``lu`` holds ``U`` in its upper triangle and the unit-diagonal ``L`` below it (Fortran order),
+    ``piv`` the 0-based int32 row interchanges: row i was interchanged with row piv[i]. An exactly
+    singular factor gives a ``LinAlgWarning``; non-finite input with ``check_finite`` a ValueError.
+    The LAPACK library and its thread count are chosen from the measured models; other dtypes,
+    shapes and ``overwrite_a`` of a non-Fortran array go to scipy's own call. ``config`` forces a
+    candidate, ``explain=True`` prints the ranking.
+    """
+    cdef cnp.ndarray x, w, ipiv
+    cdef cnp.npy_intp *d
+    cdef _Kernel kernel = None
+    cdef _Memo memo
+    if config is None and not explain and not overwrite_a and _plain_f64(a):
+        x = <cnp.ndarray>a
+        d = cnp.PyArray_DIMS(x)
+        if d[0] == d[1] and _contiguous(x):
+            memo = _current()
+            kernel = memo.lu.get((d[0], _state())) if memo is not None else None
+        if kernel is not None:
+            w = _fortran_copy(x, bool(check_finite))
+            if w is not None:
+                ipiv = cnp.PyArray_EMPTY(1, d, <int>kernel.aux, 0)
+                if kernel.call(w, ipiv) == 0:
+                    return w, _zero_based_int32(ipiv)
+    # Anything else, including a singular factor (the Python path warns as scipy does).
+    return _slow_lu(a, overwrite_a, check_finite, config, explain)
+
+
+cdef inline bint _general_corners(cnp.ndarray x, Py_ssize_t n):
+    """True when the corners already show ``x`` is neither triangular nor symmetric (what scipy's
+    ``assume_a=None`` would detect); False means a full look is needed (the Python path)."""
+    cdef const double *p = <const double *>cnp.PyArray_DATA(x)
+    return p[n - 1] != 0 and p[(n - 1) * n] != 0 and p[1] != p[n]
+
+
+def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True, assume_a=None,
+                transposed=False, *, config=None, explain=False):
+    """The solution of ``a x = b`` with the contract of ``scipy.linalg.solve``.
+
+    A general square float64 ``a`` is factored by the tuned LU (library and threads from the
+    measured models), ``assume_a="pos"`` by the tuned Cholesky; other structures (and what
+    ``assume_a=None`` detects as triangular or symmetric), dtypes and stacks go to scipy. A singular
+    matrix raises ``LinAlgError`` and an ill-conditioned one warns ``LinAlgWarning``, as scipy does.
+    """
+    cdef cnp.ndarray x, rhs, w, xb
+    cdef cnp.npy_intp *d
+    cdef cnp.npy_intp dims[2]
+    cdef Py_ssize_t n, k
+    cdef _Kernel kernel = None
+    cdef _Memo memo
+    cdef bint c_order
+    if (config is None and not explain and not overwrite_a and not overwrite_b and _plain_f64(a)
+            and (assume_a is None or assume_a == "gen" or assume_a == "general")
+            and type(b) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>b) == cnp.NPY_DOUBLE
+            and 1 <= cnp.PyArray_NDIM(<cnp.ndarray>b) <= 2):
+        x, rhs = <cnp.ndarray>a, <cnp.ndarray>b
+        d = cnp.PyArray_DIMS(x)
+        n = d[0]
+        k = cnp.PyArray_DIMS(rhs)[1] if cnp.PyArray_NDIM(rhs) == 2 else 1
+        if (d[1] == n and n >= 2 and cnp.PyArray_DIMS(rhs)[0] == n and k >= 1 and _contiguous(x)
+                and _contiguous(rhs) and (assume_a is not None or _general_corners(x, n))):
+            memo = _current()
+            kernel = memo.solve.get((n, k, _state())) if memo is not None else None
+        if kernel is not None:
+            w = _same_copy(x, bool(check_finite))
+            dims[0], dims[1] = n, k
+            xb = _fortran_copy(rhs if cnp.PyArray_NDIM(rhs) == 2 else rhs.reshape(n, 1), bool(check_finite))
+            if w is not None and xb is not None:
+                # A C-ordered buffer is a^T in Fortran order: solve with the other transposition.
+                c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
+                if kernel.call(w.T if c_order else w, (xb, bool(transposed) != c_order)) == 0:
+                    return xb if cnp.PyArray_NDIM(rhs) == 2 else xb.reshape(n)
+    return _slow_solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain)

@@ -456,6 +456,27 @@ def getrf(a, ipiv):
     return info
 
 
+def getrs(lu, ipiv, b, trans=0):
+    """Solve op(A) x = b in place from getrf's ``lu`` and 1-based ``ipiv`` (trans 0: A, else A^T); info."""
+    n = lu.shape[0]
+    if lu.shape != (n, n) or b.shape[0] != n or ipiv.shape[0] < n:
+        raise ValueError("getrs: shapes do not conform")
+    if not (n and b.shape[1]):
+        return 0
+    swaps = [(i, int(ipiv[i]) - 1) for i in range(n) if int(ipiv[i]) - 1 != i]
+    if trans == 0:                                  # A = P L U: x = U^-1 L^-1 P^T b
+        for i, p in swaps:
+            b[[i, p]] = b[[p, i]]
+        trsm(1.0, lu, b, False, True, False, True)
+        trsm(1.0, lu, b, False, False, False, False)
+    else:                                           # A^T = U^T L^T P^T: x = P L^-T U^-T b
+        trsm(1.0, lu, b, False, False, True, False)
+        trsm(1.0, lu, b, False, True, True, True)
+        for i, p in reversed(swaps):
+            b[[i, p]] = b[[p, i]]
+    return 0
+
+
 def set_num_threads(n: int) -> None:
     numba.set_num_threads(n)
 

@@ -48,8 +48,10 @@ TINY_PROFILE = {
     "timing": {"min_reps": 1, "max_reps": 2, "rel_tol": 0.5, "min_sample_seconds": 0.0001,
                "point_budget_seconds": 0.02},
     "measure": [
-        {"routines": ["gemm", "potrf", "potf2", "syrk", "axpy", "add", "gemv"], "pattern": "square",
+        {"routines": ["gemm", "potrf", "potf2", "syrk", "axpy", "add", "gemv", "getrf"], "pattern": "square",
          "sizes": [16, 64, 256], "backends": ["numpy-openblas", "scipy-openblas"]},
+        {"routines": ["getrs"], "pattern": "rhs", "sizes": [16, 64, 256], "params": [1, 4],
+         "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["gemm"], "pattern": "square", "sizes": [64], "backends": ["numba-reference"]},
         {"routines": ["trsm", "syrk", "gemm"], "pattern": "panel", "sizes": [64, 256], "params": [16, 32],
          "backends": ["numpy-openblas", "scipy-openblas"]},

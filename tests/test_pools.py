@@ -58,6 +58,21 @@ def test_extra_interpolates_by_own_time_and_defaults_to_nothing():
     assert tr.hot_window == 0.1
 
 
+def test_a_kernel_without_a_pool_pays_the_cold_machine_after_an_idle_spell(db):
+    """After an idle spell every call pays what a one-thread library call pays (caches and clock
+    gone cold, no pool to wake), so a Numba kernel is not favoured just for having no measured pool."""
+    r = rows()
+    np_cold = (r["from_backend"] == COLD.encode()) & (r["to_backend"] == NP.encode()) & (r["to_threads"] == 1)
+    r["t_after"][np_cold] += 2e-4
+    tr = Transitions(r, {"hot_window": 0.1})
+    assert tr.measured(NP) and not tr.measured("numba-reference")
+    assert tr.cold_machine(1e-2) == pytest.approx(1e-4)                  # the least one-thread cold extra
+    save_transitions(db, r, {"hot_window": 0.1})
+    dec = rank("gemm", (64, 64, 64), load_sp(str(db)), 1, explain=True)
+    numba = [x for x in dec.ranking if x.candidate.backend == "numba-reference"]
+    assert numba and all(any("cold machine" in c.note for c in x.corrections) for x in numba)
+
+
 def test_round_trip_and_a_damaged_group_loads_empty(tmp_path):
     path = tmp_path / "sp.h5"
     save_transitions(path, rows(), {"hot_window": 0.2})

@@ -13,8 +13,9 @@ _GET_NAME.restype, _GET_NAME.argtypes = ctypes.c_char_p, [ctypes.py_object]
 _GET_POINTER = ctypes.pythonapi.PyCapsule_GetPointer
 _GET_POINTER.restype, _GET_POINTER.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
 
-TABLE_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "potrf", "potf2", "getrf")
-_LAPACK = {"potrf", "potf2", "getrf"}
+TABLE_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "potrf", "potf2", "getrf", "getrs", "gecon", "lange",
+                  "potrs", "lansy", "pocon")
+_LAPACK = {"potrf", "potf2", "getrf", "getrs", "gecon", "lange", "potrs", "lansy", "pocon"}
 
 
 def capsule_address(capsule: object) -> int:

@@ -8,6 +8,7 @@ spin on the cores), or after an idle spell (``COLD``: its own pool has to wake u
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -52,7 +53,7 @@ class Transitions:
         """Seconds after a call during which its pool was measured to cost the next call something."""
         return float(self.info.get("hot_window", 0.0))
 
-    @property
+    @functools.cached_property
     def foreign_gap(self) -> float:
         """The shortest measured multi-threaded call: a calling thread that worked longer than this
         between two tuned calls may have made a call of its own that woke numpy's or scipy's pool
@@ -67,8 +68,19 @@ class Transitions:
         curve = self._curves.get(key)
         if curve is None:
             return 0.0
-        own, extra = curve
-        return max(0.0, float(np.interp(np.log(max(seconds, 1e-9)), np.log(own), extra)))
+        return _at(curve, seconds)
+
+    def measured(self, backend: str) -> bool:
+        """Whether any transition into ``backend`` was measured (it has a pool the probe saw)."""
+        return any(to == backend for _, _, to, _ in self._curves)
+
+    def cold_machine(self, seconds: float) -> float:
+        """What any call of ``seconds`` pays after an idle spell with no pool to wake (caches, TLB and
+        clock gone cold): the least cold extra of a one-thread call on a measured library. A kernel
+        with no measured pool (Numba, our own) is charged this, so the pools' wake-up is all that
+        sets the libraries apart after a spell."""
+        ones = [c for (frm, _, _, threads), c in self._curves.items() if frm == COLD and threads == 1]
+        return min((_at(c, seconds) for c in ones), default=0.0)
 
     def pairs(self) -> list[Key]:
         return sorted(self._curves)
@@ -76,6 +88,12 @@ class Transitions:
     def curve(self, key: Key) -> tuple[np.ndarray, np.ndarray]:
         """(own times, median extra seconds) of one measured transition, by operand size."""
         return self._curves[key]
+
+
+def _at(curve: tuple[np.ndarray, np.ndarray], seconds: float) -> float:
+    """A transition's extra seconds for a call of ``seconds`` (interpolated in log time, >= 0)."""
+    own, extra = curve
+    return max(0.0, float(np.interp(np.log(max(seconds, 1e-9)), np.log(own), extra)))
 
 
 def _key(row) -> Key:

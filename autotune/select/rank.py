@@ -14,6 +14,7 @@ from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
+from autotune.models import lu as lu_models
 from autotune.models.fitted import fitted_for, override
 from autotune.models.gemm import NESTED_MAX_ASPECT, STRASSEN_ADD_BACKEND, omp_add_sps
 from autotune.plans import Candidate
@@ -246,8 +247,38 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool,
                              _floor(table, total, [("axpy", "trail")], be, t, n))
 
 
-GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups}
-INCUMBENTS = {"gemm": ("blas", "numpy-openblas"), "cholesky": ("potrf", "scipy-openblas")}
+def _lu_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    (n,) = dims
+    for be in _backends(table):
+        for t in _threads(table, "getrf", be, budget):
+            yield Evaluation("getrf", be, t, (0,), (0,),
+                             lambda sp, p, v, parts=None, be=be, t=t: [lu_models.getrf(n, be, t, sp, parts)])
+
+
+def _solve_groups(dims, table, budget: int, allow_strassen: bool,
+                  tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    n, nrhs = dims
+    for be in _backends(table):
+        for t in _threads(table, "getrf", be, budget):
+            if table.has("getrs", be, t, "rhs"):
+                yield Evaluation("gesv", be, t, (0,), (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t: [lu_models.gesv(n, nrhs, be, t, sp, parts)])
+
+
+def _lu_solve_groups(dims, table, budget: int, allow_strassen: bool,
+                     tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    n, nrhs = dims
+    for be in _backends(table):
+        for t in _threads(table, "getrs", be, budget, "rhs"):
+            yield Evaluation("getrs", be, t, (0,), (0,),
+                             lambda sp, p, v, parts=None, be=be, t=t: [lu_models.getrs(n, nrhs, be, t, sp, parts)])
+
+
+GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups, "lu": _lu_groups, "solve": _solve_groups,
+          "lu_solve": _lu_solve_groups}
+INCUMBENTS = {"gemm": ("blas", "numpy-openblas"), "cholesky": ("potrf", "scipy-openblas"),
+              "lu": ("getrf", "scipy-openblas"), "solve": ("gesv", "scipy-openblas"),
+              "lu_solve": ("getrs", "scipy-openblas")}
 
 
 def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
@@ -370,11 +401,13 @@ def _overhead_step(seconds: float, ctx: _Context) -> tuple[float, str]:
 def _contention_step(seconds: float, ctx: _Context) -> tuple[float, str]:
     """The measured cost of following the previous call (its pool may still spin), or of waking
     this library's pool after an idle spell (docs/models.md#pools.switch)."""
-    cand, after = ctx.candidate, ctx.ev.after
-    extra = ctx.ev.pools.extra(after, cand.backend, cand.threads, seconds)
+    cand, after, pools = ctx.candidate, ctx.ev.after, ctx.ev.pools
+    extra = pools.extra(after, cand.backend, cand.threads, seconds)
+    why = f"after {after.backend} {after.threads}t" if after is not None else "pool wake-up after an idle spell"
+    if after is None and not pools.measured(cand.backend):
+        extra, why = pools.cold_machine(seconds), "cold machine after an idle spell (no pool)"
     if extra <= 0.0:
         return seconds, ""
-    why = f"after {after.backend} {after.threads}t" if after is not None else "pool wake-up after an idle spell"
     return seconds + extra, f"+{extra * 1e3:.3f} ms {why}, measured"
 
 

@@ -1,0 +1,235 @@
+"""LU factorisation and linear solves in one process, with scipy.linalg's contracts
+(``lu_factor``, ``lu_solve``, ``solve``): the selector's LAPACK library and thread count on real
+square float64 problems, scipy's own call for everything else (other dtypes, shapes, structures)."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import linalg
+
+from autotune import backends, learn
+from autotune.backends import pools
+from autotune.config import get_options
+from autotune.dispatch import int_dtype, run_cholesky, run_getrs, run_lu
+from autotune.kernels import _front
+from autotune.plans import Candidate
+from autotune.tuned_local import MIN_TUNED_SIZE, decide
+
+_F64 = np.dtype(np.float64)
+GENERAL = (None, "gen", "general")
+POSITIVE = ("pos", "positive definite")
+
+
+def _tunable(a1: np.ndarray) -> bool:
+    """A real square matrix the probe measured the routines for (float64, or integers scipy converts)."""
+    return (a1.ndim == 2 and a1.shape[0] == a1.shape[1] and a1.shape[0] >= MIN_TUNED_SIZE
+            and (a1.dtype == _F64 or a1.dtype.kind in "biu"))
+
+
+def _work_copy(a, a1: np.ndarray, overwrite: bool, check_finite: bool) -> np.ndarray:
+    """The Fortran-ordered float64 buffer to work in: ``a`` itself when allowed and already so,
+    else an aligned copy; ValueError for inf/NaN when ``check_finite``."""
+    if overwrite and a1 is a and a1.dtype == _F64 and a1.flags.f_contiguous and a1.flags.writeable:
+        w = a1
+    else:
+        w = _front.aligned_copy(a1, "F")
+    if check_finite and not np.isfinite(w).all():
+        raise ValueError("array must not contain infs or NaNs")
+    return w
+
+
+def _factor(cand: Candidate, w: np.ndarray) -> tuple[np.ndarray, int]:
+    """(1-based LAPACK pivots, info) of factoring ``w`` in place with ``cand``."""
+    ipiv = np.empty(w.shape[0], dtype=int_dtype(cand))
+    info = run_lu(cand, w, ipiv)
+    if info < 0:
+        raise ValueError(f"illegal value in {-info}th argument of internal getrf (lu_factor)")
+    return ipiv, info
+
+
+def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True, config=None, explain: bool = False):
+    """``(lu, piv)`` with ``scipy.linalg.lu_factor``'s contract."""
+    a1 = np.asarray(a)
+    if not _tunable(a1):
+        return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
+    opts, state = get_options(), pools.state_code()
+    cand, dec = decide("lu", (a1.shape[0],), config, explain, opts, state)
+    if cand is None:
+        return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
+    be = backends.get(cand.backend)
+    if _hot(a, dec, explain, overwrite_a, be):
+        _front.remember_lu(a1.shape[0], be.ops["getrf"], be.thread_addresses, cand.threads, int_dtype(cand),
+                           opts, pools.CODES[cand.backend], state)
+    w = _work_copy(a, a1, overwrite_a, check_finite)
+    ipiv, info = _factor(cand, w)
+    if info > 0:
+        warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.", linalg.LinAlgWarning,
+                      stacklevel=3)
+    return w, (ipiv - 1).astype(np.int32)
+
+
+def _hot(a, dec, explain: bool, overwrite: bool, be) -> bool:
+    """May the C hot path (``kernels/_front.pyx``) run this choice next time? A selector's choice
+    (not a forced one) for a plain ndarray, on a library whose thread count it can switch in C."""
+    return (dec is not None and type(a) is np.ndarray and not explain and not overwrite and not learn.enabled()
+            and (be.thread_addresses is not None or be.set_threads is None))
+
+
+def _rhs(b, n: int, overwrite_b: bool, check_finite: bool) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """(user's b as an array, Fortran float64 (n, nrhs) buffer to solve in, b was 1-D), or None when
+    b is outside the tuned domain (scipy then handles it)."""
+    b1 = np.asarray(b)
+    if b1.ndim not in (1, 2) or b1.shape[0] != n or not (b1.dtype == _F64 or b1.dtype.kind in "biu") \
+            or b1.size == 0:
+        return None
+    one = b1.ndim == 1
+    x = _work_copy(b, b1, overwrite_b, check_finite)
+    return b1, (x[:, None] if one else x), one
+
+
+def _ipiv(piv, n: int, cand: Candidate) -> np.ndarray | None:
+    """scipy's 0-based pivots as LAPACK's 1-based ones in the library's integer type; None unless
+    they are n valid row indices (scipy then reports whatever it reports)."""
+    p = np.asarray(piv)
+    if p.shape != (n,) or p.dtype.kind not in "iu" or (n and (p.min() < 0 or p.max() >= n)):
+        return None
+    return (p + 1).astype(int_dtype(cand))
+
+
+def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True,
+             config=None, explain: bool = False):
+    """The solution of ``a x = b`` (``trans`` 1, 2: ``a^T x = b``) from ``lu_factor``'s output, with
+    ``scipy.linalg.lu_solve``'s contract."""
+    lu, piv = lu_and_piv
+    lu1 = np.asarray(lu)
+    fallback = lambda: linalg.lu_solve((lu, piv), b, trans=trans, overwrite_b=overwrite_b,  # noqa: E731
+                                       check_finite=check_finite)
+    if not (_tunable(lu1) and lu1.dtype == _F64 and trans in (0, 1, 2)):
+        return fallback()
+    n = lu1.shape[0]
+    b1 = np.asarray(b)
+    nrhs = b1.shape[1] if b1.ndim == 2 else 1
+    cand, _ = decide("lu_solve", (n, max(nrhs, 1)), config, explain)
+    ipiv = None if cand is None else _ipiv(piv, n, cand)
+    if ipiv is None:
+        return fallback()
+    got = _rhs(b, n, overwrite_b, check_finite)
+    if got is None:
+        return fallback()
+    _, x, one = got
+    lu_f = lu1 if lu1.flags.f_contiguous else _front.aligned_copy(lu1, "F")
+    info = run_getrs(cand, lu_f, ipiv, x, int(trans != 0))
+    if info < 0:
+        raise ValueError(f"illegal value in {-info}th argument of internal gesv|posv")
+    return x[:, 0] if one else x
+
+
+def _structure(a1: np.ndarray) -> str:
+    """"general", or "triangular"/"symmetric" when scipy's ``assume_a=None`` would treat ``a`` so
+    (cheap corner tests first; the full O(n^2) test only when they cannot tell)."""
+    n = a1.shape[0]
+    if a1[n - 1, 0] == 0 or a1[0, n - 1] == 0:
+        if not np.tril(a1, -1).any() or not np.triu(a1, 1).any():
+            return "triangular"
+    if a1[0, 1] == a1[1, 0] and a1[n - 1, 0] == a1[0, n - 1] and np.array_equal(a1, a1.T):
+        return "symmetric"
+    return "general"
+
+
+def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
+          check_finite: bool = True, assume_a=None, transposed: bool = False, config=None, explain: bool = False):
+    """The solution of ``a x = b`` with ``scipy.linalg.solve``'s contract: the tuned LU for a general
+    matrix, the tuned Cholesky for ``assume_a="pos"``, scipy for other structures."""
+    def scipy_solve():
+        return linalg.solve(a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                            check_finite=check_finite, assume_a=assume_a, transposed=transposed)
+
+    a1 = np.asarray(a)
+    if not (_tunable(a1) and (assume_a in GENERAL or assume_a in POSITIVE)):
+        return scipy_solve()
+    if assume_a is None and _structure(a1) != "general":
+        return scipy_solve()
+    b1 = np.asarray(b)
+    if b1.ndim not in (1, 2) or b1.shape[0] != a1.shape[0]:
+        return scipy_solve()
+    n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
+    family = "cholesky" if assume_a in POSITIVE else "solve"
+    opts, state = get_options(), pools.state_code()
+    cand, dec = decide(family, (n,) if family == "cholesky" else (n, max(nrhs, 1)), config, explain, opts, state)
+    if cand is None:
+        return scipy_solve()
+    be = backends.get(cand.backend)
+    if family == "solve" and nrhs >= 1 and _hot(a, dec, explain, overwrite_a or overwrite_b, be):
+        _front.remember_solve(n, nrhs, _SolveRunner(be), be.thread_addresses, cand.threads, opts,
+                              pools.CODES[cand.backend], state)
+    w = _work_copy(a, a1, overwrite_a, check_finite)
+    got = _rhs(b, n, overwrite_b, check_finite)
+    if got is None:
+        return scipy_solve()
+    _, x, one = got
+    if family == "cholesky":
+        _solve_pos(cand, w, x, lower)
+    else:
+        _solve_general(cand, w, x, transposed)
+    return x[:, 0] if one else x
+
+
+def _singular() -> np.linalg.LinAlgError:
+    return np.linalg.LinAlgError("A singular matrix detected: slice(s) [0] are singular.")
+
+
+def _ill_conditioned(rcond: float) -> None:
+    if rcond < np.finfo(np.float64).eps:
+        warnings.warn(f"An ill-conditioned matrix detected: slice 0 has rcond = {rcond}.", linalg.LinAlgWarning,
+                      stacklevel=4)
+
+
+class _SolveRunner:
+    """``run(w, (x, trans)) -> info`` on one library (the C hot path's solve kernel, called with the
+    library at the chosen thread count): factor ``w`` (Fortran order) in place, warn as scipy does
+    when it is ill-conditioned, solve op(w) x = b in ``x``. info > 0: singular (nothing solved)."""
+
+    def __init__(self, be):
+        self.be, self.dtype = be, np.dtype(be.int_dtype)
+        self.getrf, self.getrs = be.ops["getrf"], be.ops["getrs"]
+        # The O(n^2) norm and condition estimate from scipy's LAPACK where the library has none (Numba).
+        cond = be if "gecon" in be.ops else backends.get("scipy-openblas")
+        self.lange, self.gecon = cond.ops["lange"], cond.ops["gecon"]
+
+    def __call__(self, w: np.ndarray, job: tuple[np.ndarray, bool]) -> int:
+        x, trans = job
+        anorm = self.lange(w)
+        ipiv = np.empty(w.shape[0], self.dtype)
+        info = self.getrf(w, ipiv)
+        if info != 0:
+            return info
+        _ill_conditioned(self.gecon(w, anorm))
+        return self.getrs(w, ipiv, x, int(trans))
+
+
+def _solve_general(cand: Candidate, w: np.ndarray, x: np.ndarray, transposed: bool) -> None:
+    """Factor ``w`` and solve in ``x`` (in place) with ``cand``'s library and threads; scipy's
+    singular error and ill-conditioning warning."""
+    be = backends.get(cand.backend)
+    with pools.lease(be, cand.threads):
+        info = _SolveRunner(be)(w, (x, bool(transposed)))
+    if info > 0:
+        raise _singular()
+    if info < 0:
+        raise ValueError(f"Internal LAPACK errors: slice 0 emits lapack info={info}.")
+
+
+def _solve_pos(cand: Candidate, w: np.ndarray, x: np.ndarray, lower: bool) -> None:
+    """Cholesky-factor ``w`` (its ``lower`` triangle) with ``cand`` and solve in ``x``; scipy's
+    singular error and ill-conditioning warning (LAPACK pocon on the factor)."""
+    be = backends.get(cand.backend if "potrs" in backends.get(cand.backend).ops else "scipy-openblas")
+    anorm = be.ops["lansy"](w, lower)
+    info = run_cholesky(cand, w, lower)
+    if info > 0:
+        raise _singular()
+    _ill_conditioned(be.ops["pocon"](w, anorm, lower))
+    be.ops["potrs"](w, x, lower)
+
+
+__all__ = ["lu_factor", "lu_solve", "solve"]
