@@ -26,13 +26,15 @@ from autotune.db.validation import read_validation
 from autotune.learn import load_learned
 from autotune.models.fitted import load_fitted
 from autotune.plans import ALGORITHMS, Candidate
+from autotune.routines import CHECK_NRHS
 from autotune.select import choose
 from autotune.select.distributed import rank_plans
 
 MAP_SIZES = tuple(int(round(64 * 2 ** (i / 2))) for i in range(13))     # 64 .. 4096
 DIST_SIZES = (256, 512, 1024, 2048, 4096)
 DIST_NPROCS = (2, 4)
-FAMILIES = ("gemm", "cholesky")
+FAMILIES = ("gemm", "cholesky", "lu", "solve")     # one process
+DIST_FAMILIES = ("gemm", "cholesky")                # over MPI
 # Median absolute percentage error above which an analytical model is flagged for remodelling.
 APE_TOLERANCE = 10.0
 # ... scored on predictions of at least this many seconds (as `autotune bench validate`'s summary).
@@ -305,6 +307,8 @@ def _draw_map(grid: list[list[tuple[str, str]]], xs, ys, ylabel: str, title: str
 
 
 def _dims(family: str, n: int) -> tuple[int, ...]:
+    if family == "solve":
+        return n, CHECK_NRHS
     return (n, n, n) if family == "gemm" else (n,)
 
 
@@ -339,7 +343,7 @@ def _dist_section(sp, path: Path, out: Path, cores: int) -> str:
     if not cps:
         return "".join(parts) + _note("no MPI communication parameters in the database "
                                       "(autotune-install --mpi --np P): map skipped")
-    for family in FAMILIES:
+    for family in DIST_FAMILIES:
         grid = []
         for p, cp in cps.items():
             row = []

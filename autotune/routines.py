@@ -121,6 +121,9 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
 )}
 
 SEGMENT_FRACTIONS = (1 / 8, 3 / 8, 5 / 8, 7 / 8)
+# Right-hand sides of the solve problems the model checks, reports and benchmarks use (off the
+# probe's rhs grid; the common case of a handful of columns).
+CHECK_NRHS = 16
 # Order at which the probe times the dispatch pattern: the smallest order a tuned call tunes
 # (smaller ones go straight to numpy), where the library's own time is smallest next to dispatch.
 DISPATCH_ORDER = 32

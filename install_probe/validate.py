@@ -38,12 +38,13 @@ from autotune.models.fitting import (
     select_terms,
 )
 from autotune.plans import Candidate
+from autotune.routines import CHECK_NRHS
 from autotune.select import clear_cache, rank
 from autotune.select.rank import COMPOSED_RISK, INCUMBENTS
 
 from .operands import spd_matrix
 
-FAMILIES = ("gemm", "cholesky")
+FAMILIES = ("gemm", "cholesky", "lu", "solve")
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,16 @@ class Spec:
 
 
 SPECS = {
-    "quick": Spec("quick", check={"gemm": (176, 352, 608), "cholesky": (176, 352, 608)},
-                  fit={"gemm": (128, 224, 288, 416, 512, 704), "cholesky": (128, 224, 288, 416, 512, 704)},
+    "quick": Spec("quick", check={"gemm": (176, 352, 608), "cholesky": (176, 352, 608), "lu": (176, 352, 608),
+                                  "solve": (176, 352, 608)},
+                  fit={"gemm": (128, 224, 288, 416, 512, 704), "cholesky": (128, 224, 288, 416, 512, 704),
+                       "lu": (128, 224, 288, 416, 512, 704)},
                   reps=3, seconds=0.2),
-    "standard": Spec("standard", check={"gemm": (200, 700, 1500, 2500), "cholesky": (200, 700, 1500, 3000)},
+    "standard": Spec("standard", check={"gemm": (200, 700, 1500, 2500), "cholesky": (200, 700, 1500, 3000),
+                                        "lu": (200, 700, 1500, 2500), "solve": (200, 700, 1500, 2500)},
                      fit={"gemm": (160, 320, 500, 900, 1200, 1800, 2200),
-                          "cholesky": (160, 320, 500, 900, 1200, 2000, 2500, 3200)},
+                          "cholesky": (160, 320, 500, 900, 1200, 2000, 2500, 3200),
+                          "lu": (160, 320, 500, 900, 1200, 1800, 2200)},
                      reps=3, seconds=0.5, strassen=True, passes=2),
 }
 SPECS["full"] = replace(SPECS["standard"], name="full", reps=5, seconds=1.0)
@@ -80,8 +85,10 @@ SPECS["full"] = replace(SPECS["standard"], name="full", reps=5, seconds=1.0)
 # about half a minute of check points and at most a minute more of fitting sizes (every series
 # refitted) on two cores, estimated from the selector's predictions.
 SPECS["install"] = replace(SPECS["standard"], name="install",
-                           check={"gemm": (200, 700, 1500), "cholesky": (200, 700, 1500)},
-                           fit={"gemm": (160, 320, 500, 900, 1200, 1800), "cholesky": (160, 320, 500, 900, 1200, 1800)},
+                           check={"gemm": (200, 700, 1500), "cholesky": (200, 700, 1500), "lu": (200, 700, 1500),
+                                  "solve": (200, 700, 1500)},
+                           fit={"gemm": (160, 320, 500, 900, 1200, 1800), "cholesky": (160, 320, 500, 900, 1200, 1800),
+                                "lu": (160, 320, 500, 900, 1200, 1800)},
                            seconds=0.3, passes=1)
 
 
@@ -129,7 +136,10 @@ def _from_mapping(data: dict) -> Spec:
 # ----------------------------------------------------------------------------- timing
 
 def _dims(family: str, n) -> tuple[int, ...]:
-    """The square problem of order n: (n, n, n) for gemm, (n,) for Cholesky."""
+    """The square problem of order n: (n, n, n) for gemm, (n,) for Cholesky and LU, (n, CHECK_NRHS)
+    for a solve (its series are checked, not refitted: a fitted polynomial in n would not know nrhs)."""
+    if family == "solve":
+        return int(n), CHECK_NRHS
     return (int(n),) * (3 if family == "gemm" else 1)
 
 
@@ -141,6 +151,8 @@ def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         out = np.empty((m, n))
         return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
+    if family in ("lu", "solve"):
+        return _lu_runner(family, dims, cand, rng)
     (n,) = dims
     # numpy's default layout with scipy's default lower=False: the drivers factor the lower
     # triangle of the Fortran view, the formulation the probe measures (Fortran-ordered upper
@@ -151,6 +163,24 @@ def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -
     def run() -> float:
         work[...] = spd
         return _once(lambda: autotune.tuned_cholesky(work, overwrite_a=True, check_finite=False, config=cand))
+    return run
+
+
+def _lu_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
+    """One timed LU factorisation (or solve) by ``cand`` in place on a Fortran-ordered copy of a
+    general matrix, restored outside the timed region: the algorithm alone, as the models predict it."""
+    a = np.asfortranarray(rng.standard_normal((dims[0], dims[0])))
+    work = np.empty_like(a, order="F")
+    rhs = np.asfortranarray(rng.standard_normal((dims[0], dims[1]))) if family == "solve" else None
+    x = np.empty_like(rhs, order="F") if rhs is not None else None
+
+    def run() -> float:
+        work[...] = a
+        if rhs is None:
+            return _once(lambda: autotune.tuned_lu_factor(work, overwrite_a=True, check_finite=False, config=cand))
+        x[...] = rhs
+        return _once(lambda: autotune.tuned_solve(work, x, overwrite_a=True, overwrite_b=True, check_finite=False,
+                                                  assume_a="gen", config=cand))
     return run
 
 
@@ -236,7 +266,7 @@ class Point:
 
 def _candidates(family: str, n: int, sp, spec: Spec) -> list[tuple[Candidate, float]]:
     """Candidates the selector ranks at size n, with predictions, minus those > max_ratio x the best of a budget."""
-    dims = (n, n, n) if family == "gemm" else (n,)
+    dims = _dims(family, n)
     ranking = rank(family, dims, sp, max(spec.budgets), allow_strassen=spec.strassen).ranking
     keep: dict[Candidate, float] = {}
     for budget in spec.budgets:

@@ -29,11 +29,12 @@ import scipy.linalg as sl
 from threadpoolctl import threadpool_limits
 
 from autotune._version import __version__
-from autotune.api import tuned_cholesky, tuned_gemm
+from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
 from autotune.benchmarks._common import error, half_iqr, output_problem, quartiles, timed, write_json
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.fingerprint import machine_fingerprint, mismatches
+from autotune.routines import CHECK_NRHS
 from autotune.select import choose
 
 HELP = "tuned calls vs numpy/scipy (A/B), regressions against a baseline"
@@ -72,6 +73,7 @@ def cases(sizes, rect, budgets, routines, strassen: bool) -> list[Case]:
                 out += [Case("gemm", (n, n, n), t, True) for n in sizes if n >= 1000]
         if "cholesky" in routines:
             out += [Case("cholesky", (n,), t) for n in sizes]
+        out += [Case(r, (n,), t) for r in ("lu", "solve") if r in routines for n in sizes]
     return out
 
 
@@ -81,6 +83,12 @@ def _calls(case: Case, rng):
         m, k, n = case.dims
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         return (lambda: np.matmul(a, b)), (lambda: tuned_gemm(a, b))
+    if case.routine in ("lu", "solve"):
+        a = rng.standard_normal((case.dims[0], case.dims[0]))
+        if case.routine == "lu":
+            return (lambda: sl.lu_factor(a)), (lambda: tuned_lu_factor(a))
+        b = rng.standard_normal((case.dims[0], CHECK_NRHS))
+        return (lambda: sl.solve(a, b)), (lambda: tuned_solve(a, b))
     from autotune.install_probe.operands import spd_matrix
 
     a = spd_matrix(rng, case.dims[0], order="C")   # no BLAS call: a spinning numpy pool would skew the first rounds
@@ -123,7 +131,8 @@ def _choice(case: Case, db: str | None) -> str:
     sp = load_sp(db)
     if sp.table is None:
         return "fallback (no database)"
-    return str(choose(case.routine, case.dims, sp, case.threads, case.strassen).chosen)
+    dims = case.dims + (CHECK_NRHS,) if case.routine == "solve" else case.dims
+    return str(choose(case.routine, dims, sp, case.threads, case.strassen).chosen)
 
 
 def _refresh(path: str) -> str:
@@ -197,7 +206,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="square sizes (default: 64..4096 plus rectangular gemm shapes)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread budgets")
-    p.add_argument("--routines", nargs="+", choices=["gemm", "cholesky"], default=["gemm", "cholesky"])
+    p.add_argument("--routines", nargs="+", choices=["gemm", "cholesky", "lu", "solve"],
+                   default=["gemm", "cholesky"], help="default: gemm cholesky (the baselines' cases)")
     p.add_argument("--strassen", action="store_true", help="also run gemm n >= 1000 with Strassen allowed")
     p.add_argument("--rounds", type=int, default=7, help="A/B rounds per case at least")
     p.add_argument("--seconds", type=float, default=2.0,
