@@ -188,12 +188,21 @@ cdef inline int _state() noexcept:
     """The pool state decisions are remembered under: lib * 256 + threads right after a call; FOREIGN
     when the calling thread has since worked longer than the foreign gap (CPU time: a call of the
     program's own may have run in between; time it waited for a core does not count; read only once
-    the wall-clock gap exceeds it) or is another thread; 0 (cold) past the hot window."""
-    cdef double gap = _now() - _pool_end
-    if _pool_lib == 0 or gap > _hot_window:
+    the wall-clock gap exceeds it) and was busy within the hot window, or is another thread; 0
+    (cold) once nothing ran within the hot window."""
+    cdef double gap = _now() - _pool_end, worked
+    if _pool_lib == 0:
         return 0
-    if pthread_self() != _pool_thread or (gap > _foreign_gap and _cpu_since() > _foreign_gap):
-        return FOREIGN_CODE
+    if pthread_self() != _pool_thread:
+        return FOREIGN_CODE if gap <= _hot_window else 0
+    if gap > _foreign_gap:
+        worked = _cpu_since()
+        # Idle (off the CPU) for less than the hot window: its last work, perhaps a library call of
+        # its own, may still have a pool spinning.
+        if worked > _foreign_gap and gap - worked <= _hot_window:
+            return FOREIGN_CODE
+    if gap > _hot_window:
+        return 0
     return _pool_lib * 256 + _pool_threads
 
 

@@ -188,6 +188,24 @@ def test_released_output_blocks_are_reused_without_new_memory():
     _front.set_block_cache(256 << 20)
 
 
+def test_long_work_of_its_own_ending_just_now_is_foreign_not_cold():
+    """Working longer than the hot window since the last tuned call (a scipy call of 0.3 s, say)
+    leaves that work's pool spinning: FOREIGN, not cold; idle past the hot window after it: cold."""
+    import time
+
+    pools.set_hot_window(0.05, 0.005)
+    try:
+        pools.note(NP, 2)
+        end = time.thread_time() + 0.12
+        while time.thread_time() < end:                    # busy well past the hot window
+            pass
+        assert pools.state_code() == _front.FOREIGN
+        time.sleep(0.08)                                   # then idle past it
+        assert pools.state_code() == 0
+    finally:
+        pools.set_hot_window(0.0)
+
+
 def test_work_of_the_calling_thread_between_calls_is_a_foreign_state_waiting_is_not():
     """After the foreign gap of the calling thread's own CPU time (it may have called numpy or scipy
     itself) the state is FOREIGN; time spent waiting (sleeping, or descheduled) does not count."""
