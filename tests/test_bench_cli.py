@@ -97,6 +97,23 @@ def test_a_baseline_without_this_runs_cases_is_bad_input(tiny_db, saved, capsys)
     assert status == 2 and "has none of this run's cases" in capsys.readouterr().err
 
 
+def test_lu_and_solve_cases_in_regress_and_validate(tiny_db, tmp_path, capsys):
+    """The LU family in the benchmark tool: tuned_lu_factor and tuned_solve A/B against scipy, and
+    every lu / solve candidate against its prediction."""
+    out = tmp_path / "r.json"
+    assert cli.main(["bench", "regress", "--db", str(tiny_db), "--sizes", "64", "--threads", "1", "--routines",
+                     "lu", "solve", "--rounds", "3", "--seconds", "0", "--out", str(out)]) == 0
+    cases = {r["case"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(cases) == {"lu 64 t=1", "solve 64 t=1"}
+    assert cases["lu 64 t=1"]["choice"].startswith("getrf") and cases["solve 64 t=1"]["choice"].startswith("gesv")
+    val = tmp_path / "v.json"
+    assert cli.main(["bench", "validate", "--db", str(tiny_db), "--sizes", "64", "--threads", "1", "--routines",
+                     "lu", "solve", "--seconds", "0", "--reps", "3", "--passes", "1", "--out", str(val)]) == 0
+    doc = json.loads(val.read_text())
+    assert [(r["routine"], r["dims"]) for r in doc["results"]] == [("lu", [64]), ("solve", [64, 16])]
+    assert all(r["regret"] >= 1.0 for r in doc["results"])
+
+
 def test_regress_refuses_an_output_in_a_missing_directory(tiny_db, tmp_path, capsys):
     assert _regress(tiny_db, "--out", str(tmp_path / "no" / "r.json")) == 2
     assert "does not exist" in capsys.readouterr().err

@@ -27,6 +27,10 @@ HELP = "every candidate timed against its prediction: model error and regret"
 GEMM = [(n, n, n) for n in (200, 384, 700, 1024, 1500, 2048, 3000)] + [
     (2000, 200, 2000), (4000, 1000, 500), (500, 3000, 500), (3000, 64, 3000)]
 CHOL = [(n,) for n in (100, 256, 500, 1000, 1500, 2048, 3000, 4000)]
+# LU and solve off the probe's grids (getrf: 32..4096 by powers of 2 and 1.5x; getrs: nrhs 1, 4, 16, 64, 256).
+LU = [(n,) for n in (100, 300, 700, 1200, 1800, 2500, 3500)]
+SOLVE = [(100, 10), (300, 40), (700, 10), (1200, 100), (1800, 40), (2500, 10), (3500, 100)]
+PROBLEMS = {"gemm": GEMM, "cholesky": CHOL, "lu": LU, "solve": SOLVE}
 # Pause between candidates when threads are involved: a library's pool spins for a while after a
 # call and would slow the next candidate's warm-up (measured in isolation, as the model predicts).
 SETTLE_SECONDS = 0.3
@@ -156,7 +160,7 @@ def plot(results: list[dict], filename: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    for routine, colour in (("gemm", "C0"), ("cholesky", "C1")):
+    for routine, colour in (("gemm", "C0"), ("cholesky", "C1"), ("lu", "C3"), ("solve", "C4")):
         pts = [(c["predicted"], c["measured"]) for r in results if r["routine"] == routine
                for c in r["candidates"] if "measured" in c]
         if pts:
@@ -182,7 +186,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="square sizes for both routines (default: off-grid sizes and rectangular gemm shapes)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--routines", nargs="+", choices=["gemm", "cholesky"], default=["gemm", "cholesky"])
+    p.add_argument("--routines", nargs="+", choices=list(PROBLEMS), default=["gemm", "cholesky"])
     p.add_argument("--strassen", action="store_true", help="include Strassen candidates")
     p.add_argument("--max-ratio", type=float, default=6.0, help="skip candidates predicted slower than this x best")
     p.add_argument("--seconds", type=float, default=1.0, help="time budget per candidate")
@@ -196,8 +200,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _problems(args) -> list[tuple[str, tuple[int, ...], int]]:
-    sizes = {"gemm": [(n, n, n) for n in args.sizes], "cholesky": [(n,) for n in args.sizes]} if args.sizes \
-        else {"gemm": GEMM, "cholesky": CHOL}
+    sizes = {"gemm": [(n, n, n) for n in args.sizes], "cholesky": [(n,) for n in args.sizes],
+             "lu": [(n,) for n in args.sizes], "solve": [(n, 16) for n in args.sizes]} if args.sizes else PROBLEMS
     return [(routine, dims, t) for t in args.threads for routine in args.routines for dims in sizes[routine]]
 
 
