@@ -369,7 +369,7 @@ def test_explain_follows_options_and_arguments(tiny_db):
 
 @pytest.mark.parametrize("args, kwargs", [
     (("gemm", 0), {}), (("gemm", 64, 64), {}), (("gemm",), {}), (("cholesky", 64, 64), {}),
-    (("lu", 64), {}), (("gemm", 64.0), {}), (("gemm", True), {}),
+    (("qr", 64), {}), (("lu", 64, 2), {}), (("gemm", 64.0), {}), (("gemm", True), {}),
     (("gemm", 64), {"threads": 0}), (("gemm", 64), {"threads": -2}), (("gemm", 64), {"threads": 1.5}),
 ])
 def test_explain_rejects_bad_arguments(tiny_db, args, kwargs):

@@ -17,7 +17,7 @@ from autotune.routines import PATTERNS, ROUTINES, dims_of, flops, flops_of
 AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
 PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0, "trail": 0.0,
-         "dispatch": 0.0}
+         "dispatch": 0.0, "rhs": 3.0}
 # Builders that time a whole tuned call on purpose (through the API, not a driver's operands).
 WHOLE_CALLS = {("gemm", "dispatch")}
 
@@ -66,7 +66,10 @@ def test_pattern_dims():
     with pytest.raises(ValueError, match="positive"):
         dims_of("gemm", "square", 0)
     assert dims_of("gemm", "rankb", 100, 8) == {"m": 100, "n": 100, "k": 8}
-    assert all(p.needs_param == (name in ("panel", "stripe", "segment", "rankb")) for name, p in PATTERNS.items())
+    assert dims_of("getrs", "rhs", 100, 16) == {"n": 100, "nrhs": 16}
+    assert flops_of("getrs", "rhs", 100, 16)[0] == 2 * 100 * 100 * 16
+    with_param = ("panel", "stripe", "segment", "rankb", "rhs")
+    assert all(p.needs_param == (name in with_param) for name, p in PATTERNS.items())
 
 
 def _recorder(calls, routine):
@@ -94,6 +97,8 @@ def _dims_from_call(routine, args, kwargs) -> dict:
         return {"n": args[1].shape[0]}
     if routine == "add":
         return {"m": args[2].shape[0], "n": args[2].shape[1]}
+    if routine == "getrs":                         # getrs(lu, ipiv, b): b holds the right-hand sides
+        return {"n": args[0].shape[0], "nrhs": args[2].shape[1]}
     return {"n": args[0].shape[0]}
 
 
@@ -304,6 +309,17 @@ def check_chol(name):
     return check
 
 
+def check_getrs(be, rng):
+    a = np.asfortranarray(rng.standard_normal((9, 9)))
+    lu, ipiv = a.copy(order="F"), np.zeros(9, dtype=be.int_dtype)
+    assert be.getrf(lu, ipiv) == 0
+    b, parent = fview(rng, 9, 3)
+    b0, before = b.copy(), parent.copy(order="F")
+    assert be.getrs(lu, ipiv, b, 0) == 0
+    np.testing.assert_allclose(a @ b, b0, rtol=1e-10, atol=1e-10)
+    assert unchanged_outside(parent, before, (slice(2, 11), slice(3, 6)))
+
+
 def check_getrf(be, rng):
     a, parent = fview(rng, 9, 9)
     a0, before = a.copy(), parent.copy(order="F")
@@ -317,7 +333,7 @@ def check_getrf(be, rng):
 
 CHECKS = {"gemm": check_gemm, "syrk": check_syrk, "trsm": check_trsm, "gemv": check_gemv,
           "axpy": check_axpy, "add": check_add, "potrf": check_chol("potrf"),
-          "potf2": check_chol("potf2"), "getrf": check_getrf}
+          "potf2": check_chol("potf2"), "getrf": check_getrf, "getrs": check_getrs}
 
 
 def test_backends_found():
