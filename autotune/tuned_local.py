@@ -59,9 +59,6 @@ def decide(family: str, dims: tuple[int, ...], config, explain: bool,
     return dec.chosen, dec
 
 
-
-
-
 def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
          explain: bool = False):
     """``alpha op(a) op(b) + beta c`` into ``out`` (or a new array): numpy's result and errors."""

@@ -12,6 +12,7 @@ from autotune import backends, learn
 from autotune.backends import pools
 from autotune.config import get_options
 from autotune.dispatch import int_dtype, run_cholesky, run_getrs, run_lu
+from autotune.dispatch.layout import call_with_threads
 from autotune.kernels import _front
 from autotune.plans import Candidate
 from autotune.tuned_local import MIN_TUNED_SIZE, decide
@@ -29,12 +30,15 @@ def _tunable(a1: np.ndarray) -> bool:
 
 def _work_copy(a, a1: np.ndarray, overwrite: bool, check_finite: bool) -> np.ndarray:
     """The Fortran-ordered float64 buffer to work in: ``a`` itself when allowed and already so,
-    else an aligned copy; ValueError for inf/NaN when ``check_finite``."""
+    else an aligned copy (contiguous float64: copied and checked in one pass, as the C hot path
+    does); ValueError for inf/NaN when ``check_finite``."""
     if overwrite and a1 is a and a1.dtype == _F64 and a1.flags.f_contiguous and a1.flags.writeable:
-        w = a1
+        w, checked = a1, False
+    elif a1.ndim == 2 and a1.dtype == _F64 and (a1.flags.c_contiguous or a1.flags.f_contiguous):
+        w, checked = _front.fortran_copy(a1, check_finite), True
     else:
-        w = _front.aligned_copy(a1, "F")
-    if check_finite and not np.isfinite(w).all():
+        w, checked = _front.aligned_copy(a1, "F"), False
+    if w is None or (check_finite and not checked and not np.isfinite(w).all()):
         raise ValueError("array must not contain infs or NaNs")
     return w
 
@@ -76,16 +80,16 @@ def _hot(a, dec, explain: bool, overwrite: bool, be) -> bool:
             and (be.thread_addresses is not None or be.set_threads is None))
 
 
-def _rhs(b, n: int, overwrite_b: bool, check_finite: bool) -> tuple[np.ndarray, np.ndarray, bool] | None:
-    """(user's b as an array, Fortran float64 (n, nrhs) buffer to solve in, b was 1-D), or None when
-    b is outside the tuned domain (scipy then handles it)."""
+def _rhs(b, n: int, overwrite_b: bool, check_finite: bool) -> tuple[np.ndarray, bool] | None:
+    """(Fortran float64 (n, nrhs) buffer to solve in, b was 1-D), or None when b is outside the
+    tuned domain (scipy then handles it)."""
     b1 = np.asarray(b)
     if b1.ndim not in (1, 2) or b1.shape[0] != n or not (b1.dtype == _F64 or b1.dtype.kind in "biu") \
             or b1.size == 0:
         return None
     one = b1.ndim == 1
     x = _work_copy(b, b1, overwrite_b, check_finite)
-    return b1, (x[:, None] if one else x), one
+    return (x[:, None] if one else x), one
 
 
 def _ipiv(piv, n: int, cand: Candidate) -> np.ndarray | None:
@@ -117,7 +121,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
     got = _rhs(b, n, overwrite_b, check_finite)
     if got is None:
         return fallback()
-    _, x, one = got
+    x, one = got
     lu_f = lu1 if lu1.flags.f_contiguous else _front.aligned_copy(lu1, "F")
     info = run_getrs(cand, lu_f, ipiv, x, int(trans != 0))
     if info < 0:
@@ -167,7 +171,7 @@ def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: boo
     got = _rhs(b, n, overwrite_b, check_finite)
     if got is None:
         return scipy_solve()
-    _, x, one = got
+    x, one = got
     if family == "cholesky":
         _solve_pos(cand, w, x, lower)
     else:
@@ -191,7 +195,7 @@ class _SolveRunner:
     when it is ill-conditioned, solve op(w) x = b in ``x``. info > 0: singular (nothing solved)."""
 
     def __init__(self, be):
-        self.be, self.dtype = be, np.dtype(be.int_dtype)
+        self.dtype = np.dtype(be.int_dtype)
         self.getrf, self.getrs = be.ops["getrf"], be.ops["getrs"]
         # The O(n^2) norm and condition estimate from scipy's LAPACK where the library has none (Numba).
         cond = be if "gecon" in be.ops else backends.get("scipy-openblas")
@@ -212,8 +216,7 @@ def _solve_general(cand: Candidate, w: np.ndarray, x: np.ndarray, transposed: bo
     """Factor ``w`` and solve in ``x`` (in place) with ``cand``'s library and threads; scipy's
     singular error and ill-conditioning warning."""
     be = backends.get(cand.backend)
-    with pools.lease(be, cand.threads):
-        info = _SolveRunner(be)(w, (x, bool(transposed)))
+    info = call_with_threads(be, cand.threads, _SolveRunner(be), w, (x, bool(transposed)))
     if info > 0:
         raise _singular()
     if info < 0:

@@ -678,6 +678,15 @@ cdef object _zero_based_int32(cnp.ndarray ipiv):
     return out
 
 
+def fortran_copy(a, check_finite):
+    """Python access to the one-pass Fortran-ordered copy and finiteness check of a contiguous 2-D
+    float64 array (None when ``check_finite`` finds inf/NaN)."""
+    cdef cnp.ndarray x = a
+    if not (_plain_f64(x) and _contiguous(x)):
+        raise ValueError("fortran_copy needs a contiguous 2-D float64 array")
+    return _fortran_copy(x, bool(check_finite))
+
+
 def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, explain=False):
     """``(lu, piv)`` with the contract of ``scipy.linalg.lu_factor``, tuned for square 2-D float64.
 
@@ -726,7 +735,6 @@ def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
     """
     cdef cnp.ndarray x, rhs, w, xb
     cdef cnp.npy_intp *d
-    cdef cnp.npy_intp dims[2]
     cdef Py_ssize_t n, k
     cdef _Kernel kernel = None
     cdef _Memo memo
@@ -745,7 +753,6 @@ def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
             kernel = memo.solve.get((n, k, _state())) if memo is not None else None
         if kernel is not None:
             w = _same_copy(x, bool(check_finite))
-            dims[0], dims[1] = n, k
             xb = _fortran_copy(rhs if cnp.PyArray_NDIM(rhs) == 2 else rhs.reshape(n, 1), bool(check_finite))
             if w is not None and xb is not None:
                 # A C-ordered buffer is a^T in Fortran order: solve with the other transposition.

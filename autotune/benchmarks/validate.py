@@ -21,6 +21,7 @@ import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json, write_text
 from autotune.db import load_sp
+from autotune.routines import CHECK_NRHS
 from autotune.select import as_candidate, rank
 
 HELP = "every candidate timed against its prediction: model error and regret"
@@ -200,8 +201,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _problems(args) -> list[tuple[str, tuple[int, ...], int]]:
-    sizes = {"gemm": [(n, n, n) for n in args.sizes], "cholesky": [(n,) for n in args.sizes],
-             "lu": [(n,) for n in args.sizes], "solve": [(n, 16) for n in args.sizes]} if args.sizes else PROBLEMS
+    if not args.sizes:
+        sizes = PROBLEMS
+    else:
+        sizes = {"gemm": [(n, n, n) for n in args.sizes], "cholesky": [(n,) for n in args.sizes],
+                 "lu": [(n,) for n in args.sizes], "solve": [(n, CHECK_NRHS) for n in args.sizes]}
     return [(routine, dims, t) for t in args.threads for routine in args.routines for dims in sizes[routine]]
 
 

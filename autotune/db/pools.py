@@ -19,7 +19,7 @@ import numpy as np
 
 from autotune.backends.pools import PoolState
 
-from .store import read_member, replace_group
+from .store import kept_with, read_member, replace_group
 
 GROUP = "pools"
 MEMBER = "default"
@@ -63,12 +63,13 @@ class Transitions:
 
     def extra(self, prev: PoolState | None, backend: str, threads: int, seconds: float) -> float:
         """Extra seconds of a call on ``backend`` at ``threads`` that takes ``seconds`` in a loop of its
-        own, right after ``prev`` (None: after an idle spell)."""
+        own, right after ``prev`` (None: after an idle spell; a backend with no measured pool then
+        pays ``cold_machine``)."""
         key = (COLD, 0, backend, threads) if prev is None else (prev.backend, prev.threads, backend, threads)
         curve = self._curves.get(key)
-        if curve is None:
-            return 0.0
-        return _at(curve, seconds)
+        if curve is not None:
+            return _at(curve, seconds)
+        return self.cold_machine(seconds) if prev is None and not self.measured(backend) else 0.0
 
     def measured(self, backend: str) -> bool:
         """Whether any transition into ``backend`` was measured (it has a pool the probe saw)."""
@@ -130,18 +131,9 @@ _FOR_SP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def transitions_for(sp) -> Transitions:
-    """The transitions stored with the system parameters ``sp`` (read once per ``sp`` object, which
-    ``load_sp`` renews when the file changes; as ``models.fitted.fitted_for``); empty without a path."""
-    try:
-        return _FOR_SP[sp]
-    except (KeyError, TypeError):
-        pass
-    found = load_transitions(getattr(sp, "path", None))
-    try:
-        _FOR_SP[sp] = found
-    except TypeError:                    # not weak-referenceable: read every time
-        pass
-    return found
+    """The transitions stored with the system parameters ``sp`` (read once per ``sp`` object,
+    ``store.kept_with``); empty without a path."""
+    return kept_with(sp, _FOR_SP, lambda: load_transitions(getattr(sp, "path", None)))
 
 
 def _parse(g) -> Transitions:

@@ -329,6 +329,22 @@ def _copy_file(src, dst, group: str, member: str, path) -> None:
 _MEMBER_CACHE: dict[tuple, object] = {}
 
 
+def kept_with(obj, cache, read):
+    """``read()`` once per ``obj`` and kept in ``cache`` (a ``weakref.WeakKeyDictionary``) as long as
+    ``obj`` lives: what is stored with one ``SystemParameters`` object, which ``load_sp`` renews when
+    its file changes. An ``obj`` that cannot be a weak key is read every time."""
+    try:
+        return cache[obj]
+    except (KeyError, TypeError):
+        pass
+    value = read()
+    try:
+        cache[obj] = value
+    except TypeError:
+        pass
+    return value
+
+
 def read_member(path: str | os.PathLike | None, group: str, member: str | None, parse, empty, what: str,
                 rebuild: str = REBUILD):
     """``parse(h5py.Group)`` of ``/group/member``, cached per file version; ``empty()`` when the

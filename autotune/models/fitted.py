@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autotune.db.fitted import GROUP, FittedRecord, Key, read_fitted, save_fitted
+from autotune.db.store import kept_with
 from autotune.models.fitting import FittedModel, TermSet
 from autotune.models.gemm import STRASSEN_ADD_BACKEND, strassen_parts
 
@@ -184,19 +185,12 @@ def fitted_for(sp) -> FittedModels | None:
         db, path = sp.db, sp.path
     except AttributeError:
         return None
-    try:
-        return _FOR_SP[sp]
-    except (KeyError, TypeError):   # not read yet; TypeError: ``sp`` cannot be a weak key (read every time)
-        pass
-    if db is None or path is None:      # no usable (or a foreign) database: nor its fitted models
-        fitted = FittedModels(reason=getattr(sp, "reason", "") or "no database path")
-    else:
-        fitted = load_fitted(path)
-    try:
-        _FOR_SP[sp] = fitted
-    except TypeError:
-        pass
-    return fitted
+
+    def read() -> FittedModels:
+        if db is None or path is None:      # no usable (or a foreign) database: nor its fitted models
+            return FittedModels(reason=getattr(sp, "reason", "") or "no database path")
+        return load_fitted(path)
+    return kept_with(sp, _FOR_SP, read)
 
 
 __all__ = ["EXTRAPOLATION", "GROUP", "FittedEntry", "FittedModels", "candidate_key", "eq410_terms",

@@ -247,31 +247,35 @@ def _cholesky_groups(dims, table, budget: int, allow_strassen: bool,
                              _floor(table, total, [("axpy", "trail")], be, t, n))
 
 
+def _library_calls(algorithm: str, table, budget: int, routine: str, model: Callable, pattern: str = "square",
+                   also: tuple[tuple[str, str], ...] = ()) -> Iterator[Evaluation]:
+    """One candidate per library and thread count measured for ``routine`` (and the ``also``
+    (routine, pattern) pairs): ``model(backend, threads, sp, parts)`` seconds."""
+    for be in _backends(table):
+        for t in _threads(table, routine, be, budget, pattern):
+            if all(table.has(r, be, t, p) for r, p in also):
+                yield Evaluation(algorithm, be, t, (0,), (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t: [model(be, t, sp, parts)])
+
+
 def _lu_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
     (n,) = dims
-    for be in _backends(table):
-        for t in _threads(table, "getrf", be, budget):
-            yield Evaluation("getrf", be, t, (0,), (0,),
-                             lambda sp, p, v, parts=None, be=be, t=t: [lu_models.getrf(n, be, t, sp, parts)])
+    return _library_calls("getrf", table, budget, "getrf",
+                          lambda be, t, sp, parts: lu_models.getrf(n, be, t, sp, parts))
 
 
 def _solve_groups(dims, table, budget: int, allow_strassen: bool,
                   tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
     n, nrhs = dims
-    for be in _backends(table):
-        for t in _threads(table, "getrf", be, budget):
-            if table.has("getrs", be, t, "rhs"):
-                yield Evaluation("gesv", be, t, (0,), (0,),
-                                 lambda sp, p, v, parts=None, be=be, t=t: [lu_models.gesv(n, nrhs, be, t, sp, parts)])
+    return _library_calls("gesv", table, budget, "getrf",
+                          lambda be, t, sp, parts: lu_models.gesv(n, nrhs, be, t, sp, parts), also=(("getrs", "rhs"),))
 
 
 def _lu_solve_groups(dims, table, budget: int, allow_strassen: bool,
                      tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
     n, nrhs = dims
-    for be in _backends(table):
-        for t in _threads(table, "getrs", be, budget, "rhs"):
-            yield Evaluation("getrs", be, t, (0,), (0,),
-                             lambda sp, p, v, parts=None, be=be, t=t: [lu_models.getrs(n, nrhs, be, t, sp, parts)])
+    return _library_calls("getrs", table, budget, "getrs",
+                          lambda be, t, sp, parts: lu_models.getrs(n, nrhs, be, t, sp, parts), "rhs")
 
 
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups, "lu": _lu_groups, "solve": _solve_groups,
@@ -403,11 +407,13 @@ def _contention_step(seconds: float, ctx: _Context) -> tuple[float, str]:
     this library's pool after an idle spell (docs/models.md#pools.switch)."""
     cand, after, pools = ctx.candidate, ctx.ev.after, ctx.ev.pools
     extra = pools.extra(after, cand.backend, cand.threads, seconds)
-    why = f"after {after.backend} {after.threads}t" if after is not None else "pool wake-up after an idle spell"
-    if after is None and not pools.measured(cand.backend):
-        extra, why = pools.cold_machine(seconds), "cold machine after an idle spell (no pool)"
     if extra <= 0.0:
         return seconds, ""
+    if after is not None:
+        why = f"after {after.backend} {after.threads}t"
+    else:
+        why = "pool wake-up" if pools.measured(cand.backend) else "cold machine (no pool)"
+        why += " after an idle spell"
     return seconds + extra, f"+{extra * 1e3:.3f} ms {why}, measured"
 
 
