@@ -2,7 +2,7 @@
 timings at sizes the thread-SP probe never used: Jacobi sweeps and the addition kernel per kernel
 version and thread count, nested Strassen for every P1 x P2 with P1 P2 <= 2C, and sequential
 Strassen with the OpenMP additions (gemm variant 1). Per model, the median absolute percentage
-error over the points predicted >= 1 ms (the acceptance of issue 34 asks <= 5 %).
+error over the points predicted >= 1 ms.
 
     autotune bench multicore [--db PATH] [--sizes N ...] [--reps 5] [--out FILE.json]
 
