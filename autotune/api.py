@@ -112,8 +112,11 @@ def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
 
 # ------------------------------------------------------------------------------------------------ LU
 
-def _lu_factor(a, overwrite_a, check_finite, config, explain):
+def _lu_factor(a, overwrite_a, check_finite, config, explain, comm, root):
     """``tuned_lu_factor`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
+    if comm is not None:
+        return tuned_mpi.distributed_lu_factor(a, comm, overwrite_a=overwrite_a, check_finite=check_finite, root=root,
+                                               config=config, explain=explain)
     return tuned_lu.lu_factor(a, overwrite_a, check_finite, config, explain)
 
 
@@ -124,8 +127,12 @@ def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, che
     return tuned_lu.lu_solve(lu_and_piv, b, trans, overwrite_b, check_finite, config, explain)
 
 
-def _solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain):
+def _solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain, comm, root):
     """``tuned_solve`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
+    if comm is not None:
+        return tuned_mpi.distributed_solve(a, b, comm, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                                           check_finite=check_finite, assume_a=assume_a, transposed=transposed,
+                                           root=root, config=config, explain=explain)
     return tuned_lu.solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config,
                           explain)
 

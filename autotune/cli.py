@@ -531,8 +531,8 @@ def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
     for name, value in checks:
         if value is not None and value < 1:
             return f"{name} must be positive, got {dims if name == 'sizes' else value}"
-    if args.np is not None and args.routine not in ("gemm", "cholesky"):
-        return f"--np: distributed plans exist for gemm and cholesky, not {args.routine}"
+    if args.np is not None and args.routine not in ("gemm", "cholesky", "lu", "solve"):
+        return f"--np: distributed plans exist for gemm, cholesky, lu and solve, not {args.routine}"
     if args.run and args.np is not None:
         return "--run runs on this process only; it does not combine with --np"
     return ""

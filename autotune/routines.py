@@ -32,6 +32,12 @@ def _chol_flops(n: int) -> float:
     return n**3 / 3.0 + n**2 / 2.0 + n / 6.0
 
 
+def _lu_flops(n: int, m: int | None = None) -> float:
+    """LAPACK's getrf count for an m x n matrix, m >= n (square when m is None)."""
+    m = n if m is None else m
+    return m * n**2 - n**3 / 3.0 - n**2 / 2.0 + 5.0 * n / 6.0
+
+
 ROUTINES: dict[str, Routine] = {r.name: r for r in (
     Routine("gemm", 3, lambda m, n, k: 2.0 * m * n * k),
     Routine("syrk", 3, lambda n, k: float(n) * (n + 1) * k),
@@ -41,7 +47,8 @@ ROUTINES: dict[str, Routine] = {r.name: r for r in (
     Routine("add", 2, lambda m, n: float(m) * n),
     Routine("potrf", 3, _chol_flops),
     Routine("potf2", 2, _chol_flops),
-    Routine("getrf", 3, lambda n: 2.0 * n**3 / 3.0 - n**2 / 2.0 + 5.0 * n / 6.0),
+    Routine("getrf", 3, _lu_flops),
+    Routine("laswp", 1, lambda n, k: float(n) * k),             # k row interchanges on n columns: elements
     Routine("getrs", 3, lambda n, nrhs: 2.0 * n * n * nrhs),  # unit-lower then upper solve of nrhs columns
 )}
 
@@ -87,15 +94,19 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
         "potf2": lambda x, _: {"n": x},
         "getrf": lambda x, _: {"n": x},
         "getrs": lambda x, _: {"n": x, "nrhs": x},
+        "laswp": lambda x, _: {"n": x, "k": x},
     }),
     Pattern("rhs", "solve from an LU factor of order x for param right-hand sides", {
         "getrs": lambda x, r: {"n": x, "nrhs": _i(r)},
     }, needs_param=True),
-    Pattern("panel", "blocked Cholesky, block b, trailing size x: trsm x-by-b panel, "
-            "syrk trailing update of rank b, gemm x-by-b times b-by-b block column update", {
+    Pattern("panel", "blocked factorizations, block b, trailing size x: trsm x-by-b panel, "
+            "syrk trailing update of rank b, gemm x-by-b times b-by-b block column update (Cholesky); "
+            "getrf of an x-by-b panel, laswp of b interchanges on x columns (LU)", {
         "trsm": lambda x, b: {"m": x, "n": _i(b)},
         "syrk": lambda x, b: {"n": x, "k": _i(b)},
         "gemm": lambda x, b: {"m": x, "n": _i(b), "k": _i(b)},
+        "getrf": lambda x, b: {"m": max(x, _i(b)), "n": _i(b)},
+        "laswp": lambda x, b: {"n": x, "k": _i(b)},
     }, needs_param=True),
     Pattern("stripe", "row-block striped product over p processes: (x/p) x x times x x x", {
         "gemm": lambda x, p: {"m": _i(x / p), "n": x, "k": x},

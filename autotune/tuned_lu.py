@@ -68,8 +68,7 @@ def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True, config=No
     w = _work_copy(a, a1, overwrite_a, check_finite)
     ipiv, info = _factor(cand, w)
     if info > 0:
-        warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.", linalg.LinAlgWarning,
-                      stacklevel=3)
+        warn_singular_factor(info, stacklevel=4)
     return w, (ipiv - 1).astype(np.int32)
 
 
@@ -179,7 +178,13 @@ def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: boo
     return x[:, 0] if one else x
 
 
-def _singular() -> np.linalg.LinAlgError:
+def warn_singular_factor(info: int, stacklevel: int = 3) -> None:
+    """scipy's ``lu_factor`` warning for an exactly zero pivot (LAPACK info > 0)."""
+    warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.", linalg.LinAlgWarning,
+                  stacklevel=stacklevel)
+
+
+def singular() -> np.linalg.LinAlgError:
     return np.linalg.LinAlgError("A singular matrix detected: slice(s) [0] are singular.")
 
 
@@ -218,7 +223,7 @@ def _solve_general(cand: Candidate, w: np.ndarray, x: np.ndarray, transposed: bo
     be = backends.get(cand.backend)
     info = call_with_threads(be, cand.threads, _SolveRunner(be), w, (x, bool(transposed)))
     if info > 0:
-        raise _singular()
+        raise singular()
     if info < 0:
         raise ValueError(f"Internal LAPACK errors: slice 0 emits lapack info={info}.")
 
@@ -230,7 +235,7 @@ def _solve_pos(cand: Candidate, w: np.ndarray, x: np.ndarray, lower: bool) -> No
     anorm = be.ops["lansy"](w, lower)
     info = run_cholesky(cand, w, lower)
     if info > 0:
-        raise _singular()
+        raise singular()
     _ill_conditioned(be.ops["pocon"](w, anorm, lower))
     be.ops["potrs"](w, x, lower)
 

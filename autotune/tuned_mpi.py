@@ -1,4 +1,5 @@
-"""Tuned calls over MPI (``comm=``): collective entry points behind ``tuned_gemm`` and ``tuned_cholesky``.
+"""Tuned calls over MPI (``comm=``): collective entry points behind ``tuned_gemm``, ``tuned_cholesky``,
+``tuned_lu_factor`` and ``tuned_solve``.
 
 Every rank first checks its own arguments (``root`` in range) and, in one allgather, that all
 ranks passed the same family, ``root`` and ``lower`` and which cores each may run on; then the
@@ -18,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autotune import tuned_local
+from autotune import tuned_local, tuned_lu
 from autotune.config import get_options, options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
@@ -29,7 +30,6 @@ from autotune.select.distributed import as_plan, rank_plans
 _DECISIONS: dict[tuple, Plan] = {}
 MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built against your site\'s MPI, '
                "see the README)")
-_OPERANDS = {"gemm": 2, "cholesky": 1}     # leading matrices of each family's call arguments
 
 
 def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
@@ -39,7 +39,8 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
     product (in ``out`` if given); others get None."""
     _require_mpi4py()
     extras = (alpha, beta, c, trans_a, trans_b, out)
-    plan, args, ops = _decide("gemm", lambda: _gemm_operands(a, b, *extras), comm, root, config, explain, phases)
+    plan, args, ops = _decide("gemm", lambda: _checked("gemm", _gemm_operands(a, b, *extras)), comm, root, config,
+                              explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
         res = _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(*ops))
@@ -56,7 +57,8 @@ def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=
     """Collective Cholesky factor: the root passes a and gets the factor; others get None.
     Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank)."""
     _require_mpi4py()
-    plan, args, _ = _decide("cholesky", lambda: (a,), comm, root, config, explain, phases, lower=lower)
+    plan, args, _ = _decide("cholesky", lambda: _checked("cholesky", (a,)), comm, root, config, explain, phases,
+                            lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
         return _run_local(comm, root, plan, phases,
@@ -65,6 +67,52 @@ def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=
 
     return ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan, lower=lower, root=root,
                                       phases=phases)
+
+
+def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
+                          config=None, explain: bool = False, phases=None):
+    """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
+    ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None."""
+    _require_mpi4py()
+    plan, args, _ = _decide("lu", lambda: _checked("lu", (a,)), comm, root, config, explain, phases)
+    root = args["root"]
+    if plan.algorithm == "local":
+        return _run_local(comm, root, plan, phases,
+                          lambda: tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
+    from autotune.distributed.lu import lu_factor
+
+    res = lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases)
+    if res is None:
+        return None
+    lu, piv, info = res
+    if info:
+        tuned_lu.warn_singular_factor(info)
+    return lu, piv
+
+
+def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
+                      check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
+                      config=None, explain: bool = False, phases=None):
+    """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
+    singular matrix raises LinAlgError on every rank of the plan."""
+    _require_mpi4py()
+    plan, args, ops = _decide("solve", lambda: _solve_operands(a, b, assume_a, transposed), comm, root, config,
+                              explain, phases)
+    root = args["root"]
+    if plan.algorithm == "local":
+        return _run_local(comm, root, plan, phases, lambda: tuned_lu.solve(
+            a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed))
+    from autotune.distributed.lu import solve
+
+    a2, b2 = ops[:2] if comm.rank == root else (None, None)
+    res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
+                phases=phases)
+    if res is None:
+        return None
+    x, info = res
+    if info:
+        raise tuned_lu.singular()
+    return x if x is None or b2.ndim == 2 else x[:, 0]
 
 
 # ------------------------------------------------------------------------------ agreement and plan
@@ -78,8 +126,8 @@ def _require_mpi4py() -> None:
 def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases,
             **flags) -> tuple[Plan, dict, tuple | None]:
     """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
-    and its operands (``operands()``, evaluated on the root), or the same error on every rank:
-    any exception on the root reaches the others."""
+    and its operands (``operands() -> (operands, dims, tuned)``, evaluated on the root), or the
+    same error on every rank: any exception on the root reaches the others."""
     from autotune.distributed.collective import agree_args, core_info, share
 
     args, err = _call_args(comm, root, family, **flags)
@@ -87,9 +135,9 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
     root, plan, ops, err = args["root"], None, None, None
     if comm.rank == root:
         try:
-            ops = operands()
+            ops, dims, tuned = operands()
             problem = {k: args[k] for k in flags}
-            plan = _root_plan(family, ops[:_OPERANDS[family]], infos, root, config, explain, phases, **problem)
+            plan = _root_plan(family, ops, dims, tuned, infos, root, config, explain, phases, **problem)
         except Exception as exc:
             err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
     return share(comm, root, err, plan), args, ops
@@ -115,8 +163,8 @@ def _call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None
     return args, err
 
 
-def _root_plan(family: str, arrays: tuple, infos: list[tuple[str, int]], root: int, config, explain: bool,
-               phases, **problem) -> Plan:
+def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, infos: list[tuple[str, int]],
+               root: int, config, explain: bool, phases, **problem) -> Plan:
     """Root only: check the input and choose the plan for the root node's cores (a local
     Cholesky's finiteness check counts as its ``distribution`` phase, as the distributed runs'
     check does); raises what no rank can compute."""
@@ -124,7 +172,6 @@ def _root_plan(family: str, arrays: tuple, infos: list[tuple[str, int]], root: i
     from autotune.distributed.collective import node_cores
     from autotune.distributed.plan import timed
 
-    dims, tuned = _root_check(family, arrays)
     if family == "cholesky":
         problem["order"] = memory_order(arrays[0])
     plan = Plan("local", 1)
@@ -141,24 +188,45 @@ def _root_plan(family: str, arrays: tuple, infos: list[tuple[str, int]], root: i
     return plan
 
 
-def _root_check(family: str, arrays: tuple) -> tuple[tuple[int, ...], bool]:
-    """(dims, tuned) for the root's operands; raises ValueError for what no rank can compute."""
-    if any(x is None for x in arrays):
+def _checked(family: str, ops: tuple) -> tuple[tuple, tuple[int, ...], bool]:
+    """(ops, dims, tuned) for the root's operands; raises ValueError for what no rank can compute."""
+    if any(x is None for x in ops[:2 if family == "gemm" else 1]):
         raise ValueError("the root rank must pass the matrices (other ranks pass None)")
-    arrs = [np.asarray(x) for x in arrays]
+    arrs = [np.asarray(x) for x in ops[:2 if family == "gemm" else 1]]
     if any(x.ndim != 2 for x in arrs):
         raise ValueError("distributed routines take 2-D matrices")
     tuned = all(x.dtype == np.float64 for x in arrs)
+    if family == "lu":      # rectangular: scipy's lu_factor on the root
+        n, n2 = arrs[0].shape
+        return ops, (n,), tuned and n == n2 and n > 0
     if family == "gemm":
         (m, k), (k2, n) = arrs[0].shape, arrs[1].shape
         if k != k2:
             raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 (size {k2} is "
                              f"different from {k})")
-        return (m, k, n), tuned and 0 not in (m, k, n)
+        return ops, (m, k, n), tuned and 0 not in (m, k, n)
     n, n2 = arrs[0].shape
     if n != n2:
         raise ValueError(f"expected square matrix, got {arrs[0].shape}")
-    return (n,), tuned and n > 0
+    return ops, (n,), tuned and n > 0
+
+
+def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, tuple[int, ...], bool]:
+    """Root only: ``(op(a), b)``, (n, nrhs) and whether the distributed solve takes them (a general
+    square float64 system); scipy's errors for mismatched shapes."""
+    if a is None or b is None:
+        raise ValueError("the root rank must pass a and b (other ranks pass None)")
+    a1, b1 = np.asarray(a), np.asarray(b)
+    if a1.ndim != 2 or b1.ndim not in (1, 2):
+        return (a1, b1), (0, 0), False          # stacked: scipy's own call decides
+    if a1.shape[0] != a1.shape[1]:
+        raise ValueError("Input a needs to be a square matrix.")
+    if b1.shape[0] != a1.shape[0]:
+        raise ValueError(f"Input b has to have same number of rows as input a: {b1.shape[0]} != {a1.shape[0]}")
+    n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
+    tuned = (assume_a in tuned_lu.GENERAL and a1.dtype == np.float64 and b1.dtype.kind in "biuf"
+             and n > 0 and nrhs > 0)
+    return ((a1.T if transposed else a1), b1), (n, nrhs), tuned
 
 
 def _plan(family: str, dims: tuple[int, ...], nprocs: int, cores: int, config, explain: bool,

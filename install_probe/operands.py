@@ -190,6 +190,24 @@ def _getrf(be, d, rng):
     return _restoring(a, _op(be, "getrf", a, ipiv))
 
 
+def _getrf_panel(be, d, rng):
+    # The m x b panel of a blocked LU, inside a matrix one panel wider (the leading dimension the
+    # trailing matrix gives it).
+    m, b = d["m"], d["n"]
+    a = _mat(rng, m, 2 * b)[:, :b]
+    ipiv = np.zeros(b, dtype=be.int_dtype)
+    return _restoring(a, _op(be, "getrf", a, ipiv))
+
+
+def _laswp_panel(be, d, rng):
+    # A block column's k interchanges (each row with one at or below it) on an n x n matrix's
+    # columns; a permutation, so repeating it needs no restore.
+    n, k = d["n"], d["k"]
+    a = _mat(rng, n, n)
+    ipiv = np.asarray(rng.integers(np.arange(1, k + 1), n + 1), dtype=be.int_dtype)
+    return Call(_op(be, "laswp", a, ipiv))
+
+
 def _getrs_rhs(be, d, rng):
     n = d["n"]
     lu = _mat(rng, n, n) / n
@@ -208,5 +226,7 @@ _BUILDERS = {
     ("axpy", "square"): _axpy, ("axpy", "trail"): _axpy_trail,
     ("add", "square"): _add_square, ("add", "view"): _add_view,
     ("potrf", "square"): _chol("potrf"), ("potf2", "square"): _chol("potf2"),
-    ("getrf", "square"): _getrf, ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,
+    ("getrf", "square"): _getrf, ("getrf", "panel"): _getrf_panel, ("laswp", "panel"): _laswp_panel,
+    ("laswp", "square"): _laswp_panel,
+    ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,
 }

@@ -687,7 +687,7 @@ def fortran_copy(a, check_finite):
     return _fortran_copy(x, bool(check_finite))
 
 
-def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, explain=False):
+def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, explain=False, comm=None, root=0):
     """``(lu, piv)`` with the contract of ``scipy.linalg.lu_factor``, tuned for square 2-D float64.
 
     ``lu`` holds ``U`` in its upper triangle and the unit-diagonal ``L`` below it (Fortran order),
@@ -696,12 +696,16 @@ def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, exp
     The LAPACK library and its thread count are chosen from the measured models; other dtypes,
     shapes and ``overwrite_a`` of a non-Fortran array go to scipy's own call. ``config`` forces a
     candidate, ``explain=True`` prints the ranking.
+
+    With ``comm`` the call is collective (see ``tuned_gemm``): the root passes ``a`` and gets
+    ``(lu, piv)``, the others get None; the plan (one process, or the distributed block-cyclic LU
+    on p ranks, grid and block) is the selector's, ``config`` a forced ``Plan``.
     """
     cdef cnp.ndarray x, w, ipiv
     cdef cnp.npy_intp *d
     cdef _Kernel kernel = None
     cdef _Memo memo
-    if config is None and not explain and not overwrite_a and _plain_f64(a):
+    if config is None and comm is None and not explain and not overwrite_a and _plain_f64(a):
         x = <cnp.ndarray>a
         d = cnp.PyArray_DIMS(x)
         if d[0] == d[1] and _contiguous(x):
@@ -714,7 +718,7 @@ def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, exp
                 if kernel.call(w, ipiv) == 0:
                     return w, _zero_based_int32(ipiv)
     # Anything else, including a singular factor (the Python path warns as scipy does).
-    return _slow_lu(a, overwrite_a, check_finite, config, explain)
+    return _slow_lu(a, overwrite_a, check_finite, config, explain, comm, root)
 
 
 cdef inline bint _general_corners(cnp.ndarray x, Py_ssize_t n):
@@ -725,13 +729,17 @@ cdef inline bint _general_corners(cnp.ndarray x, Py_ssize_t n):
 
 
 def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True, assume_a=None,
-                transposed=False, *, config=None, explain=False):
+                transposed=False, *, config=None, explain=False, comm=None, root=0):
     """The solution of ``a x = b`` with the contract of ``scipy.linalg.solve``.
 
     A general square float64 ``a`` is factored by the tuned LU (library and threads from the
     measured models), ``assume_a="pos"`` by the tuned Cholesky; other structures (and what
     ``assume_a=None`` detects as triangular or symmetric), dtypes and stacks go to scipy. A singular
     matrix raises ``LinAlgError`` and an ill-conditioned one warns ``LinAlgWarning``, as scipy does.
+
+    With ``comm`` the call is collective: the root passes ``a`` and ``b`` and gets x, the others
+    get None (a singular matrix raises on every rank of the plan). The distributed solve does not
+    estimate the condition number: no ill-conditioning warning from it.
     """
     cdef cnp.ndarray x, rhs, w, xb
     cdef cnp.npy_intp *d
@@ -739,7 +747,7 @@ def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
     cdef _Kernel kernel = None
     cdef _Memo memo
     cdef bint c_order
-    if (config is None and not explain and not overwrite_a and not overwrite_b and _plain_f64(a)
+    if (config is None and comm is None and not explain and not overwrite_a and not overwrite_b and _plain_f64(a)
             and (assume_a is None or assume_a == "gen" or assume_a == "general")
             and type(b) is cnp.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>b) == cnp.NPY_DOUBLE
             and 1 <= cnp.PyArray_NDIM(<cnp.ndarray>b) <= 2):
@@ -759,4 +767,5 @@ def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
                 c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
                 if kernel.call(w.T if c_order else w, (xb, bool(transposed) != c_order)) == 0:
                     return xb if cnp.PyArray_NDIM(rhs) == 2 else xb.reshape(n)
-    return _slow_solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain)
+    return _slow_solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain,
+                       comm, root)

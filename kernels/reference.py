@@ -477,6 +477,23 @@ def getrs(lu, ipiv, b, trans=0):
     return 0
 
 
+@numba.njit(cache=True)
+def _swap_rows(a, ipiv, k1, k2):
+    for i in range(k1, k2):
+        p = ipiv[i] - 1
+        if p != i:
+            for j in range(a.shape[1]):
+                a[i, j], a[p, j] = a[p, j], a[i, j]
+
+
+def laswp(a, ipiv, k1=0, k2=-1):
+    """getrf's row interchanges: for i in k1..k2-1 swap rows i and ipiv[i] - 1 (1-based pivots)."""
+    hi = ipiv.shape[0] if k2 < 0 else k2
+    if hi > ipiv.shape[0] or k1 < 0:
+        raise ValueError("laswp: pivot range outside ipiv")
+    _swap_rows(a, np.asarray(ipiv, dtype=np.int64), k1, hi)
+
+
 def set_num_threads(n: int) -> None:
     numba.set_num_threads(n)
 

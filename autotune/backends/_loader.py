@@ -14,8 +14,8 @@ _GET_POINTER = ctypes.pythonapi.PyCapsule_GetPointer
 _GET_POINTER.restype, _GET_POINTER.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
 
 TABLE_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "potrf", "potf2", "getrf", "getrs", "gecon", "lange",
-                  "potrs", "lansy", "pocon")
-_LAPACK = {"potrf", "potf2", "getrf", "getrs", "gecon", "lange", "potrs", "lansy", "pocon"}
+                  "potrs", "lansy", "pocon", "laswp")
+_LAPACK = {"potrf", "potf2", "getrf", "getrs", "gecon", "lange", "potrs", "lansy", "pocon", "laswp"}
 
 
 def capsule_address(capsule: object) -> int:

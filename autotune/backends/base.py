@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-ALL_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "add", "potrf", "potf2", "getrf", "getrs")
+ALL_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "add", "potrf", "potf2", "getrf", "getrs", "laswp")
 
 
 def package_info(dist: str) -> dict[str, str]:

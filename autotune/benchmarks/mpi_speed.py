@@ -4,13 +4,15 @@ dask, side by side in one run, under ``mpiexec -n P``.
 Alternating blocks in one run: ``--rounds`` distributed calls (the model's best plan with P ranks
 and one BLAS thread per rank, root-held data to gathered result), then on the root only — the
 other ranks sleep-wait so they steal no core — as many rounds of numpy's matmul / scipy's
-cholesky with P threads and dask.array (threaded scheduler, P workers, one BLAS thread each,
+cholesky / lu_factor / solve (``--nrhs`` right-hand sides) with P threads and dask.array (threaded
+scheduler, P workers, one BLAS thread each,
 chunks of each ``--chunks`` size; dask comes with the ``bench`` extra, ``--chunks`` with no size
 leaves it out). Blocks, not per-call interleaving: a P-thread baseline leaves the root's BLAS pool
 disturbing the next distributed run for seconds (measured: +0.2 s of data movement at n = 4096).
 Reports medians, quartiles and ratios; results only where ``--out`` says.
 
     mpiexec -n 2 autotune bench mpi-speed --family gemm --n 4096 --rounds 5 --out FILE.json
+    mpiexec -n 2 autotune bench mpi-speed --family solve --n 4096 --nrhs 16 --out FILE.json
 """
 from __future__ import annotations
 
@@ -28,7 +30,13 @@ from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.plans import Plan
 from autotune.select.distributed import rank_plans
-from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm
+from autotune.tuned_mpi import (
+    MPI_MISSING,
+    distributed_cholesky,
+    distributed_gemm,
+    distributed_lu_factor,
+    distributed_solve,
+)
 
 HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P)"
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
@@ -36,7 +44,7 @@ HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P
 SETTLE_SECONDS = 0.5
 
 
-def best_plan(family: str, n: int, comm, db) -> Plan:
+def best_plan(family: str, n: int, comm, db, nrhs: int = 16) -> Plan:
     """The model's best plan that uses every rank with one BLAS thread each, for the cores of the
     root's node (collective: a rank bound to one core does not see the node's count)."""
     from autotune.distributed.collective import gather_cores
@@ -44,7 +52,7 @@ def best_plan(family: str, n: int, comm, db) -> Plan:
     plan = None
     cores, _ = gather_cores(comm)
     if comm.rank == 0:
-        dims = (n, n, n) if family == "gemm" else (n,)
+        dims = {"gemm": (n, n, n), "solve": (n, nrhs)}.get(family, (n,))
         dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size), cores)
         plan = next(r.plan for r in dec.ranking if r.plan.p == comm.size and r.plan.threads == 1)
     return comm.bcast(plan, root=0)
@@ -55,9 +63,10 @@ def baselines(family: str, a, b, P: int, chunks) -> dict[str, float]:
     import scipy.linalg as sl
 
     out = {}
+    calls = {"gemm": lambda: a @ b, "cholesky": lambda: sl.cholesky(a, lower=True),
+             "lu": lambda: sl.lu_factor(a), "solve": lambda: sl.solve(a, b)}
     with threadpool_limits(P):
-        out["numpy" if family == "gemm" else "scipy"] = timed(
-            (lambda: a @ b) if family == "gemm" else (lambda: sl.cholesky(a, lower=True)))
+        out["numpy" if family == "gemm" else "scipy"] = timed(calls[family])
     if not chunks:
         return out
     import dask
@@ -68,14 +77,33 @@ def baselines(family: str, a, b, P: int, chunks) -> dict[str, float]:
             if family == "gemm":
                 x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=ch)
                 out[f"dask{ch}"] = timed(lambda x=x, y=y: (x @ y).compute())
+            elif family == "lu":
+                x = da.from_array(a, chunks=ch)
+                out[f"dask{ch}"] = timed(lambda x=x: dask.compute(*da.linalg.lu(x)))
+            elif family == "solve":
+                x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=(ch, b.shape[1]))
+                out[f"dask{ch}"] = timed(lambda x=x, y=y: da.linalg.solve(x, y).compute())
             else:
                 x = da.from_array(a, chunks=ch)
                 out[f"dask{ch}"] = timed(lambda x=x: da.linalg.cholesky(x, lower=True).compute())
     return out
 
 
+def run_family(family: str, a, b, comm, plan: Plan) -> None:
+    """One collective tuned call of ``family`` with the forced ``plan``."""
+    if family == "gemm":
+        distributed_gemm(a, b, comm, config=plan)
+    elif family == "cholesky":
+        distributed_cholesky(a, comm, lower=True, config=plan)
+    elif family == "lu":
+        distributed_lu_factor(a, comm, config=plan)
+    else:
+        distributed_solve(a, b, comm, config=plan)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
+    p.add_argument("--family", choices=["gemm", "cholesky", "lu", "solve"], default="gemm")
+    p.add_argument("--nrhs", type=int, default=16, help="right-hand sides of the solve")
     p.add_argument("--n", type=int, default=4096, help="square size")
     p.add_argument("--rounds", type=int, default=3, help="timed runs per block (after one warm-up run)")
     p.add_argument("--blocks", type=int, default=2, help="alternating blocks: distributed runs, then baselines")
@@ -109,19 +137,18 @@ def run(args) -> int:
     if comm.rank == 0:
         if args.family == "gemm":
             a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+        elif args.family in ("lu", "solve"):
+            a, b = rng.standard_normal((n, n)), rng.standard_normal((n, max(args.nrhs, 1)))
         else:
             a = spd_matrix(rng, n, order="C")    # no BLAS call: no pool left spinning
     with options(db=args.db):
-        plan = best_plan(args.family, n, comm, args.db)
+        plan = best_plan(args.family, n, comm, args.db, args.nrhs)
         times: dict[str, list[float]] = {}
         for _ in range(args.blocks):
             for _ in range(args.rounds + 1):              # the first run of a block warms up
                 comm.Barrier()
                 t0 = time.perf_counter()
-                if args.family == "gemm":
-                    distributed_gemm(a, b, comm, config=plan)
-                else:
-                    distributed_cholesky(a, comm, lower=True, config=plan)
+                run_family(args.family, a, b, comm, plan)
                 times.setdefault("autotune", []).append(time.perf_counter() - t0)
             if comm.rank == 0:
                 for _ in range(args.rounds + 1):

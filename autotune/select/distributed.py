@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from autotune.db.contention import ContendedSP, load_contention
-from autotune.models import distributed_cholesky, distributed_gemm, movement
+from autotune.models import distributed_cholesky, distributed_gemm, distributed_lu, movement
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors
 from autotune.plans import PHASES, Plan
 
@@ -24,7 +24,11 @@ from .rank import choose
 BLOCKS = (64, 128, 256, 512)
 DIST_STRASSEN_LEVELS = (1, 2)
 # Per-rank BLAS library of each family (the single-process incumbents).
-RANK_BACKEND = {"gemm": "numpy-openblas", "cholesky": "scipy-openblas"}
+RANK_BACKEND = {"gemm": "numpy-openblas", "cholesky": "scipy-openblas", "lu": "scipy-openblas",
+                "solve": "scipy-openblas"}
+# Each family's phase models (``MODELS`` by algorithm, ``WAIT_PHASE``).
+FAMILY_MODELS = {"gemm": distributed_gemm, "cholesky": distributed_cholesky, "lu": distributed_lu,
+                 "solve": distributed_lu}
 
 
 @dataclass
@@ -88,12 +92,15 @@ def plans(family: str, dims: tuple[int, ...], nprocs: int, cores: int, hosts: in
     """All distributed plans for ``family`` on ``dims`` using 2..nprocs ranks (``thread_options``)."""
     out: list[Plan] = []
     be = RANK_BACKEND[family]
-    small = min(dims)
+    small = dims[0] if family == "solve" else min(dims)      # (n, nrhs): blocks of the matrix
     for p in range(2, nprocs + 1):
         for t in thread_options(p, cores, hosts, oversubscribe):
             for r, c in grids(p):
-                if family == "cholesky":
-                    out += [Plan("cholesky", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
+                if family in ("cholesky", "lu"):
+                    out += [Plan(family, p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
+                    continue
+                if family == "solve":     # the back substitution's ring runs on 1 x c grids
+                    out += [Plan("gesv", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small) if r == 1]
                     continue
                 if c > 1:     # on one process column CBSR runs BSR's scatter, product and gather
                     out.append(Plan("cbsr", p, r, c, threads=t, backend=be))
@@ -116,7 +123,7 @@ def _blocks(n: int) -> list[int]:
 
 def _family_models(family: str):
     """The family's model module: ``MODELS`` by algorithm and their ``WAIT_PHASE``."""
-    return distributed_gemm if family == "gemm" else distributed_cholesky
+    return FAMILY_MODELS[family]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,481 @@
+"""Distributed LU with partial pivoting: right-looking, 2-D block-cyclic (block b, r x c grid), as
+ScaLAPACK's pdgetrf; on 1 x c grids with look-ahead; and the solve of ``a x = b`` built on it
+(docs/models.md#distributed.lu).
+
+Per block column K (width w, rows kb.. of the trailing matrix):
+
+- **panel**: the process column owning K factors the m x w panel with the library's getrf (its
+  recursive panel factorization, which searches each pivot over the whole panel). On 1 x c the
+  owner holds the whole panel; on r > 1 the column's members send their rows to the diagonal
+  block's owner, which factors the assembled panel, so the pivots are LAPACK's (the pivot search
+  is a reduction within the process column, done by one rank on the gathered panel).
+- **panel broadcast**: the owner sends [info, pivots, factored panel] to every other rank
+  (point-to-point, posted at once: Isend); the column's members copy their rows back.
+- **row interchanges**: every rank applies the w pivots to its columns outside the panel (left,
+  finished L columns too, as LAPACK does): ``laswp`` on 1 x c; on r > 1 rows move between process
+  rows, one exchange within each process column.
+- **U12**: the process row holding block row K solves L11 U12 = A12 (unit-lower trsm) on its
+  trailing columns and, on r > 1, broadcasts it down its process column.
+- **trailing update**: A22 -= L21 U12, one gemm per rank on its local trailing piece.
+
+Look-ahead (1 x c): the owner of panel K+1 first updates only block column K+1 with panel K,
+factors panel K+1 and posts its sends, then does the rest of its step-K update; the others posted
+their receives before their update. A singular matrix (an exactly zero pivot) does not stop the
+loop, as in LAPACK: the first zero pivot's global index is the result's ``info``.
+
+``solve`` appends the right-hand sides as one more block column (owned by the process column
+after the last one of A): the interchanges, U12 solve and trailing updates of the factorization
+carry them along, which is the forward substitution, then the back substitution U x = y passes
+y from the owner of each block column to the owner of the one before (a ring), ending on the
+root. 1 x c grids only: the selector plans solves there.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from autotune.kernels import _front
+from autotune.layout import block_cyclic
+from autotune.plans import Plan
+
+from . import workspace
+from .checks import all_finite
+from .movement import DistMatrix, gather_columns, scatter_columns
+from .plan import Phases
+from .runs import PlanRun, agree_plan, plan_run
+
+_TAG_CYCLE = 8192
+_GATHER, _PANEL, _RING = 0, 1, 2
+
+
+class _LU:
+    """One LU of the local piece ``x`` (Fortran order) on ``grid``; ``xb``: this rank's piece of
+    the right-hand sides (1 x c only: all rows, on process column N % c), or None."""
+
+    def __init__(self, x: np.ndarray, n: int, b: int, grid, be, lookahead: bool, xb: np.ndarray | None = None):
+        from mpi4py import MPI
+
+        self.MPI, self.x, self.n, self.b, self.be, self.xb = MPI, x, n, b, be, xb
+        self.r, self.c, self.myr, self.myc = grid.r, grid.c, grid.pr, grid.pc
+        self.comm, self.col = grid.comm, grid.col
+        self.lookahead = lookahead and grid.r == 1
+        self.N = -(-n // b) if n else 0
+        self.last = n - (self.N - 1) * b if n else 0
+        self.mloc, self.nloc = x.shape
+        lrow = np.arange(self.mloc)
+        self.grow = ((lrow // b) * self.r + self.myr) * b + lrow % b      # global row of each local row
+        self.ipiv = np.zeros(n, dtype=np.int64)                            # global, 0-based
+        self.itype = np.dtype(be.int_dtype)
+        self.info = 0
+        self.sends: list = []
+        self.recvs: dict[int, tuple] = {}
+        self.seconds = {"compute": 0.0, "communication": 0.0}
+        self.loop_seconds = dict(self.seconds)     # as the factorization left them (set by _factor)
+
+    # -- index arithmetic (as the Cholesky's: first block on part 0, only the last one short) ----
+    def size(self, J: int) -> int:
+        return self.b if J < self.N - 1 else self.last
+
+    def lr(self, J: int) -> int:
+        return min(max(0, -(-(J - self.myr) // self.r)) * self.b, self.mloc)
+
+    def lc(self, J: int) -> int:
+        return min(max(0, -(-(J - self.myc) // self.c)) * self.b, self.nloc)
+
+    def rank_of(self, i: int, j: int) -> int:
+        return i * self.c + j
+
+    def tag(self, K: int, kind: int) -> int:
+        return 3 * (K % _TAG_CYCLE) + kind
+
+    def _clock(self, name: str, t0: float) -> float:
+        t1 = time.perf_counter()
+        self.seconds[name] += t1 - t0
+        return t1
+
+    # -- panel ---------------------------------------------------------------------------------
+    def _message_size(self, K: int) -> int:
+        w = self.size(K)
+        return 1 + w + (self.n - K * self.b) * w
+
+    def post_recv(self, K: int) -> None:
+        """Irecv panel K's message (every rank but its factoring one): three slots by K % 3, since panels
+        K + 1 and K + 2 are posted while panel K is still read."""
+        if self._factoring(K):
+            return
+        buf = workspace.empty(f"lu_panel{K % 3}", self._message_size(K))
+        src = self.rank_of(K % self.r, K % self.c)
+        self.recvs[K] = (self.comm.Irecv([buf, self.MPI.DOUBLE], src, self.tag(K, _PANEL)), buf)
+
+    def _factoring(self, K: int) -> bool:
+        return self.myr == K % self.r and self.myc == K % self.c
+
+    def factor(self, K: int) -> None:
+        """Panel K on its process column: (gather,) getrf, pack and send to every other rank."""
+        if self.myc != K % self.c:
+            return
+        t0 = time.perf_counter()
+        kb, w, pc = K * self.b, self.size(K), self.lc(K)
+        if self.r > 1:
+            panel = self._gather_panel(K)
+            if panel is None:
+                return
+        else:
+            panel = self.x[kb:, pc:pc + w]
+        t0 = self._clock("communication", t0)
+        ip = np.empty(w, dtype=self.itype)
+        info = int(self.be.getrf(panel, ip))
+        t0 = self._clock("compute", t0)
+        slot = f"lu_send{K % 2}"
+        self._wait_sends(slot)
+        msg = workspace.empty(slot, self._message_size(K))
+        msg[0], msg[1:1 + w] = info, ip
+        msg[1 + w:].reshape(panel.shape, order="F")[...] = panel
+        self.sends.append((slot, [self.comm.Isend([msg, self.MPI.DOUBLE], q, self.tag(K, _PANEL))
+                                  for q in range(self.comm.size) if q != self.comm.rank]))
+        self.own = (K, msg, panel)
+        self._clock("communication", t0)
+
+    def _gather_panel(self, K: int) -> np.ndarray | None:
+        """r > 1: the column's rows of panel K on the diagonal block's owner (None elsewhere)."""
+        kb, w, pc, top = K * self.b, self.size(K), self.lc(K), self.lr(K)
+        owner = K % self.r
+        mine = self.x[top:, pc:pc + w]
+        if self.myr != owner:
+            self.col.Send([np.asfortranarray(mine), self.MPI.DOUBLE], owner, self.tag(K, _GATHER))
+            return None
+        panel = workspace.empty("lu_gather", (self.n - kb, w), order="F")
+        panel[self.grow[top:] - kb] = mine
+        for i in range(self.r):
+            if i == owner:
+                continue
+            rows = self._rows_of(i, K)
+            piece = np.empty((rows.size, w), order="F")
+            self.col.Recv([piece, self.MPI.DOUBLE], i, self.tag(K, _GATHER))
+            panel[rows - kb] = piece
+        return panel
+
+    def _rows_of(self, i: int, K: int) -> np.ndarray:
+        """Global rows >= K b held by process row i."""
+        blocks = np.arange(K + (i - K) % self.r, self.N, self.r)
+        rows = (blocks[:, None] * self.b + np.arange(self.b)[None, :]).ravel()
+        return rows[rows < self.n]
+
+    def panel(self, K: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """(info, 1-based pivots of the panel, its factored (n - Kb) x w rows) on every rank."""
+        t0 = time.perf_counter()
+        w = self.size(K)
+        if self._factoring(K):
+            _, msg, panel = self.own
+            if self.r > 1:
+                top, pc = self.lr(K), self.lc(K)
+                self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
+        else:
+            req, msg = self.recvs.pop(K)
+            req.Wait()
+            panel = msg[1 + w:].reshape((self.n - K * self.b, w), order="F")
+            if self.r > 1 and self.myc == K % self.c:
+                top, pc = self.lr(K), self.lc(K)
+                self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
+        info = int(msg[0])
+        ip = msg[1:1 + w].astype(self.itype)
+        if info and not self.info:
+            self.info = K * self.b + info
+        self.ipiv[K * self.b:K * self.b + w] = ip.astype(np.int64) - 1 + K * self.b
+        self._clock("communication", t0)
+        return info, ip, panel
+
+    # -- the step's update -----------------------------------------------------------------------
+    def interchange(self, K: int, ip: np.ndarray) -> None:
+        """The panel's row interchanges on this rank's columns outside it (and the right-hand sides)."""
+        t0 = time.perf_counter()
+        kb, w, pc = K * self.b, self.size(K), self.lc(K)
+        own = self.myc == K % self.c
+        views = [self.x[:, :pc], self.x[:, pc + w:]] if own else [self.x]
+        if self.xb is not None:
+            views.append(self.xb)
+        if self.r == 1:
+            for v in views:
+                if v.shape[1]:
+                    self.be.laswp(v[kb:], ip)
+            self._clock("compute", t0)
+            return
+        self._exchange(K, ip, [v for v in views if v.shape[1]])
+        self._clock("communication", t0)
+
+    def _exchange(self, K: int, ip: np.ndarray, views: list[np.ndarray]) -> None:
+        """r > 1: the interchanges as one permutation of the touched rows, moved within the process
+        column (each rank contributes the touched rows it holds, every member takes its own)."""
+        kb = K * self.b
+        perm = {}
+        for i, p in enumerate(ip.astype(np.int64) - 1 + kb):
+            g = kb + i
+            perm[g], perm[p] = perm.get(p, p), perm.get(g, g)
+        moved = {g: s for g, s in perm.items() if g != s}
+        if not moved:
+            return
+        local = {int(g): i for i, g in enumerate(self.grow)}
+        held = sorted(s for s in moved.values() if s in local)
+        rows = [np.concatenate([v[local[s]] for v in views]) if views else np.empty(0) for s in held]
+        pieces = dict(zip(held, rows, strict=True))
+        for got in self.col.allgather(pieces):
+            for g, s in moved.items():
+                if g in local and s in got:
+                    row, c0 = got[s], 0
+                    for v in views:
+                        v[local[g]] = row[c0:c0 + v.shape[1]]
+                        c0 += v.shape[1]
+
+    def u12(self, K: int, panel: np.ndarray) -> list[np.ndarray]:
+        """U12 of block row K for this rank's trailing columns (and right-hand sides)."""
+        t0 = time.perf_counter()
+        w, top, tc = self.size(K), self.lr(K), self.lc(K + 1)
+        targets = [self.x[top:top + w, tc:]] + ([self.xb[top:top + w]] if self.xb is not None else [])
+        if self.myr == K % self.r:
+            for t in targets:
+                if t.shape[1]:
+                    self.be.trsm(1.0, panel[:w], t, False, True, False, True)
+        t0 = self._clock("compute", t0)
+        if self.r > 1:
+            targets = [self._bcast_down(K, t, i) for i, t in enumerate(targets)]
+            self._clock("communication", t0)
+        return targets
+
+    def _bcast_down(self, K: int, t: np.ndarray, i: int) -> np.ndarray:
+        buf = workspace.empty(f"lu_u12_{i}", (self.size(K), t.shape[1]), order="F")
+        if self.myr == K % self.r:
+            buf[...] = t
+        if buf.size:
+            self.col.Bcast([buf, self.MPI.DOUBLE], K % self.r)
+        return buf
+
+    def l21(self, K: int, panel: np.ndarray) -> np.ndarray:
+        """L21 rows of this rank (local rows below block row K)."""
+        low = self.lr(K + 1)
+        if self.r == 1:
+            return panel[self.size(K):]
+        return np.asfortranarray(panel[self.grow[low:] - K * self.b])
+
+    def gemm(self, K: int, l21: np.ndarray, u: np.ndarray, c: np.ndarray) -> None:
+        if l21.shape[0] and c.shape[1]:
+            t0 = time.perf_counter()
+            self.be.gemm(-1.0, l21, u, 1.0, c)
+            self._clock("compute", t0)
+
+    def update(self, K: int, panel: np.ndarray, ip: np.ndarray) -> None:
+        """Step K on this rank; with look-ahead the owner of K+1 factors it after its first block."""
+        self.interchange(K, ip)
+        us = self.u12(K, panel)
+        l21, low, tc = self.l21(K, panel), self.lr(K + 1), self.lc(K + 1)
+        ahead = self.lookahead and K + 1 < self.N and self.myc == (K + 1) % self.c
+        if self.lookahead and K + 2 < self.N:
+            self.post_recv(K + 2)
+        split = self.size(K + 1) if ahead else 0
+        self.gemm(K, l21, us[0][:, :split], self.x[low:, tc:tc + split])
+        if ahead:
+            self.factor(K + 1)
+        self.gemm(K, l21, us[0][:, split:], self.x[low:, tc + split:])
+        if self.xb is not None:
+            self.gemm(K, l21, us[1], self.xb[low:])
+
+    def _wait_sends(self, slot: str | None = None) -> None:
+        keep = []
+        for s, reqs in self.sends:
+            if slot is None or s == slot:
+                self.MPI.Request.Waitall(reqs)
+            else:
+                keep.append((s, reqs))
+        self.sends = keep
+
+    def run(self) -> int:
+        """The factorization loop; the global LAPACK-style info (first exactly zero pivot, 1-based)."""
+        if self.N == 0:
+            return 0
+        self.post_recv(0)
+        if self.lookahead and self.N > 1:
+            self.post_recv(1)
+        self.factor(0)
+        for K in range(self.N):
+            if not self.lookahead:
+                if K + 1 < self.N:
+                    self.post_recv(K + 1)
+            _, ip, panel = self.panel(K)
+            self.update(K, panel, ip)
+            if not self.lookahead and K + 1 < self.N:
+                self.factor(K + 1)
+        t0 = time.perf_counter()
+        self._wait_sends()
+        self._clock("communication", t0)
+        return self.info
+
+    # -- back substitution (1 x c) -----------------------------------------------------------------
+    def back_substitute(self, nrhs: int) -> np.ndarray | None:
+        """U x = y, the whole y (solved blocks below, y above) passed from each block column's
+        owner to the previous one's; x on rank 0 (the owner of block column 0), fresh memory."""
+        t0 = time.perf_counter()
+        y, holder = self.xb, self.N % self.c
+        for K in range(self.N - 1, -1, -1):
+            owner = K % self.c
+            if owner != holder:
+                if self.myc == holder:
+                    self.comm.Send([y, self.MPI.DOUBLE], owner, self.tag(K, _RING))
+                elif self.myc == owner:
+                    y = workspace.empty("lu_ring", (self.n, nrhs), order="F")
+                    self.comm.Recv([y, self.MPI.DOUBLE], holder, self.tag(K, _RING))
+                holder = owner
+                t0 = self._clock("communication", t0)
+            if self.myc != owner:
+                continue
+            kb, w, pc = K * self.b, self.size(K), self.lc(K)
+            self.be.trsm(1.0, self.x[kb:kb + w, pc:pc + w], y[kb:kb + w], False, False, False, False)
+            if kb:
+                self.be.gemm(-1.0, self.x[:kb, pc:pc + w], y[kb:kb + w], 1.0, y[:kb])
+            t0 = self._clock("compute", t0)
+        return np.array(y, order="F") if self.comm.rank == 0 else None
+
+
+def _check_root(a, plan: Plan) -> np.ndarray:
+    """A Fortran-ordered float64 copy of the root's matrix, checked finite."""
+    if a is None:
+        raise ValueError("the root rank must pass the matrix (other ranks may pass None)")
+    arr = np.asarray(a)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"expected square matrix, got {arr.shape}")
+    if np.iscomplexobj(arr) or arr.dtype.kind not in "biuf":
+        raise ValueError(f"distributed LU factors real matrices, got {arr.dtype}")
+    if arr.dtype == np.float64 and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        work = _front.fortran_copy(arr, True)       # copied and checked in one pass
+    else:
+        work = np.asfortranarray(arr, dtype=np.float64)
+        work = work if all_finite(work, plan.backend, plan.threads) else None
+    if work is None:
+        raise ValueError("array must not contain infs or NaNs")
+    return work
+
+
+def _plan_problem(plan: Plan) -> str | None:
+    return None if plan.b >= 1 else f"distributed LU needs a block size b >= 1, plan has b={plan.b}"
+
+
+def _solve_problem(plan: Plan) -> str | None:
+    if plan.r != 1:
+        return f"the distributed solve runs on 1 x c grids, plan has {plan.r}x{plan.c}"
+    return _plan_problem(plan)
+
+
+def _scatter(run: PlanRun, src: np.ndarray | None, n: int) -> np.ndarray:
+    plan = run.plan
+    if plan.r == 1:
+        return scatter_columns(src, n, n, plan.c, plan.b, run.comm, 0)
+    return DistMatrix.from_root(src, block_cyclic(n, n, plan.r, plan.c, plan.b), run.comm, 0).local
+
+
+def _gather(run: PlanRun, local: np.ndarray, n: int) -> np.ndarray | None:
+    plan = run.plan
+    if plan.r == 1:
+        return gather_columns(local, n, n, plan.c, plan.b, run.comm, 0)
+    return DistMatrix(local, block_cyclic(n, n, plan.r, plan.c, plan.b), run.comm).to_root(0, order="F")
+
+
+def _factor(run: PlanRun, local: np.ndarray, n: int, lookahead: bool, xb=None) -> _LU:
+    grid = run.grid()
+    f = _LU(local, n, run.plan.b, grid, run.be, lookahead, xb)
+    f.run()
+    f.loop_seconds = dict(f.seconds)
+    if run.phases is not None:
+        for name, sec in f.seconds.items():
+            run.phases.seconds[name] += sec
+    return f
+
+
+def lu_factor(a: np.ndarray | None, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None,
+              lookahead: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Collective LU of the root's square ``a`` on ranks 0..plan.p-1 (grid plan.r x plan.c, block
+    plan.b): the root gets ``(lu, piv, info)`` (scipy's ``lu_factor`` pair, 0-based int32 pivots,
+    and LAPACK's info: > 0 for an exactly zero pivot), others None. Bad input: ValueError on
+    every rank of ``comm``."""
+    t0 = time.perf_counter()
+    src, n = agree_plan(comm, plan, "lu", root, _plan_problem, lambda: _root_source(a, plan))
+    if n == 0:
+        return (np.empty((0, 0), order="F"), np.empty(0, np.int32), 0) if comm.rank == root else None
+    with plan_run(comm, plan, root, phases) as run:
+        if run is None:
+            return None
+        local = _scatter(run, src, n)
+        run.add("distribution", time.perf_counter() - t0)
+        f = _factor(run, local, n, lookahead)
+        with run.ph("collection"):
+            lu = _gather(run, local, n)
+        if not run.is_root:
+            return None
+        return lu, f.ipiv.astype(np.int32), f.info
+
+
+def _root_source(a, plan: Plan) -> tuple[np.ndarray, int]:
+    arr = _check_root(a, plan)
+    return arr, arr.shape[0]
+
+
+def solve(a: np.ndarray | None, b: np.ndarray | None, comm, plan: Plan, *, root: int = 0,
+          phases: Phases | None = None, lookahead: bool = True) -> tuple[np.ndarray, int] | None:
+    """Collective solution of ``a x = b`` (root's square ``a``, ``b`` n x nrhs) on a 1 x c plan:
+    every rank of the plan gets ``(x, info)``, x on the root only (None elsewhere); info > 0: exactly
+    singular (x None), known to all of them. Ranks beyond the plan get None."""
+    t0 = time.perf_counter()
+    src, (n, nrhs) = agree_plan(comm, plan, "gesv", root, _solve_problem, lambda: _root_rhs(a, b, plan))
+    if n == 0 or nrhs == 0:
+        return (np.zeros((n, nrhs), order="F") if comm.rank == root else None), 0
+    with plan_run(comm, plan, root, phases) as run:
+        if run is None:
+            return None
+        A, B = src if src is not None else (None, None)
+        local = _scatter(run, A, n)
+        xb = _scatter_rhs(run, B, n, nrhs)
+        run.add("distribution", time.perf_counter() - t0)
+        f = _factor(run, local, n, lookahead, xb)
+        if f.info:       # every rank saw every panel's info: all leave here together
+            return None, f.info
+        x = f.back_substitute(nrhs)
+        if run.phases is not None:
+            for name, sec in f.seconds.items():
+                run.phases.seconds[name] += sec - f.loop_seconds[name]
+        return x, 0
+
+
+def _root_rhs(a, b, plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray], tuple[int, int]]:
+    arr = _check_root(a, plan)
+    if b is None:
+        raise ValueError("the root rank must pass the right-hand sides")
+    rhs = np.asarray(b)
+    if rhs.ndim != 2 or rhs.shape[0] != arr.shape[0]:
+        raise ValueError(f"b has shape {rhs.shape}, expected ({arr.shape[0]}, nrhs)")
+    if np.iscomplexobj(rhs):
+        raise ValueError("distributed solve takes real right-hand sides")
+    rhs = np.array(rhs, dtype=np.float64, order="F")
+    if not np.isfinite(rhs).all():
+        raise ValueError("array must not contain infs or NaNs")
+    return (arr, rhs), rhs.shape
+
+
+def _scatter_rhs(run: PlanRun, B: np.ndarray | None, n: int, nrhs: int) -> np.ndarray | None:
+    """The right-hand sides to the owner of block column N (process column N % c)."""
+    from mpi4py import MPI
+
+    plan = run.plan
+    holder = (-(-n // plan.b)) % plan.c
+    if holder == 0:
+        return B if run.is_root else None
+    if run.is_root:
+        run.comm.Send([B, MPI.DOUBLE], holder, 7)
+        return None
+    if run.rank == holder:
+        xb = np.empty((n, nrhs), order="F")
+        run.comm.Recv([xb, MPI.DOUBLE], 0, 7)
+        return xb
+    return None
+
+
+ALGORITHMS = {"lu": lu_factor, "gesv": solve}
+
+__all__ = ["ALGORITHMS", "lu_factor", "solve"]

@@ -1,0 +1,219 @@
+"""Phase model of the distributed block-cyclic LU and solve (``autotune.distributed.lu``;
+docs/models.md#distributed.lu): the phases of 001 eqs. 5.3-5.4 as the run has them, summed step
+by step over the block columns with each rank's real local sizes.
+
+Per step K (panel width w, m = n - K b rows from the diagonal down), on rank (i, j):
+
+- panel: ``getrf`` "panel" (m x w, the library's recursive panel factorization) on the owner of
+  the diagonal block; on r > 1 after the column's rows reach it (``bcast_col`` of its m w words);
+- panel broadcast: [info, pivots, panel] to every other rank, ``bcast_row`` of 8 (m w + w) bytes,
+  the owner packing it first (a copy) and each receiver copying it in (``movement.in_loop``);
+- interchanges: ``laswp`` "panel" (w pivots on the rank's n_j columns; elements = w n_j); on
+  r > 1 the swapped rows also cross process rows (``bcast_col`` of 2 w n_j words);
+- U12: ``trsm`` (w x w unit-lower solve of w x N_j, the "panel" series' flops w^2 N_j), on r > 1
+  broadcast down the column (``bcast_col`` of w N_j words);
+- trailing update: ``gemm`` "rankb" (M_i x w times w x N_j, k at their geometric mean size),
+  M_i, N_j: the rank's local rows and columns below and right of block K.
+
+Combination: a per-rank clock recurrence, the critical path of the implementation. With
+look-ahead (1 x c) the owner of panel K+1 updates block column K+1 first, factors and sends panel
+K+1, then finishes its step-K update; the others receive panel K+1 when their update is done.
+Without look-ahead (r > 1) every step starts when panel K is ready everywhere. Phases as the run
+reports them (maximum over ranks): compute is the busiest rank's BLAS time, communication the rest
+of the loop. ``distribution``: the root's Fortran copy with its finiteness check (one pass) and the
+scatter (``colscatter_cold`` on 1 x c, packing and ``scatterv_cold`` on 2-D grids);
+``collection``: the gathered factor's page faults and transfer.
+
+The solve (1 x c) carries the right-hand sides as one more block column through the loop (the
+forward substitution) and adds the back substitution: per block column, a ``trsm`` (w^2 nrhs)
+and a ``gemm`` (2 K b w nrhs) on its owner and the n x nrhs right-hand sides sent on to the next
+owner (``bcast_row``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.db.contention import alone
+from autotune.routines import flops
+
+from . import movement
+
+WORD = 8
+
+
+def _suffix(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,))
+    out[..., :-1] = np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+    return out
+
+
+def _k(sp, routine: str, backend: str, threads: int, x, pattern: str, param: float) -> np.ndarray:
+    xs = np.maximum(np.asarray(x, float), 1.0)
+    return np.asarray([movement.k(sp, routine, backend, threads, float(v), pattern, param) for v in xs.ravel()],
+                      float).reshape(xs.shape)
+
+
+class _Steps:
+    """Per-step costs of one (n, r, c, b) on every rank: arrays (N, r, c) of seconds."""
+
+    def __init__(self, n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, nrhs: int):
+        p, grid = r * c, (r, c)
+        self.N = N = -(-n // b)
+        J = np.arange(N)
+        s = np.full(N, float(b))
+        s[-1] = n - (N - 1) * b
+        rowm = (J[None, :] % r == np.arange(r)[:, None]).astype(float)
+        colm = (J[None, :] % c == np.arange(c)[:, None]).astype(float)
+        rows = _suffix(rowm * s)                         # (r, N+1) local rows of blocks >= J
+        cols = _suffix(colm * s)                         # (c, N+1)
+        if nrhs:                                         # the right-hand sides: one more block column
+            cols[N % c, :] += nrhs
+        M, Nc = rows[:, 1:].T, cols[:, 1:].T            # (N, r), (N, c): below / right of block K
+        ncols = cols[:, 0]                               # (c,) every local column
+        m = n - J * b                                    # panel rows
+        G = np.array([flops("getrf", {"m": int(mk), "n": int(w)}) for mk, w in zip(m, s, strict=True)])
+        self.panel = G * _k(sp, "getrf", backend, threads, m, "panel", b)
+        msg = WORD * (m * s + s + 1)
+        self.message = np.asarray(cp.time("bcast_row" if c > 1 else "bcast_col", p, msg, grid=grid),
+                                  float).reshape(N) if p > 1 else np.zeros(N)
+        share = getattr(cp, "loop_share", None)
+        self.copy_in = movement.in_loop(sp, m * s, share) + float(getattr(cp, "loop_overhead", 0.0))
+        self.pack = movement.copies(sp, m * s) + movement.in_loop(sp, m * s, share)
+        swaps = s[:, None] * ncols[None, :]              # (N, c) elements interchanged
+        lk = _k(sp, "laswp", backend, threads, ncols, "panel", b)
+        self.swap = np.broadcast_to((swaps * lk[None, :])[:, None, :], (N, r, c)).copy()
+        tk = _k(sp, "trsm", backend, threads, Nc, "panel", b)
+        diag = (J[:, None] % r == np.arange(r)[None, :]).astype(float)        # (N, r) holds block row K
+        self.trsm = diag[:, :, None] * (s[:, None, None] ** 2 * Nc[:, None, :] * tk[:, None, :])
+        gx = np.sqrt(np.maximum(M[:, :, None] * Nc[:, None, :], 1.0))
+        gk = _k(sp, "gemm", backend, threads, gx, "rankb", b)
+        self.update = 2.0 * s[:, None, None] * M[:, :, None] * Nc[:, None, :] * gk
+        # The first trailing block column of the next panel's owner (look-ahead) is its share.
+        nxt = np.concatenate([s[1:], [0.0]])
+        self.ahead = self.update * (nxt[:, None, None] / np.maximum(Nc[:, None, :], 1.0))
+        self.gather = np.zeros(N)
+        self.cross = np.zeros((N, r, c))
+        if r > 1:
+            col_t = np.asarray(cp.time("bcast_col", p, WORD * m * s / r, grid=grid), float).reshape(N)
+            self.gather = col_t
+            down = np.asarray(cp.time("bcast_col", p, (WORD * s[:, None] * Nc).ravel(), grid=grid),
+                              float).reshape(N, 1, c)
+            swap_t = np.asarray(cp.time("bcast_col", p, (2 * WORD * s[:, None] * ncols[None, :]).ravel(),
+                                        grid=grid), float).reshape(N, 1, c)
+            self.cross = np.broadcast_to(down + swap_t, (N, r, c)).copy()
+        self.s, self.r, self.c = s, r, c
+
+
+def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(end clock, busy seconds) per rank (r, c) of the factorization loop."""
+    r, c, N = st.r, st.c, st.N
+    t = np.zeros((r, c))
+    busy = np.zeros((r, c))
+    look = lookahead and r == 1
+
+    def factor(K: int, start: float) -> float:
+        busy[K % r, K % c] += st.panel[K]
+        return start + st.gather[K] + st.panel[K] + st.pack[K]
+
+    ready = factor(0, 0.0)
+    for K in range(N):
+        owner = (K % r, K % c)
+        got = np.full((r, c), ready + st.message[K]) + st.copy_in[K]
+        got[owner] = ready
+        t = np.maximum(t, got)
+        work = st.swap[K] + st.trsm[K] + st.update[K]
+        busy += work
+        t = t + work + st.cross[K]
+        if K == N - 1:
+            break
+        jn = (K + 1) % c
+        if look:
+            rest = st.update[K][0, jn] - st.ahead[K][0, jn]
+            ready = factor(K + 1, float(t[0, jn] - rest))
+            t[0, jn] = ready + rest
+        else:
+            ready = factor(K + 1, float(t[:, jn].max()))
+            t[(K + 1) % r, jn] = ready
+    return t, busy
+
+
+def _ring(st: _Steps, n: int, nrhs: int, backend: str, threads: int, sp, cp) -> float:
+    """Seconds of the back substitution: per block column its owner's trsm and gemm, and a hand-over
+    of the n x nrhs right-hand sides whenever the owner changes (every step on 1 x c, c > 1)."""
+    s, c, b = st.s, st.c, int(st.s[0])
+    K = np.arange(st.N)
+    tk = _k(sp, "trsm", backend, threads, np.full(1, nrhs), "panel", b)[0]
+    gk = _k(sp, "gemm", backend, threads, np.sqrt(np.maximum(K * b * nrhs, 1.0)), "rankb", b)
+    comp = float((s * s * nrhs * tk).sum() + (2.0 * K * b * s * nrhs * gk).sum())
+    hops = st.N if c > 1 else 0
+    send = float(np.asarray(cp.time("bcast_row", c, WORD * n * nrhs, grid=(1, c))).reshape(-1)[0]) if hops else 0.0
+    return comp + hops * send
+
+
+def _moves(n: int, r: int, c: int, b: int, sp, cp, nrhs: int) -> tuple[float, float]:
+    """(distribution, collection): the root's checked Fortran copy and scatter; the factor back
+    (collection 0 for the solve: only x returns, inside the back substitution)."""
+    p = r * c
+    elems, blk = float(n) * n, WORD * float(n) * n / p
+
+    def one(primitive: str, nbytes: float = blk) -> float:
+        return float(np.asarray(cp.time(primitive, p, nbytes)).reshape(-1)[0])
+
+    copy = movement.copy(sp, elems)
+    own = movement.copy(sp, elems / p)
+    if r == 1:
+        names = getattr(cp, "primitives", None)
+        cold = callable(names) and "colscatter_cold" in names()
+        dist = copy + (one("colscatter_cold") if cold else one("scatterv_cold") + own)
+        coll = movement.first_touch(cp, WORD * elems) + own + one("gatherv")
+    else:
+        run = movement.run_length(n, r, b)
+        dist = copy + one("scatterv_cold") + movement.pack(sp, cp, elems, run, "take") + own
+        coll = 2.0 * movement.first_touch(cp, WORD * elems) + movement.pack(sp, cp, elems, run, "put") + one("gatherv")
+    if nrhs:
+        dist += one("bcast_row", WORD * n * nrhs) + movement.copy(sp, float(n) * nrhs)
+        coll = 0.0
+    return dist, coll
+
+
+def _one(n: int, plan, b: int, sp, cp, lookahead: bool, nrhs: int) -> dict[str, float]:
+    look = alone(sp)
+    st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, look, cp, nrhs)
+    t, busy = _loop(st, lookahead)
+    loop = float(t.max())
+    if nrhs:
+        loop += _ring(st, n, nrhs, plan.backend, plan.threads, look, cp)
+    dist, coll = _moves(n, plan.r, plan.c, b, look, cp, nrhs)
+    compute = float(busy.max())
+    return {"distribution": dist, "communication": max(loop - compute, 0.0), "compute": compute,
+            "collection": coll, "total": dist + loop + coll}
+
+
+def _model(n: int, plan, sp, cp, b, lookahead: bool, nrhs: int):
+    bs = plan.b if b is None else b
+    arr = np.atleast_1d(np.asarray(bs, dtype=int))
+    if (arr < 1).any():
+        raise ValueError(f"block sizes must be >= 1, got {bs}")
+    if n < 1:
+        rows = [dict.fromkeys(("distribution", "communication", "compute", "collection", "total"), 0.0)
+                for _ in arr]
+    else:
+        rows = [_one(int(n), plan, int(min(v, n)), sp, cp, lookahead, nrhs) for v in arr]
+    if np.ndim(bs) == 0:
+        return rows[0]
+    return {k: np.array([row[k] for row in rows]) for k in rows[0]}
+
+
+def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True):
+    """Predicted seconds per phase (and "total") of ``lu_factor(a, comm, plan)`` for an n x n ``a``;
+    ``b``: candidate blocks (array) instead of ``plan.b``, then every value is an array over them."""
+    return _model(n, plan, sp, cp, b, lookahead, 0)
+
+
+def solve_model(n: int, nrhs: int, plan, sp, cp, *, b=None, lookahead: bool = True):
+    """Predicted phases of ``solve(a, b, comm, plan)`` with ``nrhs`` right-hand sides (1 x c plans)."""
+    return _model(n, plan, sp, cp, b, lookahead, max(int(nrhs), 1))
+
+
+MODELS = {"lu": model, "gesv": solve_model}
+WAIT_PHASE = {"lu": "communication", "gesv": "communication"}

@@ -1,0 +1,219 @@
+"""Distributed block-cyclic LU and solve: scipy's factors, pivots and solutions on every grid and
+awkward size, errors and singular matrices agreed by all ranks; the tuned comm= calls; the model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi_helpers import run_mpi
+from test_distributed_cholesky import FakeCP, FakeSP
+
+from autotune.models.distributed_lu import model, solve_model
+from autotune.plans import PHASES, Plan
+from autotune.select.distributed import plans
+
+FACTOR = """
+import warnings
+import numpy as np
+import scipy.linalg as sl
+from mpi4py import MPI
+from autotune.distributed.lu import ALGORITHMS, lu_factor, solve
+from autotune.distributed.plan import Phases
+from autotune.plans import PHASES, Plan
+
+comm = MPI.COMM_WORLD
+P, me = comm.size, comm.rank
+rng = np.random.default_rng(3)            # same draws on every rank
+grids = [(r, P // r) for r in range(1, P + 1) if P % r == 0]
+blocks = [1, 3, 16, 64, 7, 32, 200]
+case = 0
+for n in (1, 2, 5, 37, 100, 129):
+    a = rng.standard_normal((n, n))
+    rhs = rng.standard_normal((n, 3))
+    for r, c in grids:
+        for la in (True, False):
+            b = blocks[case % len(blocks)]
+            x = np.asfortranarray(a) if case % 3 == 0 else a
+            keep = x.copy()
+            ph = Phases()
+            out = lu_factor(x if me == 0 else None, comm, Plan("lu", P, r, c, b=b), lookahead=la, phases=ph)
+            where = (n, r, c, b, la)
+            if me == 0:
+                lu0, piv0 = sl.lu_factor(a)
+                lu, piv, info = out
+                assert info == 0 and piv.dtype == np.int32, where
+                assert np.array_equal(piv, piv0), ("pivots", where)
+                assert np.abs(lu - lu0).max() <= 1e-10 * max(1.0, np.abs(lu0).max()), where
+                assert np.array_equal(x, keep), ("input changed", where)
+                assert set(ph.seconds) == set(PHASES), (ph.seconds, where)
+            else:
+                assert out is None, where
+            if r == 1:
+                got = solve(a if me == 0 else None, rhs if me == 0 else None, comm, Plan("gesv", P, 1, P, b=b),
+                            lookahead=la)
+                if me == 0:
+                    xs, info = got
+                    assert info == 0 and np.allclose(xs, sl.solve(a, rhs), atol=1e-9), where
+            case += 1
+
+# An exactly singular matrix: the factor completes with LAPACK's info; the solve reports it.
+a = rng.standard_normal((40, 40))
+a[:, 9] = 0.0
+out = lu_factor(a if me == 0 else None, comm, Plan("lu", P, 1, P, b=8))
+got = solve(a if me == 0 else None, np.ones((40, 1)) if me == 0 else None, comm, Plan("gesv", P, 1, P, b=8))
+if me == 0:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lu0, piv0 = sl.lu_factor(a)
+    assert out[2] == 10 and np.array_equal(out[1], piv0) and np.allclose(out[0], lu0)
+    assert got[1] == 10
+
+# Bad input on the root: the same ValueError on every rank.
+for bad in (np.ones((3, 4)), np.array([[1.0, np.nan], [0.0, 1.0]]), None):
+    try:
+        lu_factor(bad if me == 0 else None, comm, Plan("lu", P, 1, P, b=2))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError(("no error", bad))
+try:
+    solve(np.eye(4) if me == 0 else None, np.ones((3, 1)) if me == 0 else None, comm, Plan("gesv", P, 1, P, b=2))
+except ValueError:
+    pass
+else:
+    raise AssertionError("mismatched b")
+if P > 1:
+    try:
+        solve(np.eye(4) if me == 0 else None, np.ones((4, 1)) if me == 0 else None, comm, Plan("gesv", P, P, 1, b=2))
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("solve on r > 1")
+print("OK", me)
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_distributed_lu_matches_scipy(tmp_path, nprocs):
+    proc = run_mpi(FACTOR, nprocs, tmp_path)
+    assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
+
+
+TUNED = """
+import warnings
+import numpy as np
+import scipy.linalg as sl
+from mpi4py import MPI
+from autotune import tuned_lu_factor, tuned_solve
+from autotune.plans import Plan
+
+comm = MPI.COMM_WORLD
+P, me = comm.size, comm.rank
+rng = np.random.default_rng(5)
+a = rng.standard_normal((90, 90))
+b = rng.standard_normal(90)
+B = rng.standard_normal((90, 4))
+lu0, piv0 = sl.lu_factor(a)
+for config in (None, Plan("lu", P, 1, P, b=16, backend="scipy-openblas"), {"algorithm": "local", "p": 1}):
+    out = tuned_lu_factor(a if me == 0 else None, comm=comm, config=config)
+    if me == 0:
+        assert np.allclose(out[0], lu0) and np.array_equal(out[1], piv0), config
+    else:
+        assert out is None
+for config in (None, Plan("gesv", P, 1, P, b=16, backend="scipy-openblas")):
+    for rhs in (b, B):
+        x = tuned_solve(a if me == 0 else None, rhs if me == 0 else None, comm=comm, config=config)
+        if me == 0:
+            assert x.shape == rhs.shape and np.allclose(x, sl.solve(a, rhs)), config
+    x = tuned_solve(a if me == 0 else None, B if me == 0 else None, comm=comm, config=config, transposed=True)
+    if me == 0:
+        assert np.allclose(x, sl.solve(a, B, transposed=True)), config
+# A singular system raises LinAlgError on every rank; a rectangular lu_factor is scipy's.
+s = np.ones((20, 20))
+try:
+    tuned_solve(s if me == 0 else None, np.ones(20) if me == 0 else None, comm=comm,
+                config=Plan("gesv", P, 1, P, b=4, backend="scipy-openblas"))
+except np.linalg.LinAlgError:
+    pass
+else:
+    raise AssertionError("singular")
+rect = rng.standard_normal((30, 20))
+out = tuned_lu_factor(rect if me == 0 else None, comm=comm)
+if me == 0:
+    ref = sl.lu_factor(rect)
+    assert np.allclose(out[0], ref[0]) and np.array_equal(out[1], ref[1])
+try:
+    tuned_solve(np.ones((3, 4)) if me == 0 else None, np.ones(3) if me == 0 else None, comm=comm)
+except ValueError:
+    pass
+else:
+    raise AssertionError("non-square")
+print("OK", me)
+"""
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_tuned_lu_and_solve_with_comm(tmp_path, nprocs, tiny_db, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
+    proc = run_mpi(TUNED, nprocs, tmp_path)
+    assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
+
+
+# -- model -------------------------------------------------------------------------------------
+
+GRIDS = [(1, 1), (1, 2), (2, 1), (2, 2), (1, 3)]
+
+
+@pytest.mark.parametrize("r,c", GRIDS)
+@pytest.mark.parametrize("lookahead", [True, False])
+def test_model_phases_are_consistent(r, c, lookahead):
+    plan = Plan("lu", r * c, r, c, b=64)
+    for n in (1, 50, 64, 65, 1000, 2500):
+        out = model(n, plan, FakeSP(), FakeCP(), lookahead=lookahead)
+        assert set(out) == {*PHASES, "total"}
+        assert all(np.isfinite(v) and v >= 0 for v in out.values()), out
+        assert max(out[p] for p in PHASES) <= out["total"] + 1e-15
+    small, big = (model(n, plan, FakeSP(), FakeCP(), lookahead=lookahead) for n in (1000, 2000))
+    assert big["total"] > small["total"] and big["compute"] > small["compute"]
+
+
+def test_model_one_rank_is_the_blocked_lu_flop_count():
+    sp = FakeSP()
+    n, b = 1024, 128
+    out = model(n, Plan("lu", 1, 1, 1, b=b), sp, FakeCP())
+    flops = 2.0 * n**3 / 3.0          # FakeSP: 2.5e-11 s per flop, a little more at small sizes
+    assert flops * 2.5e-11 <= out["compute"] < 1.5 * flops * 2.5e-11, out
+    assert {("getrf", "panel"), ("laswp", "panel"), ("trsm", "panel"), ("gemm", "rankb")} <= set(sp.calls)
+
+
+def test_model_lookahead_never_slower_and_two_ranks_beat_one():
+    sp, cp = FakeSP(), FakeCP(ts=1e-6, tw=1e-11)
+    one = model(4096, Plan("lu", 1, 1, 1, b=128), sp, cp)
+    for b in (64, 128, 256):
+        plan = Plan("lu", 2, 1, 2, b=b)
+        ahead, plain = model(4096, plan, sp, cp), model(4096, plan, sp, cp, lookahead=False)
+        assert ahead["total"] <= plain["total"] + 1e-12
+        assert ahead["compute"] < 0.7 * one["compute"]
+
+
+def test_solve_model_adds_the_back_substitution_and_no_collection():
+    plan = Plan("gesv", 2, 1, 2, b=64)
+    lu, sv = model(2048, plan, FakeSP(), FakeCP()), solve_model(2048, 16, plan, FakeSP(), FakeCP())
+    assert sv["collection"] == 0.0 and lu["collection"] > 0.0
+    assert sv["total"] - sv["distribution"] > lu["total"] - lu["distribution"] - lu["collection"]
+
+
+def test_model_vectorised_over_blocks_matches_scalar_calls():
+    plan = Plan("lu", 2, 1, 2, b=64)
+    many = model(777, plan, FakeSP(), FakeCP(), b=np.array([16, 64, 100]))
+    for i, b in enumerate((16, 64, 100)):
+        one = model(777, plan, FakeSP(), FakeCP(), b=b)
+        assert all(abs(many[k][i] - one[k]) <= 1e-12 * max(1.0, one[k]) for k in one)
+
+
+def test_selector_plans_lu_on_every_grid_and_solves_on_one_row():
+    lu = plans("lu", (2048,), 4, 4, oversubscribe=True)
+    assert {(p.r, p.c) for p in lu} >= {(1, 2), (2, 1), (2, 2), (1, 4), (4, 1)}
+    assert all(p.algorithm == "lu" and p.b >= 1 for p in lu)
+    sv = plans("solve", (2048, 16), 4, 4, oversubscribe=True)
+    assert sv and all(p.algorithm == "gesv" and p.r == 1 for p in sv)
+    assert {p.b for p in sv} == {64, 128, 256, 512}
