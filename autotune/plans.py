@@ -18,6 +18,7 @@ ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "gemv": ("cholesky", None),       # unblocked, left-looking, one gemv per column
     "axpy": ("cholesky", None),       # unblocked, outer product by axpy
     "getrf": ("lu", None),            # the library's LAPACK dgetrf
+    "getrf_blocked": ("lu", "block"),  # our right-looking blocked LU (Cython driver over the library)
     "gesv": ("solve", None),          # the library's dgetrf then dgetrs on the right-hand sides
     "getrs": ("lu_solve", None),      # the library's dgetrs from given factors
 }
@@ -45,6 +46,8 @@ class Candidate:
             extra = f" l={self.param} P1={p1}xP2={max(self.threads // p1, 1)}"
         elif self.algorithm == "blocked":
             extra = f" b={self.param} v{self.variant}"
+        elif self.algorithm == "getrf_blocked":
+            extra = f" b={self.param}"
         return f"{self.algorithm}{extra} [{self.backend}, {self.threads}t]"
 
     @property

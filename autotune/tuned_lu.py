@@ -11,7 +11,7 @@ from scipy import linalg
 from autotune import backends, learn
 from autotune.backends import pools
 from autotune.config import get_options
-from autotune.dispatch import int_dtype, run_cholesky, run_getrs, run_lu
+from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.dispatch.layout import call_with_threads
 from autotune.kernels import _front
 from autotune.plans import Candidate
@@ -63,7 +63,7 @@ def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True, config=No
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
     be = backends.get(cand.backend)
     if _hot(a, dec, explain, overwrite_a, be):
-        _front.remember_lu(a1.shape[0], be.ops["getrf"], be.thread_addresses, cand.threads, int_dtype(cand),
+        _front.remember_lu(a1.shape[0], lu_kernel(cand, be), be.thread_addresses, cand.threads, int_dtype(cand),
                            opts, pools.CODES[cand.backend], state)
     w = _work_copy(a, a1, overwrite_a, check_finite)
     ipiv, info = _factor(cand, w)

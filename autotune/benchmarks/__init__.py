@@ -1,6 +1,6 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
-a new benchmark is one more module in COMMANDS. ``mpi-speed`` and ``mpi-validate`` run under
+a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate`` and ``scalapack`` run under
 ``mpiexec -n P`` (mpi4py imported inside ``run``; without it one line naming the ``mpi`` extra,
 exit 2); the other ``mpi-*`` ones and ``comm-fit`` read saved results and re-time nothing."""
 from __future__ import annotations
@@ -21,6 +21,7 @@ from autotune.benchmarks import (
     probe,
     regress,
     rescore,
+    scalapack,
     strassen_remodel,
     validate,
 )
@@ -29,7 +30,7 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
             "comm-fit": comm_fit, "strassen-remodel": strassen_remodel, "composed": composed,
-            "multicore": multicore}
+            "multicore": multicore, "scalapack": scalapack}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -133,7 +133,7 @@ class _LU:
         msg[0], msg[1:1 + w] = info, ip
         msg[1 + w:].reshape(panel.shape, order="F")[...] = panel
         self.sends.append((slot, [self.comm.Isend([msg, self.MPI.DOUBLE], q, self.tag(K, _PANEL))
-                                  for q in range(self.comm.size) if q != self.comm.rank]))
+                                  for q in range(self.r * self.c) if q != self.comm.rank]))
         self.own = (K, msg, panel)
         self._clock("communication", t0)
 
@@ -335,6 +335,44 @@ class _LU:
         return np.array(y, order="F") if self.comm.rank == 0 else None
 
 
+def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str = "scipy-openblas",
+            threads: int | None = None, phases: Phases | None = None) -> tuple[DistMatrix, np.ndarray, int]:
+    """Collective LU of a square block-cyclic (block b, ``grid``) float64 matrix already spread
+    over the grid's ranks: ``(factor in the same layout, global 0-based pivots, info)`` on every
+    rank (pdgetrf's contract on distributed data). The local pieces are factored in place when
+    Fortran-ordered (else a Fortran copy). Bad input: ValueError on every rank of ``A.comm``."""
+    from contextlib import nullcontext
+
+    from autotune import backends
+
+    from .collective import agree
+
+    err = be = None
+    n = A.layout.shape[0]
+    try:
+        if A.layout.shape[0] != A.layout.shape[1] or b < 1:
+            raise ValueError(f"needs a square matrix and a block b >= 1, got {A.layout.shape}, b={b}")
+        if A.layout != block_cyclic(n, n, grid.r, grid.c, b):
+            raise ValueError(f"layout {A.layout.describe()} is not block-cyclic {b}x{b} on the {grid.r}x{grid.c} grid")
+        if A.local.dtype != np.float64 or A.local.shape != A.layout.local_shape(A.comm.rank):
+            raise ValueError("local piece must be float64 and match the layout")
+        be = backends.get(backend)
+    except (ValueError, backends.BackendUnavailable) as exc:
+        err = ValueError(str(exc))
+    agree(A.comm, err)
+    local = A.local if A.local.flags.f_contiguous else np.asfortranarray(A.local)
+    ipiv, info = np.zeros(n, dtype=np.int64), 0
+    if grid.inside and n:
+        f = _LU(local, n, b, grid, be, lookahead)
+        with be.threads(threads) if threads else nullcontext():
+            info = f.run()
+        ipiv = f.ipiv
+        if phases is not None:
+            for name, sec in f.seconds.items():
+                phases.seconds[name] += sec
+    return DistMatrix(local, A.layout, A.comm), ipiv, info
+
+
 def _check_root(a, plan: Plan) -> np.ndarray:
     """A Fortran-ordered float64 copy of the root's matrix, checked finite."""
     if a is None:
@@ -478,4 +516,4 @@ def _scatter_rhs(run: PlanRun, B: np.ndarray | None, n: int, nrhs: int) -> np.nd
 
 ALGORITHMS = {"lu": lu_factor, "gesv": solve}
 
-__all__ = ["ALGORITHMS", "lu_factor", "solve"]
+__all__ = ["ALGORITHMS", "lu_dist", "lu_factor", "solve"]

@@ -1,5 +1,5 @@
-"""LU family, one process: LAPACK getrf, and the solve from its factors (docs/models.md#lu.getrf,
-#lu.gesv)."""
+"""LU family, one process: LAPACK getrf, our blocked LU, and the solve from the factors
+(docs/models.md#lu.getrf, #lu.blocked, #lu.gesv)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +20,33 @@ def getrf(n: int, backend: str, threads: int, sp, parts: dict | None = None) -> 
     return t
 
 
+def blocked(n: int, blocks, backend: str, threads: int, sp, parts: dict | None = None) -> np.ndarray:
+    """Our right-looking blocked LU (``getrf_blocked``) per block b: per step at column j (panel
+    width w, m = n - j rows, x = m - w trailing columns) the library's getrf on the m x w panel,
+    w interchanges on the n - w other columns (laswp), the w x w unit-lower trsm of the w x x block
+    row and the (x x w)(w x x) trailing gemm, each at the k measured on that shape (getrf and
+    laswp "panel", trsm "panel", gemm "rankb"). All blocks in one lookup per routine."""
+    bs = np.asarray([int(b) for b in np.atleast_1d(blocks)])
+    owner = np.concatenate([np.full(-(-n // b), i) for i, b in enumerate(bs)])
+    start = np.concatenate([np.arange(0, n, b) for b in bs]).astype(float)
+    b = bs[owner].astype(float)
+    w = np.minimum(b, n - start)
+    m = n - start
+    x = m - w
+    panel = (m * w * w - w**3 / 3.0 - w * w / 2.0 + 5.0 * w / 6.0) * sp.k("getrf", backend, threads, m, "panel", b)
+    swap = w * (n - w) * sp.k("laswp", backend, threads, np.full(m.shape, float(n)), "panel", b)
+    live = x > 0
+    trsm, gemm = np.zeros(m.shape), np.zeros(m.shape)
+    xl, wl, bl = x[live], w[live], b[live]
+    trsm[live] = xl * wl * wl * sp.k("trsm", backend, threads, xl, "panel", bl)
+    gemm[live] = 2.0 * xl * xl * wl * sp.k("gemm", backend, threads, xl, "rankb", bl)
+    terms = {"getrf": panel, "laswp": swap, "trsm": trsm, "gemm": gemm}
+    sums = {k: np.bincount(owner, weights=v, minlength=bs.size) for k, v in terms.items()}
+    if parts is not None:
+        parts.update(sums)
+    return sum(sums.values())
+
+
 def getrs(n: int, nrhs: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
     """Both triangular solves of ``nrhs`` right-hand sides from getrf's factors: ``2 n^2 nrhs``
     flops times k of getrs measured at order n and that many right-hand sides (rhs pattern)."""
@@ -34,4 +61,4 @@ def gesv(n: int, nrhs: int, backend: str, threads: int, sp, parts: dict | None =
     return getrf(n, backend, threads, sp, parts) + getrs(n, nrhs, backend, threads, sp, parts)
 
 
-__all__ = ["gesv", "getrf", "getrs", "lu_flops"]
+__all__ = ["blocked", "gesv", "getrf", "getrs", "lu_flops"]

@@ -260,8 +260,18 @@ def _library_calls(algorithm: str, table, budget: int, routine: str, model: Call
 
 def _lu_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
     (n,) = dims
-    return _library_calls("getrf", table, budget, "getrf",
-                          lambda be, t, sp, parts: lu_models.getrf(n, be, t, sp, parts))
+    yield from _library_calls("getrf", table, budget, "getrf",
+                              lambda be, t, sp, parts: lu_models.getrf(n, be, t, sp, parts))
+    calls = [("getrf", "panel"), ("laswp", "panel"), ("trsm", "panel"), ("gemm", "rankb")]
+    for be in _backends(table):
+        if be not in DRIVER_BACKENDS or n < 2:
+            continue
+        for t in _threads(table, "getrf", be, budget, "panel"):
+            blocks = tuple(int(b) for b in table.params("getrf", be, t, "panel") if b < n)
+            if blocks and all(table.has(r, be, t, p) for r, p in calls[1:]):
+                yield Evaluation("getrf_blocked", be, t, blocks, (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t: [lu_models.blocked(n, p, be, t, sp, parts)],
+                                 _floor(table, float(lu_models.lu_flops(n)), calls, be, t, n))
 
 
 def _solve_groups(dims, table, budget: int, allow_strassen: bool,
