@@ -106,7 +106,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
         "syrk": lambda x, b: {"n": x, "k": _i(b)},
         "gemm": lambda x, b: {"m": x, "n": _i(b), "k": _i(b)},
         "getrf": lambda x, b: {"m": max(x, _i(b)), "n": _i(b)},
-        "laswp": lambda x, b: {"n": x, "k": _i(b)},
+        "laswp": lambda x, b: {"n": x, "k": min(_i(b), x)},
     }, needs_param=True),
     Pattern("stripe", "row-block striped product over p processes: (x/p) x x times x x x", {
         "gemm": lambda x, p: {"m": _i(x / p), "n": x, "k": x},

@@ -40,8 +40,9 @@ from autotune.db.comm import load_comm
 from autotune.db.store import DatabaseError
 from autotune.distributed.plan import Phases
 from autotune.plans import PHASES, Plan
+from autotune.routines import CHECK_NRHS
 from autotune.select.distributed import predict
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
+from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor, distributed_solve
 
 REPS = 25                            # median of 25 runs: stable for runs of a few ms
 BLOCK = 16
@@ -49,7 +50,10 @@ LOOP_CASES = tuple((n, b) for n in (1024, 2048) for b in (64, 128, 256))   # (or
 LOOP_STEPS = {"loop_overhead": 1e-5, "loop_share": 0.5}   # trial values the model's response is read at
 PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)   # the loop costs' runs (their blocks) and call overhead
 # One plan per algorithm on two ranks, and the order of the tiny problem they run.
-CALL_PLANS = (("cholesky", PLAN), ("gemm", Plan("bsr", 2, 2, 1)),
+# Each family's collective call and the number of operands the root passes (others pass None).
+CALLS = {"gemm": (distributed_gemm, 2), "cholesky": (distributed_cholesky, 1), "lu": (distributed_lu_factor, 1),
+         "solve": (distributed_solve, 2)}
+CALL_PLANS = (("cholesky", PLAN), ("lu", Plan("lu", 2, 1, 2, b=BLOCK)), ("gemm", Plan("bsr", 2, 2, 1)),
               ("gemm", Plan("cbsr", 2, 2, 1)), ("gemm", Plan("summa", 2, 2, 1, b=BLOCK)))
 CALL_N = 64
 CALL_PHASES = ("distribution", "collection")
@@ -58,10 +62,25 @@ STEP_N = 1536                       # about the order of those runs (raised to e
 STEP_REPS = 9                       # median of 9 runs per plan (each about 0.1 s)
 
 
+def problem(family: str, n: int, rng) -> tuple:
+    """The root's operands of an order-n ``family`` problem (right-hand sides: ``CHECK_NRHS``)."""
+    from autotune.install_probe.operands import spd_matrix
+
+    if family == "cholesky":
+        return (spd_matrix(rng, n, order="C"),)   # no BLAS call: no pool left spinning
+    a = rng.standard_normal((n, n))
+    return {"gemm": (a, rng.standard_normal((n, n))), "lu": (a,),
+            "solve": (a, rng.standard_normal((n, CHECK_NRHS)))}[family]
+
+
+def dims(family: str, n: int) -> tuple[int, ...]:
+    """The selector's dims of an order-n ``family`` problem."""
+    return {"gemm": (n, n, n), "solve": (n, CHECK_NRHS)}.get(family, (n,))
+
+
 def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[str, float] | None:
     """Median over runs of each phase (slowest of the plan's ranks) of ``plan`` on an n x n
     problem; None on the ranks outside the plan. The others wait without taking a core."""
-    from autotune.install_probe.operands import spd_matrix
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
@@ -72,9 +91,8 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
             return None
         rng = np.random.default_rng(0)
         root = sub.rank == 0
-        args = (((rng.standard_normal((n, n)), rng.standard_normal((n, n))) if root else (None, None))
-                if family == "gemm" else ((spd_matrix(rng, n, order="C") if root else None),))
-        run = distributed_gemm if family == "gemm" else distributed_cholesky
+        run, count = CALLS[family]
+        args = problem(family, n, rng) if root else (None,) * count
         runs = []
         with threadpool_limits(plan.threads):
             for _ in range(reps + 1):                   # the first run warms up
@@ -115,7 +133,7 @@ def _runs(world, db_path, cases, reps: int, trials=({},)) -> list[tuple[dict, li
         try:
             sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
             if sp.has("gemm", PLAN.backend, PLAN.threads, "panel"):
-                models = [[predict(fam, (n,) if fam == "cholesky" else (n,) * 3, plan, sp, _Trial(cp, **trial),
+                models = [[predict(fam, dims(fam, n), plan, sp, _Trial(cp, **trial),
                                    fitted=False) for trial in trials] for fam, plan, n in cases]
         except (DatabaseError, LookupError, OSError, ValueError):
             models = None

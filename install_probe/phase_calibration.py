@@ -16,8 +16,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from autotune.install_probe.calibrate import PLAN
-from autotune.install_probe.operands import spd_matrix
+from autotune.install_probe.calibrate import CALLS, PLAN, dims, problem
 
 from autotune.config import available_cores, options
 from autotune.db import load_sp, location
@@ -33,7 +32,6 @@ from autotune.models.fitted_phases import (
 )
 from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans, rank_plans
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
 
 FAMILIES = ("gemm", "cholesky")
 
@@ -49,12 +47,6 @@ class PhaseCalibration:
     max_ratio: float = 3.0
 
 
-def _problem(family: str, n: int, rng) -> tuple:
-    if family == "gemm":
-        return rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    return (spd_matrix(rng, n, order="C"),)   # no BLAS call: no pool left spinning
-
-
 def _max():
     from mpi4py import MPI
 
@@ -66,10 +58,7 @@ def _run_once(family: str, plan: Plan, args: tuple, comm) -> tuple[float, dict[s
     phases = Phases()
     comm.Barrier()
     t0 = time.perf_counter()
-    if family == "gemm":
-        distributed_gemm(*args, comm, config=plan, phases=phases)
-    else:
-        distributed_cholesky(*args, comm, config=plan, phases=phases)
+    CALLS[family][0](*args, comm, config=plan, phases=phases)
     wall = time.perf_counter() - t0
     quiet_barrier(comm)     # ranks the plan left out wait without taking a core from it (as the probe's)
     wall = comm.bcast(wall, root=0)
@@ -83,7 +72,7 @@ def measure(family: str, plan_list: list[Plan], n: int, comm, reps: int, rng) ->
     """Every plan's ``reps`` runs on one problem, interleaved: round k runs each plan once, in an
     order rotated by k, so a slow spell of the machine falls on every plan alike; each plan's
     first run warms up."""
-    args = _problem(family, n, rng) if comm.rank == 0 else ((None,) * (2 if family == "gemm" else 1))
+    args = problem(family, n, rng) if comm.rank == 0 else ((None,) * CALLS[family][1])
     runs: list[list] = [[] for _ in plan_list]
     for plan in plan_list:
         _run_once(family, plan, args, comm)
@@ -100,10 +89,6 @@ def _summary(runs: list) -> dict:
     return {"total": float(np.median(walls)), "spread": float(np.subtract(*np.percentile(walls, [75, 25])) /
                                                               np.median(walls)),
             **{p: float(np.median([ph[p] for _, ph in runs])) for p in PHASES}}
-
-
-def _dims(family: str, n: int) -> tuple[int, ...]:
-    return (n, n, n) if family == "gemm" else (n,)
 
 
 def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> tuple[list, Plan]:
@@ -125,9 +110,9 @@ def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strass
     """The root's part of ``_ranked``: every plan (oversubscribed too) within ``max_ratio`` of the
     best predicted, and the selector's choice (ranks x threads <= cores)."""
     sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
-    dims, cores = _dims(family, n), available_cores()
-    dec = rank_plans(family, dims, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
-    choice = rank_plans(family, dims, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
+    shape, cores = dims(family, n), available_cores()
+    dec = rank_plans(family, shape, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
+    choice = rank_plans(family, shape, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
     best = dec.ranking[0].seconds
     return [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking
             if r.seconds <= max_ratio * best or r.plan == choice], choice
@@ -246,7 +231,7 @@ def estimate_seconds(cal: PhaseCalibration, nprocs: int, cores: int, rate: float
     for family in cal.families:
         for n in cal.sizes:
             flops = 2.0 * n ** 3 if family == "gemm" else n ** 3 / 3.0
-            cands = [p for p in plans(family, _dims(family, n), nprocs, cores, oversubscribe=True)
+            cands = [p for p in plans(family, dims(family, n), nprocs, cores, oversubscribe=True)
                      if "strassen" not in p.algorithm] + [Plan("local", 1, 1, 1, threads=cores)]
             total += sum(flops / (rate * min(p.p * p.threads, cores)) + run_seconds for p in cands)
     return (cal.reps + 1) * total

@@ -99,6 +99,10 @@ def _dims_from_call(routine, args, kwargs) -> dict:
         return {"m": args[2].shape[0], "n": args[2].shape[1]}
     if routine == "getrs":                         # getrs(lu, ipiv, b): b holds the right-hand sides
         return {"n": args[0].shape[0], "nrhs": args[2].shape[1]}
+    if routine == "getrf":                         # an m x n panel (m >= n), or square
+        return {"m": args[0].shape[0], "n": args[0].shape[1]}
+    if routine == "laswp":                         # laswp(a, ipiv): one interchange per pivot, on every column
+        return {"n": args[0].shape[1], "k": args[1].shape[0]}
     return {"n": args[0].shape[0]}
 
 
@@ -331,7 +335,27 @@ def check_getrf(be, rng):
     assert unchanged_outside(parent, before, (slice(2, 11), slice(3, 12)))
 
 
-CHECKS = {"gemm": check_gemm, "syrk": check_syrk, "trsm": check_trsm, "gemv": check_gemv,
+def check_laswp(be, rng):
+    a, parent = fview(rng, 9, 5)
+    a0, before = a.copy(), parent.copy(order="F")
+    ipiv = np.array([3, 2, 9, 4], dtype=be.int_dtype)       # 1-based, each row with one at or below it
+    be.laswp(a, ipiv)
+    want = a0.copy()
+    for i, p in enumerate(ipiv - 1):
+        want[[i, p]] = want[[p, i]]
+    np.testing.assert_array_equal(a, want)
+    assert unchanged_outside(parent, before, (slice(2, 11), slice(3, 8)))
+    if "getrf_blocked" in be.ops:                          # the blocked LU driver: LAPACK's factors
+        m = np.asfortranarray(rng.standard_normal((37, 37)))
+        lu, piv = sla.lu_factor(m)
+        for nb in (1, 5, 16, 64):
+            x, ip = m.copy(order="F"), np.zeros(37, dtype=be.int_dtype)
+            assert be.getrf_blocked(x, ip, nb) == 0
+            np.testing.assert_allclose(x, lu, rtol=1e-10, atol=1e-12)
+            np.testing.assert_array_equal(ip, piv + 1)
+
+
+CHECKS = {"laswp": check_laswp, "gemm": check_gemm, "syrk": check_syrk, "trsm": check_trsm, "gemv": check_gemv,
           "axpy": check_axpy, "add": check_add, "potrf": check_chol("potrf"),
           "potf2": check_chol("potf2"), "getrf": check_getrf, "getrs": check_getrs}
 

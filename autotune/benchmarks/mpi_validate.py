@@ -83,7 +83,7 @@ def markdown(results: list[dict], summary: dict) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", choices=["gemm", "cholesky"], default="gemm")
+    p.add_argument("--family", choices=["gemm", "cholesky", "lu", "solve"], default="gemm")
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048], help="square sizes")
     p.add_argument("--reps", type=int, default=3, help="timed runs of each plan (median)")
     p.add_argument("--max-ratio", type=float, default=3.0, help="run plans predicted within this x the best")

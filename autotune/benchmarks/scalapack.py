@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.layout import Axis, block_cyclic
 
 HELP = "distributed LU/Cholesky vs ScaLAPACK pdgetrf/pdpotrf on distributed data (under mpiexec -n P)"
 _INT = ctypes.c_int
@@ -74,8 +75,6 @@ class ScaLAPACK:
 def _piece(full: np.ndarray, n: int, r: int, c: int, b: int, pr: int, pc: int) -> tuple[np.ndarray, np.ndarray]:
     """This rank's block-cyclic piece of ``full`` (Fortran order) and the mask of its elements on
     or below the global diagonal."""
-    from autotune.layout import Axis
-
     rows, cols = Axis(n, r, b).indices(pr), Axis(n, c, b).indices(pc)
     return np.asfortranarray(full[np.ix_(rows, cols)]), rows[:, None] >= cols[None, :]
 
@@ -111,7 +110,6 @@ class _Runner:
 
     def setup(self, name, fam, grid, b, side):
         from autotune.distributed import DistMatrix, ProcessGrid
-        from autotune.layout import block_cyclic
 
         r, c = grid
         pr, pc = divmod(self.comm.rank, c)

@@ -55,6 +55,7 @@ from .grid import ProcessGrid
 from .movement import DistMatrix, gather_columns, scatter_columns
 from .plan import Phases
 from .runs import PlanRun, agree_plan, plan_run
+from .steps import BlockSteps
 
 # Point-to-point tags: 2 per panel (diagonal block, panel pieces), cycled (at most 2 panels in flight).
 _TAG_CYCLE = 8192
@@ -98,37 +99,22 @@ class _Blas:
             self.be.gemm(-1.0, a, b, 1.0, c, False, True)
 
 
-class _Factor:
+class _Factor(BlockSteps):
     """One lower factorization of the local piece ``x`` (lower-view coordinates: rows over ``nr``
     process rows, columns over ``nc`` process columns; ``rank_of(i, j)`` is the rank at (i, j))."""
 
     def __init__(self, x, n, b, nr, nc, myr, myc, rank_of, comm, blas, lookahead, order):
         from mpi4py import MPI
 
-        self.MPI = MPI
-        self.x, self.n, self.b = x, n, b
-        self.nr, self.nc, self.myr, self.myc = nr, nc, myr, myc
+        super().__init__(n, b, nr, nc, myr, myc, *x.shape)
+        self.MPI, self.x = MPI, x
         self.rank_of, self.comm, self.blas = rank_of, comm, blas
         self.lookahead, self.order = lookahead, order
-        self.N = -(-n // b) if n else 0
-        self.last = n - (self.N - 1) * b if n else 0
-        self.mloc, self.nloc = x.shape
         self.sends: list = []          # (request, buffer) pairs still in flight
         self.slot_sends: dict[str, list] = {}   # workspace slot -> its sends' requests
         self.recvs: dict[int, tuple] = {}  # panel -> (requests, buffers, sources)
         self.own_info: dict[int, int] = {}
         self.seconds = {"compute": 0.0, "communication": 0.0}
-
-    # -- index arithmetic (block-cyclic, first block on part 0; only the last block is short) --
-    def size(self, J: int) -> int:
-        return self.b if J < self.N - 1 else self.last
-
-    def lr(self, J: int) -> int:
-        """First local row whose global block is >= J."""
-        return min(max(0, -(-(J - self.myr) // self.nr)) * self.b, self.mloc)
-
-    def lc(self, J: int) -> int:
-        return min(max(0, -(-(J - self.myc) // self.nc)) * self.b, self.nloc)
 
     def blocks(self, start: int, i: int, q: int | None) -> np.ndarray:
         """Global blocks J >= start owned by process row i (and process column q if given)."""

@@ -44,27 +44,25 @@ from .checks import all_finite
 from .movement import DistMatrix, gather_columns, scatter_columns
 from .plan import Phases
 from .runs import PlanRun, agree_plan, plan_run
+from .steps import BlockSteps
 
 _TAG_CYCLE = 8192
 _GATHER, _PANEL, _RING = 0, 1, 2
 
 
-class _LU:
+class _LU(BlockSteps):
     """One LU of the local piece ``x`` (Fortran order) on ``grid``; ``xb``: this rank's piece of
     the right-hand sides (1 x c only: all rows, on process column N % c), or None."""
 
     def __init__(self, x: np.ndarray, n: int, b: int, grid, be, lookahead: bool, xb: np.ndarray | None = None):
         from mpi4py import MPI
 
-        self.MPI, self.x, self.n, self.b, self.be, self.xb = MPI, x, n, b, be, xb
-        self.r, self.c, self.myr, self.myc = grid.r, grid.c, grid.pr, grid.pc
+        super().__init__(n, b, grid.r, grid.c, grid.pr, grid.pc, *x.shape)
+        self.MPI, self.x, self.be, self.xb = MPI, x, be, xb
         self.comm, self.col = grid.comm, grid.col
         self.lookahead = lookahead and grid.r == 1
-        self.N = -(-n // b) if n else 0
-        self.last = n - (self.N - 1) * b if n else 0
-        self.mloc, self.nloc = x.shape
         lrow = np.arange(self.mloc)
-        self.grow = ((lrow // b) * self.r + self.myr) * b + lrow % b      # global row of each local row
+        self.grow = ((lrow // b) * self.nr + self.myr) * b + lrow % b      # global row of each local row
         self.ipiv = np.zeros(n, dtype=np.int64)                            # global, 0-based
         self.itype = np.dtype(be.int_dtype)
         self.info = 0
@@ -73,18 +71,8 @@ class _LU:
         self.seconds = {"compute": 0.0, "communication": 0.0}
         self.loop_seconds = dict(self.seconds)     # as the factorization left them (set by _factor)
 
-    # -- index arithmetic (as the Cholesky's: first block on part 0, only the last one short) ----
-    def size(self, J: int) -> int:
-        return self.b if J < self.N - 1 else self.last
-
-    def lr(self, J: int) -> int:
-        return min(max(0, -(-(J - self.myr) // self.r)) * self.b, self.mloc)
-
-    def lc(self, J: int) -> int:
-        return min(max(0, -(-(J - self.myc) // self.c)) * self.b, self.nloc)
-
     def rank_of(self, i: int, j: int) -> int:
-        return i * self.c + j
+        return i * self.nc + j
 
     def tag(self, K: int, kind: int) -> int:
         return 3 * (K % _TAG_CYCLE) + kind
@@ -105,19 +93,19 @@ class _LU:
         if self._factoring(K):
             return
         buf = workspace.empty(f"lu_panel{K % 3}", self._message_size(K))
-        src = self.rank_of(K % self.r, K % self.c)
+        src = self.rank_of(K % self.nr, K % self.nc)
         self.recvs[K] = (self.comm.Irecv([buf, self.MPI.DOUBLE], src, self.tag(K, _PANEL)), buf)
 
     def _factoring(self, K: int) -> bool:
-        return self.myr == K % self.r and self.myc == K % self.c
+        return self.myr == K % self.nr and self.myc == K % self.nc
 
     def factor(self, K: int) -> None:
         """Panel K on its process column: (gather,) getrf, pack and send to every other rank."""
-        if self.myc != K % self.c:
+        if self.myc != K % self.nc:
             return
         t0 = time.perf_counter()
         kb, w, pc = K * self.b, self.size(K), self.lc(K)
-        if self.r > 1:
+        if self.nr > 1:
             panel = self._gather_panel(K)
             if panel is None:
                 return
@@ -133,21 +121,21 @@ class _LU:
         msg[0], msg[1:1 + w] = info, ip
         msg[1 + w:].reshape(panel.shape, order="F")[...] = panel
         self.sends.append((slot, [self.comm.Isend([msg, self.MPI.DOUBLE], q, self.tag(K, _PANEL))
-                                  for q in range(self.r * self.c) if q != self.comm.rank]))
+                                  for q in range(self.nr * self.nc) if q != self.comm.rank]))
         self.own = (K, msg, panel)
         self._clock("communication", t0)
 
     def _gather_panel(self, K: int) -> np.ndarray | None:
         """r > 1: the column's rows of panel K on the diagonal block's owner (None elsewhere)."""
         kb, w, pc, top = K * self.b, self.size(K), self.lc(K), self.lr(K)
-        owner = K % self.r
+        owner = K % self.nr
         mine = self.x[top:, pc:pc + w]
         if self.myr != owner:
             self.col.Send([np.asfortranarray(mine), self.MPI.DOUBLE], owner, self.tag(K, _GATHER))
             return None
         panel = workspace.empty("lu_gather", (self.n - kb, w), order="F")
         panel[self.grow[top:] - kb] = mine
-        for i in range(self.r):
+        for i in range(self.nr):
             if i == owner:
                 continue
             rows = self._rows_of(i, K)
@@ -158,7 +146,7 @@ class _LU:
 
     def _rows_of(self, i: int, K: int) -> np.ndarray:
         """Global rows >= K b held by process row i."""
-        blocks = np.arange(K + (i - K) % self.r, self.N, self.r)
+        blocks = np.arange(K + (i - K) % self.nr, self.N, self.nr)
         rows = (blocks[:, None] * self.b + np.arange(self.b)[None, :]).ravel()
         return rows[rows < self.n]
 
@@ -168,14 +156,14 @@ class _LU:
         w = self.size(K)
         if self._factoring(K):
             _, msg, panel = self.own
-            if self.r > 1:
+            if self.nr > 1:
                 top, pc = self.lr(K), self.lc(K)
                 self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
         else:
             req, msg = self.recvs.pop(K)
             req.Wait()
             panel = msg[1 + w:].reshape((self.n - K * self.b, w), order="F")
-            if self.r > 1 and self.myc == K % self.c:
+            if self.nr > 1 and self.myc == K % self.nc:
                 top, pc = self.lr(K), self.lc(K)
                 self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
         info = int(msg[0])
@@ -191,11 +179,11 @@ class _LU:
         """The panel's row interchanges on this rank's columns outside it (and the right-hand sides)."""
         t0 = time.perf_counter()
         kb, w, pc = K * self.b, self.size(K), self.lc(K)
-        own = self.myc == K % self.c
+        own = self.myc == K % self.nc
         views = [self.x[:, :pc], self.x[:, pc + w:]] if own else [self.x]
         if self.xb is not None:
             views.append(self.xb)
-        if self.r == 1:
+        if self.nr == 1:
             for v in views:
                 if v.shape[1]:
                     self.be.laswp(v[kb:], ip)
@@ -232,28 +220,28 @@ class _LU:
         t0 = time.perf_counter()
         w, top, tc = self.size(K), self.lr(K), self.lc(K + 1)
         targets = [self.x[top:top + w, tc:]] + ([self.xb[top:top + w]] if self.xb is not None else [])
-        if self.myr == K % self.r:
+        if self.myr == K % self.nr:
             for t in targets:
                 if t.shape[1]:
                     self.be.trsm(1.0, panel[:w], t, False, True, False, True)
         t0 = self._clock("compute", t0)
-        if self.r > 1:
+        if self.nr > 1:
             targets = [self._bcast_down(K, t, i) for i, t in enumerate(targets)]
             self._clock("communication", t0)
         return targets
 
     def _bcast_down(self, K: int, t: np.ndarray, i: int) -> np.ndarray:
         buf = workspace.empty(f"lu_u12_{i}", (self.size(K), t.shape[1]), order="F")
-        if self.myr == K % self.r:
+        if self.myr == K % self.nr:
             buf[...] = t
         if buf.size:
-            self.col.Bcast([buf, self.MPI.DOUBLE], K % self.r)
+            self.col.Bcast([buf, self.MPI.DOUBLE], K % self.nr)
         return buf
 
     def l21(self, K: int, panel: np.ndarray) -> np.ndarray:
         """L21 rows of this rank (local rows below block row K)."""
         low = self.lr(K + 1)
-        if self.r == 1:
+        if self.nr == 1:
             return panel[self.size(K):]
         return np.asfortranarray(panel[self.grow[low:] - K * self.b])
 
@@ -268,7 +256,7 @@ class _LU:
         self.interchange(K, ip)
         us = self.u12(K, panel)
         l21, low, tc = self.l21(K, panel), self.lr(K + 1), self.lc(K + 1)
-        ahead = self.lookahead and K + 1 < self.N and self.myc == (K + 1) % self.c
+        ahead = self.lookahead and K + 1 < self.N and self.myc == (K + 1) % self.nc
         if self.lookahead and K + 2 < self.N:
             self.post_recv(K + 2)
         split = self.size(K + 1) if ahead else 0
@@ -314,9 +302,9 @@ class _LU:
         """U x = y, the whole y (solved blocks below, y above) passed from each block column's
         owner to the previous one's; x on rank 0 (the owner of block column 0), fresh memory."""
         t0 = time.perf_counter()
-        y, holder = self.xb, self.N % self.c
+        y, holder = self.xb, self.N % self.nc
         for K in range(self.N - 1, -1, -1):
-            owner = K % self.c
+            owner = K % self.nc
             if owner != holder:
                 if self.myc == holder:
                     self.comm.Send([y, self.MPI.DOUBLE], owner, self.tag(K, _RING))

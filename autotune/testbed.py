@@ -1,0 +1,260 @@
+"""An emulated cluster inside this machine: hosts as network namespaces on a bridge, each link
+rate-limited by a token bucket and each host's CPU share capped by a cgroup quota, with MPI ranks
+launched on them by the MPI runtime's own launcher (``autotune testbed up | mpiexec | down``).
+
+Each host ``h<i>`` is a namespace ``at-h<i>`` joined to the bridge ``at-br`` by a veth pair,
+address ``10.77.0.<i+1>``; the root namespace holds ``10.77.0.254`` on the bridge (where
+``mpiexec`` runs). A rate (``tc`` tbf, e.g. ``1gbit``) shapes both ends of a host's link; a CPU
+share (percent of one core, cgroup v1 ``cpu.cfs_quota_us``) slows every process on it. ``mpiexec``
+reaches the hosts through an agent it calls as it would call ssh (``agent HOST COMMAND``), which
+enters the host's namespace with its own UTS namespace and hostname (one shared hostname makes the
+TCP transport hang) and its cgroup. Ranks on one host talk over shared memory, across hosts over
+TCP on the bridge. Root only; ``down`` removes everything ``up`` made, and ``up`` first clears any
+leftover of an earlier run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PREFIX = "at-"
+BRIDGE = f"{PREFIX}br"
+SUBNET = "10.77.0"
+GATEWAY = f"{SUBNET}.254"
+STATE_DIR = Path(os.environ.get("AUTOTUNE_TESTBED_DIR", "/run/autotune-testbed"))
+CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+PERIOD_US = 100_000
+_RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$")
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be built here (not root, no namespaces, bad arguments)."""
+
+
+@dataclass
+class Host:
+    name: str
+    ip: str
+    rate: str | None = None       # tc rate of its link, e.g. "1gbit" (None: the veth's own speed)
+    cpu: int | None = None        # percent of one core (None: no cap)
+    slots: int = 1
+
+    @property
+    def ns(self) -> str:
+        return f"{PREFIX}{self.name}"
+
+    @property
+    def veth(self) -> str:
+        return f"{PREFIX}{self.name}"
+
+
+@dataclass
+class Testbed:
+    hosts: list[Host]
+    workdir: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def agent(self) -> str:
+        return str(Path(self.workdir) / "agent")
+
+    @property
+    def hostfile(self) -> str:
+        return str(Path(self.workdir) / "hostfile")
+
+    def mpiexec_args(self) -> list[str]:
+        """Options that make OpenMPI's ``mpiexec`` launch its ranks on the testbed's hosts."""
+        net = f"{SUBNET}.0/24"
+        return ["--hostfile", self.hostfile, "--prtemca", "plm_ssh_agent", self.agent,
+                "--prtemca", "plm_ssh_no_tree_spawn", "1", "--prtemca", "oob_tcp_if_include", net,
+                "--mca", "btl_tcp_if_include", net, "--mca", "btl", "tcp,sm,self", "--bind-to", "none",
+                "--allow-run-as-root"]
+
+    def save(self) -> None:
+        Path(self.workdir, "state.json").write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, workdir: Path = STATE_DIR) -> Testbed:
+        data = json.loads(Path(workdir, "state.json").read_text())
+        return cls([Host(**h) for h in data["hosts"]], data["workdir"], data.get("extra", {}))
+
+
+def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode:
+        raise TestbedError(f"{' '.join(cmd)}: {proc.stderr.strip() or proc.returncode}")
+    return proc
+
+
+def available() -> str:
+    """Why the testbed cannot run here ("" if it can)."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, tc, cgroups)"
+    for tool in ("ip", "tc", "unshare"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    probe = f"{PREFIX}probe"
+    made = _run("ip", "netns", "add", probe, check=False)
+    if made.returncode:
+        return f"cannot create network namespaces: {made.stderr.strip()}"
+    _run("ip", "netns", "del", probe, check=False)
+    return ""
+
+
+def _check(hosts: list[Host]) -> None:
+    if not 1 <= len(hosts) <= 200:
+        raise TestbedError(f"between 1 and 200 hosts, got {len(hosts)}")
+    for h in hosts:
+        if h.rate is not None and not _RATE.match(h.rate):
+            raise TestbedError(f"{h.name}: rate {h.rate!r} is not like 1gbit, 500mbit")
+        if h.cpu is not None and not 1 <= h.cpu <= 100 * (os.cpu_count() or 1):
+            raise TestbedError(f"{h.name}: cpu share {h.cpu}% outside 1..{100 * (os.cpu_count() or 1)}")
+        if h.slots < 1:
+            raise TestbedError(f"{h.name}: slots must be >= 1")
+
+
+def hosts_from(count: int, rates: list[str] | None = None, cpus: list[int] | None = None,
+               slots: int = 1) -> list[Host]:
+    """``count`` hosts h0.., the i-th with ``rates[i]`` / ``cpus[i]`` (the last value repeats)."""
+    def pick(values, i):
+        return None if not values else values[min(i, len(values) - 1)]
+
+    return [Host(f"h{i}", f"{SUBNET}.{i + 1}", pick(rates, i), pick(cpus, i), slots) for i in range(count)]
+
+
+def _shape(dev: str, rate: str, ns: str | None = None) -> None:
+    """A token bucket of ``rate`` on ``dev``'s egress (burst: 1 ms of the rate, at least 32 KiB)."""
+    bits = float(re.sub(r"[a-z]+$", "", rate)) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[
+        re.sub(r"^[\d.]+", "", rate)]
+    burst = max(32768, int(bits / 8 / 1000))
+    cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
+           "latency", "50ms"]
+    _run(*(["ip", "netns", "exec", ns] if ns else []), *cmd)
+
+
+def _agent_script(tb: Testbed) -> str:
+    table = "\n".join(f"  {h.name}) ns={h.ns}; cg={_cgroup(h) or ''} ;;" for h in tb.hosts)
+    return f"""#!/bin/sh
+# ssh stand-in for mpiexec: agent [ssh options] HOST COMMAND... runs COMMAND on the emulated HOST
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1; shift
+case "$host" in
+{table}
+  *) echo "testbed agent: unknown host $host" >&2; exit 255 ;;
+esac
+exec ip netns exec "$ns" unshare --uts sh -c \\
+  'hostname "$1"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; shift 2; exec sh -c "$*"' agent "$host" "$cg" "$@"
+"""
+
+
+def _cgroup(h: Host) -> str | None:
+    return str(CGROUP_CPU / f"{PREFIX}{h.name}") if h.cpu is not None else None
+
+
+def up(hosts: list[Host], workdir: Path = STATE_DIR) -> Testbed:
+    """Build the testbed (after clearing any leftover); its state is kept in ``workdir``."""
+    _check(hosts)
+    why = available()
+    if why:
+        raise TestbedError(why)
+    down(workdir, quiet=True)
+    workdir.mkdir(parents=True, exist_ok=True)
+    tb = Testbed(hosts, str(workdir))
+    tb.save()
+    _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+    _run("ip", "link", "set", BRIDGE, "up")
+    for h in hosts:
+        _run("ip", "netns", "add", h.ns)
+        _run("ip", "link", "add", h.veth, "type", "veth", "peer", "name", "eth0", "netns", h.ns)
+        _run("ip", "link", "set", h.veth, "master", BRIDGE, "up")
+        for cmd in (["ip", "addr", "add", f"{h.ip}/24", "dev", "eth0"], ["ip", "link", "set", "eth0", "up"],
+                    ["ip", "link", "set", "lo", "up"]):
+            _run("ip", "netns", "exec", h.ns, *cmd)
+        if h.rate:
+            _shape(h.veth, h.rate)
+            _shape("eth0", h.rate, h.ns)
+        cg = _cgroup(h)
+        if cg:
+            Path(cg).mkdir(exist_ok=True)
+            Path(cg, "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            Path(cg, "cpu.cfs_quota_us").write_text(str(PERIOD_US * h.cpu // 100))
+    Path(tb.hostfile).write_text("".join(f"{h.name} slots={h.slots}\n" for h in hosts))
+    agent = Path(tb.agent)
+    agent.write_text(_agent_script(tb))
+    agent.chmod(0o755)
+    return tb
+
+
+def down(workdir: Path = STATE_DIR, quiet: bool = False) -> None:
+    """Remove what ``up`` made: namespaces, links, bridge, cgroups, the state directory."""
+    for ns in _run("ip", "netns", "list", check=False).stdout.split("\n"):
+        name = ns.split(" ")[0]
+        if name.startswith(PREFIX):
+            _run("ip", "netns", "pids", name, check=False)
+            for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
+                _run("kill", "-9", pid, check=False)
+            _run("ip", "netns", "del", name, check=False)
+    links = _run("ip", "-o", "link", "show", check=False).stdout
+    for name in re.findall(rf"^\d+: ({re.escape(PREFIX)}[\w.-]+?)[@:]", links, flags=re.M):
+        _run("ip", "link", "del", name, check=False)
+    if CGROUP_CPU.is_dir():
+        for cg in CGROUP_CPU.glob(f"{PREFIX}*"):
+            procs = (cg / "cgroup.procs").read_text().split() if (cg / "cgroup.procs").exists() else []
+            for pid in procs:
+                _run("kill", "-9", pid, check=False)
+            try:
+                cg.rmdir()
+            except OSError:
+                pass
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def mpiexec_command(tb: Testbed, np_: int, argv: list[str], mpiexec: str | None = None) -> list[str]:
+    """``mpiexec -n np_`` with the testbed's options, then ``argv``."""
+    exe = mpiexec or str(Path(sys.executable).parent / "mpiexec")
+    return [exe, "-n", str(np_), *tb.mpiexec_args(), *argv]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="testbed_command", required=True)
+    u = sub.add_parser("up", help="start the emulated hosts")
+    u.add_argument("--hosts", type=int, default=2)
+    u.add_argument("--rate", nargs="+", help="link rate per host (tc syntax: 1gbit, 500mbit; the last repeats)")
+    u.add_argument("--cpu", type=int, nargs="+", help="CPU share per host, percent of one core (the last repeats)")
+    u.add_argument("--slots", type=int, default=1, help="MPI slots per host")
+    sub.add_parser("down", help="remove the emulated hosts")
+    sub.add_parser("show", help="print the testbed and the mpiexec options that use it")
+    r = sub.add_parser("mpiexec", help="run mpiexec on the testbed: autotune testbed mpiexec NP CMD...")
+    r.add_argument("np", type=int)
+    r.add_argument("argv", nargs=argparse.REMAINDER)
+
+
+def run(args) -> int:
+    try:
+        if args.testbed_command == "up":
+            tb = up(hosts_from(args.hosts, args.rate, args.cpu, args.slots))
+            print(f"testbed up: {len(tb.hosts)} hosts " + ", ".join(
+                f"{h.name} {h.ip} rate={h.rate or 'veth'} cpu={h.cpu or 100}%" for h in tb.hosts))
+            return 0
+        if args.testbed_command == "down":
+            down()
+            print("testbed down")
+            return 0
+        tb = Testbed.load()
+    except (TestbedError, OSError, ValueError) as exc:
+        print(f"autotune testbed: {exc}", file=sys.stderr)
+        return 2
+    if args.testbed_command == "show":
+        print(json.dumps(asdict(tb), indent=1))
+        print("mpiexec options: " + shlex.join(tb.mpiexec_args()))
+        return 0
+    return subprocess.run(mpiexec_command(tb, args.np, args.argv)).returncode
