@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune import testbed
 from autotune.api import (
     ARITY,
     describe,
@@ -699,6 +700,10 @@ def parser() -> argparse.ArgumentParser:
                      help="check points besides the database's own (`autotune bench validate --out` output)")
     rep.set_defaults(func=cmd_report)
     add_bench_parser(sub)
+    bed = sub.add_parser("testbed", help="an emulated cluster on this machine (root): up, show, mpiexec, down",
+                         description=testbed.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    testbed.add_arguments(bed)
+    bed.set_defaults(func=testbed.run)
     return p
 
 

@@ -7,8 +7,8 @@ address ``10.77.0.<i+1>``; the root namespace holds ``10.77.0.254`` on the bridg
 ``mpiexec`` runs). A rate (``tc`` tbf, e.g. ``1gbit``) shapes both ends of a host's link; a CPU
 share (percent of one core, cgroup v1 ``cpu.cfs_quota_us``) slows every process on it. ``mpiexec``
 reaches the hosts through an agent it calls as it would call ssh (``agent HOST COMMAND``), which
-enters the host's namespace with its own UTS namespace and hostname (one shared hostname makes the
-TCP transport hang) and its cgroup. Ranks on one host talk over shared memory, across hosts over
+joins the host's cgroup, then enters its namespace with its own UTS namespace and hostname (one
+shared hostname makes the TCP transport hang). Ranks on one host talk over shared memory, across hosts over
 TCP on the bridge. Root only; ``down`` removes everything ``up`` made, and ``up`` first clears any
 leftover of an earlier run.
 """
@@ -82,8 +82,12 @@ class Testbed:
         Path(self.workdir, "state.json").write_text(json.dumps(asdict(self), indent=1))
 
     @classmethod
-    def load(cls, workdir: Path = STATE_DIR) -> Testbed:
-        data = json.loads(Path(workdir, "state.json").read_text())
+    def load(cls, workdir: Path | None = None) -> Testbed:
+        """The testbed ``up`` left in ``workdir`` (default ``STATE_DIR``)."""
+        try:
+            data = json.loads(Path(workdir or STATE_DIR, "state.json").read_text())
+        except FileNotFoundError:
+            raise TestbedError("no testbed is up (autotune testbed up)") from None
         return cls([Host(**h) for h in data["hosts"]], data["workdir"], data.get("extra", {}))
 
 
@@ -150,8 +154,9 @@ case "$host" in
 {table}
   *) echo "testbed agent: unknown host $host" >&2; exit 255 ;;
 esac
-exec ip netns exec "$ns" unshare --uts sh -c \\
-  'hostname "$1"; [ -n "$2" ] && echo $$ > "$2/cgroup.procs"; shift 2; exec sh -c "$*"' agent "$host" "$cg" "$@"
+# join the host's CPU cgroup here: inside the namespace, ip netns exec mounts a sysfs without cgroups
+[ -n "$cg" ] && echo $$ > "$cg/cgroup.procs"
+exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$1"; shift; exec sh -c "$*"' agent "$host" "$@"
 """
 
 
@@ -159,13 +164,15 @@ def _cgroup(h: Host) -> str | None:
     return str(CGROUP_CPU / f"{PREFIX}{h.name}") if h.cpu is not None else None
 
 
-def up(hosts: list[Host], workdir: Path = STATE_DIR) -> Testbed:
-    """Build the testbed (after clearing any leftover); its state is kept in ``workdir``."""
+def up(hosts: list[Host], workdir: Path | None = None) -> Testbed:
+    """Build the testbed (after clearing any leftover); its state is kept in ``workdir``
+    (default ``STATE_DIR``)."""
+    workdir = Path(workdir or STATE_DIR)
     _check(hosts)
     why = available()
     if why:
         raise TestbedError(why)
-    down(workdir, quiet=True)
+    down(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     tb = Testbed(hosts, str(workdir))
     tb.save()
@@ -194,12 +201,11 @@ def up(hosts: list[Host], workdir: Path = STATE_DIR) -> Testbed:
     return tb
 
 
-def down(workdir: Path = STATE_DIR, quiet: bool = False) -> None:
+def down(workdir: Path | None = None) -> None:
     """Remove what ``up`` made: namespaces, links, bridge, cgroups, the state directory."""
     for ns in _run("ip", "netns", "list", check=False).stdout.split("\n"):
         name = ns.split(" ")[0]
         if name.startswith(PREFIX):
-            _run("ip", "netns", "pids", name, check=False)
             for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
                 _run("kill", "-9", pid, check=False)
             _run("ip", "netns", "del", name, check=False)
@@ -215,7 +221,7 @@ def down(workdir: Path = STATE_DIR, quiet: bool = False) -> None:
                 cg.rmdir()
             except OSError:
                 pass
-    shutil.rmtree(workdir, ignore_errors=True)
+    shutil.rmtree(workdir or STATE_DIR, ignore_errors=True)
 
 
 def mpiexec_command(tb: Testbed, np_: int, argv: list[str], mpiexec: str | None = None) -> list[str]:

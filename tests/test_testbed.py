@@ -1,0 +1,111 @@
+"""The emulated cluster: arguments checked, the agent and mpiexec options it writes, and (as root,
+where namespaces work) two hosts up, an MPI job across them over the shaped link, and down."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from mpi_helpers import MPI_TIMEOUT, mpi_env, mpiexec
+
+from autotune import testbed
+from autotune.cli import main as cli_main
+
+
+def test_hosts_and_their_checks():
+    hosts = testbed.hosts_from(3, rates=["1gbit"], cpus=[100, 50], slots=2)
+    assert [h.name for h in hosts] == ["h0", "h1", "h2"]
+    assert [h.ip for h in hosts] == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+    assert [h.rate for h in hosts] == ["1gbit"] * 3 and [h.cpu for h in hosts] == [100, 50, 50]
+    assert {h.slots for h in hosts} == {2} and hosts[1].ns == "at-h1"
+    for bad in (testbed.hosts_from(1, rates=["fast"]), testbed.hosts_from(1, cpus=[0]), testbed.hosts_from(0)):
+        with pytest.raises(testbed.TestbedError):
+            testbed._check(bad)
+
+
+def test_agent_and_mpiexec_options(tmp_path):
+    tb = testbed.Testbed(testbed.hosts_from(2, cpus=[100, 50]), str(tmp_path))
+    script = testbed._agent_script(tb)
+    assert "h0) ns=at-h0" in script and "h1) ns=at-h1; cg=/sys/fs/cgroup/cpu/at-h1" in script
+    assert "unshare --uts" in script and "ip netns exec" in script
+    args = tb.mpiexec_args()
+    assert args[args.index("--hostfile") + 1] == str(tmp_path / "hostfile")
+    assert args[args.index("plm_ssh_agent") + 1] == str(tmp_path / "agent")
+    assert "10.77.0.0/24" in args and "--bind-to" in args
+    tb.save()
+    assert testbed.Testbed.load(tmp_path).hosts == tb.hosts
+
+
+def test_cli_reports_a_missing_testbed(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
+    assert cli_main(["testbed", "show"]) == 2
+    assert "autotune testbed:" in capsys.readouterr().err
+
+
+JOB = """
+import socket, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+names = comm.allgather(socket.gethostname())
+buf = np.zeros(4 << 20 >> 3)
+if comm.rank < 2:
+    other = 1 - comm.rank
+    for _ in range(2):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        if comm.rank == 0:
+            comm.Send(buf, other); comm.Recv(buf, other)
+        else:
+            comm.Recv(buf, other); comm.Send(buf, other)
+        dt = time.perf_counter() - t0
+t0, w0 = time.process_time(), time.perf_counter()
+while time.perf_counter() - w0 < 0.5:        # spin: the share of a core this host's cgroup allows
+    pass
+shares = comm.gather((time.process_time() - t0) / (time.perf_counter() - w0))
+if comm.rank == 0:
+    print("HOSTS", " ".join(names), "RATE", 2 * buf.nbytes / dt / 1e6, "CPU", *shares, flush=True)
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two emulated hosts over a 1 Gbit/s link, the second at half a core; torn down after."""
+    why = testbed.available()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"the testbed must run under CI: {why}")
+        pytest.skip(f"emulated cluster unavailable here: {why}")
+    work = tmp_path / "bed"
+    tb = testbed.up(testbed.hosts_from(2, rates=["1gbit"], cpus=[200, 50]), work)
+    try:
+        yield tb
+    finally:
+        testbed.down(work)
+
+
+def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB))
+    cmd = testbed.mpiexec_command(cluster, 2, [sys.executable, str(script)], mpiexec())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("HOSTS"))
+    words = line.split()
+    assert words[1:3] == ["h0", "h1"]                  # one rank on each emulated host
+    assert float(words[4]) < 0.125e3 * 1.10           # MB/s: the 1 Gbit/s token bucket holds
+    assert float(words[6]) > 0.8 and float(words[7]) < 0.6   # h1's cgroup: half a core
+
+
+def test_down_removes_everything(tmp_path):
+    why = testbed.available()
+    if why:
+        pytest.skip(f"emulated cluster unavailable here: {why}")
+    work = tmp_path / "bed"
+    testbed.up(testbed.hosts_from(1, cpus=[50]), work)
+    testbed.down(work)
+    assert "at-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "at-" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert not list(testbed.CGROUP_CPU.glob("at-*")) and not work.exists()
