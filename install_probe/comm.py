@@ -66,7 +66,7 @@ from autotune.db import comm as dbc
 from autotune.db import resolve
 from autotune.db.comm import loggp_lines
 from autotune.distributed import workspace
-from autotune.distributed.collective import first_ranks
+from autotune.distributed.collective import first_ranks, quiet_barrier
 from autotune.distributed.movement import scatter_columns
 from autotune.layout import Axis
 from autotune.models.movement import PACK_BACKEND
@@ -77,7 +77,8 @@ COLD = dbc.COLD_PRIMITIVES     # a run's distribution: new arrays, caches flushe
 PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
 GROUP = ("bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv",
          "alltoallv", *COLD)                                         # on each p-rank sub-communicator
-ROUND_TRIP = ("pingpong", "send_vector", "send_subarray")    # one-way time = round trip / 2
+LINK = dbc.LINK_PRIMITIVES      # a ping-pong on one pair of each link type the ranks have
+ROUND_TRIP = ("pingpong", "send_vector", "send_subarray", *LINK)    # one-way time = round trip / 2
 # Per-process buffer bytes as a multiple of nbytes (send + receive) for the memory cap.
 FOOTPRINT = {"allgather": lambda p: 1 + p, "allgatherv": lambda p: 1 + p, "scatterv": lambda p: 1 + p,
              "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}     # cold ones: their operation's
@@ -575,7 +576,7 @@ def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
     counts = np.full(p, m, dtype=np.int64)
     displs = np.arange(p, dtype=np.int64) * m
     nothing = lambda: None  # noqa: E731
-    if prim == "pingpong":
+    if prim == "pingpong" or prim in LINK:
         sb, rb = [s[:m], B], [r[:m], B]
         if rank == 0:
             def op():
@@ -723,6 +724,15 @@ def buffer_bytes(profile: CommProfile, prims, p: int) -> int:
 
 # -- the run --------------------------------------------------------------------------------------
 
+def link_pair(hosts: list[str], same: bool) -> tuple[int, int] | None:
+    """The first pair of ranks (by rank) on one host (``same``) or on two different hosts."""
+    for i in range(len(hosts)):
+        for j in range(i + 1, len(hosts)):
+            if (hosts[i] == hosts[j]) == same:
+                return i, j
+    return None
+
+
 def platform_info(world) -> dict:
     """MPI library, world size, hosts, oversubscription (collective over ``world``)."""
     from mpi4py import MPI
@@ -840,6 +850,26 @@ class _Run:
                 self.group(p)
             else:
                 self.grid(*grid)
+        self.links()
+
+    def links(self) -> None:
+        """Each link primitive the profile asks for, on the first pair of ranks of its kind (same
+        host / different hosts, by processor name) as ranks 0 and 1 of a two-rank communicator."""
+        from mpi4py import MPI
+
+        world = self.world
+        hosts = world.allgather(MPI.Get_processor_name())
+        for prim in (x for x in LINK if x in self.profile.primitives):
+            pair = link_pair(hosts, same=prim == "link_host")
+            if pair is None:
+                continue
+            sub = world.Split(0 if world.Get_rank() in pair else MPI.UNDEFINED, pair.index(world.Get_rank())
+                              if world.Get_rank() in pair else 0)
+            if sub != MPI.COMM_NULL:
+                self.curve(prim, sub, 2, (0, 0), self.buffers([prim], 2))
+                sub.Free()
+            quiet_barrier(world)      # the others wait without taking a core from the pair
+            self.log(f"{prim} between ranks {pair[0]} and {pair[1]}")
 
     def group(self, p: int) -> None:
         """The non-grid primitives on ranks 0..p-1 (pairs only at p = 2); the others wait."""

@@ -70,20 +70,56 @@ if comm.rank == 0:
 """
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    """Two emulated hosts over a 1 Gbit/s link, the second at half a core; torn down after."""
+def _require_testbed() -> None:
     why = testbed.available()
     if why:
         if os.environ.get("CI"):
             pytest.fail(f"the testbed must run under CI: {why}")
         pytest.skip(f"emulated cluster unavailable here: {why}")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two emulated hosts over a 1 Gbit/s link, the second at half a core; torn down after."""
+    _require_testbed()
     work = tmp_path / "bed"
     tb = testbed.up(testbed.hosts_from(2, rates=["1gbit"], cpus=[200, 50]), work)
     try:
         yield tb
     finally:
         testbed.down(work)
+
+
+LINKS = {"name": "links", "sizes": [8, 64, 512, 65536, 1048576, 4194304, 8388608], "procs": [2], "grids": "none",
+         "primitives": ["link_host", "link_net"], "passes": 1, "max_regimes": 3,
+         "timing": {"warmup": 1, "rewarm": 1, "min_reps": 3, "max_reps": 20, "point_budget_seconds": 0.2}}
+
+
+def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
+    """Two hosts with two ranks each over 1 Gbit/s: the probe's two link types differ, and the
+    network's large-message rate is the token bucket's (within 10%)."""
+    import yaml
+
+    from autotune.db.comm import load_comm
+
+    _require_testbed()
+    work, db, prof = tmp_path / "bed", tmp_path / "db.h5", tmp_path / "links.yaml"
+    prof.write_text(yaml.safe_dump(LINKS))
+    tb = testbed.up(testbed.hosts_from(2, rates=["1gbit"], slots=2), work)
+    try:
+        cmd = testbed.mpiexec_command(tb, 4, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi",
+                                              "--profile", str(prof), "--db", str(db)], mpiexec())
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(),
+                              cwd=tmp_path)
+    finally:
+        testbed.down(work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cp = load_comm(db, nprocs=4)
+    assert cp.platform["hosts"] == 2 and {"link_host", "link_net"} <= set(cp.primitives())
+    big = 8 << 20
+    net, host = (float(cp.time(x, 2, big)) for x in ("link_net", "link_host"))
+    assert abs(big / net / 0.125e9 - 1.0) < 0.10          # 1 Gbit/s = 0.125 GB/s
+    assert host < net / 5 and cp.time("link_host", 2, 8) < cp.time("link_net", 2, 8)
 
 
 def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):

@@ -57,9 +57,12 @@ COLD_SUFFIX = "_cold"
 # the root's own piece copied while the others pull theirs), a scatter like Scatterv's.
 COLD_PRIMITIVES = ("scatterv_cold", "bcast_cold", "colscatter_cold")
 _WARM = {"colscatter_cold": "scatterv"}
+# A ping-pong between two ranks on one host (shared memory) and between two on different hosts (the
+# network): the platform's link types, each timed on one pair of that kind where the ranks have one.
+LINK_PRIMITIVES = ("link_host", "link_net")
 PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
               "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector",
-              "send_subarray") + COLD_PRIMITIVES
+              "send_subarray") + COLD_PRIMITIVES + LINK_PRIMITIVES
 GRID_PRIMITIVES = ("bcast_row", "bcast_col")
 # Measured between ranks 0 and 1 only (p = 2), whatever p is asked.
 PAIR_PRIMITIVES = ("pingpong", "send_vector", "send_subarray")
@@ -959,7 +962,8 @@ def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
     return CommParams(chosen, "", nprocs, tuple(q.key for q in usable if q is not chosen))
 
 
-__all__ = ["COLD_PRIMITIVES", "FIT_DTYPE", "GRID_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES", "PRTT_DTYPE",
+__all__ = ["COLD_PRIMITIVES", "FIT_DTYPE", "GRID_PRIMITIVES", "LINK_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES",
+           "PRTT_DTYPE",
            "CommParams", "CurveFit", "HockneyFit", "Platform", "Regime", "base_primitive", "choose_platform",
            "default_ts_tw", "fit_curve", "fit_hockney", "fit_loggp", "fit_points", "heldout", "load_comm",
            "loggp_lines", "mpi_world_size_env", "platform_key", "read_platforms", "relative_errors", "write_platform"]
