@@ -536,6 +536,8 @@ def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
         return f"--np: distributed plans exist for gemm, cholesky, lu and solve, not {args.routine}"
     if args.run and args.np is not None:
         return "--run runs on this process only; it does not combine with --np"
+    if args.min_efficiency is not None and (args.np is None or not 0.0 < args.min_efficiency <= 1.0):
+        return "--min-efficiency takes a value in (0, 1] and goes with --np"
     return ""
 
 
@@ -590,7 +592,7 @@ def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
     cp = load_comm(opts.db, nprocs=args.np)
     try:
         dec = rank_plans(args.routine, dims, args.np, sp, cp, args.threads or available_cores(),
-                         opts.allow_strassen)
+                         opts.allow_strassen, min_efficiency=args.min_efficiency)
     except LookupError as exc:
         return _error("explain", f"{exc} in {resolve(opts.db)}")
     print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")
@@ -688,6 +690,8 @@ def parser() -> argparse.ArgumentParser:
                           "default: after an idle spell)")
     exp.add_argument("--np", type=int, default=None,
                      help="rank distributed plans for up to NP MPI ranks (cores per node: --threads)")
+    exp.add_argument("--min-efficiency", type=float, default=None, metavar="E",
+                     help="with --np: choose the fastest plan predicted at efficiency >= E (shared clusters)")
     exp.set_defaults(func=cmd_explain)
     ref = sub.add_parser("refit", help="fold the on-line learning log (AUTOTUNE_LEARN=1) into the database")
     ref.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")

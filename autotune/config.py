@@ -36,12 +36,15 @@ class Options:
     ``db``: database path (None: $AUTOTUNE_DB or the per-user default).
     ``workspace_bytes``: most bytes the distributed runs keep in buffers reused between calls
     (None: an eighth of physical memory; 0: allocate afresh every call, see
-    ``autotune.distributed.workspace``)."""
+    ``autotune.distributed.workspace``).
+    ``min_efficiency``: on a shared cluster, run the fastest distributed plan whose predicted
+    efficiency ``T_seq / (cores T_par)`` is at least this (None: the fastest plan; 0.8 in 004)."""
 
     threads: int | None = None
     allow_strassen: bool = False
     db: str | None = None
     workspace_bytes: int | None = None
+    min_efficiency: float | None = None
 
     @property
     def thread_budget(self) -> int:
@@ -85,4 +88,7 @@ def _validated(opts: Options) -> Options:
         raise ValueError(f"threads must be a positive integer or None, got {opts.threads!r}")
     if opts.workspace_bytes is not None and (not isinstance(opts.workspace_bytes, int) or opts.workspace_bytes < 0):
         raise ValueError(f"workspace_bytes must be a non-negative integer or None, got {opts.workspace_bytes!r}")
+    eff = opts.min_efficiency
+    if eff is not None and (isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0.0 < eff <= 1.0):
+        raise ValueError(f"min_efficiency must be in (0, 1] or None, got {eff!r}")
     return opts

@@ -239,11 +239,13 @@ def _plan(family: str, dims: tuple[int, ...], nprocs: int, cores: int, config, e
             raise ValueError(f"plan needs {plan.p} ranks, communicator has {nprocs}")
         return plan
     opts = get_options()
-    key = (family, dims, nprocs, cores, opts.allow_strassen, opts.db, tuple(sorted(problem.items())))
+    key = (family, dims, nprocs, cores, opts.allow_strassen, opts.db, opts.min_efficiency,
+           tuple(sorted(problem.items())))
     if key in _DECISIONS and not explain:
         return _DECISIONS[key]
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
-    dec = rank_plans(family, dims, nprocs, sp, cp, cores, opts.allow_strassen, **problem)
+    dec = rank_plans(family, dims, nprocs, sp, cp, cores, opts.allow_strassen, min_efficiency=opts.min_efficiency,
+                     **problem)
     if explain:
         print(dec)
     _DECISIONS[key] = dec.chosen

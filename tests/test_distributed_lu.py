@@ -217,3 +217,34 @@ def test_selector_plans_lu_on_every_grid_and_solves_on_one_row():
     sv = plans("solve", (2048, 16), 4, 4, oversubscribe=True)
     assert sv and all(p.algorithm == "gesv" and p.r == 1 for p in sv)
     assert {p.b for p in sv} == {64, 128, 256, 512}
+
+
+def test_efficiency_threshold_orders_plans_and_reaches_the_choice(tiny_db, monkeypatch, capsys):
+    """Each plan's predicted efficiency T_seq / (cores x T); with a threshold the fastest plan at or
+    above it is chosen (004), shown by explain; bad thresholds are refused."""
+    import warnings
+
+    import autotune
+    from autotune.cli import main as cli_main
+    from autotune.db import load_sp
+    from autotune.db.comm import CommParams
+    from autotune.select.distributed import rank_plans
+
+    sp, cp = load_sp(str(tiny_db)), CommParams(None, "test", 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        free = rank_plans("lu", (256,), 2, sp, cp, 2)
+        effs = [r.efficiency for r in free.ranking]
+        assert all(e is not None and 0 < e for e in effs)
+        strict = rank_plans("lu", (256,), 2, sp, cp, 2, min_efficiency=0.999)
+    ok = [r for r in strict.ranking if r.efficiency >= 0.999]
+    assert any(r.plan.algorithm == "local" for r in ok)      # one process on one core: T_seq itself
+    assert strict.chosen == min(ok, key=lambda r: r.seconds).plan
+    assert (len(ok) < len(strict.ranking)) == any("below efficiency" in n for n in strict.notes)
+    assert sorted(r.seconds for r in free.ranking) == [r.seconds for r in free.ranking]
+    with pytest.raises(ValueError, match="min_efficiency"):
+        with autotune.options(min_efficiency=1.5):
+            pass
+    assert cli_main(["explain", "lu", "256", "--np", "2", "--db", str(tiny_db), "--min-efficiency", "0.5"]) == 0
+    assert " eff " in capsys.readouterr().out
+    assert cli_main(["explain", "lu", "256", "--db", str(tiny_db), "--min-efficiency", "0.5"]) == 2

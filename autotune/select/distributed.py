@@ -40,6 +40,7 @@ class DistRanked:
     phases: dict[str, float]                 # the prediction in use (fitted phase factors applied)
     model: dict[str, float] | None = None    # the phases before calibration (None: same as phases)
     corrections: tuple[Correction, ...] = ()
+    efficiency: float | None = None          # T_seq / (cores used x predicted time); None: no T_seq
 
     @property
     def seconds(self) -> float:
@@ -261,10 +262,13 @@ def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int
 
 
 def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: int,
-               allow_strassen: bool = False, oversubscribe: bool = False, **problem) -> DistDecision:
+               allow_strassen: bool = False, oversubscribe: bool = False, min_efficiency: float | None = None,
+               **problem) -> DistDecision:
     """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first: ranks x BLAS
     threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``.
-    ``problem``: Cholesky's ``lower`` and input ``order`` (default: scipy's upper, numpy's C)."""
+    With ``min_efficiency`` the plans predicted below it come after those above (the chosen plan
+    is the fastest efficient one; 004's shared-cluster rule). ``problem``: Cholesky's ``lower``
+    and input ``order`` (default: scipy's upper, numpy's C)."""
     if family not in RANK_BACKEND:
         raise ValueError(f"unknown family {family!r}")
     ranking = []
@@ -284,11 +288,31 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
             ranking.append(DistRanked(plan, calibrated, model, done))
     if not ranking:
         raise LookupError(f"no plan for {family} {dims} on {nprocs} ranks")
+    _set_efficiency(ranking, family, dims, sp)
     ranking.sort(key=lambda r: r.seconds)
     notes = []
+    if min_efficiency is not None:
+        low = [r for r in ranking if r.efficiency is not None and r.efficiency < min_efficiency]
+        if low and len(low) < len(ranking):
+            ranking.sort(key=lambda r: (r.efficiency is not None and r.efficiency < min_efficiency, r.seconds))
+            notes.append(f"{len(low)} plans predicted below efficiency {min_efficiency:g} ranked after the others")
     if not oversubscribe and not thread_options(nprocs, cores, hosts):
         notes.append(f"plans with more ranks than the {cores} cores per host left out (ranks x threads <= cores)")
     return DistDecision(family, tuple(dims), nprocs, ranking, notes, _calibration(family, sp, cp))
+
+
+def _set_efficiency(ranking: list[DistRanked], family: str, dims: tuple[int, ...], sp) -> None:
+    """Each plan's predicted efficiency against the single-process best on one core (T_seq)."""
+    if sp.table is None:
+        return
+    try:
+        dec = choose(family, dims, sp, 1)
+    except LookupError:
+        return
+    t_seq = next(r.predicted for r in dec.ranking if r.candidate == dec.chosen)
+    for r in ranking:
+        used = max(r.plan.p * r.plan.threads, 1)
+        r.efficiency = t_seq / (used * r.seconds) if r.seconds > 0 else None
 
 
 def describe(dec: DistDecision, top: int = 12) -> str:
@@ -299,7 +323,8 @@ def describe(dec: DistDecision, top: int = 12) -> str:
     best = dec.ranking[0].seconds
     for i, r in enumerate(dec.ranking[:top], 1):
         ph = " ".join(f"{k[:5]}={r.phases.get(k, 0.0) * 1e3:.2f}" for k in PHASES)
-        lines.append(f"  {i:2d}. {str(r.plan):58s} {r.seconds * 1e3:9.2f} ms x{r.seconds / best:5.2f}  ({ph} ms)")
+        eff = "" if r.efficiency is None else f" eff {r.efficiency:4.2f}"
+        lines.append(f"  {i:2d}. {str(r.plan):58s} {r.seconds * 1e3:9.2f} ms x{r.seconds / best:5.2f}{eff}  ({ph} ms)")
         line = corrections.summary(r.corrections)
         lines += [f"        {line}"] if line else []
     if len(dec.ranking) > top:
