@@ -34,7 +34,8 @@ def _assume(name: str, value, meaning: str, source: str, used_by: str):
 # -- selection charges (select/rank.py) --------------------------------------------------------------
 
 COMPOSED_RISK = _assume(
-    "COMPOSED_RISK", {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10, "strassen_nested": 1.10},
+    "COMPOSED_RISK", {"blocked": 1.10, "gemv": 1.25, "axpy": 1.25, "strassen": 1.10, "strassen_nested": 1.10,
+                      "getrf_blocked": 1.10},
     "hedge on composed models (sums of separately measured calls), relative to the family's library routine",
     SET_BY_HAND + "; prior until validation (autotune-install --validate) measures the risk",
     "correction step 'risk' (select/rank.py)")

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["all_finite"]
+__all__ = ["all_finite", "root_square"]
+
+
+def root_square(a, routine: str) -> np.ndarray:
+    """The root's square real matrix ``a`` as an array; ValueError (scipy's wording where scipy
+    has one) for what no rank can factor: None, not 2-D square, complex or non-numeric."""
+    if a is None:
+        raise ValueError("the root rank must pass the matrix (other ranks may pass None)")
+    arr = np.asarray(a)
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"Input array is expected to be square but has the shape: {arr.shape}.")
+    if np.iscomplexobj(arr) or arr.dtype.kind not in "biuf":
+        raise ValueError(f"distributed {routine} factors real matrices only, got {arr.dtype}")
+    return arr
 
 
 def all_finite(x: np.ndarray, backend: str, threads: int) -> bool:

@@ -49,7 +49,7 @@ from autotune.models.distributed_cholesky import flipped, memory_order, wanted_o
 from autotune.plans import Plan
 
 from . import workspace
-from .checks import all_finite
+from .checks import all_finite, root_square
 from .collective import agree
 from .grid import ProcessGrid
 from .movement import DistMatrix, gather_columns, scatter_columns
@@ -431,16 +431,7 @@ def _factor_piece(local: np.ndarray, mem: str, n: int, b: int, grid: ProcessGrid
 
 def _check_root_matrix(a, plan: Plan) -> np.ndarray:
     """The root's matrix as float64 (scipy's errors for what no rank can factor)."""
-    if a is None:
-        raise ValueError("the root rank must pass the matrix (other ranks may pass None)")
-    arr = np.asarray(a)
-    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
-        raise ValueError(f"Input array is expected to be square but has the shape: {arr.shape}.")
-    if np.iscomplexobj(arr):
-        raise ValueError("distributed Cholesky factors real matrices only")
-    if arr.dtype.kind not in "biuf":
-        raise ValueError(f"unsupported dtype {arr.dtype}")
-    arr = arr.astype(np.float64, copy=False)
+    arr = root_square(a, "Cholesky").astype(np.float64, copy=False)
     if not all_finite(arr, plan.backend, plan.threads):
         raise ValueError("array must not contain infs or NaNs")
     return arr

@@ -40,7 +40,7 @@ from autotune.layout import block_cyclic
 from autotune.plans import Plan
 
 from . import workspace
-from .checks import all_finite
+from .checks import all_finite, root_square
 from .movement import DistMatrix, gather_columns, scatter_columns
 from .plan import Phases
 from .runs import PlanRun, agree_plan, plan_run
@@ -363,13 +363,7 @@ def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str
 
 def _check_root(a, plan: Plan) -> np.ndarray:
     """A Fortran-ordered float64 copy of the root's matrix, checked finite."""
-    if a is None:
-        raise ValueError("the root rank must pass the matrix (other ranks may pass None)")
-    arr = np.asarray(a)
-    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
-        raise ValueError(f"expected square matrix, got {arr.shape}")
-    if np.iscomplexobj(arr) or arr.dtype.kind not in "biuf":
-        raise ValueError(f"distributed LU factors real matrices, got {arr.dtype}")
+    arr = root_square(a, "LU")
     if arr.dtype == np.float64 and (arr.flags.c_contiguous or arr.flags.f_contiguous):
         work = _front.fortran_copy(arr, True)       # copied and checked in one pass
     else:
