@@ -373,6 +373,11 @@ def comm_summary(platforms, verbose: bool = False, path=None) -> list[str]:
         lines.append(f"    P={info.get('P')} ({cores}), "
                      f"{info.get('hosts', '?')} host(s), profile {info.get('profile', '?')!r}, {len(q.points)} points, "
                      f"measured {info.get('updated', '?')} in {info.get('seconds', 0):.0f} s")
+        speeds = info.get("host_speeds") or {}
+        if speeds:
+            top = max(speeds.values()) or 1.0
+            lines.append("    host speeds (one-thread dgemm): " + ", ".join(
+                f"{h} {v:.1f} GF/s (x{v / top:.2f})" for h, v in sorted(speeds.items())))
         if q.loggp:
             lines += ["    " + x for x in loggp_lines(q.loggp)]
         for (prim, p, r, c), rows in _curves(q.fits).items():

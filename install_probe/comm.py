@@ -1043,9 +1043,10 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
-    from autotune.install_probe.contention import compute_skews
+    from autotune.install_probe.contention import compute_skews, host_speeds
 
     info["compute_skew"] = compute_skews(world)
+    info["host_speeds"] = host_speeds(world)
     if world.Get_rank() == 0:
         reps = {} if profile.root_reps is None else {"reps": profile.root_reps}
         info["first_touch"] = first_touch_in_fresh_process(profile.first_touch_sizes, **reps)   # the others

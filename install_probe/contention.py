@@ -56,6 +56,35 @@ def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
     return np.array(times)
 
 
+SPEED_N = 512          # order of the one-thread dgemm each rank times alone for its processor's speed
+SPEED_SECONDS = 1.0    # how long: ten scheduler periods, so a CPU quota shows (a burst would not)
+
+
+def host_speeds(world, n: int = SPEED_N, seconds: float = SPEED_SECONDS) -> dict[str, float]:
+    """GFLOP/s of one-thread n x n dgemms run back to back for ``seconds`` per host (its fastest
+    rank), each rank alone in turn while the others wait without spinning: the relative speeds of
+    the platform's processors (001 §5.3); a host capped to half a core measures half. Collective;
+    every rank gets it."""
+    from mpi4py import MPI
+
+    from autotune.distributed.collective import quiet_barrier
+
+    run = _update(world.rank, "square", n, 0)
+    mine = 0.0
+    for turn in range(world.size):
+        if turn == world.rank:
+            calls, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                run(1)
+                calls += 1
+            mine = 2.0 * n**3 * calls / (time.perf_counter() - t0) / 1e9
+        quiet_barrier(world)
+    out: dict[str, float] = {}
+    for host, speed in world.allgather((MPI.Get_processor_name(), mine)):
+        out[host] = max(out.get(host, 0.0), speed)
+    return out
+
+
 def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
     """Mean relative spread, (slowest - fastest rank) / their mean, of the same one-thread rank-b
     update started on every rank at once: the share of a step's compute that ranks a broadcast

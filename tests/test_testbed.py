@@ -65,8 +65,11 @@ t0, w0 = time.process_time(), time.perf_counter()
 while time.perf_counter() - w0 < 0.5:        # spin: the share of a core this host's cgroup allows
     pass
 shares = comm.gather((time.process_time() - t0) / (time.perf_counter() - w0))
+from autotune.install_probe.contention import host_speeds
+speeds = host_speeds(comm)
 if comm.rank == 0:
-    print("HOSTS", " ".join(names), "RATE", 2 * buf.nbytes / dt / 1e6, "CPU", *shares, flush=True)
+    print("HOSTS", " ".join(names), "RATE", 2 * buf.nbytes / dt / 1e6, "CPU", *shares,
+          "SPEED", speeds["h1"] / speeds["h0"], flush=True)
 """
 
 
@@ -133,6 +136,7 @@ def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):
     assert words[1:3] == ["h0", "h1"]                  # one rank on each emulated host
     assert float(words[4]) < 0.125e3 * 1.10           # MB/s: the 1 Gbit/s token bucket holds
     assert float(words[6]) > 0.8 and float(words[7]) < 0.6   # h1's cgroup: half a core
+    assert 0.3 < float(words[9]) < 0.7                        # ... and the probe's host speeds see it
 
 
 def test_down_removes_everything(tmp_path):
