@@ -140,9 +140,7 @@ def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):
 
 
 def test_down_removes_everything(tmp_path):
-    why = testbed.available()
-    if why:
-        pytest.skip(f"emulated cluster unavailable here: {why}")
+    _require_testbed()
     work = tmp_path / "bed"
     testbed.up(testbed.hosts_from(1, cpus=[50]), work)
     testbed.down(work)

@@ -32,6 +32,7 @@ root. 1 x c grids only: the selector plans solves there.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -68,6 +69,7 @@ class _LU(BlockSteps):
         self.info = 0
         self.sends: list = []
         self.recvs: dict[int, tuple] = {}
+        self.own: tuple | None = None      # (panel, message, factored panel) this rank factored last
         self.seconds = {"compute": 0.0, "communication": 0.0}
         self.loop_seconds = dict(self.seconds)     # as the factorization left them (set by _factor)
 
@@ -329,8 +331,6 @@ def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str
     over the grid's ranks: ``(factor in the same layout, global 0-based pivots, info)`` on every
     rank (pdgetrf's contract on distributed data). The local pieces are factored in place when
     Fortran-ordered (else a Fortran copy). Bad input: ValueError on every rank of ``A.comm``."""
-    from contextlib import nullcontext
-
     from autotune import backends
 
     from .collective import agree
