@@ -31,12 +31,15 @@ from autotune.db import DatabaseError, load, load_sp, resolve
 from autotune.db.comm import PRIMITIVES, library_id, load_comm, loggp_lines, read_platforms
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.db.lookup import INVALID, remeasure_command
+from autotune.db.platform import PlatformError, load_platform, measured_platform
 from autotune.db.pools import COLD, Transitions, load_transitions
 from autotune.db.store import valid_mask
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.learn import refit
 from autotune.models.fitted_phases import load_phase_factors
+from autotune.models.mapping import database_k
 from autotune.report import load_validation, write_report
+from autotune.select import mapping as sm
 from autotune.select import rank
 from autotune.select.distributed import describe as describe_plans
 from autotune.select.distributed import rank_plans
@@ -506,6 +509,8 @@ def cmd_explain(args) -> int:
     problem = _memory_problem(args.routine, dims) if args.run else ""
     if problem:
         return _error("explain", problem)
+    if args.platform is not None:
+        return _explain_mapping(args, dims)
     with options(threads=args.threads, allow_strassen=args.strassen, db=args.db) as opts:
         sp = load_sp(opts.db)
         if sp.table is None:
@@ -526,6 +531,25 @@ def cmd_explain(args) -> int:
                 _run_once(args.routine, dims, dec.chosen)
             except MemoryError as exc:
                 return _error("explain", f"--run: out of memory for the operands ({exc})")
+    return 0
+
+
+def _explain_mapping(args, dims: tuple[int, ...]) -> int:
+    """The mapping search methods and users on a platform file, or the platform the comm probe
+    measured ("measured"): each one's mapping, grid, block, predicted time and time to solution."""
+    if args.routine not in ("gemm", "cholesky", "lu") or len(set(dims[:3])) != 1:
+        return _error("explain", "--platform: square gemm, cholesky or lu", 2)
+    with options(db=args.db) as opts:
+        sp = load_sp(opts.db)
+        try:
+            k = database_k(sp) if sp.table is not None else None
+            if k is None and args.platform == "measured":
+                raise PlatformError(f"--platform measured needs the BLAS database ({sp.reason})")
+            platform = (measured_platform(load_comm(opts.db, nprocs=args.np), k) if args.platform == "measured"
+                        else load_platform(args.platform, k))
+        except PlatformError as exc:
+            return _error("explain", str(exc), 2)
+        print(sm.describe(sm.study(args.routine, dims[0], platform)))
     return 0
 
 
@@ -697,6 +721,9 @@ def parser() -> argparse.ArgumentParser:
                      help="rank distributed plans for up to NP MPI ranks (cores per node: --threads)")
     exp.add_argument("--min-efficiency", type=float, default=None, metavar="E",
                      help="with --np: choose the fastest plan predicted at efficiency >= E (shared clusters)")
+    exp.add_argument("--platform", default=None, metavar="FILE.yaml|measured",
+                     help="search process-to-processor mappings on a platform file (or the platform the comm "
+                          "probe measured): every method's and modelled user's choice")
     exp.set_defaults(func=cmd_explain)
     ref = sub.add_parser("refit", help="fold the on-line learning log (AUTOTUNE_LEARN=1) into the database")
     ref.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")

@@ -114,15 +114,35 @@ def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
                                               "--profile", str(prof), "--db", str(db)], mpiexec())
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(),
                               cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        _mapping_testbed_runs(tb, tmp_path, db)
     finally:
         testbed.down(work)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     cp = load_comm(db, nprocs=4)
     assert cp.platform["hosts"] == 2 and {"link_host", "link_net"} <= set(cp.primitives())
     big = 8 << 20
     net, host = (float(cp.time(x, 2, big)) for x in ("link_net", "link_host"))
     assert abs(big / net / 0.125e9 - 1.0) < 0.10          # 1 Gbit/s = 0.125 GB/s
     assert host < net / 5 and cp.time("link_host", 2, 8) < cp.time("link_net", 2, 8)
+
+
+def _mapping_testbed_runs(tb, tmp_path, db) -> None:
+    """Every mapping, grid and block of each family on the two hosts gives numpy/scipy's result,
+    and the search methods' plans are among those timed."""
+    import json
+
+    out = tmp_path / "map.json"
+    cmd = testbed.mpiexec_command(tb, 4, [sys.executable, "-m", "autotune.cli", "bench", "mapping-testbed",
+                                          "--db", str(db), "--n", "96", "--blocks", "16", "32", "--reps", "1",
+                                          "--out", str(out)], mpiexec())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())
+    assert {r["family"] for r in results} == {"gemm", "cholesky", "lu"}
+    for r in results:
+        assert len({tuple(t["d"]) for t in r["plans"]}) == 8            # (0..2) x (0..2) ranks, not none
+        assert all(t["correct"] for t in r["plans"])
+        assert all(m["measured"] is not None for m in r["methods"])     # every choice was timed
 
 
 def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):

@@ -12,6 +12,8 @@ from autotune.benchmarks import (
     compare,
     composed,
     drift,
+    mapping,
+    mapping_testbed,
     mpi_repeat,
     mpi_rescore,
     mpi_speed,
@@ -30,7 +32,8 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
             "comm-fit": comm_fit, "strassen-remodel": strassen_remodel, "composed": composed,
-            "multicore": multicore, "scalapack": scalapack}
+            "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
+            "mapping-testbed": mapping_testbed}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

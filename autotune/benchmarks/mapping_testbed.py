@@ -1,0 +1,217 @@
+"""``autotune bench mapping-testbed``: every mapping, grid and block timed on a real (or emulated)
+cluster, against what the mapping search methods chose (001 tables 5.3-5.4). Run under
+``mpiexec`` on the cluster, every rank a slot (``autotune testbed mpiexec``):
+
+    autotune testbed up --hosts 2 --rate 1gbit --cpu 100 50 --slots 2
+    autotune testbed mpiexec 4 python -m autotune.install_probe.cli --mpi --profile links.yaml --db DB
+    autotune testbed mpiexec 4 autotune bench mapping-testbed --db DB --family lu --n 1024 2048 --out R.json
+
+The platform is the one the comm probe measured (``db.platform.measured_platform``: a processor
+per host, its speed, the link types). A mapping puts ``d_h`` of a host's ranks to work (a
+sub-communicator, ranks host by host); each (mapping, grid, block) runs ``--reps`` times, the
+median root-to-root time kept, and its result is checked against numpy/scipy's. The root then
+runs every method and user on the model and reports the measured time of each one's plan, the
+ratio of the chosen plan to the best of all timed plans, and the greedy user's.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune.benchmarks._common import error
+from autotune.config import options
+from autotune.db import load_sp
+from autotune.db.comm import load_comm
+from autotune.db.platform import PlatformError, measured_platform
+from autotune.models.mapping import database_k, grids, usable_blocks
+from autotune.plans import Plan
+from autotune.select import mapping as sm
+from autotune.select.distributed import RANK_BACKEND
+from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
+
+HELP = "time every mapping/grid/block on a cluster (under mpiexec) against the mapping search's choices"
+FAMILY_ALGORITHM = {"gemm": "summa", "cholesky": "cholesky", "lu": "lu"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", nargs="+", default=["gemm", "cholesky", "lu"], choices=list(FAMILY_ALGORITHM))
+    p.add_argument("--n", type=int, nargs="+", default=[1024, 2048], help="matrix orders")
+    p.add_argument("--blocks", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--reps", type=int, default=3, help="timed runs per plan (after one warm-up)")
+    p.add_argument("--db", default=None, help="database with the BLAS and the cluster's comm probe")
+    p.add_argument("--out", default=None, metavar="FILE.json", help="the root writes every timing here")
+
+
+def host_ranks(world) -> dict[str, list[int]]:
+    """World ranks per host, hosts in order of their first rank (collective)."""
+    from mpi4py import MPI
+
+    out: dict[str, list[int]] = {}
+    for rank, host in enumerate(world.allgather(MPI.Get_processor_name())):
+        out.setdefault(host, []).append(rank)
+    return out
+
+
+def mappings(per_host: list[int]) -> list[tuple[int, ...]]:
+    """Every (d_1..d_H) with 0 <= d_h <= ranks on host h, not all zero."""
+    return [d for d in itertools.product(*(range(k + 1) for k in per_host)) if sum(d)]
+
+
+def _operands(family: str, n: int, rng):
+    from autotune.install_probe.operands import spd_matrix
+
+    if family == "cholesky":
+        return spd_matrix(rng, n, order="C"), None
+    return rng.standard_normal((n, n)), rng.standard_normal((n, n)) if family == "gemm" else None
+
+
+def _reference(family: str, a, b):
+    import scipy.linalg as sl
+
+    if family == "gemm":
+        return a @ b
+    if family == "cholesky":
+        return sl.cholesky(a, lower=True)
+    return sl.lu_factor(a)
+
+
+def _agrees(family: str, got, want) -> bool:
+    if family == "lu":
+        return bool(np.array_equal(got[1], want[1]) and np.allclose(got[0], want[0], rtol=1e-8, atol=1e-8))
+    return bool(np.allclose(got, want, rtol=1e-8, atol=1e-8 * float(np.abs(want).max())))
+
+
+def _time_plans(sub, family: str, n: int, a, b, d, args) -> list[dict]:
+    """Median root-to-root time of each grid x block on ``sub`` (the mapping's ranks), checked."""
+
+    calls = {"gemm": lambda plan: distributed_gemm(a, b, sub, config=plan),
+             "cholesky": lambda plan: distributed_cholesky(a, sub, lower=True, config=plan),
+             "lu": lambda plan: distributed_lu_factor(a, sub, config=plan)}
+    out, p = [], sub.size
+    want = _reference(family, a, b) if sub.rank == 0 else None
+    for (r, c), blk in itertools.product(grids(p), usable_blocks(n, args.blocks)):
+        plan = Plan(FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=RANK_BACKEND[family])
+        times, ok = [], True
+        for i in range(args.reps + 1):
+            sub.Barrier()
+            t0 = time.perf_counter()
+            res = calls[family](plan)
+            if i:
+                times.append(time.perf_counter() - t0)
+            if sub.rank == 0 and i == 1:
+                ok = _agrees(family, res, want)
+        if sub.rank == 0:
+            out.append({"d": list(d), "p": p, "r": r, "c": c, "b": blk, "seconds": float(np.median(times)),
+                        "spread": float(np.ptp(times) / np.median(times)), "correct": ok})
+    return out
+
+
+def _split(world, ranks: list[int]):
+    """The sub-communicator of ``ranks`` in that order (MPI.COMM_NULL elsewhere)."""
+    from mpi4py import MPI
+
+    mine = world.rank in ranks
+    return world.Split(0 if mine else MPI.UNDEFINED, ranks.index(world.rank) if mine else 0)
+
+
+def _methods_table(family: str, n: int, platform, timed: list[dict], blocks: tuple[int, ...]) -> dict:
+    """Each method's and user's plan, its measured time, against the best timed plan."""
+
+    measured = {(tuple(t["d"]), t["r"], t["c"], t["b"]): t["seconds"] for t in timed}
+    best = min(timed, key=lambda t: t["seconds"])
+    rows = []
+    for method in sm.METHODS + sm.USERS:
+        ch = sm.run_method(method, family, n, platform, max_level=sum(h.processors for h in platform.hosts)
+                           * platform.max_per_processor, blocks=blocks)
+        e = ch.estimate
+        rows.append({"method": method, "d": list(ch.d), "r": e.r, "c": e.c, "b": e.b, "predicted": e.seconds,
+                     "measured": measured.get((ch.d, e.r, e.c, e.b)), "solve_seconds": ch.solve_seconds,
+                     "depth": ch.depth})
+    return {"family": family, "n": n, "best": best, "methods": rows, "plans": timed}
+
+
+def table_lines(res: dict) -> list[str]:
+    best = res["best"]["seconds"]
+    lines = [f"{res['family']} n={res['n']}: best timed plan d={tuple(res['best']['d'])} "
+             f"{res['best']['r']}x{res['best']['c']} b={res['best']['b']} {best:.4f} s "
+             f"(of {len(res['plans'])} plans)",
+             f"  {'method':12s} {'mapping':10s} {'b':>4s} {'grid':>6s} {'predicted':>10s} {'measured':>9s} "
+             f"{'/best':>6s} {'t.sol s':>8s}"]
+    for r in res["methods"]:
+        meas = r["measured"]
+        ratio = f"{meas / best:6.3f}" if meas else "     -"
+        lines.append(f"  {r['method']:12s} {str(tuple(r['d'])):10s} {r['b']:4d} {r['r']:>2d}x{r['c']:<3d} "
+                     f"{r['predicted']:10.4f} {meas if meas else float('nan'):9.4f} {ratio} {r['solve_seconds']:8.4f}")
+    return lines
+
+
+def _run_all(world, args, platform, hosts: list[list[int]]) -> list[dict]:
+    """Every family x n x mapping x grid x block timed; the root's tables."""
+    from mpi4py import MPI
+
+    from autotune.distributed.collective import quiet_barrier
+
+    results = []
+    for family, n in itertools.product(args.family, args.n):
+        a, b = _operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
+        timed = []
+        for d in mappings([len(h) for h in hosts]):
+            ranks = [r for k, rs in zip(d, hosts, strict=True) for r in rs[:k]]
+            lead = ranks[0]                       # the sub-communicator's root: it needs the operands
+            if lead != 0 and world.rank == 0:
+                world.send((a, b), dest=lead, tag=7)
+            elif lead != 0 and world.rank == lead:
+                a, b = world.recv(source=0, tag=7)
+            sub, got = _split(world, ranks), []
+            if sub != MPI.COMM_NULL:
+                got = _time_plans(sub, family, n, a, b, d, args)
+                sub.Free()
+            if lead != 0 and world.rank == lead:
+                world.send(got, dest=0, tag=8)
+                a = b = None
+            elif lead != 0 and world.rank == 0:
+                got = world.recv(source=lead, tag=8)
+            timed += got if world.rank == 0 else []
+            quiet_barrier(world)
+        if world.rank == 0:
+            results.append(_methods_table(family, n, platform, timed, tuple(args.blocks)))
+            print("\n".join(table_lines(results[-1])), flush=True)
+    return results
+
+
+def run(args) -> int:
+    if min(args.n) < 1 or args.reps < 1 or min(args.blocks) < 1:
+        return error("mapping-testbed", "--n, --reps and --blocks must be positive")
+    if importlib.util.find_spec("mpi4py") is None:
+        return error("mapping-testbed", MPI_MISSING)
+    from dataclasses import replace
+
+    from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
+
+
+    world = MPI.COMM_WORLD
+    names = host_ranks(world)
+    hosts = list(names.values())
+    platform, problem = None, None
+    if world.rank == 0:
+        try:
+            platform = measured_platform(load_comm(args.db, nprocs=world.size), database_k(load_sp(args.db)),
+                                         order=list(names))
+            platform = replace(platform, max_per_processor=max(len(h) for h in hosts))
+        except PlatformError as e:
+            problem = str(e)
+    problem = world.bcast(problem, root=0)
+    if problem:
+        return error("mapping-testbed", problem)
+    with options(db=args.db), threadpool_limits(1, "blas"):
+        results = _run_all(world, args, platform, hosts)
+    if world.rank == 0 and args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return 0

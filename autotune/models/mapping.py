@@ -1,0 +1,140 @@
+"""Cost of a plan on a heterogeneous cluster as a function of the mapping (001 §5.3, eqs. 5.3-5.4;
+docs/models.md#mapping): ``d_i`` processes on processor i, ``p = sum d_i`` processes on an r x c
+grid with block b.
+
+SPs of a mapping: every k is the reference k (a processor of speed 1) times ``max_i d_i / s_i``
+over the processors used (the slowest used processor, slowed ``d_i`` times where it runs ``d_i``
+processes). Processes take ranks processor by processor (host by host, as a hostfile does) and the
+grid row-major; a grid row (column) whose ranks span two hosts pays the network link's (ts, tw),
+one within a host the host link's. A broadcast among q processes costs ``ceil(log2 q)`` times
+(ts + m tw), m in bytes.
+
+Per family, the phases of eqs. 5.3-5.4 (W = 8 bytes a word, f the mapping's slowdown, beta(q) =
+ceil(log2 q)):
+
+- LU: compute ``f (2n^3/(3p) k_gemm + n^2 b/(2c) k_trsm + n^2 b/(2r) k_panel)``; communication
+  ``(n/b)(beta(c) ts_row + beta(r) ts_col) + W n^2/2 (beta(c) tw_row/r + beta(r) tw_col/c)`` (panel
+  along rows, U12 down columns) plus, on r > 1, the pivot search (n reductions) and row swaps.
+- Cholesky: ``f (n^3/(3p) k_gemm + n^2 b/(2r) k_trsm + n b^2/3 k_panel)``; the diagonal block down
+  the column, the panel along rows and its transpose down columns.
+- gemm (SUMMA): ``f 2n^3/p k_gemm``; ``(n/b)(beta(c) ts_row + beta(r) ts_col) + W n^2 (beta(c)
+  tw_row/r + beta(r) tw_col/c)``.
+
+Pure arithmetic, vectorised over grids x blocks: the search methods (``select.mapping``) evaluate
+it at thousands of mappings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import movement
+
+WORD = 8.0
+FAMILIES = ("gemm", "cholesky", "lu")
+BLOCKS = (32, 64, 128, 256)
+
+
+# The routine, access pattern and library behind each kernel of the cost.
+SERIES = {"gemm": ("gemm", "rankb", "numpy-openblas"), "trsm": ("trsm", "panel", "scipy-openblas"),
+          "panel": ("getrf", "panel", "scipy-openblas")}
+
+
+def database_k(sp, size: float = 2048.0):
+    """k(kernel, b): seconds per flop of one BLAS thread from the SP database, the series the
+    distributed models use at a middle-sized operand (one k per kernel and block)."""
+    cache: dict[tuple[str, int], float] = {}
+
+    def k(kernel: str, b: int) -> float:
+        if (kernel, b) not in cache:
+            routine, pattern, backend = SERIES[kernel]
+            cache[kernel, b] = movement.k(sp, routine, backend, 1, size, pattern, b)
+        return cache[kernel, b]
+    return k
+
+
+def grids(p: int) -> list[tuple[int, int]]:
+    """Every r x c with r c = p."""
+    return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
+
+
+def usable_blocks(n: int, blocks=BLOCKS) -> list[int]:
+    """The blocks a plan of order n may use: at most n/2 (at least the smallest)."""
+    return [b for b in blocks if b <= max(n // 2, min(blocks))]
+
+
+def _beta(q: np.ndarray) -> np.ndarray:
+    """Tree broadcast steps among q processes."""
+    return np.ceil(np.log2(np.maximum(q, 1.0)))
+
+
+@dataclass(frozen=True)
+class Links:
+    """(ts, tw) of each grid's rows and columns: arrays shaped (grids, 1)."""
+
+    ts_row: np.ndarray
+    tw_row: np.ndarray
+    ts_col: np.ndarray
+    tw_col: np.ndarray
+
+
+def _lu(n, r, c, b, k, f, lk: Links):
+    p = r * c
+    compute = f * (2 * n**3 / (3 * p) * k["gemm"] + n * n * b / (2 * c) * k["trsm"] + n * n * b / (2 * r) * k["panel"])
+    comm = (n / b) * (_beta(c) * lk.ts_row + _beta(r) * lk.ts_col) \
+        + WORD * n * n / 2 * (_beta(c) * lk.tw_row / r + _beta(r) * lk.tw_col / c)
+    pivots = (r > 1) * (n * (_beta(r) + 1) * lk.ts_col + WORD * n * n / c * lk.tw_col)
+    return compute, comm + pivots
+
+
+def _cholesky(n, r, c, b, k, f, lk: Links):
+    p = r * c
+    compute = f * (n**3 / (3 * p) * k["gemm"] + n * n * b / (2 * r) * k["trsm"] + n * b * b / 3 * k["panel"])
+    comm = (n / b) * (_beta(c) * lk.ts_row + 2 * _beta(r) * lk.ts_col) \
+        + WORD * (n * b * _beta(r) * lk.tw_col + n * n / 2 * (_beta(c) * lk.tw_row / r + _beta(r) * lk.tw_col / c))
+    return compute, comm
+
+
+def _gemm(n, r, c, b, k, f, lk: Links):
+    compute = f * 2 * n**3 / (r * c) * k["gemm"]
+    comm = (n / b) * (_beta(c) * lk.ts_row + _beta(r) * lk.ts_col) \
+        + WORD * n * n * (_beta(c) * lk.tw_row / r + _beta(r) * lk.tw_col / c)
+    return compute, comm
+
+
+PHASES = {"lu": _lu, "cholesky": _cholesky, "gemm": _gemm}
+
+
+def phases(family: str, n: float, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict[str, np.ndarray],
+           f: float, links: Links) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, communication) seconds over grids (r, c: (G, 1)) x blocks (b, k: (1, B))."""
+    return PHASES[family](float(n), r, c, b, k, f, links)
+
+
+def leading_seconds(family: str, n: float, k_gemm: float) -> float:
+    """The update's time on one process of speed 1 (the part every mapping divides): the LET_ari
+    numerator of 001 eq. 5.5."""
+    share = {"lu": 2.0 / 3.0, "cholesky": 1.0 / 3.0, "gemm": 2.0}[family]
+    return share * float(n) ** 3 * k_gemm
+
+
+def rank_hosts(d: np.ndarray, host_of: np.ndarray) -> np.ndarray:
+    """Host of each rank: processor by processor, ``d_i`` ranks on processor i."""
+    return np.repeat(host_of, d)
+
+
+def spans(hosts: np.ndarray, r: int, c: int) -> tuple[bool, bool]:
+    """Whether some grid row, some grid column, holds ranks of two hosts (row-major ranks)."""
+    h = hosts.reshape(r, c)
+    return bool((h != h[:, :1]).any()), bool((h != h[:1, :]).any())
+
+
+def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
+    """The mapping's k factor: max over used processors of d_i / s_i (001 §5.3)."""
+    used = d > 0
+    return float(np.max(d[used] / speeds[used]))
+
+
+__all__ = ["BLOCKS", "FAMILIES", "SERIES", "Links", "database_k", "grids", "leading_seconds", "phases", "rank_hosts",
+           "slowdown", "spans", "usable_blocks"]

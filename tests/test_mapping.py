@@ -1,0 +1,161 @@
+"""Mapping processes to processors: platform files, the mapping model, the search methods."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autotune.db.platform import PlatformError, load_platform, parse_platform, simulated_platform
+from autotune.models import mapping as mm
+from autotune.select import mapping as sm
+
+LINKS = {"host": {"ts": 1.5e-6, "tw": 2e-10}, "net": {"ts": 2e-5, "tw": 8e-9}}
+K = {"gemm": 2.5e-11, "trsm": 3.5e-11, "panel": 1e-10}
+
+
+def _platform(hosts, links=LINKS, most=2):
+    return parse_platform({"name": "t", "hosts": hosts, "links": links, "k": K, "max_per_processor": most})
+
+
+SMALL = [{"name": "a", "processors": 2, "speed": 1.0}, {"name": "b", "processors": 1, "speed": 0.5},
+         {"name": "c", "processors": 1, "speed": 0.25}]
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"colour": 1}, "unknown key"),
+    ({"hosts": [{"name": "a", "processors": 1, "speed": -1.0}]}, "speed must be positive"),
+    ({"hosts": [{"name": "a", "processors": 1.5}]}, "processors must be"),
+    ({"hosts": [{"name": "a", "cores": 2}]}, "unknown key"),
+    ({"links": {"host": LINKS["host"]}}, "links.net missing"),
+    ({"links": {**LINKS, "net": {"ts": 1e-5, "tw": 0}}}, "tw must be positive"),
+    ({"k": {"gemm": 1e-11}}, "k.trsm must be"),
+    ({"hosts": []}, "non-empty"),
+    ({"max_per_processor": 0}, "must be positive"),
+])
+def test_platform_file_errors(change, match):
+    data = {"hosts": SMALL, "links": LINKS, "k": K, **change}
+    with pytest.raises(PlatformError, match=match):
+        parse_platform(data)
+
+
+def test_platform_file_round_trip(tmp_path):
+    import yaml
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "x", "hosts": [{"name": "f", "processors": 2, "speed": 1.0, "count": 2}],
+                                    "links": LINKS, "k": K}))
+    pl = load_platform(path)
+    assert pl.size == 4 and [h.name for h in pl.hosts] == ["f0", "f1"]
+    assert pl.host_of.tolist() == [0, 0, 1, 1] and pl.k("gemm", 64) == K["gemm"]
+    with pytest.raises(PlatformError, match="not valid YAML"):
+        (tmp_path / "bad.yaml").write_text("hosts: [")
+        load_platform(tmp_path / "bad.yaml")
+    with pytest.raises(PlatformError, match="cannot read"):
+        load_platform(tmp_path / "missing.yaml")
+
+
+def test_simulated_platforms():
+    pl = parse_platform(simulated_platform(16, "high"))
+    assert pl.size == 16 and len(pl.hosts) == 4
+    assert sorted({h.speed for h in pl.hosts}) == [0.1, 0.25, 0.5, 1.0]
+    with pytest.raises(PlatformError):
+        simulated_platform(10, "low")
+
+
+def test_slowdown_and_spans():
+    speeds = np.array([1.0, 1.0, 0.5])
+    assert mm.slowdown(np.array([2, 0, 1]), speeds) == 2.0
+    assert mm.slowdown(np.array([1, 1, 0]), speeds) == 1.0
+    assert mm.slowdown(np.array([1, 0, 1]), speeds) == 2.0
+    hosts = mm.rank_hosts(np.array([2, 2]), np.array([0, 1]))       # ranks 0,1 on host 0; 2,3 on host 1
+    assert mm.spans(hosts, 2, 2) == (False, True)
+    assert mm.spans(hosts, 1, 4) == (True, False)
+    assert mm.spans(hosts, 4, 1) == (False, True)
+
+
+def test_network_cost_follows_links():
+    """The same grid is dearer when its rows cross the network; a slower processor slows compute."""
+    pl = _platform([{"name": "a", "processors": 2, "speed": 1.0}, {"name": "b", "processors": 2, "speed": 1.0}])
+    s = sm.Search("lu", 4096, pl)
+    one_host, two_hosts = s.eet(np.array([1, 1, 0, 0])), s.eet(np.array([1, 0, 1, 0]))
+    assert two_hosts.comm > 5 * one_host.comm and two_hosts.compute == pytest.approx(one_host.compute)
+    slow = _platform([{"name": "a", "processors": 2, "speed": 1.0}, {"name": "b", "processors": 2, "speed": 0.5}])
+    s2 = sm.Search("lu", 4096, slow)
+    assert s2.eet(np.array([1, 0, 1, 0])).compute == pytest.approx(2 * two_hosts.compute)
+
+
+def _brute_force(search: sm.Search) -> float:
+    """The least EET over every mapping, processor by processor (no symmetry)."""
+    best = np.inf
+    for d in itertools.product(range(search.most + 1), repeat=search.P):
+        d = np.array(d)
+        if 0 < d.sum() <= search.max_level:
+            best = min(best, search.eet(d).seconds)
+    return best
+
+
+@pytest.mark.parametrize("family, n", [("lu", 2000), ("lu", 20000), ("cholesky", 8000), ("gemm", 6000)])
+def test_exhaustive_and_btm_find_the_optimum(family, n):
+    pl = _platform(SMALL)
+    truth = _brute_force(sm.Search(family, n, pl))
+    for method in ("exhaustive", "BTM", "BGRM"):
+        choice = sm.run_method(method, family, n, pl)
+        assert choice.complete
+        assert choice.estimate.seconds == pytest.approx(truth, rel=1e-12), method
+
+
+def test_lower_bound_is_below_every_descendant():
+    pl = _platform(SMALL)
+    s = sm.Search("lu", 8000, pl)
+    for d0 in ([1, 0, 0, 0], [0, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0]):
+        d0 = np.array(d0)
+        last = int(np.flatnonzero(d0).max())
+        bound = s.lower_bound(d0, last, False)
+        for extra in itertools.product(range(3), repeat=pl.size - last):
+            d = d0.copy()
+            d[last:] += np.array(extra)
+            if d.max() <= s.most and d.sum() <= s.max_level:
+                assert bound <= s.eet(d).seconds * (1 + 1e-12)
+
+
+def test_heuristics_and_users():
+    pl = parse_platform(simulated_platform(16, "high"))
+    st = sm.study("lu", 20000, pl, ("GCTM", "GPTM", "GRM", "greedy", "conservative", "expert"))
+    gu, cu = st.of("greedy"), st.of("conservative")
+    assert gu.d == (1,) * 16 and cu.d == (1,) * 8 + (0,) * 8
+    assert st.of("expert").estimate.seconds <= gu.estimate.seconds
+    # on this platform (slow processors, a 10 Gbit network) the greedy user's mapping is far from the best
+    assert st.of("GPTM").estimate.seconds < 0.8 * gu.estimate.seconds
+    for c in st.choices:
+        assert 1 <= c.p <= 32 and max(c.d) <= pl.max_per_processor
+        assert c.estimate.r * c.estimate.c == c.p
+    assert "GPTM" in sm.describe(st)
+
+
+def test_unknown_method_and_family():
+    pl = _platform(SMALL)
+    with pytest.raises(ValueError, match="unknown method"):
+        sm.run_method("BFS", "lu", 100, pl)
+    with pytest.raises(ValueError, match="unknown family"):
+        sm.Search("qr", 100, pl)
+
+
+def test_example_platform_and_explain(tmp_path, capsys):
+    from pathlib import Path
+
+    from autotune import cli
+
+    example = Path(__file__).resolve().parents[1] / "configs" / "platforms" / "example-16.yaml"
+    assert load_platform(example).size == 16
+    small = tmp_path / "small.yaml"
+    import yaml
+
+    small.write_text(yaml.safe_dump({"hosts": SMALL, "links": LINKS, "k": K}))
+    assert cli.main(["explain", "lu", "3000", "--platform", str(small)]) == 0
+    out = capsys.readouterr().out
+    assert "exhaustive" in out and "GPTM" in out and "greedy" in out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"hosts": [{"name": "a", "speed": -2}], "links": LINKS, "k": K}))
+    assert cli.main(["explain", "lu", "3000", "--platform", str(bad)]) == 2
+    assert "speed must be positive" in capsys.readouterr().err
