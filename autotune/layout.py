@@ -3,7 +3,8 @@
 A ``Layout`` is two independent ``Axis`` splits, rows over the r process rows and columns over
 the c process columns of a grid; rank ``pr * c + pc`` owns the (pr, pc) piece and ranks beyond
 ``r * c`` own nothing. An axis is either *balanced block* (contiguous, sizes differ by at most
-one: 1-D and 2-D block layouts) or *block-cyclic* with block ``nb`` (ScaLAPACK's layout, first
+one: 1-D and 2-D block layouts; with ``weights``, sizes proportional to them, the heterogeneous
+layout HoHe of 001 §5.2) or *block-cyclic* with block ``nb`` (ScaLAPACK's layout, first
 block on part 0; the last block may be short). Local pieces are stored in Fortran order with
 their rows and columns in ascending global order.
 """
@@ -21,16 +22,38 @@ class Axis:
     n: int
     parts: int
     block: int | None = None
+    weights: tuple[float, ...] | None = None    # balanced blocks only: shares proportional to these
 
     def __post_init__(self):
         if self.n < 0 or self.parts < 1 or (self.block is not None and self.block < 1):
             raise ValueError(f"invalid axis: n={self.n}, parts={self.parts}, block={self.block}")
+        if self.weights is not None and (self.block is not None or len(self.weights) != self.parts
+                                         or not all(w > 0 for w in self.weights)):
+            raise ValueError(f"invalid axis weights {self.weights} for {self.parts} balanced parts")
+
+    def bounds(self) -> np.ndarray:
+        """Balanced blocks: the first index of each part and n (largest remainders where weighted)."""
+        if self.weights is None:
+            q, r = divmod(self.n, self.parts)
+            sizes = np.full(self.parts, q) + (np.arange(self.parts) < r)
+        else:
+            w = np.asarray(self.weights, float)
+            exact = self.n * w / w.sum()
+            sizes = np.floor(exact).astype(np.int64)
+            short = self.n - int(sizes.sum())
+            sizes[np.argsort(-(exact - sizes), kind="stable")[:short]] += 1
+        return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def span(self, part: int) -> tuple[int, int]:
+        """Balanced blocks: [start, stop) of ``part``."""
+        b = self.bounds()
+        return int(b[part]), int(b[part + 1])
 
     def count(self, part: int) -> int:
         """How many indices ``part`` owns (ScaLAPACK's numroc for the cyclic case)."""
         if self.block is None:
-            q, r = divmod(self.n, self.parts)
-            return q + (part < r)
+            start, stop = self.span(part)
+            return stop - start
         nblocks, last = divmod(self.n, self.block)
         full_rounds, extra = divmod(nblocks, self.parts)
         cnt = full_rounds * self.block
@@ -43,9 +66,7 @@ class Axis:
     def indices(self, part: int) -> np.ndarray:
         """Global indices ``part`` owns, ascending (its local order)."""
         if self.block is None:
-            q, r = divmod(self.n, self.parts)
-            start = part * q + min(part, r)
-            return np.arange(start, start + q + (part < r), dtype=np.int64)
+            return np.arange(*self.span(part), dtype=np.int64)
         starts = np.arange(part * self.block, self.n, self.parts * self.block, dtype=np.int64)
         idx = (starts[:, None] + np.arange(self.block, dtype=np.int64)[None, :]).ravel()
         return idx[idx < self.n]
@@ -54,18 +75,14 @@ class Axis:
         """Part owning each global index ``i``."""
         i = np.asarray(i, dtype=np.int64)
         if self.block is None:
-            q, r = divmod(self.n, self.parts)
-            big = r * (q + 1)                       # the first r parts hold q + 1 indices
-            return np.where(i < big, i // max(q + 1, 1), r + (i - big) // max(q, 1))
+            return np.searchsorted(self.bounds(), i, side="right") - 1
         return (i // self.block) % self.parts
 
     def local_index(self, i) -> np.ndarray:
         """Position of each global index ``i`` in its owner's local order."""
         i = np.asarray(i, dtype=np.int64)
         if self.block is None:
-            q, r = divmod(self.n, self.parts)
-            part = self.owner(i)
-            return i - (part * q + np.minimum(part, r))
+            return i - self.bounds()[self.owner(i)]
         return (i // (self.block * self.parts)) * self.block + i % self.block
 
 
@@ -120,9 +137,9 @@ class Layout:
         return f"{self.shape[0]}x{self.shape[1]} {kind} on {self.grid[0]}x{self.grid[1]}"
 
 
-def row_block(m: int, n: int, p: int) -> Layout:
-    """1-D block layout: balanced bands of rows on p processes (BSR)."""
-    return Layout(Axis(m, p), Axis(n, 1))
+def row_block(m: int, n: int, p: int, weights: tuple[float, ...] | None = None) -> Layout:
+    """1-D block layout: balanced bands of rows on p processes (BSR), proportional to ``weights``."""
+    return Layout(Axis(m, p, weights=weights), Axis(n, 1))
 
 
 def block_2d(m: int, n: int, r: int, c: int) -> Layout:

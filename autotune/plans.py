@@ -71,13 +71,19 @@ class Plan:
     level: int = 0          # Strassen recursion level (0: unused)
     threads: int = 1
     backend: str = "numpy-openblas"
+    weights: tuple[float, ...] | None = None   # bsr: rows per rank proportional to these (HoHe)
 
     def __post_init__(self):
         if self.p < 1 or self.r * self.c != self.p:
             raise ValueError(f"grid {self.r}x{self.c} does not hold p={self.p} processes")
+        if self.weights is not None:
+            if self.algorithm != "bsr" or len(self.weights) != self.p or not all(w > 0 for w in self.weights):
+                raise ValueError(f"weights {self.weights}: bsr only, one positive weight per process")
+            object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
 
     def __str__(self) -> str:
         extra = (f" b={self.b}" if self.b else "") + (f" l={self.level}" if self.level else "")
+        extra += " w=" + ",".join(f"{w:.2g}" for w in self.weights) if self.weights else ""
         return f"{self.algorithm} p={self.p} grid={self.r}x{self.c}{extra} [{self.backend}, {self.threads}t]"
 
 

@@ -132,6 +132,8 @@ class CommProfile:
     step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
     loop_cases: tuple[tuple[int, int], ...] = LOOP_CASES   # Cholesky (order, block) runs (``calibrate.loop_costs``)
     phase_calibration: phcal.PhaseCalibration = field(default_factory=phcal.PhaseCalibration)   # plans timed last
+    calibrate: bool = True     # False: links, host speeds and the root's costs only (no contention, no
+    #                            calibration runs: a cluster description in minutes)
     source: str = ""
 
     def fitted_sizes(self, prim: str) -> tuple[int, ...]:
@@ -220,7 +222,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
                "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
                "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order", "root_reps",
-               "phase_calibration"}
+               "phase_calibration", "calibrate"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -251,7 +253,8 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        **_root_costs(data, source),
                        **_step_waits(data.get("step_waits") or {}, source),
                        **_loop_costs(data.get("loop_costs"), source),
-                       **_phase_calibration(data.get("phase_calibration", {}), source), source=source)
+                       **_phase_calibration(data.get("phase_calibration", {}), source),
+                       calibrate=bool(data.get("calibrate", True)), source=source)
 
 
 def _root_costs(data: dict, source: str) -> dict:
@@ -1126,10 +1129,12 @@ def main(argv: list[str] | None = None) -> int:
         from autotune.install_probe.contention import measure_contention, run_contention
 
         # Contention in up to 3 passes as the profile's, the first minutes before the others.
-        passes = min(profile.passes, 3)
+        passes = min(profile.passes, 3) if profile.calibrate else 0
         before = [measure_contention(world)] if passes > 1 else []
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
+        if not profile.calibrate:
+            return _report(result, [], None)
         from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
 
         rows = run_contention(world, *where, passes=passes - len(before), earlier=before)
@@ -1146,6 +1151,11 @@ def main(argv: list[str] | None = None) -> int:
         if world.Get_rank() == 0:
             print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
         return 1
+    return _report(result, rows, phases)
+
+
+def _report(result: dict | None, rows: list, phases) -> int:
+    """The root's summary of the probe (``result`` None elsewhere)."""
     if result is not None:
         info = result["info"]
         print("\n".join(summary_lines(result["fits"])))
@@ -1153,8 +1163,9 @@ def main(argv: list[str] | None = None) -> int:
 
             print("\n".join(loggp_lines(result["loggp"])))
         solo = {n: t for p, n, t in rows if p == 1}
+        contention = "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048))
         print("compute contention (one-thread dgemm, p concurrent ranks / alone): "
-              + "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048)))
+              + (contention if rows else "not measured (calibrate: false)"))
         if "loop_overhead" in info:
             print(f"distributed Cholesky loop: {info['loop_overhead'] * 1e6:.1f} us per panel, "
                   f"{info.get('loop_share', float('nan')):.2f} of an out-of-cache pass per element moved")

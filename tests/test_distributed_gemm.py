@@ -35,6 +35,7 @@ def grids(p):
 plans = []
 for p in range(1, P + 1):
     plans.append(Plan("bsr", p, p, 1))
+    plans.append(Plan("bsr", p, p, 1, weights=tuple(0.3 + i for i in range(p))))   # HoHe: rows by speed
     plans.append(Plan("strassen_ms", p, p, 1, level=1))
     plans.append(Plan("strassen_ms", p, 1, p, level=2))
     for r, c in grids(p):

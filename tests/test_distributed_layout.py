@@ -168,3 +168,27 @@ def test_workspace_limit_gives_fresh_memory():
         with options(workspace_bytes=-1):
             pass
     workspace.release()
+
+
+def test_weighted_balanced_axis():
+    """HoHe bands: sizes proportional to the weights (largest remainders), owner and local index
+    consistent with each part's indices."""
+    import numpy as np
+
+    from autotune.layout import Axis
+    from autotune.plans import Plan
+
+    for n, w in ((10, (1, 0.45, 1)), (7, (3.0, 1.0)), (1000, (1, 0.5, 0.25, 2)), (0, (1, 2)), (3, (1, 1, 1, 5))):
+        ax = Axis(n, len(w), weights=w)
+        counts = [ax.count(i) for i in range(len(w))]
+        assert sum(counts) == n
+        assert all(abs(c - n * x / sum(w)) < 1 for c, x in zip(counts, w, strict=True))
+        for part in range(len(w)):
+            idx = ax.indices(part)
+            assert (ax.owner(idx) == part).all() and (ax.local_index(idx) == np.arange(len(idx))).all()
+    for bad in (dict(weights=(1.0,)), dict(weights=(1.0, -1.0)), dict(block=4, weights=(1.0, 1.0))):
+        with pytest.raises(ValueError):
+            Axis(10, 2, **bad)
+    with pytest.raises(ValueError, match="bsr only"):
+        Plan("summa", 2, 1, 2, b=4, weights=(1.0, 2.0))
+    assert "w=1,0.5" in str(Plan("bsr", 2, 2, 1, weights=(1, 0.5)))

@@ -133,7 +133,7 @@ def _mapping_testbed_runs(tb, tmp_path, db) -> None:
 
     out = tmp_path / "map.json"
     cmd = testbed.mpiexec_command(tb, 4, [sys.executable, "-m", "autotune.cli", "bench", "mapping-testbed",
-                                          "--db", str(db), "--n", "96", "--blocks", "16", "32", "--reps", "1",
+                                          "--db", str(db), "--n", "64", "--blocks", "32", "--reps", "1",
                                           "--out", str(out)], mpiexec())
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr

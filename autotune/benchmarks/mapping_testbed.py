@@ -87,16 +87,25 @@ def _agrees(family: str, got, want) -> bool:
     return bool(np.allclose(got, want, rtol=1e-8, atol=1e-8 * float(np.abs(want).max())))
 
 
-def _time_plans(sub, family: str, n: int, a, b, d, args) -> list[dict]:
-    """Median root-to-root time of each grid x block on ``sub`` (the mapping's ranks), checked."""
+def _plans(family: str, n: int, p: int, blocks, weights: tuple[float, ...]) -> list[tuple[Plan, str]]:
+    """(plan, layout) of every grid x block on p ranks; for gemm also HoHe (BSR, rows by ``weights``)."""
+    be = RANK_BACKEND[family]
+    out = [(Plan(FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be), "cyclic")
+           for (r, c), blk in itertools.product(grids(p), usable_blocks(n, blocks))]
+    if family == "gemm":
+        out.append((Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted"))
+    return out
+
+
+def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, ...]) -> list[dict]:
+    """Median root-to-root time of each plan on ``sub`` (the mapping's ranks), checked."""
 
     calls = {"gemm": lambda plan: distributed_gemm(a, b, sub, config=plan),
              "cholesky": lambda plan: distributed_cholesky(a, sub, lower=True, config=plan),
              "lu": lambda plan: distributed_lu_factor(a, sub, config=plan)}
     out, p = [], sub.size
     want = _reference(family, a, b) if sub.rank == 0 else None
-    for (r, c), blk in itertools.product(grids(p), usable_blocks(n, args.blocks)):
-        plan = Plan(FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=RANK_BACKEND[family])
+    for plan, layout in _plans(family, n, p, args.blocks, weights):
         times, ok = [], True
         for i in range(args.reps + 1):
             sub.Barrier()
@@ -107,7 +116,8 @@ def _time_plans(sub, family: str, n: int, a, b, d, args) -> list[dict]:
             if sub.rank == 0 and i == 1:
                 ok = _agrees(family, res, want)
         if sub.rank == 0:
-            out.append({"d": list(d), "p": p, "r": r, "c": c, "b": blk, "seconds": float(np.median(times)),
+            out.append({"d": list(d), "p": p, "r": plan.r, "c": plan.c, "b": plan.b, "layout": layout,
+                        "seconds": float(np.median(times)),
                         "spread": float(np.ptp(times) / np.median(times)), "correct": ok})
     return out
 
@@ -123,15 +133,16 @@ def _split(world, ranks: list[int]):
 def _methods_table(family: str, n: int, platform, timed: list[dict], blocks: tuple[int, ...]) -> dict:
     """Each method's and user's plan, its measured time, against the best timed plan."""
 
-    measured = {(tuple(t["d"]), t["r"], t["c"], t["b"]): t["seconds"] for t in timed}
+    measured = {(tuple(t["d"]), t["r"], t["c"], t["b"], t["layout"]): t["seconds"] for t in timed}
     best = min(timed, key=lambda t: t["seconds"])
     rows = []
     for method in sm.METHODS + sm.USERS:
         ch = sm.run_method(method, family, n, platform, max_level=sum(h.processors for h in platform.hosts)
                            * platform.max_per_processor, blocks=blocks)
         e = ch.estimate
-        rows.append({"method": method, "d": list(ch.d), "r": e.r, "c": e.c, "b": e.b, "predicted": e.seconds,
-                     "measured": measured.get((ch.d, e.r, e.c, e.b)), "solve_seconds": ch.solve_seconds,
+        rows.append({"method": method, "d": list(ch.d), "r": e.r, "c": e.c, "b": e.b, "layout": e.layout,
+                     "predicted": e.seconds, "measured": measured.get((ch.d, e.r, e.c, e.b, e.layout)),
+                     "solve_seconds": ch.solve_seconds,
                      "depth": ch.depth})
     return {"family": family, "n": n, "best": best, "methods": rows, "plans": timed}
 
@@ -139,19 +150,20 @@ def _methods_table(family: str, n: int, platform, timed: list[dict], blocks: tup
 def table_lines(res: dict) -> list[str]:
     best = res["best"]["seconds"]
     lines = [f"{res['family']} n={res['n']}: best timed plan d={tuple(res['best']['d'])} "
-             f"{res['best']['r']}x{res['best']['c']} b={res['best']['b']} {best:.4f} s "
+             f"{res['best']['r']}x{res['best']['c']} b={res['best']['b']} {res['best']['layout']} {best:.4f} s "
              f"(of {len(res['plans'])} plans)",
              f"  {'method':12s} {'mapping':10s} {'b':>4s} {'grid':>6s} {'predicted':>10s} {'measured':>9s} "
              f"{'/best':>6s} {'t.sol s':>8s}"]
     for r in res["methods"]:
         meas = r["measured"]
         ratio = f"{meas / best:6.3f}" if meas else "     -"
-        lines.append(f"  {r['method']:12s} {str(tuple(r['d'])):10s} {r['b']:4d} {r['r']:>2d}x{r['c']:<3d} "
+        grid = "HoHe" if r["layout"] == "weighted" else f"{r['r']}x{r['c']}"
+        lines.append(f"  {r['method']:12s} {str(tuple(r['d'])):10s} {r['b']:4d} {grid:>6s} "
                      f"{r['predicted']:10.4f} {meas if meas else float('nan'):9.4f} {ratio} {r['solve_seconds']:8.4f}")
     return lines
 
 
-def _run_all(world, args, platform, hosts: list[list[int]]) -> list[dict]:
+def _run_all(world, args, platform, hosts: list[list[int]], speeds: list[float]) -> list[dict]:
     """Every family x n x mapping x grid x block timed; the root's tables."""
     from mpi4py import MPI
 
@@ -163,6 +175,7 @@ def _run_all(world, args, platform, hosts: list[list[int]]) -> list[dict]:
         timed = []
         for d in mappings([len(h) for h in hosts]):
             ranks = [r for k, rs in zip(d, hosts, strict=True) for r in rs[:k]]
+            weights = tuple(s / k for k, s in zip(d, speeds, strict=True) for _ in range(k))
             lead = ranks[0]                       # the sub-communicator's root: it needs the operands
             if lead != 0 and world.rank == 0:
                 world.send((a, b), dest=lead, tag=7)
@@ -170,7 +183,7 @@ def _run_all(world, args, platform, hosts: list[list[int]]) -> list[dict]:
                 a, b = world.recv(source=0, tag=7)
             sub, got = _split(world, ranks), []
             if sub != MPI.COMM_NULL:
-                got = _time_plans(sub, family, n, a, b, d, args)
+                got = _time_plans(sub, family, n, a, b, d, args, weights)
                 sub.Free()
             if lead != 0 and world.rank == lead:
                 world.send(got, dest=0, tag=8)
@@ -207,11 +220,11 @@ def run(args) -> int:
             platform = replace(platform, max_per_processor=max(len(h) for h in hosts))
         except PlatformError as e:
             problem = str(e)
-    problem = world.bcast(problem, root=0)
+    problem, speeds = world.bcast((problem, [h.speed for h in platform.hosts] if platform else None), root=0)
     if problem:
         return error("mapping-testbed", problem)
     with options(db=args.db), threadpool_limits(1, "blas"):
-        results = _run_all(world, args, platform, hosts)
+        results = _run_all(world, args, platform, hosts, speeds)
     if world.rank == 0 and args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
     return 0

@@ -189,6 +189,13 @@ def simulated_platform(processors: int, degree: str, per_host: int = 4) -> dict:
     return {"name": f"sim{processors}-{degree}", "hosts": hosts, "links": SIMULATED_LINKS, "k": SIMULATED_K}
 
 
+def _link(cp, primitive: str) -> Link:
+    """(ts of the smallest message, tw of the largest regime) of a measured link primitive."""
+    ts, _ = cp.ts_tw(primitive, 2, 8)
+    _, tw = cp.ts_tw(primitive, 2, 16 << 20)
+    return Link(ts, tw)
+
+
 def measured_platform(cp, k: KFunction, processors: int = 1, order: list[str] | None = None) -> ClusterPlatform:
     """The MPI platform the comm probe measured: one host per entry of its ``host_speeds`` (in
     ``order`` if given, else by name; ``processors`` each, speeds relative to the fastest),
@@ -204,17 +211,13 @@ def measured_platform(cp, k: KFunction, processors: int = 1, order: list[str] | 
     if missing:
         raise PlatformError(f"the comm probe measured no host named {', '.join(missing)}: run it on these hosts")
     hosts = tuple(Host(h, processors, speeds[h] / top) for h in (order or sorted(speeds)))
-    links = {}
-    for t in LINKS:
-        prim = f"link_{t}"
-        if prim not in cp.primitives():
-            if len(hosts) > 1 or t == "host":
-                raise PlatformError(f"the MPI platform has no {prim} measurement")
-            links[t] = links["host"]
-            continue
-        ts, _ = cp.ts_tw(prim, 2, 8)
-        _, tw = cp.ts_tw(prim, 2, 16 << 20)
-        links[t] = Link(ts, tw)
+    links = {t: _link(cp, f"link_{t}") for t in LINKS if f"link_{t}" in cp.primitives()}
+    if "net" not in links and len(hosts) > 1:
+        raise PlatformError("the MPI platform has no link_net measurement (run the comm probe across the hosts)")
+    if not links:
+        raise PlatformError("the MPI platform has no link_host measurement")
+    links.setdefault("host", links.get("net"))     # one rank per host: no two processes share one
+    links.setdefault("net", links["host"])
     return ClusterPlatform(str(cp.platform.get("key")), hosts, links, k)
 
 

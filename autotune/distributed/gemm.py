@@ -223,12 +223,6 @@ def _local(run: _Run) -> np.ndarray:
 
 # -- moving contiguous blocks (balanced 2-D blocks, in a chosen memory order) ---------------------
 
-def _span(axis: Axis, part: int) -> tuple[int, int]:
-    q, r = divmod(axis.n, axis.parts)
-    start = part * q + min(part, r)
-    return start, start + q + (part < r)
-
-
 def _block_counts(rows: Axis, cols: Axis, size: int) -> tuple[list, np.ndarray, np.ndarray]:
     c = cols.parts
     shapes = [(rows.count(i // c), cols.count(i % c)) for i in range(size)]
@@ -257,7 +251,7 @@ def _scatter_blocks(comm, x: np.ndarray | None, rows: Axis, cols: Axis, order: s
         else:
             flat = workspace.empty("pack", int(counts.sum()))
             for rank, shape in enumerate(shapes):
-                (r0, r1), (c0, c1) = _span(rows, rank // cols.parts), _span(cols, rank % cols.parts)
+                (r0, r1), (c0, c1) = rows.span(rank // cols.parts), cols.span(rank % cols.parts)
                 flat[displs[rank]:displs[rank] + counts[rank]].reshape(shape, order=order)[...] = x[r0:r1, c0:c1]
         send = [flat, (counts, displs), _double()]
     buf = workspace.empty(name, int(counts[me])) if recv is None else recv[:int(counts[me])]
@@ -292,7 +286,7 @@ def _gather_blocks(comm, local: np.ndarray, rows: Axis, cols: Axis, out: np.ndar
     buf = workspace.empty("gather", int(counts.sum()))
     comm.Gatherv([flat, _double()], [buf, (counts, displs), _double()], root=0)
     for rank, shape in enumerate(shapes):
-        (r0, r1), (c0, c1) = _span(rows, rank // cols.parts), _span(cols, rank % cols.parts)
+        (r0, r1), (c0, c1) = rows.span(rank // cols.parts), cols.span(rank % cols.parts)
         out[r0:r1, c0:c1] = buf[displs[rank]:displs[rank] + counts[rank]].reshape(shape)
     return out
 
@@ -311,7 +305,7 @@ def _bcast_matrix(comm, x: np.ndarray | None, shape: tuple[int, int], order: str
 
 def _bsr(run: _Run) -> np.ndarray | None:
     comm, m, k, n = run.comm, run.m, run.k, run.n
-    rows = Axis(m, comm.size)
+    rows = Axis(m, comm.size, weights=run.plan.weights)
     with run.ph("distribution"):
         aloc = _scatter_blocks(comm, run.a, rows, Axis(k, 1), run.a_order)
         bmat = _bcast_matrix(comm, run.b, (k, n), run.b_order)
@@ -388,7 +382,7 @@ def _cbsr(run: _Run) -> np.ndarray | None:
         if c > 1:
             grid.row.Allgatherv(MPI.IN_PLACE, [panel, (counts, displs), dbl])
     with run.ph("compute"):
-        n0, n1 = _span(ncols, pc)
+        n0, n1 = ncols.span(pc)
         out, cloc = _result_piece(comm, rows, ncols)
         for j in range(c):
             ablk = band if c == 1 else panel[displs[j]:displs[j] + counts[j]].reshape((mi, kc[j]), order=o)

@@ -20,6 +20,10 @@ ceil(log2 q)):
 - gemm (SUMMA): ``f 2n^3/p k_gemm``; ``(n/b)(beta(c) ts_row + beta(r) ts_col) + W n^2 (beta(c)
   tw_row/r + beta(r) tw_col/c)``.
 
+Root-held data (as the tuned calls take it) adds the root's scatter and gather (``distribution``:
+``MOVES`` matrices, each rank's share over the link from the root's host to its own). HoHe gemm
+(``weighted_gemm``): BSR with rows proportional to the processes' speeds, one process column.
+
 Pure arithmetic, vectorised over grids x blocks: the search methods (``select.mapping``) evaluate
 it at thousands of mappings.
 """
@@ -112,6 +116,36 @@ def phases(family: str, n: float, r: np.ndarray, c: np.ndarray, b: np.ndarray, k
     return PHASES[family](float(n), r, c, b, k, f, links)
 
 
+# Matrices the root sends out or gathers back in a call on root-held data.
+MOVES = {"lu": 2, "cholesky": 2, "gemm": 3}
+
+
+def root_moves(n: float, hosts: np.ndarray, shares: np.ndarray, host, net) -> float:
+    """One n x n matrix between the root (rank 0) and the others, ``shares`` of it each: over the
+    network to ranks of other hosts, through shared memory to the root's own (a ts each)."""
+    far = hosts != hosts[0]
+    near = ~far
+    near[0] = False
+    return float(WORD * n * n * (shares[far].sum() * net.tw + shares[near].sum() * host.tw)
+                 + far.sum() * net.ts + near.sum() * host.ts)
+
+
+def distribution(family: str, n: float, hosts: np.ndarray, host, net) -> float:
+    """The root's scatter of the inputs and gather of the result, equal shares (root-held data)."""
+    return MOVES[family] * root_moves(n, hosts, np.full(len(hosts), 1.0 / len(hosts)), host, net)
+
+
+def weighted_gemm(n: float, hosts: np.ndarray, weights: np.ndarray, k_gemm: float, host, net) -> tuple[float, float]:
+    """(compute, communication) of HoHe gemm: BSR with each rank's rows proportional to its speed
+    ``weights`` (001 §5.2), so compute is 2n^3 k over the summed speeds; B broadcast whole (beta(p)
+    times over the slowest link), A's rows out and C's back."""
+    p = len(hosts)
+    link = net if (hosts != hosts[0]).any() else host
+    shares = weights / weights.sum()
+    bcast = float(_beta(np.float64(p)) * (link.ts + WORD * n * n * link.tw))
+    return 2.0 * n**3 * k_gemm / float(weights.sum()), bcast + 2 * root_moves(n, hosts, shares, host, net)
+
+
 def leading_seconds(family: str, n: float, k_gemm: float) -> float:
     """The update's time on one process of speed 1 (the part every mapping divides): the LET_ari
     numerator of 001 eq. 5.5."""
@@ -136,5 +170,5 @@ def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
     return float(np.max(d[used] / speeds[used]))
 
 
-__all__ = ["BLOCKS", "FAMILIES", "SERIES", "Links", "database_k", "grids", "leading_seconds", "phases", "rank_hosts",
-           "slowdown", "spans", "usable_blocks"]
+__all__ = ["BLOCKS", "FAMILIES", "MOVES", "SERIES", "Links", "database_k", "distribution", "grids", "leading_seconds",
+           "phases", "rank_hosts", "root_moves", "slowdown", "spans", "usable_blocks", "weighted_gemm"]

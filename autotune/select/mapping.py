@@ -50,6 +50,7 @@ class Estimate:
     r: int
     c: int
     b: int
+    layout: str = "cyclic"      # "cyclic": equal blocks (HeHo); "weighted": rows by speed (HoHe, gemm)
 
 
 @dataclass
@@ -117,10 +118,26 @@ class Search:
         return mm.Links(row[:, :1], row[:, 1:], col[:, :1], col[:, 1:])
 
     def _phases(self, d: np.ndarray, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict):
+        """(compute, communication with the root's distribution) of mapping ``d`` per grid x block."""
         hosts = mm.rank_hosts(d, self.host_of)
         flags = np.array([mm.spans(hosts, int(x), int(y)) for x, y in zip(r[:, 0], c[:, 0], strict=True)])
-        return mm.phases(self.family, self.n, r, c, b, k, mm.slowdown(d, self.speeds),
-                         self._links(flags[:, 0], flags[:, 1]))
+        compute, comm = mm.phases(self.family, self.n, r, c, b, k, mm.slowdown(d, self.speeds),
+                                  self._links(flags[:, 0], flags[:, 1]))
+        links = self.platform.links
+        return compute, comm + mm.distribution(self.family, self.n, hosts, links["host"], links["net"])
+
+    def weights(self, d: np.ndarray) -> np.ndarray:
+        """Each rank's speed under mapping ``d`` (its processor's, shared by the d_i processes there)."""
+        return np.repeat(self.speeds / np.maximum(d, 1), d)
+
+    def _weighted(self, d: np.ndarray) -> Estimate | None:
+        """HoHe (gemm only): BSR with rows by speed on one process column."""
+        if self.family != "gemm":
+            return None
+        links = self.platform.links
+        compute, comm = mm.weighted_gemm(self.n, mm.rank_hosts(d, self.host_of), self.weights(d),
+                                         float(self.k["gemm"].min()), links["host"], links["net"])
+        return Estimate(compute + comm, compute, comm, int(d.sum()), 1, 0, "weighted")
 
     def eet(self, d: np.ndarray) -> Estimate:
         """The mapping's best grid and block by the model (memoised up to symmetry)."""
@@ -134,11 +151,17 @@ class Search:
         i, j = np.unravel_index(int(np.argmin(total)), total.shape)
         est = Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
                        int(self.b[0, j]))
+        hohe = self._weighted(d)
+        if hohe is not None and hohe.seconds < est.seconds:
+            est = hohe
         self._memo[key] = est
         return est
 
-    def estimate(self, d: np.ndarray, r: int, c: int, b: int) -> Estimate:
-        """The model's time of one plan: mapping ``d`` on an r x c grid with block b."""
+    def estimate(self, d: np.ndarray, r: int, c: int, b: int, layout: str = "cyclic") -> Estimate:
+        """The model's time of one plan: mapping ``d`` on an r x c grid with block b (``layout``
+        "weighted": HoHe gemm)."""
+        if layout == "weighted":
+            return self._weighted(np.asarray(d))
         k = {kern: np.array([[self.platform.k(kern, b)]]) for kern in KERNELS}
         compute, comm = self._phases(np.asarray(d), np.array([[float(r)]]), np.array([[float(c)]]),
                                      np.array([[float(b)]]), k)
@@ -369,7 +392,8 @@ def describe(st: MappingStudy) -> str:
         e = c.estimate
         exh = f"{e.seconds / ref.estimate.seconds:6.3f}" if ref is not None else "     -"
         flag = "" if c.complete else " (node budget)"
-        lines.append(f"  {c.method:12s} {c.p:4d} {e.r:>3d}x{e.c:<3d} {e.b:4d} {e.seconds:12.4g} "
+        grid = "HoHe" if e.layout == "weighted" else f"{e.r}x{e.c}"
+        lines.append(f"  {c.method:12s} {c.p:4d} {grid:>7s} {e.b:4d} {e.seconds:12.4g} "
                      f"{e.seconds / best:6.3f} {exh} {c.solve_seconds:9.4f} {c.depth:5d} {c.nodes:7d}  "
                      f"{mapping_text(c.d, st.platform)}{flag}")
     return "\n".join(lines)
