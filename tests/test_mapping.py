@@ -159,3 +159,12 @@ def test_example_platform_and_explain(tmp_path, capsys):
     bad.write_text(yaml.safe_dump({"hosts": [{"name": "a", "speed": -2}], "links": LINKS, "k": K}))
     assert cli.main(["explain", "lu", "3000", "--platform", str(bad)]) == 2
     assert "speed must be positive" in capsys.readouterr().err
+
+
+def test_one_process_runs_the_library_routine_where_its_k_is_given():
+    pl = parse_platform({"hosts": SMALL, "links": LINKS, "k": {**K, "lib_lu": 1.5e-11}})
+    s = sm.Search("lu", 2000, pl)
+    alone = s.eet(np.array([1, 0, 0, 0]))
+    assert alone.layout == "library" and alone.seconds == pytest.approx(2 / 3 * 2000**3 * 1.5e-11)
+    assert s.eet(np.array([0, 0, 1, 0])).seconds == pytest.approx(2 * alone.seconds)     # speed 0.5
+    assert sm.Search("lu", 2000, _platform(SMALL)).eet(np.array([1, 0, 0, 0])).layout == "cyclic"

@@ -90,6 +90,8 @@ def _agrees(family: str, got, want) -> bool:
 def _plans(family: str, n: int, p: int, blocks, weights: tuple[float, ...]) -> list[tuple[Plan, str]]:
     """(plan, layout) of every grid x block on p ranks; for gemm also HoHe (BSR, rows by ``weights``)."""
     be = RANK_BACKEND[family]
+    if p == 1:
+        return [(Plan("local", 1, threads=1, backend=be), "library")]
     out = [(Plan(FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be), "cyclic")
            for (r, c), blk in itertools.product(grids(p), usable_blocks(n, blocks))]
     if family == "gemm":
@@ -157,7 +159,7 @@ def table_lines(res: dict) -> list[str]:
     for r in res["methods"]:
         meas = r["measured"]
         ratio = f"{meas / best:6.3f}" if meas else "     -"
-        grid = "HoHe" if r["layout"] == "weighted" else f"{r['r']}x{r['c']}"
+        grid = {"weighted": "HoHe", "library": "lib"}.get(r["layout"], f"{r['r']}x{r['c']}")
         lines.append(f"  {r['method']:12s} {str(tuple(r['d'])):10s} {r['b']:4d} {grid:>6s} "
                      f"{r['predicted']:10.4f} {meas if meas else float('nan'):9.4f} {ratio} {r['solve_seconds']:8.4f}")
     return lines

@@ -16,6 +16,7 @@ Platform file::
       host: {ts: 1.5e-6, tw: 2.0e-10}     # two processes of one host (shared memory)
       net: {ts: 2.0e-5, tw: 8.0e-9}       # two hosts (the network)
     k: {gemm: 2.0e-11, trsm: 3.0e-11, panel: 9.0e-11}   # seconds per flop at speed 1; or "database"
+    #   (optional lib_gemm, lib_cholesky, lib_lu: the library routine on one process)
     max_per_processor: 2         # optional: most processes one processor runs (default 2)
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ from pathlib import Path
 import numpy as np
 
 KERNELS = ("gemm", "trsm", "panel")           # the mapping models' k (models/mapping.py)
+# Optional: the library routine of each family on one process (the one-process plan; without it
+# one process runs the blocked algorithm's cost).
+LIBRARY_KERNELS = ("lib_gemm", "lib_cholesky", "lib_lu")
 LINKS = ("host", "net")
 _TOP = {"name", "hosts", "links", "k", "max_per_processor", "description"}
 _HOST = {"name", "processors", "speed", "count"}
@@ -54,7 +58,7 @@ class Link:
 @dataclass(frozen=True)
 class ClusterPlatform:
     """Hosts with processors of given speeds, the link types between them and the kernels' k at
-    speed 1 (``k(kernel, b)``: seconds per flop at block b)."""
+    speed 1 (``k(kernel, b)``: seconds per flop at block b; None for a library kernel not given)."""
 
     name: str
     hosts: tuple[Host, ...]
@@ -130,9 +134,10 @@ def _links(data, source: str) -> dict[str, Link]:
 
 
 def _constant_k(data, source: str) -> Callable[[str, int], float]:
-    _keys(data, set(KERNELS), f"{source}: k")
+    _keys(data, set(KERNELS + LIBRARY_KERNELS), f"{source}: k")
     ks = {kern: _positive(data.get(kern), f"k.{kern}") for kern in KERNELS}
-    return lambda kernel, b: ks[kernel]
+    ks |= {kern: _positive(data[kern], f"k.{kern}") for kern in LIBRARY_KERNELS if kern in data}
+    return lambda kernel, b: ks.get(kernel)
 
 
 KFunction = Callable[[str, int], float]
@@ -221,5 +226,5 @@ def measured_platform(cp, k: KFunction, processors: int = 1, order: list[str] | 
     return ClusterPlatform(str(cp.platform.get("key")), hosts, links, k)
 
 
-__all__ = ["HETEROGENEITY", "KERNELS", "LINKS", "ClusterPlatform", "Host", "Link", "PlatformError",
+__all__ = ["HETEROGENEITY", "KERNELS", "LIBRARY_KERNELS", "LINKS", "ClusterPlatform", "Host", "Link", "PlatformError",
            "load_platform", "measured_platform", "parse_platform", "simulated_platform"]

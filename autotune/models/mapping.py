@@ -42,7 +42,10 @@ BLOCKS = (32, 64, 128, 256)
 
 # The routine, access pattern and library behind each kernel of the cost.
 SERIES = {"gemm": ("gemm", "rankb", "numpy-openblas"), "trsm": ("trsm", "panel", "scipy-openblas"),
-          "panel": ("getrf", "panel", "scipy-openblas")}
+          "panel": ("getrf", "panel", "scipy-openblas"), "lib_gemm": ("gemm", "square", "numpy-openblas"),
+          "lib_cholesky": ("potrf", "square", "scipy-openblas"), "lib_lu": ("getrf", "square", "scipy-openblas")}
+# Flops of each family's n x n problem over n^3 (the update's leading term).
+FLOPS = {"lu": 2.0 / 3.0, "cholesky": 1.0 / 3.0, "gemm": 2.0}
 
 
 def database_k(sp, size: float = 2048.0):
@@ -149,8 +152,12 @@ def weighted_gemm(n: float, hosts: np.ndarray, weights: np.ndarray, k_gemm: floa
 def leading_seconds(family: str, n: float, k_gemm: float) -> float:
     """The update's time on one process of speed 1 (the part every mapping divides): the LET_ari
     numerator of 001 eq. 5.5."""
-    share = {"lu": 2.0 / 3.0, "cholesky": 1.0 / 3.0, "gemm": 2.0}[family]
-    return share * float(n) ** 3 * k_gemm
+    return FLOPS[family] * float(n) ** 3 * k_gemm
+
+
+def library_seconds(family: str, n: float, k_lib: float, f: float) -> float:
+    """The one-process plan: the library routine at the mapping's slowdown ``f``."""
+    return f * FLOPS[family] * float(n) ** 3 * k_lib
 
 
 def rank_hosts(d: np.ndarray, host_of: np.ndarray) -> np.ndarray:
@@ -170,5 +177,6 @@ def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
     return float(np.max(d[used] / speeds[used]))
 
 
-__all__ = ["BLOCKS", "FAMILIES", "MOVES", "SERIES", "Links", "database_k", "distribution", "grids", "leading_seconds",
-           "phases", "rank_hosts", "root_moves", "slowdown", "spans", "usable_blocks", "weighted_gemm"]
+__all__ = ["BLOCKS", "FAMILIES", "FLOPS", "MOVES", "SERIES", "Links", "database_k", "distribution", "grids",
+           "leading_seconds", "library_seconds", "phases", "rank_hosts", "root_moves", "slowdown", "spans",
+           "usable_blocks", "weighted_gemm"]

@@ -50,7 +50,8 @@ class Estimate:
     r: int
     c: int
     b: int
-    layout: str = "cyclic"      # "cyclic": equal blocks (HeHo); "weighted": rows by speed (HoHe, gemm)
+    layout: str = "cyclic"      # "cyclic": equal blocks (HeHo); "weighted": rows by speed (HoHe, gemm);
+    #                             "library": one process, the library routine
 
 
 @dataclass
@@ -151,17 +152,25 @@ class Search:
         i, j = np.unravel_index(int(np.argmin(total)), total.shape)
         est = Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
                        int(self.b[0, j]))
-        hohe = self._weighted(d)
-        if hohe is not None and hohe.seconds < est.seconds:
-            est = hohe
+        for other in (self._weighted(d), self._library(d)):
+            if other is not None and other.seconds < est.seconds:
+                est = other
         self._memo[key] = est
         return est
 
+    def _library(self, d: np.ndarray) -> Estimate | None:
+        """One process: the library routine, where the platform gives its k."""
+        k = self.platform.k(f"lib_{self.family}", 0)
+        if int(d.sum()) != 1 or k is None:
+            return None
+        t = mm.library_seconds(self.family, self.n, k, mm.slowdown(d, self.speeds))
+        return Estimate(t, t, 0.0, 1, 1, 0, "library")
+
     def estimate(self, d: np.ndarray, r: int, c: int, b: int, layout: str = "cyclic") -> Estimate:
         """The model's time of one plan: mapping ``d`` on an r x c grid with block b (``layout``
-        "weighted": HoHe gemm)."""
-        if layout == "weighted":
-            return self._weighted(np.asarray(d))
+        "weighted": HoHe gemm; "library": the one-process library call)."""
+        if layout in ("weighted", "library"):
+            return (self._weighted if layout == "weighted" else self._library)(np.asarray(d))
         k = {kern: np.array([[self.platform.k(kern, b)]]) for kern in KERNELS}
         compute, comm = self._phases(np.asarray(d), np.array([[float(r)]]), np.array([[float(c)]]),
                                      np.array([[float(b)]]), k)
@@ -392,7 +401,7 @@ def describe(st: MappingStudy) -> str:
         e = c.estimate
         exh = f"{e.seconds / ref.estimate.seconds:6.3f}" if ref is not None else "     -"
         flag = "" if c.complete else " (node budget)"
-        grid = "HoHe" if e.layout == "weighted" else f"{e.r}x{e.c}"
+        grid = {"weighted": "HoHe", "library": "lib"}.get(e.layout, f"{e.r}x{e.c}")
         lines.append(f"  {c.method:12s} {c.p:4d} {grid:>7s} {e.b:4d} {e.seconds:12.4g} "
                      f"{e.seconds / best:6.3f} {exh} {c.solve_seconds:9.4f} {c.depth:5d} {c.nodes:7d}  "
                      f"{mapping_text(c.d, st.platform)}{flag}")
