@@ -10,7 +10,8 @@ import numpy as np
 
 # Candidate forms of ts(p) and tw(p), in the order ties go (the simplest first).
 FORMS = ("const", "log2", "ceil_log2", "lin")
-FORM_TEXT = {"const": "", "log2": "log2(p)", "ceil_log2": "ceil(log2(p))", "lin": "(p-1)"}
+# How each form enters a model, F(p) - F(2) (so the constant is the cost at p = 2).
+FORM_TEXT = {"const": "", "log2": "log2(p/2)", "ceil_log2": "(ceil(log2 p)-1)", "lin": "(p-2)"}
 PMODEL_DTYPE = np.dtype([
     ("primitive", "S16"), ("regime", "i4"), ("n_regimes", "i4"),
     ("lo", "f8"), ("hi", "f8"), ("m0", "f8"),             # applies to lo <= m < hi; T measured from m0

@@ -189,7 +189,8 @@ def _term(a: float, b: float, form: str, scale: float, unit: str) -> str:
 
 
 def model_lines(rows: np.ndarray) -> list[str]:
-    """One line per regime of each stored (p, m) model: ts(p) in us, tw(p) in ns/B, forms shifted to p = 2."""
+    """One line per regime of each stored (p, m) model: ts(p) in us, tw(p) in ns/B (each form shifted
+    to 0 at p = 2, so the constant is the cost there)."""
     lines = []
     for r in np.asarray(rows).astype(PMODEL_DTYPE):
         hi = "inf" if not math.isfinite(r["hi"]) else f"{r['hi']:.0f}"
@@ -197,8 +198,7 @@ def model_lines(rows: np.ndarray) -> list[str]:
         lines.append(f"{r['primitive'].decode():14s} (p, m) regime {r['regime'] + 1}/{r['n_regimes']} "
                      f"[{r['lo']:.0f}, {hi}) B, p {r['p_min']}..{r['p_max']} ({r['n_p']}): "
                      f"T(p, m) = ts + tw (m - {r['m0']:.0f}), ts = {_term(r['ts_a'], r['ts_b'], ts_form, 1e6, ' us')} "
-                     f"[{ts_form}], tw = {_term(r['tw_a'], r['tw_b'], tw_form, 1e9, ' ns/B')} [{tw_form}] "
-                     "(forms minus their value at p = 2)")
+                     f"[{ts_form}], tw = {_term(r['tw_a'], r['tw_b'], tw_form, 1e9, ' ns/B')} [{tw_form}]")
     return lines
 
 
