@@ -184,7 +184,8 @@ def step_n(p: int, blocks=STEP_BLOCKS, target: int = STEP_N) -> int:
     return step * max(1, round(target / step))
 
 
-def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target: int = STEP_N) -> dict | None:
+def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target: int = STEP_N,
+               procs=None) -> dict | None:
     """``{"p": [2..P], "b": blocks, "wait": [[share per b] per p], "end": [[steps per b] per p],
     "wait_1xp": ..., "wait_px1": ...}`` (>= 0) on rank 0: SUMMA on the first p ranks, grids 1 x p
     and p x 1 (their mean; ``wait_1xp`` and ``wait_px1`` each grid's own), order
@@ -192,10 +193,11 @@ def step_waits(world, db_path, reps: int = STEP_REPS, blocks=STEP_BLOCKS, target
     ``wait``: communication beyond the model's, over its compute; ``end``: collection beyond the
     model's (the root's wait for ranks of equal load that finished after it), over one step's
     compute. By grid because the two differ consistently (p x 1 plans wait beyond the model, 1 x p
-    plans less than it), which the mean would cancel. Collective over ``world``."""
+    plans less than it), which the mean would cancel. Collective over ``world``. ``procs``: the p to
+    run (the comm profile's sample), default every p = 2..P."""
     out: dict[str, list] = {"p": [], "b": [int(b) for b in blocks], "wait": [], "end": [], "wait_1xp": [],
                             "wait_px1": []}
-    for p in range(2, world.size + 1):
+    for p in (range(2, world.size + 1) if procs is None else [q for q in procs if 2 <= q <= world.size]):
         order = step_n(p, blocks, target)
         cases = [("gemm", Plan("summa", p, r, c, b=int(b), threads=1), order)
                  for b in blocks for r, c in ((1, p), (p, 1))]

@@ -4,11 +4,14 @@ Run collectively (every rank runs this module)::
 
     mpiexec -n P python -m autotune.install_probe.comm [--db PATH] [--profile quick|standard|FILE.yaml]
 
-For p = 2..P (sub-communicators of COMM_WORLD made by Split; the ranks outside a group wait,
-sleeping, on a non-blocking barrier) it measures, with mpi4py's buffer API on numpy arrays:
+For the profile's process counts p (``procs``: every p = 2..P, 2 and P, or a sample: 2, 3, 4,
+the powers of two and their midpoints, and P; sub-communicators of COMM_WORLD made by Split; the
+ranks outside a group wait, sleeping, on a non-blocking barrier) it measures, with mpi4py's
+buffer API on numpy arrays:
 ping-pong Send/Recv (ranks 0 and 1, one-way = round trip / 2), Bcast, Sendrecv ring shift,
 Allgather, Allgatherv, Reduce, Allreduce, Scatterv, Gatherv, Alltoallv (root 0, equal counts),
-row and column broadcasts in every r x c grid with r*c <= P, and ping-pong sends of derived
+row and column broadcasts in the profile's r x c grids (``grids``: every r*c <= P, those of
+r*c = P, or for each sampled p 1 x p, p x 1 and the most square), and ping-pong sends of derived
 datatypes (a strided column block, Create_vector; a block-cyclic local piece, Create_darray);
 at p = 2 also the parameterised round trips PRTT(1,0,s), PRTT(n,0,s), PRTT(n,d,s) for LoOgGP.
 ``scatterv_cold`` and ``bcast_cold`` are Scatterv and Bcast with every member's caches flushed
@@ -16,7 +19,8 @@ before each repetition (``cold_sizes``): a distributed run's first phase moves t
 and buffers no cache holds any more, much slower than the warm repeated calls;
 ``colscatter_cold`` is the 1-D runs' own scatter (``distributed.movement.scatter_columns``),
 the root copying its piece while the others pull theirs, cold the same way.
-Groups of p = 2..P ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``).
+Groups of the profile's p ranks time the same rank-b update at once: its mean spread between ranks (``compute_skew``);
+the compute contention and the SUMMA step waits run at those p too.
 Rank 0 also measures its own data-movement costs, stored with the platform: the page faults of a
 new result by its size (``first_touch_costs``), block-cyclic packing/unpacking by run length (``pack_costs``)
 and the finiteness check of a matrix no cache holds (``check_costs``).
@@ -45,7 +49,9 @@ Messages leave from and arrive in buffers made as the runs' workspace makes its 
 (``workspace.huge_empty``: 2 MiB pages): the shared-memory transport's single copy walks both
 processes' pages, much faster on huge pages than on 4 KiB ones, so a numpy buffer's time
 would depend on where its 2 MiB boundaries fell.
-Rank 0 fits and writes the database.
+Rank 0 fits and writes the database: per curve the Hockney regimes (``db.comm``), and per
+primitive the (p, m) models that predict the p not measured, with their error at each measured
+p left out of them (``db.comm_scaling``).
 """
 from __future__ import annotations
 
@@ -63,6 +69,7 @@ from autotune.install_probe.calibrate import LOOP_CASES
 from autotune.install_probe.profile import COMM_DEFAULT
 
 from autotune.db import comm as dbc
+from autotune.db import comm_scaling as scaling
 from autotune.db import resolve
 from autotune.db.comm import loggp_lines
 from autotune.distributed import workspace
@@ -112,13 +119,15 @@ class CommTiming:
 class CommProfile:
     name: str
     sizes: tuple[int, ...]
-    procs: str | tuple[int, ...] = "all"       # all | ends (2 and P) | explicit list
-    grids: str = "all"                         # all (r*c <= P) | full (r*c == P) | none
+    procs: str | tuple[int, ...] = "all"       # all | ends (2 and P) | sample (sample_procs) | explicit list
+    grids: str = "all"                         # all (r*c <= P) | full (r*c == P) | sample (sample_grids) | none
+    procs_per_octave: int = 2                  # procs: sample: process counts per octave above 4
     primitives: tuple[str, ...] = ALL_PRIMITIVES
     timing: CommTiming = field(default_factory=CommTiming)
     max_buffer_bytes: int = 256 << 20          # skip sizes whose per-process buffers exceed this
     max_regimes: int = 8
     passes: int = 2                            # sweeps over the whole plan; per point the lower median kept
+    contention_passes: int | None = None        # passes of the compute contention (None: passes, at most 3)
     loggp: bool = True                         # also the PRTT series for LoOgGP (p = 2, sizes <= loggp_max_bytes)
     loggp_messages: int = 8
     loggp_max_bytes: int = 1 << 20
@@ -135,6 +144,11 @@ class CommProfile:
     calibrate: bool = True     # False: links, host speeds and the root's costs only (no contention, no
     #                            calibration runs: a cluster description in minutes)
     source: str = ""
+
+    @property
+    def contention_rounds(self) -> int:
+        """Passes of the compute contention: ``contention_passes``, else the probe's passes (at most 3)."""
+        return self.contention_passes or min(self.passes, 3)
 
     def fitted_sizes(self, prim: str) -> tuple[int, ...]:
         """The message sizes ``prim``'s fit is made from."""
@@ -171,21 +185,51 @@ class CommProfile:
         return tuple(sorted(set(self.fitted_sizes(prim)) | set(self.heldout_for(prim))))
 
     def p_values(self, world: int) -> list[int]:
+        """The process counts the non-grid primitives are timed at on ``world`` ranks."""
         if world < 2:
             return []
         if self.procs == "all":
             return list(range(2, world + 1))
         if self.procs == "ends":
             return sorted({2, world})
+        if self.procs == "sample":
+            return sample_procs(world, self.procs_per_octave)
         return sorted({p for p in self.procs if 2 <= p <= world})
 
     def grid_values(self, world: int) -> list[tuple[int, int]]:
+        """The r x c grids the row and column broadcasts are timed on at ``world`` ranks."""
         if self.grids == "none" or "bcast_row" not in self.primitives and "bcast_col" not in self.primitives:
             return []
-        out = [(r, c) for r in range(1, world + 1) for c in range(1, world + 1) if 2 <= r * c <= world]
+        if self.grids == "sample":
+            out = sample_grids(self.p_values(world))
+        else:
+            out = [(r, c) for r in range(1, world + 1) for c in range(1, world + 1) if 2 <= r * c <= world]
         if self.grids == "full":
             out = [(r, c) for r, c in out if r * c == world]
         return sorted(out, key=lambda g: (g[0] * g[1], g))
+
+
+def sample_procs(world: int, per_octave: int = 2) -> list[int]:
+    """Process counts of a sampled probe at world size P: 2, 3, 4, then ``per_octave`` evenly spaced
+    counts in each octave above (2: the powers of two and their midpoints 6, 12, 24, ...), and P:
+    O(log P) of them, so the probe scales with P; the (p, m) models predict the others."""
+    if world < 2:
+        return []
+    out, low = {2, 3, 4}, 4
+    while low < world:
+        out |= {low + i * low // max(1, per_octave) for i in range(max(1, per_octave))}
+        low *= 2
+    return sorted(p for p in out | {world} if 2 <= p <= world)
+
+
+def sample_grids(procs) -> list[tuple[int, int]]:
+    """The grids a sampled probe times the row and column broadcasts on: for each p in ``procs``,
+    1 x p, p x 1 and the most square r x c (r <= c); the other grids take the (p, m) models."""
+    out = set()
+    for p in procs:
+        r = max(d for d in range(1, math.isqrt(p) + 1) if p % d == 0)
+        out |= {(1, p), (p, 1), (r, p // r)}
+    return sorted((g for g in out if g[0] * g[1] >= 2), key=lambda g: (g[0] * g[1], g))
 
 
 def _aligned(x: float, q: int) -> int:
@@ -220,9 +264,9 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
-               "max_regimes", "passes", "loggp", "loggp_messages", "loggp_max_bytes", "cold_sizes", "heldout",
-               "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order", "root_reps",
-               "phase_calibration", "calibrate"}
+               "max_regimes", "passes", "contention_passes", "loggp", "loggp_messages", "loggp_max_bytes",
+               "cold_sizes", "heldout", "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order",
+               "root_reps", "phase_calibration", "calibrate"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -231,21 +275,21 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
     bad = sorted(set(prims) - set(ALL_PRIMITIVES))
     if bad:
         raise CommProfileError(f"{source}: unknown primitive(s) {bad}")
-    procs = data.get("procs", "all")
-    if not (procs in ("all", "ends") or isinstance(procs, list)):
-        raise CommProfileError(f"{source}: procs must be all, ends or a list")
+    procs, per_octave = _procs(data.get("procs", "all"), source)
     grids = data.get("grids", "all")
-    if grids not in ("all", "full", "none"):
-        raise CommProfileError(f"{source}: grids must be all, full or none")
+    if grids not in ("all", "full", "sample", "none"):
+        raise CommProfileError(f"{source}: grids must be all, full, sample or none")
     try:
         timing = CommTiming(**(data.get("timing") or {}))
     except TypeError as exc:
         raise CommProfileError(f"{source}: timing: {exc}") from exc
     return CommProfile(name=str(data.get("name", Path(source).stem)), sizes=_sizes(data.get("sizes", {}), source),
-                       procs=procs if isinstance(procs, str) else tuple(int(p) for p in procs), grids=grids,
+                       procs=procs, procs_per_octave=per_octave, grids=grids,
                        primitives=prims, timing=timing,
                        max_buffer_bytes=int(data.get("max_buffer_bytes", 256 << 20)),
                        max_regimes=int(data.get("max_regimes", 8)), passes=max(1, int(data.get("passes", 2))),
+                       contention_passes=(max(1, int(data["contention_passes"])) if "contention_passes" in data
+                                          else None),
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
@@ -255,6 +299,28 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        **_loop_costs(data.get("loop_costs"), source),
                        **_phase_calibration(data.get("phase_calibration", {}), source),
                        calibrate=bool(data.get("calibrate", True)), source=source)
+
+
+def _procs(value, source: str) -> tuple[str | tuple[int, ...], int]:
+    """``procs``: all, ends, sample, ``{sample: {per_octave: k}}`` or a list of counts, as the
+    CommProfile's (procs, procs_per_octave)."""
+    if value in ("all", "ends", "sample"):
+        return value, 2
+    if isinstance(value, dict) and set(value) == {"sample"}:
+        spec = value["sample"] or {}
+        try:
+            k = int(spec.get("per_octave", 2)) if isinstance(spec, dict) and set(spec) <= {"per_octave"} else None
+        except (TypeError, ValueError):
+            k = None
+        if k is None or k < 1:
+            raise CommProfileError(f"{source}: procs: sample takes {{per_octave: k}} with k >= 1, got {spec!r}")
+        return "sample", k
+    if isinstance(value, list):
+        try:
+            return tuple(int(p) for p in value), 2
+        except (TypeError, ValueError) as exc:
+            raise CommProfileError(f"{source}: procs: {exc}") from exc
+    raise CommProfileError(f"{source}: procs must be all, ends, sample, {{sample: {{per_octave: k}}}} or a list")
 
 
 def _root_costs(data: dict, source: str) -> dict:
@@ -373,6 +439,20 @@ def plan_curves(profile: CommProfile, nprocs: int) -> list[tuple[str, int, tuple
             for x, p, sizes in out]
 
 
+def count_points(profile: CommProfile, nprocs: int) -> dict[str, int]:
+    """What ``profile`` times on ``nprocs`` ranks: process counts, grids, curves and points
+    (primitive x p x grid x size) of one pass, and the timings of all its passes."""
+    curves = plan_curves(profile, nprocs)
+    points = sum(len(sizes) for _, _, sizes in curves)
+    return {"p": len(profile.p_values(nprocs)), "grids": len(profile.grid_values(nprocs)), "curves": len(curves),
+            "points": points, "timed": points * profile.passes}
+
+
+def points_seconds(profile: CommProfile, nprocs: int, cores: int) -> float:
+    """Estimated wall seconds of the probe's points alone (every pass, PRTT series included)."""
+    return _points_seconds(profile, nprocs, cores)
+
+
 def _share(p: int, cores: int) -> float:
     """How much slower p busy ranks run on ``cores`` cores than on a core each."""
     return max(1.0, p / max(cores, 1))
@@ -413,13 +493,14 @@ def _compute_seconds(profile: CommProfile, nprocs: int, cores: int, rate: float)
     from autotune.install_probe import contention as con
 
     cases = [2.0 * n ** 3 for n in con.SIZES] + [2.0 * n * n * con.RANKB_BLOCK for n in con.RANKB_SIZES]
-    shares = sum(_share(p, cores) for p in range(1, nprocs + 1))
-    contention = min(profile.passes, 3) * con.REPS * sum(cases) * shares
+    procs = profile.p_values(nprocs)         # the contention, skews and step waits run on the probe's p
+    shares = sum(_share(p, cores) for p in {1, *procs})
+    contention = profile.contention_rounds * con.REPS * sum(cases) * shares
     skew = con.SKEW_REPS * sum(2.0 * n * n * b for n, b in con.SKEW_SHAPES) * (shares - 1)
     loop = (cal.REPS + 1) * sum(n ** 3 / 3 for n, _ in profile.loop_cases)   # two ranks: half each, plus messages
     steps = sum((cal.STEP_REPS + 1) * 2 * len(profile.step_blocks)
                 * 2.0 * cal.step_n(p, profile.step_blocks, profile.step_order) ** 3 / p * _share(p, cores)
-                for p in range(2, nprocs + 1))
+                for p in procs)
     return (contention + skew + loop + steps) / rate
 
 
@@ -1048,7 +1129,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.run()
     from autotune.install_probe.contention import compute_skews, host_speeds
 
-    info["compute_skew"] = compute_skews(world)
+    info["compute_skew"] = compute_skews(world, procs=profile.p_values(world.Get_size()))
     info["host_speeds"] = host_speeds(world)
     if world.Get_rank() == 0:
         reps = {} if profile.root_reps is None else {"reps": profile.root_reps}
@@ -1061,16 +1142,19 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
         try:
             points = np.array(run.best_rows(), dtype=dbc.POINT_DTYPE)
             info["heldout_sizes"] = list(profile.heldout_sizes)
+            info["max_regimes"] = profile.max_regimes
             fits = dbc.fit_points(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
             prtt = np.array(run.best_prtt(), dtype=dbc.PRTT_DTYPE)
             loggp = dbc.fit_loggp(prtt, fits) if len(prtt) else None
+            pmodels = scaling.fit_models(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
+            info["p_heldout"] = scaling.heldout_errors(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
             info.update({"profile": profile.name, "seconds": round(time.perf_counter() - t_start, 3),
                          "measure_seconds": round(measured, 3), "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                          "timing": vars(profile.timing)})
             path = resolve(db_path)
-            key = dbc.write_platform(path, info, points, fits, prtt=prtt, loggp=loggp)
+            key = dbc.write_platform(path, info, points, fits, prtt=prtt, loggp=loggp, pmodels=pmodels)
             result = {"path": str(path), "key": key, "info": info, "points": points, "fits": fits,
-                      "prtt": prtt, "loggp": loggp, "seconds": time.perf_counter() - t_start}
+                      "prtt": prtt, "loggp": loggp, "pmodels": pmodels, "seconds": time.perf_counter() - t_start}
         except Exception as exc:  # report on every rank, exit non-zero together
             error = f"{type(exc).__name__}: {exc}"
     error = world.bcast(error, root=0)
@@ -1102,6 +1186,18 @@ def _phase_lines(phases: dict | None) -> list[str]:
             f"in {phases['seconds']:.1f} s (`autotune show` lists them)", *phcal.total_lines(phases["factors"])]
 
 
+def _phase_logger(world, quiet: bool):
+    """A function logging each finished phase of the run with its seconds (rank 0, unless quiet)."""
+    last = [time.perf_counter()]
+
+    def step(what: str) -> None:
+        now = time.perf_counter()
+        if what and not quiet and world.Get_rank() == 0:
+            print(f"[comm probe] {what}: {now - last[0]:.1f} s", file=sys.stderr, flush=True)
+        last[0] = now
+    return step
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m autotune.install_probe.comm", description=__doc__.split("\n")[0])
     p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or the user data dir)")
@@ -1128,25 +1224,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from autotune.install_probe.contention import measure_contention, run_contention
 
-        # Contention in up to 3 passes as the profile's, the first minutes before the others.
-        passes = min(profile.passes, 3) if profile.calibrate else 0
-        before = [measure_contention(world)] if passes > 1 else []
+        # Contention in up to 3 passes as the profile's (or its contention_passes), the first
+        # minutes before the others; none without calibration.
+        passes = profile.contention_rounds if profile.calibrate else 0
+        step = _phase_logger(world, args.quiet)
+        procs = profile.p_values(world.Get_size())         # the probe's sample of p, for every phase
+        before = [measure_contention(world, procs=procs)] if passes > 1 else []
+        step("contention, first pass" if before else "")
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
+        step("points, fits, root costs")
         where = world.bcast((result["path"], result["key"]) if result is not None else None, root=0)
         if not profile.calibrate:
             return _report(result, [], None)
         from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
 
-        rows = run_contention(world, *where, passes=passes - len(before), earlier=before)
+        rows = run_contention(world, *where, passes=passes - len(before), earlier=before, procs=procs)
+        step("contention")
         calibrated = {**(loop_costs(world, where[0], cases=profile.loop_cases) or {}),
                       "call_overhead": call_overheads(world, where[0]),
-                      "step_wait": step_waits(world, where[0], blocks=profile.step_blocks, target=profile.step_order)}
+                      "step_wait": step_waits(world, where[0], blocks=profile.step_blocks, target=profile.step_order,
+                                              procs=procs)}
         calibrated = {k: v for k, v in calibrated.items() if v is not None}
         if calibrated:                              # rank 0, with the database's BLAS records
             result["info"].update(calibrated)
             dbc.write_platform(result["path"], result["info"], result["points"], result["fits"],
-                               prtt=result["prtt"], loggp=result["loggp"])
+                               prtt=result["prtt"], loggp=result["loggp"], pmodels=result["pmodels"])
+        step("calibrations (loop, call overheads, step waits)")
         phases = phcal.calibrate_phases(world, where[0], profile.phase_calibration, verbose=not args.quiet)
+        step("phase calibration")
     except (RuntimeError, PermissionError) as exc:
         if world.Get_rank() == 0:
             print(f"autotune-install --mpi: error: {exc}", file=sys.stderr)
@@ -1160,8 +1265,9 @@ def _report(result: dict | None, rows: list, phases) -> int:
         info = result["info"]
         print("\n".join(summary_lines(result["fits"])))
         if result["loggp"]:
-
             print("\n".join(loggp_lines(result["loggp"])))
+        print("\n".join(scaling.model_lines(result["pmodels"])))
+        print("\n".join(scaling.heldout_lines(info["p_heldout"], scaling.measured_p(result["points"]))))
         solo = {n: t for p, n, t in rows if p == 1}
         contention = "; ".join(f"p={p} n={n}: x{t / solo[n]:.2f}" for p, n, t in rows if p > 1 and n in (512, 2048))
         print("compute contention (one-thread dgemm, p concurrent ranks / alone): "

@@ -97,15 +97,15 @@ def compute_skew(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> float:
     return float(np.mean((t.max(axis=1) - t.min(axis=1)) / t.mean(axis=1)))
 
 
-def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS) -> dict[str, list]:
-    """``compute_skew`` of the first p ranks for p = 2..P, ``{"p": [...], "skew": [...]}`` on every
-    rank: a plan on p ranks waits for the spread of p ranks, not of all P (on an oversubscribed
-    node the whole platform time-shares, while fewer ranks may not).
-    Ranks outside a group wait without taking a core from it."""
+def compute_skews(world, shapes=SKEW_SHAPES, reps: int = SKEW_REPS, procs=None) -> dict[str, list]:
+    """``compute_skew`` of the first p ranks for p = 2..P (or ``procs``, the comm profile's sample),
+    ``{"p": [...], "skew": [...]}`` on every rank: a plan on p ranks waits for the spread of p
+    ranks, not of all P (on an oversubscribed node the whole platform time-shares, while fewer
+    ranks may not). Ranks outside a group wait without taking a core from it."""
     from autotune.distributed.collective import first_ranks
 
     out: dict[str, list] = {"p": [], "skew": []}
-    for p in range(2, world.size + 1):
+    for p in _group_sizes(world, procs, 2):
         with first_ranks(world, p) as sub:
             value = None if sub is None else compute_skew(sub, shapes, reps)
         out["p"].append(p)
@@ -147,15 +147,22 @@ def _interleaved(world, groups, n: int, k: int, reps: int, pattern: str = "squar
             for p, t in mine.items()}
 
 
-def measure_contention(world, sizes=SIZES, reps: int = REPS) -> list[tuple[int, int, str, float]]:
-    """One pass over p = 1..P (collective over ``world``): rank 0's rows (p, n, series, seconds),
-    per pattern and statistic (``autotune.db.contention.series``), the solo time times the
-    slowdown; [] on the other ranks."""
+def _group_sizes(world, procs, low: int) -> list[int]:
+    """The group sizes a phase measures: ``low``..P, or those of ``procs`` (and ``low``) within it."""
+    if procs is None:
+        return list(range(low, world.size + 1))
+    return sorted({low, *(int(p) for p in procs)} & set(range(low, world.size + 1)))
+
+
+def measure_contention(world, sizes=SIZES, reps: int = REPS, procs=None) -> list[tuple[int, int, str, float]]:
+    """One pass over p = 1..P, or 1 and ``procs`` (the comm profile's sample; collective over
+    ``world``): rank 0's rows (p, n, series, seconds), per pattern and statistic
+    (``autotune.db.contention.series``), the solo time times the slowdown; [] on the other ranks."""
     from threadpoolctl import threadpool_limits
 
     from autotune.distributed.collective import split_first
 
-    groups = {p: split_first(world, p) for p in range(1, world.size + 1)}
+    groups = {p: split_first(world, p) for p in _group_sizes(world, procs, 1)}
     rows = []
     try:
         with threadpool_limits(1):
@@ -187,12 +194,12 @@ def combine_passes(passes: list[list[tuple[int, int, str, float]]]) -> list[tupl
 
 
 def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS, *, passes: int = 2,
-                   earlier: list | None = None) -> list[tuple[int, int, float]]:
+                   earlier: list | None = None, procs=None) -> list[tuple[int, int, float]]:
     """Measure p = 1..P ``passes`` times (collective over ``world``), combine them with the
     ``earlier`` passes' rows (``combine_passes``: the comm probe takes one before its own
     measurements, so the passes lie minutes apart); rank 0 stores the rows (per pattern and
     statistic, p, n: the solo time times the slowdown) and returns the square products' mean ones."""
-    fresh = [measure_contention(world, sizes, reps) for _ in range(passes)]
+    fresh = [measure_contention(world, sizes, reps, procs) for _ in range(passes)]
     if world.rank == 0:
         rows = combine_passes([*(earlier or []), *fresh])
         p, n, pattern, t = zip(*rows, strict=True)

@@ -405,16 +405,21 @@ def test_import_does_not_load_mpi4py():
 # -- profiles ------------------------------------------------------------------------------------------
 
 def test_builtin_profiles_and_errors(tmp_path):
-    from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
+    from autotune.install_probe.comm import BUILTIN, CommProfileError, load_comm_profile, parse_comm_profile
+    from autotune.install_probe.profile import read_profile_yaml
 
     quick, std = load_comm_profile("quick"), load_comm_profile("standard")
+    data, _ = read_profile_yaml("standard", BUILTIN, "comm-{}.yaml", "comm profile", CommProfileError)
+    held_std = parse_comm_profile({**data, "heldout": "midpoints"})      # standard with midpoints held out
     assert std.sizes[0] == 8 and std.sizes[-1] == 16 << 20
     assert sum(1024 < s < 65536 for s in std.sizes) > sum(1024 < s < 65536 for s in (2 ** e for e in range(25)))
     assert len(quick.sizes) < len(std.sizes)
     assert quick.p_values(4) == [2, 4] and std.p_values(4) == [2, 3, 4]
     assert std.grid_values(4) == [(1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1)]
     assert quick.grid_values(4) == [(1, 4), (2, 2), (4, 1)]
-    assert std.heldout and not quick.heldout and not quick.heldout_sizes
+    assert not std.heldout and not std.heldout_sizes and not quick.heldout and not quick.heldout_sizes
+    std = held_std
+    assert std.heldout
     held = set(std.heldout_sizes)
     assert not held & (set(std.sizes) | set(std.fitted_sizes("bcast_cold")))
     assert set(std.sizes_for("bcast")) == set(std.sizes) | set(std.heldout_for("bcast"))

@@ -3,6 +3,7 @@ that measures nothing is an error, bad --db paths are one-line errors, the MPI r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import yaml
 from autotune.install_probe import cli
 from autotune.install_probe import runner as runner_mod
-from autotune.install_probe.comm import estimate_seconds, load_comm_profile
+from autotune.install_probe.comm import estimate_seconds, load_comm_profile, points_seconds
 from mpi_helpers import fake_launch, mpi_env
 
 from autotune import backends as bk
@@ -314,10 +315,14 @@ def test_estimate_grows_with_the_plan_and_the_default_fits_five_minutes():
     default = load_comm_profile(cli.MPI_DEFAULT_PROFILE)
     for cores in (2, 4):
         assert estimate_seconds(quick, 2, cores)[1] < estimate_seconds(quick, 4, cores)[1]
-        assert estimate_seconds(quick, 4, cores)[1] < estimate_seconds(std, 4, cores)[0]
+        assert estimate_seconds(quick, 4, cores)[0] < estimate_seconds(std, 4, cores)[0]
         low, high = estimate_seconds(default, 4, cores)
         assert 0 < low <= high <= 7 * 60
-    assert estimate_seconds(std, 4, 2)[1] > 15 * 60        # standard at P = 4 on two cores: long
+    # standard at P = 4 on two cores: within 5 minutes (4.0 measured; every p and grid: past 15)
+    low, high = estimate_seconds(std, 4, 2)
+    assert low <= 5 * 60 and high <= 7 * 60
+    every = dataclasses.replace(std, procs="all", grids="all")
+    assert points_seconds(every, 64, 64) > 5 * points_seconds(std, 64, 64)     # the sample scales
 
 
 def test_launch_prints_the_estimate_first(tmp_path, monkeypatch, capsys):

@@ -2,13 +2,15 @@
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate`` and ``scalapack`` run under
 ``mpiexec -n P`` (mpi4py imported inside ``run``; without it one line naming the ``mpi`` extra,
-exit 2); the other ``mpi-*`` ones and ``comm-fit`` read saved results and re-time nothing."""
+exit 2); the other ``mpi-*`` ones and ``comm-fit`` read saved results and re-time nothing, ``comm-plan``
+only plans."""
 from __future__ import annotations
 
 import argparse
 
 from autotune.benchmarks import (
     comm_fit,
+    comm_plan,
     compare,
     composed,
     drift,
@@ -31,8 +33,8 @@ from autotune.benchmarks import (
 COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overhead": overhead,
             "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
-            "comm-fit": comm_fit, "strassen-remodel": strassen_remodel, "composed": composed,
-            "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
+            "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
+            "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
             "mapping-testbed": mapping_testbed}
 
 

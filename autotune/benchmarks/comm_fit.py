@@ -1,7 +1,9 @@
 """``autotune bench comm-fit DB [OTHER_DB]``: is a (ts, tw) fit's held-out miss the fit's fault or
 the data's? How repeatable is the communication probe?
 
-A regime passes when every held-out size in it is within ``--tol`` (the acceptance bound, read
+The held-out sizes are the midpoints the probe timed (``heldout: midpoints``), else every other
+size of each curve, as ``comm.heldout`` checks a probe without them. A regime passes when every
+held-out size in it is within ``--tol`` (the acceptance bound, read
 strictly); the summary also counts regimes whose median held-out error is within it.
 For each regime whose held-out max error exceeds ``--tol``:
 
@@ -10,6 +12,10 @@ For each regime whose held-out max error exceeds ``--tol``:
   predicts them: they are the measurement's noise, not the fit's error;
 - ``best line``: the smallest max error any single (ts, tw) line reaches on the regime's held-out
   points (a linear programme on those points themselves, so a floor for any line fitted on others).
+
+The (p, m) models (``autotune.db.comm_scaling``): their held-out error at each measured process
+count left out in turn (but the two smallest), refitted from the stored points, median and max
+per primitive.
 
 With ``OTHER_DB``, a second probe of the same platform (same code, another moment): per
 primitive and size band, the median ratio of the two probes' times and its spread, and how many
@@ -27,6 +33,7 @@ from scipy.optimize import linprog
 
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.db import comm as dbc
+from autotune.db import comm_scaling as scaling
 
 HELP = "held-out check of a comm probe's (ts, tw) fits, and two probes' repeatability"
 BANDS = ((0, 4096, "< 4 KiB"), (4096, 1 << 18, "4-256 KiB"), (1 << 18, 1 << 22, "0.25-4 MiB"),
@@ -58,6 +65,15 @@ def off_neighbours(m_fit, t_fit, nbytes, times, tol: float) -> np.ndarray:
     return inside & (np.abs(guess - t) / t > tol)
 
 
+def every_other(n: int) -> np.ndarray:
+    """The sizes ``comm.heldout`` holds out of a curve of ``n`` (ascending): the second, fourth, ...
+    but never the last (a probe without midpoints is checked so)."""
+    out = np.zeros(n, dtype=bool)
+    out[1::2] = True
+    out[-1:] = False
+    return out if n >= 4 else np.zeros(n, dtype=bool)
+
+
 def regime_report(platform: dbc.Platform, tol: float, fits_from: dbc.Platform | None = None) -> tuple[list[str], dict]:
     """Lines on every failing regime, and counts per kind (warm / cold), in the order of COUNTS.
 
@@ -70,13 +86,14 @@ def regime_report(platform: dbc.Platform, tol: float, fits_from: dbc.Platform | 
     other = dict(dbc.curves(fits_from.points)) if fits_from is not None else None
     for key, q in dbc.curves(platform.points):
         m, t = q["nbytes"].astype(float), q["t_mean"]
-        is_held = np.isin(m, held)
+        mine = held if len(held) else m[every_other(len(m))]
+        is_held = np.isin(m, mine)
         if is_held.sum() == 0 or (~is_held).sum() < 2:
             continue
         src = q if other is None else other.get(key)
         if src is None:
             continue
-        keep = ~np.isin(src["nbytes"].astype(float), held)
+        keep = ~np.isin(src["nbytes"].astype(float), mine)
         fit = dbc.fit_hockney(src["nbytes"][keep].astype(float), src["t_mean"][keep])
         lines += _curve_report(key, fit, m, t, is_held, tol, counts["cold" if key[0].endswith("_cold") else "warm"])
     return lines, counts
@@ -144,11 +161,21 @@ def _as_json(counts: dict) -> dict:
             for kind, c in counts.items()}
 
 
+def p_heldout(platform: dbc.Platform) -> dict:
+    """The (p, m) models' held-out error at each measured p left out (``comm_scaling.heldout_errors``),
+    from the stored points, as the probe computed it."""
+    return scaling.heldout_errors(platform.points, platform.info.get("heldout_sizes", []),
+                                  max_regimes=int(platform.info.get("max_regimes", 8)))
+
+
 def check(platform: dbc.Platform, other: dbc.Platform | None, tol: float) -> dict:
-    """One platform's report: failing regimes, counts, summary; with ``other``, the retest too."""
+    """One platform's report: failing regimes, counts, summary, the (p, m) models' held-out error
+    at the p left out; with ``other``, the retest too."""
     lines, counts = regime_report(platform, tol)
+    held = p_heldout(platform)
     doc = {"key": platform.key, "failing": lines, "counts": _as_json(counts),
-           "summary": summary_line("own fits", counts, tol)}
+           "summary": summary_line("own fits", counts, tol), "p_heldout": held,
+           "p_heldout_lines": scaling.heldout_lines(held, scaling.measured_p(platform.points))}
     if other is not None:
         theirs = regime_report(platform, tol, fits_from=other)[1]
         doc.update(retest=retest(platform, other), other_counts=_as_json(theirs),
@@ -189,7 +216,7 @@ def run(args) -> int:
     reports = [check(pl, others.get(key), args.tol) for key, pl in mine.items()]
     for doc in reports:
         print(f"== {doc['key']}")
-        print("\n".join([*doc["failing"], doc["summary"]]))
+        print("\n".join([*doc["failing"], doc["summary"], *doc["p_heldout_lines"]]))
         if "retest" in doc:
             print(f"-- against {args.other} (A = {args.db}, B = the other)")
             print("\n".join([*doc["retest"], doc["other_summary"]]))

@@ -7,7 +7,10 @@ A *platform* is (MPI library, world size P, oversubscribed): each was probed by 
 ``mpiexec -n P`` run. Attribute ``platform`` (JSON); datasets ``points``
 (POINT_DTYPE, each size's mean, median, min and quartiles) and ``fits`` (FIT_DTYPE, one row per regime with
 the held-out error of that regime); optionally ``prtt`` (PRTT_DTYPE) and the attribute ``loggp``
-(JSON: LoOgGP L, o, O, g, G per ping-pong regime, fitted by ``fit_loggp``).
+(JSON: LoOgGP L, o, O, g, G per ping-pong regime, fitted by ``fit_loggp``) and the dataset ``pmodels``
+(``comm_pmodel.PMODEL_DTYPE``: per primitive and regime, ts(p) and tw(p) fitted across the measured
+p by ``comm_scaling``; a file written before them has none, and a p not measured then takes the
+nearest measured p's curve).
 
 Fits: segmented weighted least squares over the measured (log-spaced) sizes' mean times, weights
 1/T^2 so every size counts by its relative error; one to ``max_regimes`` regimes, the number
@@ -43,6 +46,7 @@ import numpy as np
 
 from . import fingerprint as fp
 from . import location
+from .comm_pmodel import PMODEL_DTYPE, models_from_rows
 from .store import COMM_GROUP, SCHEMA_VERSION, file_version, member_problem, replace_group
 
 REBUILD = "autotune-install --mpi --np P --db {path}"
@@ -238,12 +242,19 @@ def _boundary(last: float, first: float, below: Regime | None = None, above: Reg
 
 def _segmentation(m, t, w, max_regimes, min_seg, criterion) -> tuple[tuple[int, ...], float, float]:
     """Best cut points (starts of regimes 2..k), weighted RSS and criterion over k = 1..max_regimes."""
-    n = len(m)
-    cost = _segment_costs(m, t, min_seg, w)       # cost[i, j]: best line through points i..j
+    neff = float(w.sum())
+    return best_cuts(_segment_costs(m, t, min_seg, w), max_regimes, min_seg,
+                     lambda rss, k: _criterion(rss, neff, k, criterion))
+
+
+def best_cuts(cost: np.ndarray, max_regimes: int, min_seg: int, score) -> tuple[tuple[int, ...], float, float]:
+    """Dynamic programme over a segment cost matrix (``cost[i, j]``: points i..j as one regime):
+    the cuts, cost and ``score(cost, k)`` of the k = 1..max_regimes split that scores lowest.
+    Shared by one curve's fit and the joint regimes of several curves (``comm_scaling``)."""
+    n = len(cost)
     best, best_score = None, math.inf
     dp = cost[0].copy()                           # dp[j]: best split of points 0..j into k regimes
     back: list[np.ndarray] = []                   # back[k-2][j]: start of the last regime
-    neff = float(w.sum())
     for k in range(1, max_regimes + 1):
         if k > 1 and n < 2 * min_seg:
             break
@@ -254,13 +265,13 @@ def _segmentation(m, t, w, max_regimes, min_seg, criterion) -> tuple[tuple[int, 
             back.append(start + 1)
         if not np.isfinite(dp[n - 1]):
             break
-        score = _criterion(float(dp[n - 1]), neff, k, criterion)
-        if best is None or score < best_score - 1e-9:
+        value = score(float(dp[n - 1]), k)
+        if best is None or value < best_score - 1e-9:
             cuts, j = [], n - 1
             for layer in reversed(back):
                 cuts.append(int(layer[j]))
                 j = cuts[-1] - 1
-            best, best_score = (tuple(reversed(cuts)), float(dp[n - 1])), score
+            best, best_score = (tuple(reversed(cuts)), float(dp[n - 1])), value
     return best[0], best[1], best_score
 
 
@@ -489,6 +500,7 @@ class Platform:
     fits: np.ndarray
     loggp: dict | None = None
     prtt: np.ndarray | None = None
+    pmodels: np.ndarray | None = None      # comm_scaling.PMODEL_DTYPE; None in files written before them
 
     @property
     def P(self) -> int:
@@ -511,9 +523,11 @@ def as_points(rows) -> np.ndarray:
 
 
 def write_platform(path, info: dict, points: np.ndarray, fits: np.ndarray | None = None, *,
-                   prtt: np.ndarray | None = None, loggp: dict | None = None) -> str:
+                   prtt: np.ndarray | None = None, loggp: dict | None = None,
+                   pmodels: np.ndarray | None = None) -> str:
     """Store one platform's points and fits (fitted here if not given), optionally the PRTT
-    series and LoOgGP fit; replaces an earlier probe of the same platform. Returns its key."""
+    series, LoOgGP fit and (p, m) models (``comm_scaling``); replaces an earlier probe of the same
+    platform. Returns its key."""
     points = as_points(points)
     if fits is None:
         fits = fit_points(points, info.get("heldout_sizes", ()))
@@ -528,6 +542,8 @@ def write_platform(path, info: dict, points: np.ndarray, fits: np.ndarray | None
             g.create_dataset("prtt", data=np.asarray(prtt).astype(PRTT_DTYPE))
         if loggp:
             g.attrs["loggp"] = json.dumps(loggp, sort_keys=True)
+        if pmodels is not None and len(pmodels):
+            g.create_dataset("pmodels", data=np.asarray(pmodels).astype(PMODEL_DTYPE))
 
     replace_group(location.resolve(path), COMM_GROUP, key, write)
     return key
@@ -559,10 +575,20 @@ def read_platforms(path, refused: list[str] | None = None) -> list[Platform]:
                                     as_points(g["points"][...]),
                                     np.asarray(g["fits"][...]).astype(FIT_DTYPE),
                                     json.loads(g.attrs["loggp"]) if "loggp" in g.attrs else None,
-                                    np.asarray(g["prtt"][...]).astype(PRTT_DTYPE) if "prtt" in g else None))
+                                    np.asarray(g["prtt"][...]).astype(PRTT_DTYPE) if "prtt" in g else None,
+                                    _pmodels(g)))
             except Exception:  # one damaged platform does not hide the others
                 continue
     return out
+
+
+def _pmodels(g) -> np.ndarray | None:
+    """A platform group's (p, m) models, None where it has none (written before them) or they do
+    not read: the platform's own curves still serve."""
+    try:
+        return np.asarray(g["pmodels"][...]).astype(PMODEL_DTYPE) if "pmodels" in g else None
+    except Exception:
+        return None
 
 
 def _migrate_info(info: dict) -> dict:
@@ -683,6 +709,14 @@ def _step_wait_at(table, p: int, b: float, key: str = "wait") -> float | None:
         return None
 
 
+def _models(platform: Platform | None) -> dict:
+    """Primitive -> (p, m) model of ``platform`` ({} without one, or where they do not read)."""
+    try:
+        return models_from_rows(platform.pmodels if platform is not None else None)
+    except Exception:
+        return {}
+
+
 def _nonnegative(value, default):
     """``value`` as a finite float >= 0 (a probe value stored with the platform), else ``default``."""
     try:
@@ -713,6 +747,7 @@ class CommParams:
                 self._curves[prim, p, r, c] = _Curve(np.asarray(sel["lo"][1:], float), np.asarray(sel["ts"], float),
                                                      np.asarray(sel["tw"], float), float(sel["m_first"][0]))
                 self._index.setdefault(prim, []).append((p, r, c))
+        self._models = _models(platform)
 
     @property
     def available(self) -> bool:
@@ -820,7 +855,9 @@ class CommParams:
             warnings.warn(message, RuntimeWarning, stacklevel=5)   # the caller of time() / ts_tw()
 
     def _curve(self, primitive: str, p: int, grid) -> _Curve | None:
-        """The fitted curve to use (nearest measured p / grid); _ZERO for a trivial call; None: defaults."""
+        """The fitted curve to use: a measured p / grid's own; at a p not measured (the broadcast's
+        members for the grid ones) the platform's (p, m) model where it has one, else the nearest
+        measured p / grid; _ZERO for a trivial call; None: defaults."""
         if primitive not in PRIMITIVES:
             raise ValueError(f"unknown communication primitive {primitive!r}; known: {', '.join(PRIMITIVES)}")
         p = int(p)
@@ -842,20 +879,30 @@ class CommParams:
             self._warn(f"no measurement of {primitive} on MPI platform {self._platform.key}; using nominal defaults")
             choice = None
         else:
-            have = self._index[primitive]
-            if primitive in GRID_PRIMITIVES:
-                def distance(k):
-                    kq = k[2] if primitive == "bcast_row" else k[1]
-                    return (abs(kq - q), abs(k[0] - r * c), -k[0], k)
-                pick = (r * c, r, c) if (r * c, r, c) in have else min(have, key=distance)
-            else:
-                pick = min(have, key=lambda k: (abs(k[0] - p), -k[0]))
-            choice = self._curves[(primitive, *pick)]
+            choice = self._measured_or_model(primitive, p, r, c, q)
             if base_primitive(primitive) != primitive:
                 warm = self._curve(base_primitive(primitive), p, grid)
                 choice = dataclasses.replace(choice, below=warm) if warm is not None else choice
         self._choice[key] = choice
         return choice
+
+    def _measured_or_model(self, primitive: str, p: int, r: int, c: int, q: int) -> _Curve:
+        """A measured primitive's curve at p (grid r x c, q members): its own where measured,
+        the (p, m) model's where that p (q) was not, else the nearest measured one."""
+        have = self._index[primitive]
+        model = self._models.get(primitive)
+        if primitive in GRID_PRIMITIVES:
+            def distance(k):
+                kq = k[2] if primitive == "bcast_row" else k[1]
+                return (abs(kq - q), abs(k[0] - r * c), -k[0], k)
+            if (r * c, r, c) in have:
+                return self._curves[(primitive, r * c, r, c)]
+            if model is not None and q not in {k[2] if primitive == "bcast_row" else k[1] for k in have}:
+                return _Curve(*model.regimes_at(q), model.start)
+            return self._curves[(primitive, *min(have, key=distance))]
+        if model is not None and p not in {k[0] for k in have}:
+            return _Curve(*model.regimes_at(p), model.start)
+        return self._curves[(primitive, *min(have, key=lambda k: (abs(k[0] - p), -k[0])))]
 
     def _ts_tw_arrays(self, primitive: str, p: int, m: np.ndarray, grid) -> tuple[np.ndarray, np.ndarray]:
         curve = self._curve(primitive, p, grid)
