@@ -146,15 +146,19 @@ class Search:
         hit = self._memo.get(key)
         if hit is not None:
             return hit
+        lib = self._library(d)
+        if lib is not None:            # one process runs the library routine, not a grid
+            self._memo[key] = lib
+            return lib
         r, c = self._grid_arrays(int(d.sum()))
         compute, comm = self._phases(d, r, c, self.b, self.k)
         total = compute + comm
         i, j = np.unravel_index(int(np.argmin(total)), total.shape)
         est = Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
                        int(self.b[0, j]))
-        for other in (self._weighted(d), self._library(d)):
-            if other is not None and other.seconds < est.seconds:
-                est = other
+        hohe = self._weighted(d)
+        if hohe is not None and hohe.seconds < est.seconds:
+            est = hohe
         self._memo[key] = est
         return est
 
