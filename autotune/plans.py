@@ -72,6 +72,14 @@ class Plan:
     threads: int = 1
     backend: str = "numpy-openblas"
     weights: tuple[float, ...] | None = None   # bsr: rows per rank proportional to these (HoHe)
+    ranks: tuple[int, ...] | None = None       # the communicator's ranks taking part, in grid order, the
+    #                                            root first (a mapping, 001 §5.4); None: ranks 0..p-1
+
+    def used_ranks(self, size: int, root: int = 0) -> tuple[int, ...]:
+        """The communicator ranks that run the plan, in their order in it (the root first)."""
+        if self.ranks is not None:
+            return self.ranks
+        return tuple(sorted(range(min(self.p, size)), key=lambda r: (r - root) % size))
 
     def __post_init__(self):
         if self.p < 1 or self.r * self.c != self.p:
@@ -80,10 +88,16 @@ class Plan:
             if self.algorithm != "bsr" or len(self.weights) != self.p or not all(w > 0 for w in self.weights):
                 raise ValueError(f"weights {self.weights}: bsr only, one positive weight per process")
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
+        if self.ranks is not None:
+            ranks = tuple(int(r) for r in self.ranks)
+            if len(ranks) != self.p or len(set(ranks)) != self.p or min(ranks) < 0:
+                raise ValueError(f"ranks {self.ranks}: p={self.p} distinct non-negative ranks")
+            object.__setattr__(self, "ranks", ranks)
 
     def __str__(self) -> str:
         extra = (f" b={self.b}" if self.b else "") + (f" l={self.level}" if self.level else "")
         extra += " w=" + ",".join(f"{w:.2g}" for w in self.weights) if self.weights else ""
+        extra += " ranks=" + ",".join(map(str, self.ranks)) if self.ranks else ""
         return f"{self.algorithm} p={self.p} grid={self.r}x{self.c}{extra} [{self.backend}, {self.threads}t]"
 
 

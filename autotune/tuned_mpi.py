@@ -235,8 +235,9 @@ def _plan(family: str, dims: tuple[int, ...], nprocs: int, cores: int, config, e
     per problem, rank and core count); ``problem``: Cholesky's ``lower`` and input memory ``order``."""
     if config is not None:
         plan = as_plan(config)
-        if plan.p > nprocs:
-            raise ValueError(f"plan needs {plan.p} ranks, communicator has {nprocs}")
+        need = plan.p if plan.ranks is None else max(plan.ranks) + 1
+        if need > nprocs:
+            raise ValueError(f"plan needs {need} ranks, communicator has {nprocs}")
         return plan
     opts = get_options()
     key = (family, dims, nprocs, cores, opts.allow_strassen, opts.db, opts.min_efficiency,
@@ -258,7 +259,7 @@ def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
     from autotune.distributed.collective import mask_cores
 
     own = mask_cores(infos)
-    most = own[root] if plan.algorithm == "local" else min(own[:plan.p])
+    most = own[root] if plan.algorithm == "local" else min(own[r] for r in plan.used_ranks(len(own), root))
     return plan if plan.threads <= most else dataclasses.replace(plan, threads=most)
 
 

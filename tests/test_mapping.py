@@ -8,6 +8,7 @@ import pytest
 
 from autotune.db.platform import PlatformError, load_platform, parse_platform, simulated_platform
 from autotune.models import mapping as mm
+from autotune.plans import Plan
 from autotune.select import mapping as sm
 
 LINKS = {"host": {"ts": 1.5e-6, "tw": 2e-10}, "net": {"ts": 2e-5, "tw": 8e-9}}
@@ -168,3 +169,52 @@ def test_one_process_runs_the_library_routine_where_its_k_is_given():
     assert alone.layout == "library" and alone.seconds == pytest.approx(2 / 3 * 2000**3 * 1.5e-11)
     assert s.eet(np.array([0, 0, 1, 0])).seconds == pytest.approx(2 * alone.seconds)     # speed 0.5
     assert sm.Search("lu", 2000, _platform(SMALL)).eet(np.array([1, 0, 0, 0])).layout == "cyclic"
+
+
+RANKS = """
+import numpy as np, scipy.linalg as sl
+from mpi4py import MPI
+from autotune.plans import Plan
+from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor
+
+comm = MPI.COMM_WORLD
+rng = np.random.default_rng(3)
+a = rng.standard_normal((37, 37)); b = rng.standard_normal((37, 37)); s = a @ a.T + 37 * np.eye(37)
+bad = []
+for root, ranks in ((0, (0, 2)), (2, (2, 0)), (1, (1, 2, 0))):
+    p = len(ranks)
+    mine = lambda x: x if comm.rank == root else None
+    runs = {"lu": distributed_lu_factor(mine(a), comm, root=root, config=Plan("lu", p, 1, p, b=8, ranks=ranks)),
+            "cholesky": distributed_cholesky(mine(s), comm, lower=True, root=root,
+                                             config=Plan("cholesky", p, p, 1, b=8, ranks=ranks)),
+            "summa": distributed_gemm(mine(a), mine(b), comm, root=root,
+                                      config=Plan("summa", p, 1, p, b=8, ranks=ranks)),
+            "hohe": distributed_gemm(mine(a), mine(b), comm, root=root,
+                                     config=Plan("bsr", p, p, 1, weights=tuple(range(1, p + 1)), ranks=ranks))}
+    if comm.rank != root:
+        bad += [k for k, v in runs.items() if v is not None]
+        continue
+    lu, piv = runs["lu"]
+    wlu, wpiv = sl.lu_factor(a)
+    bad += [] if np.array_equal(piv, wpiv) and np.allclose(lu, wlu) else [f"lu {ranks}"]
+    bad += [] if np.allclose(runs["cholesky"], sl.cholesky(s, lower=True)) else [f"cholesky {ranks}"]
+    bad += [f"{k} {ranks}" for k in ("summa", "hohe") if not np.allclose(runs[k], a @ b)]
+for ranks, says in (((0, 5), "needs 6 ranks, communicator has 3"), ((1, 0), "must be the root")):
+    try:
+        distributed_lu_factor(a if comm.rank == 0 else None, comm, config=Plan("lu", 2, 1, 2, b=8, ranks=ranks))
+        bad.append(f"no error for ranks {ranks}")
+    except ValueError as exc:
+        bad += [] if says in str(exc) else [f"wrong error {exc}"]
+print("BAD" if bad else "OK", comm.rank, bad, flush=True)
+"""
+
+
+def test_plans_run_on_the_ranks_a_mapping_names(tmp_path):
+    """A plan with ``ranks`` runs on those ranks in that order (root first) and gives scipy's
+    results; ranks beyond the communicator or not led by the root: one error on every rank."""
+    from mpi_helpers import run_mpi
+
+    out = run_mpi(RANKS, 3, tmp_path).stdout
+    assert out.count("OK") == 3 and "BAD" not in out, out
+    with pytest.raises(ValueError, match="distinct"):
+        Plan("lu", 2, 1, 2, b=8, ranks=(0, 0))

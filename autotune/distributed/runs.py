@@ -4,9 +4,10 @@ A collective call ``fn(operands, comm, plan, *, root, phases)`` runs in two step
 
 1. ``agree_plan``: every rank checks the plan (``check_plan``), the root checks its operands;
    one allgather agrees on the errors and hands every rank the root's metadata (shapes, orders).
-2. ``plan_run``: ranks ``0..plan.p-1`` form a sub-communicator in which the caller's root is
-   rank 0 (the models' convention: the root sits at grid position (0, 0) and holds the largest
-   piece); ranks ``>= plan.p`` take no part and get None. It yields a ``PlanRun``: that
+2. ``plan_run``: ranks ``0..plan.p-1`` (or the plan's ``ranks``, a mapping of processes to
+   hosts, in that order) form a sub-communicator in which the caller's root is rank 0 (the
+   models' convention: the root sits at grid position (0, 0) and holds the largest piece); the
+   other ranks take no part and get None. It yields a ``PlanRun``: that
    communicator, this rank's position, the process grid (built on first use), the workspace,
    the phase timers and the plan's backend at the plan's thread count.
 
@@ -44,9 +45,15 @@ def check_plan(plan: Plan, algorithm: str, size: int, root: int,
         raise ValueError(why)
     if not 0 <= root < size:
         raise ValueError(f"root {root} outside the communicator (size {size})")
-    if plan.p > size:
+    if plan.ranks is not None:
+        if max(plan.ranks) >= size:
+            raise ValueError(f"plan's ranks {list(plan.ranks)} need {max(plan.ranks) + 1} processes, "
+                             f"communicator has {size}")
+        if plan.ranks[0] != root:
+            raise ValueError(f"the plan's first rank ({plan.ranks[0]}) must be the root ({root})")
+    elif plan.p > size:
         raise ValueError(f"plan needs p={plan.p} processes, communicator has {size}")
-    if root >= plan.p:
+    elif root >= plan.p:
         raise ValueError(f"root {root} is not one of the plan's ranks 0..{plan.p - 1}")
     _backend(plan)
 
@@ -133,12 +140,13 @@ class PlanRun:
 
 @contextmanager
 def plan_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> Iterator[PlanRun | None]:
-    """Collective (one ``Split``): a ``PlanRun`` on ranks 0..plan.p-1 renumbered so that ``root``
-    is rank 0, None on the ranks beyond, which take no part. Call after ``agree_plan``."""
+    """Collective (one ``Split``): a ``PlanRun`` on the plan's ranks (``Plan.used_ranks``) in their
+    order, ``root`` first, None on the others, which take no part. Call after ``agree_plan``."""
     from mpi4py import MPI
 
-    used = comm.rank < plan.p
-    sub = comm.Split(0 if used else MPI.UNDEFINED, (comm.rank - root) % comm.size)
+    order = plan.used_ranks(comm.size, root)
+    used = comm.rank in order
+    sub = comm.Split(0 if used else MPI.UNDEFINED, order.index(comm.rank) if used else 0)
     if not used:
         yield None
         return
