@@ -58,6 +58,11 @@ class Candidate:
         return asdict(self)
 
 
+def grids(p: int) -> list[tuple[int, int]]:
+    """Every r x c process grid with r * c = p (1 x p and p x 1 included: primes allowed)."""
+    return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
+
+
 @dataclass(frozen=True)
 class Plan:
     """A distributed configuration: algorithm, processes used, grid, block, recursion level,
@@ -101,4 +106,4 @@ class Plan:
         return f"{self.algorithm} p={self.p} grid={self.r}x{self.c}{extra} [{self.backend}, {self.threads}t]"
 
 
-__all__ = ["ALGORITHMS", "PHASES", "Candidate", "Plan"]
+__all__ = ["ALGORITHMS", "PHASES", "Candidate", "Plan", "grids"]

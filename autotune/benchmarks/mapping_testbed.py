@@ -29,8 +29,8 @@ from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError, measured_platform
-from autotune.models.mapping import database_k, grids, usable_blocks
-from autotune.plans import Plan
+from autotune.models.mapping import database_k, usable_blocks
+from autotune.plans import Plan, grids
 from autotune.select import mapping as sm
 from autotune.select.distributed import RANK_BACKEND
 from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
@@ -101,7 +101,6 @@ def _plans(family: str, n: int, p: int, blocks, weights: tuple[float, ...]) -> l
 
 def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, ...]) -> list[dict]:
     """Median root-to-root time of each plan on ``sub`` (the mapping's ranks), checked."""
-
     calls = {"gemm": lambda plan: distributed_gemm(a, b, sub, config=plan),
              "cholesky": lambda plan: distributed_cholesky(a, sub, lower=True, config=plan),
              "lu": lambda plan: distributed_lu_factor(a, sub, config=plan)}
@@ -139,8 +138,7 @@ def _methods_table(family: str, n: int, platform, timed: list[dict], blocks: tup
     best = min(timed, key=lambda t: t["seconds"])
     rows = []
     for method in sm.METHODS + sm.USERS:
-        ch = sm.run_method(method, family, n, platform, max_level=sum(h.processors for h in platform.hosts)
-                           * platform.max_per_processor, blocks=blocks)
+        ch = sm.run_method(method, family, n, platform, blocks=blocks)
         e = ch.estimate
         rows.append({"method": method, "d": list(ch.d), "r": e.r, "c": e.c, "b": e.b, "layout": e.layout,
                      "predicted": e.seconds, "measured": measured.get((ch.d, e.r, e.c, e.b, e.layout)),

@@ -763,6 +763,12 @@ class CommParams:
                 "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
                 "key": self._platform.key, "source": "database"}
 
+    @property
+    def host_speeds(self) -> dict[str, float]:
+        """GFLOP/s of one-thread dgemm per host, as the comm probe measured them ({} if not)."""
+        speeds = self._info("host_speeds")
+        return {str(h): float(v) for h, v in speeds.items()} if isinstance(speeds, dict) else {}
+
     def compute_skew(self, p: int) -> float:
         """Share of a synchronised step's compute that ``p`` ranks wait for the slowest (the probe's
         mean spread of one update run on p ranks at once, log-linear between the group sizes it

@@ -206,8 +206,7 @@ def measured_platform(cp, k: KFunction, processors: int = 1, order: list[str] | 
     ``order`` if given, else by name; ``processors`` each, speeds relative to the fastest),
     ``link_host``/``link_net`` (ts, tw) and the k's of ``k``. PlatformError where the probe
     measured no hosts or links, or ``order`` names a host it did not measure."""
-    info = getattr(cp, "_platform", None)
-    speeds = (info.info.get("host_speeds") if info is not None else None) or {}
+    speeds = cp.host_speeds
     if not speeds:
         raise PlatformError("the MPI platform has no host speeds: run the comm probe (autotune-install --mpi) "
                             "on the hosts")

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.routines import flops
+
 from . import movement
 
 WORD = 8.0
@@ -59,11 +61,6 @@ def database_k(sp, size: float = 2048.0):
             cache[kernel, b] = movement.k(sp, routine, backend, 1, size, pattern, b)
         return cache[kernel, b]
     return k
-
-
-def grids(p: int) -> list[tuple[int, int]]:
-    """Every r x c with r c = p."""
-    return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
 
 
 def usable_blocks(n: int, blocks=BLOCKS) -> list[int]:
@@ -155,9 +152,15 @@ def leading_seconds(family: str, n: float, k_gemm: float) -> float:
     return FLOPS[family] * float(n) ** 3 * k_gemm
 
 
+# The library routine of each family's one-process plan and its dims for an n x n problem.
+LIBRARY = {"gemm": ("gemm", ("m", "k", "n")), "cholesky": ("potrf", ("n",)), "lu": ("getrf", ("m", "n"))}
+
+
 def library_seconds(family: str, n: float, k_lib: float, f: float) -> float:
-    """The one-process plan: the library routine at the mapping's slowdown ``f``."""
-    return f * FLOPS[family] * float(n) ** 3 * k_lib
+    """The one-process plan: the library routine (its flops, ``routines.flops``) at the mapping's
+    slowdown ``f``."""
+    routine, dims = LIBRARY[family]
+    return f * flops(routine, dict.fromkeys(dims, int(n))) * k_lib
 
 
 def rank_hosts(d: np.ndarray, host_of: np.ndarray) -> np.ndarray:
@@ -177,6 +180,6 @@ def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
     return float(np.max(d[used] / speeds[used]))
 
 
-__all__ = ["BLOCKS", "FAMILIES", "FLOPS", "MOVES", "SERIES", "Links", "database_k", "distribution", "grids",
+__all__ = ["BLOCKS", "FAMILIES", "FLOPS", "LIBRARY", "MOVES", "SERIES", "Links", "database_k", "distribution",
            "leading_seconds", "library_seconds", "phases", "rank_hosts", "root_moves", "slowdown", "spans",
            "usable_blocks", "weighted_gemm"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from autotune.db.contention import ContendedSP, load_contention
 from autotune.models import distributed_cholesky, distributed_gemm, distributed_lu, movement
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors
-from autotune.plans import PHASES, Plan
+from autotune.plans import PHASES, Plan, grids
 
 from . import corrections
 from .corrections import Correction
@@ -71,11 +71,6 @@ class DistDecision:
     @property
     def chosen(self) -> Plan:
         return self.ranking[0].plan
-
-
-def grids(p: int) -> list[tuple[int, int]]:
-    """Every r x c with r * c = p (1 x p and p x 1 included: primes allowed)."""
-    return [(r, p // r) for r in range(1, p + 1) if p % r == 0]
 
 
 def thread_options(p: int, cores: int, hosts: int = 1, oversubscribe: bool = False) -> list[int]:

@@ -34,6 +34,7 @@ import numpy as np
 
 from autotune.db.platform import KERNELS, ClusterPlatform
 from autotune.models import mapping as mm
+from autotune.plans import grids
 
 METHODS = ("exhaustive", "BTM", "BGRM", "GRM", "GCTM", "GPTM")
 USERS = ("greedy", "conservative", "expert")
@@ -106,7 +107,7 @@ class Search:
 
     def _grid_arrays(self, p: int) -> tuple[np.ndarray, np.ndarray]:
         if p not in self._grids:
-            g = np.array(mm.grids(p), float)
+            g = np.array(grids(p), float)
             self._grids[p] = g[:, :1], g[:, 1:]
         return self._grids[p]
 
