@@ -295,6 +295,13 @@ def thread_lines(sps: ThreadSPs) -> list[str]:
     for name, v in sorted(sps.versions.items()):
         lines.append(f"  {name:<6} T_gen {v.t_gen * 1e6:9.2f} us  T_work {v.t_work * 1e9:7.3f} ns  "
                      f"T_syn {v.t_syn * 1e6:9.2f} us  T_sw/T_cpu {v.sw_cpu:.3f}")
+    drv = sps.strassen.driver if sps.strassen is not None else {}
+    if drv:
+        lines.append(f"  nested Strassen driver, ns per element of C beyond its products at n = "
+                     f"{', '.join(str(n) for n in drv['sizes'])}:")
+        for (p1, p2, lv), col in zip(drv["configs"], np.asarray(drv["seconds"]).T, strict=True):
+            lines.append(f"    P1 {p1} x P2 {p2}, {lv} level{'s' if lv > 1 else ''}: "
+                         + " ".join(f"{x * 1e9:7.2f}" for x in col))
     return lines
 
 

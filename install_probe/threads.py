@@ -7,7 +7,8 @@ up the Python call), then ``T_syn`` (eq. 6.5); the ``P > C`` points give ``T_sw/
 eqs. 6.2 and 6.4, as a constant and as a line in P. The "blas" version (numpy's OpenBLAS gemm)
 has no micro-routines: its ``T_gen`` and ``T_work`` come from gemm at two sizes, P = 1..C. For
 nested Strassen (eqs. 6.9-6.12), ``T_mul`` (gemm) and ``T_add`` (the fused addition) are fitted as
-lines in P, and ``T_gen`` is the cost of one task of the worker pool.
+lines in P, ``T_gen`` is the cost of one task of the worker pool, and the driver's own cost beyond
+its products is measured per element of C at each P1 x P2 and level (``probe_driver``).
 """
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 from autotune.kernels import nested_strassen
 from autotune.kernels import versions as kernel_versions
+from autotune.kernels.strassen import strassen as sequential_strassen
 from autotune.kernels.versions import load
 
 from autotune import backends
 from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, save_threads
+from autotune.models import multicore
 from autotune.select.candidates import NESTED_BACKEND
 
 FLOOR = 1e-12  # smallest T_gen / T_work reported (a fit at or below zero means "not resolved")
@@ -40,10 +43,12 @@ class Plan:
     gemm_sizes: tuple[int, int]
     add_size: int
     kernel_sizes: tuple[int, ...]          # n of the loop kernels' own tables (n x n operands)
+    nested_sizes: tuple[int, ...]          # n of nested Strassen's driver table
 
 
-QUICK = Plan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256, (96, 256))
-FULL = Plan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584))
+QUICK = Plan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256, (96, 256), (128, 192))
+FULL = Plan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584), (512, 1024, 1536))
+DRIVER_REPS = 3   # timed driver calls per point (median): its largest points take a quarter second
 WAKE_GEMM = 128   # order of the BLAS gemm that precedes each timed addition in "add_after_blas"
 
 
@@ -196,6 +201,38 @@ def probe_kernels(module, c: int, plan: Plan) -> dict:
     return {k: {"sizes": list(plan.kernel_sizes), "threads": threads, "seconds": v.tolist()} for k, v in tables.items()}
 
 
+def _product(be, h: int, p2: int, levels: int, reps: int) -> float:
+    """Median seconds of one top-level product of nested Strassen on h x h operands at P2 threads:
+    the gemm, or ``levels - 1`` sequential Strassen levels over it (what each task multiplies)."""
+    s, t, out = (np.asfortranarray(np.random.default_rng(5 + j).random((h, h))) for j in range(3))
+    gemm = be.ops["gemm"]
+    with be.threads(p2):
+        if levels == 1:
+            return median_time(gemm, 1.0, s, t, 0.0, out, reps=reps)
+        return median_time(sequential_strassen, s, t, out, levels - 1, gemm, reps=reps)
+
+
+def probe_driver(c: int, plan: Plan) -> dict:
+    """Nested Strassen's driver at each of the plan's sizes, levels 1 and 2, and P1 x P2 <= 2C (P1 <= 7,
+    P2 within the library's threads): its median time less its 7 products shared out over P1
+    workers and C cores (models.multicore.shared_makespan), per element of C. This is what the
+    products leave out: additions into fresh buffers, the pool, BLAS threads spinning between calls."""
+    be = backends.get(NESTED_BACKEND)
+    configs = [(p1, p2, lv) for lv in (1, 2) for p1 in range(1, min(7, 2 * c) + 1)
+               for p2 in range(1, min(2 * c // p1, be.max_threads) + 1)]
+    reps = min(plan.reps, DRIVER_REPS)
+    secs = np.zeros((len(plan.nested_sizes), len(configs)))
+    for i, n in enumerate(plan.nested_sizes):
+        a, b = (np.asfortranarray(np.random.default_rng(j).random((n, n))) for j in (1, 2))
+        out = np.empty((n, n), order="F")
+        prods = {(p2, lv): _product(be, n // 2, p2, lv, reps) for _, p2, lv in configs}
+        for j, (p1, p2, lv) in enumerate(configs):
+            t = median_time(nested_strassen.nested_strassen, a, b, p1, p2, be.ops["gemm"], be.threads, lv, out,
+                            reps=reps)
+            secs[i, j] = (t - multicore.shared_makespan([(prods[p2, lv], p2)] * 7, p1, c)) / (n * n)
+    return {"sizes": list(plan.nested_sizes), "configs": [list(x) for x in configs], "seconds": secs.tolist()}
+
+
 def probe_pool(c: int, plan: Plan) -> float:
     """Seconds per task of the nested-Strassen worker pool (slope of P no-op tasks, warm pool)."""
     pts = []
@@ -226,7 +263,7 @@ def probe_threads(versions: list[str] | None = None, quick: bool = False) -> Thr
         add_version = "omp" if "omp" in found else next(iter(names), None)
         if add_version is not None:
             strassen = StrassenSPs(probe_pool(c, plan), t_mul, probe_add(load(add_version), c, plan),
-                                   found[add_version].sw_cpu_line)
+                                   found[add_version].sw_cpu_line, probe_driver(c, plan))
     info = {"quick": quick, "seconds": time.perf_counter() - t0, "cores": c, "points": points}
     return ThreadSPs(c, found, strassen, info)
 

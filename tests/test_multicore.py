@@ -20,6 +20,7 @@ from autotune.db.threads import (
     StrassenSPs,
     ThreadSPs,
     VersionSPs,
+    driver_extra,
     kernel_time,
     line_at,
     load_threads,
@@ -141,6 +142,17 @@ def test_db_round_trip(tmp_path, quick_sps):
     assert got.info["quick"] is True
     for name, v in quick_sps.versions.items():
         assert got.versions[name].kernels == v.kernels, name
+    assert got.strassen.driver == quick_sps.strassen.driver
+
+
+def test_quick_probe_measures_the_nested_driver_per_configuration(quick_sps):
+    drv = quick_sps.strassen.driver
+    c = quick_sps.cores
+    configs = {tuple(x) for x in drv["configs"]}
+    assert {(1, 1, 1), (1, 1, 2)} <= configs and all(p1 * p2 <= 2 * c and p1 <= 7 for p1, p2, _ in configs)
+    secs = np.asarray(drv["seconds"])
+    assert secs.shape == (len(drv["sizes"]), len(configs)) and np.all(np.isfinite(secs))
+    assert np.all(np.abs(secs) < 1e-5)      # seconds per element of C: microseconds would be absurd
 
 
 def test_quick_probe_measures_each_loop_kernel_per_size_and_thread_count(quick_sps):
@@ -245,6 +257,45 @@ def test_nested_strassen_model_equations():
     assert exact < eq610                      # 7 * 18 (n/4)^2 elements instead of the printed 7 * 18 n^2
     grid = multicore.strassen_nested(n, np.array([[1], [2]]), np.array([1, 2]), STR, c, levels=1)
     assert grid.shape == (2, 2) and grid[0, 0] > grid[1, 1]
+
+
+@pytest.mark.parametrize(("tasks", "workers", "cores", "want"), [
+    ([(1.0, 1)] * 7, 1, 2, 7.0),
+    ([(1.0, 1)] * 7, 2, 2, 4.0),          # four rounds: the seventh product runs alone
+    ([(1.0, 1)] * 7, 4, 2, 3.5),          # oversubscribed: the cores share all the work
+    ([(1.0, 2)] * 7, 2, 2, 7.0),          # 2 x 2 threads on 2 cores: three shared rounds, then one alone
+    ([(2.0, 1), (1.0, 1)], 2, 1, 3.0),
+    ([], 3, 2, 0.0),
+])
+def test_shared_makespan(tasks, workers, cores, want):
+    assert multicore.shared_makespan(tasks, workers, cores) == pytest.approx(want)
+
+
+def test_driver_extra_interpolates_in_log_size_and_clamps():
+    drv = {"sizes": [100, 1000], "configs": [[1, 1, 1], [2, 1, 1]], "seconds": [[1e-9, -1e-9], [3e-9, -1e-9]]}
+    s = StrassenSPs(25e-6, (1e-12, 0.0), (1e-9, 0.0), driver=drv)
+    assert driver_extra(s, 1, 1, 1, 10 ** 2.5) == pytest.approx(2e-9)
+    assert driver_extra(s, 1, 1, 1, 10) == pytest.approx(1e-9) and driver_extra(s, 1, 1, 1, 1e5) == pytest.approx(3e-9)
+    assert driver_extra(s, 2, 1, 1, 500) == 0.0          # a negative residual is no time
+    assert driver_extra(s, 1, 2, 1, 500) is None and driver_extra(STR, 1, 1, 1, 500) is None
+
+
+def test_nested_model_shares_the_products_and_adds_the_driver_extra():
+    from autotune.models import gemm as gemm_models
+
+    class SP:      # 2 n^3 flops at 1 ns (1 thread) or 0.6 ns (2 threads) per flop
+        def k(self, routine, backend, threads, size, pattern="square"):
+            return np.full(np.shape(size), 1e-9 if threads == 1 else 0.6e-9)
+
+    drv = {"sizes": [100, 1000], "configs": [[2, 1, 1], [1, 2, 1]], "seconds": [[5e-9, 7e-9], [5e-9, 7e-9]]}
+    tsp = ThreadSPs(2, {}, StrassenSPs(25e-6, (1e-12, 0.0), (1e-9, 0.0), driver=drv))
+    n, prod = 400, 2.0 * 200 ** 3
+    got = gemm_models.strassen_nested(n, n, n, [1], 2, 2, tsp, SP())
+    assert got[0] == pytest.approx(4 * prod * 1e-9 + 5e-9 * n * n)      # 7 products, 2 workers: 4 rounds
+    got = gemm_models.strassen_nested(n, n, n, [1], 1, 2, tsp, SP())
+    assert got[0] == pytest.approx(7 * prod * 0.6e-9 + 7e-9 * n * n)
+    eqs = gemm_models.strassen_nested(n, n, n, [2], 2, 2, tsp, SP())    # (2, 1, 2) not measured: eqs. 6.9-6.12
+    assert eqs[0] == pytest.approx(float(multicore.strassen_nested(n, 2, 1, tsp.strassen, 2, 2, "exact")))
 
 
 def test_nested_strassen_model_rejects_three_levels():

@@ -95,12 +95,14 @@ def add_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
     return pts
 
 
-def nested_points(tsp: ThreadSPs, sizes, budget: int, reps: int) -> list[dict]:
-    """Nested Strassen for every P1 x P2 (P1 <= 7, P2 within the library's threads, P1 P2 <= budget)."""
+def nested_points(tsp: ThreadSPs, sp, sizes, budget: int, reps: int) -> list[dict]:
+    """Nested Strassen for every P1 x P2 (P1 <= 7, P2 within the library's threads, P1 P2 <= budget),
+    predicted as the selector predicts it (models.gemm.strassen_nested)."""
     if tsp.strassen is None:
         return []
     be = backends.get(BACKEND)
     gemm = be.ops["gemm"]
+    table = sp if sp.table is not None and BACKEND in sp.table.backends else None
     pts = []
     for n in sizes:
         a, b, c = _rand(n, 4), _rand(n, 5), np.empty((n, n), order="F")
@@ -109,8 +111,7 @@ def nested_points(tsp: ThreadSPs, sizes, budget: int, reps: int) -> list[dict]:
                 for p2 in range(1, min(budget // p1, be.max_threads) + 1):
                     t = measure(lambda p1=p1, p2=p2, lv=levels, x=(a, b, c):
                                 nested_strassen(x[0], x[1], p1, p2, gemm, be.threads, lv, x[2]), reps)
-                    pred = float(multicore.strassen_nested(n, p1, p2, tsp.strassen, tsp.cores, levels,
-                                                           gemm_models.NESTED_COUNTS))
+                    pred = float(gemm_models.strassen_nested(n, n, n, [levels], p1, p1 * p2, tsp, table, BACKEND)[0])
                     pts.append(_point("strassen_nested", {"n": n, "P1": p1, "P2": p2, "levels": levels}, pred, t))
     return pts
 
@@ -178,7 +179,7 @@ def run(args) -> int:
     sizes = args.sizes
     points = (jacobi_points(tsp, sizes or JACOBI_SIZES, threads, args.reps)
               + add_points(tsp, sizes or ADD_SIZES, threads, args.reps)
-              + nested_points(tsp, sizes or STRASSEN_SIZES, top, args.reps)
+              + nested_points(tsp, sp, sizes or STRASSEN_SIZES, top, args.reps)
               + omp_strassen_points(tsp, sp, sizes or STRASSEN_SIZES, seq_threads, args.reps))
     summary = summarise(points)
     for model, s in summary.items():

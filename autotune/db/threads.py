@@ -76,6 +76,23 @@ class StrassenSPs:
     t_mul: Line                               # seconds per gemm flop of one thread with P busy
     t_add: Line                               # seconds per addition element of one thread with P busy
     sw_cpu: Line = (0.0, 0.0)                 # T_sw / T_cpu
+    # The driver's own extra beyond its products, per element of C: {"sizes": [n], "configs":
+    # [[P1, P2, levels]], "seconds": [[per element, per config]]}, measured on the driver (see driver_extra).
+    driver: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+def driver_extra(sps: StrassenSPs, p1: int, p2: int, levels: int, n) -> float | None:
+    """Seconds per element of C that nested Strassen's driver spends beyond its 7 products at
+    (P1, P2, levels) on n x n (operand and result additions, fresh buffers, the pool, the BLAS
+    threads' spinning between calls): interpolated linearly in log n between the probe's sizes,
+    clamped at the ends, never below 0; None when that configuration was not measured."""
+    table = sps.driver
+    configs = [tuple(c) for c in table.get("configs", ())]
+    if (p1, p2, levels) not in configs:
+        return None
+    col = np.asarray(table["seconds"], float)[:, configs.index((p1, p2, levels))]
+    x = np.log(np.maximum(float(n), 1.0))
+    return max(float(np.interp(x, np.log(np.asarray(table["sizes"], float)), col)), 0.0)
 
 
 @dataclass(frozen=True)
@@ -110,7 +127,13 @@ def _version(d: dict) -> VersionSPs:
 def _strassen(d: dict | None) -> StrassenSPs | None:
     if d is None:
         return None
-    return StrassenSPs(float(d["t_gen"]), *(tuple(float(x) for x in d[k]) for k in ("t_mul", "t_add", "sw_cpu")))
+    driver = d.get("driver") or {}
+    if driver:
+        secs = np.asarray(driver["seconds"], float)
+        if secs.shape != (len(driver["sizes"]), len(driver["configs"])) or not np.all(np.isfinite(secs)):
+            raise ValueError("malformed nested-Strassen driver table")
+    return StrassenSPs(float(d["t_gen"]), *(tuple(float(x) for x in d[k]) for k in ("t_mul", "t_add", "sw_cpu")),
+                       driver)
 
 
 def from_json(d: dict, info: dict | None = None) -> ThreadSPs:
@@ -143,5 +166,5 @@ def _parse(g) -> ThreadSPs:
     return from_json(json.loads(g.attrs["sps"]), json.loads(g.attrs.get("info", "{}")))
 
 
-__all__ = ["GROUP", "Line", "StrassenSPs", "ThreadSPs", "VersionSPs", "kernel_time", "line_at", "load_threads",
-           "save_threads"]
+__all__ = ["GROUP", "Line", "StrassenSPs", "ThreadSPs", "VersionSPs", "driver_extra", "kernel_time", "line_at",
+           "load_threads", "save_threads"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.db.threads import ThreadSPs, VersionSPs
+from autotune.db.threads import ThreadSPs, VersionSPs, driver_extra
 from autotune.routines import DISPATCH_ORDER, flops
 
 from . import multicore
@@ -113,21 +113,34 @@ def strassen_omp(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     return leaves + adds
 
 
-def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: ThreadSPs,
-                    parts: dict | None = None) -> np.ndarray:
+def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: ThreadSPs, sp=None,
+                    backend: str = "numpy-openblas", parts: dict | None = None) -> np.ndarray:
     """Nested-parallel Strassen (algorithm "strassen_nested", variant ``p1``): ``p1`` workers over the
-    top level's products, ``threads / p1`` BLAS threads each, ``levels`` (1 or 2) levels; eqs.
-    6.9-6.12 (models.multicore.strassen_nested) at the size ``(m k n)^(1/3)`` with the stored
-    StrassenSPs. ValueError when they are not measured."""
+    top level's 7 products, ``threads / p1`` BLAS threads each, ``levels`` (1 or 2) levels
+    (docs/models.md#multicore.nested-strassen). Where the probe measured the driver at this
+    (P1, P2, levels) and ``sp`` is given: the products (``backend``'s gemm, or one sequential
+    Strassen level over it, from the SP table) shared out over the workers and cores
+    (models.multicore.shared_makespan), plus the driver's measured extra per element of C.
+    Otherwise eqs. 6.9-6.12 at the size ``(m k n)^(1/3)``. ValueError when no nested-Strassen SPs
+    are stored."""
     if tsp.strassen is None:
         raise ValueError("strassen_nested: nested-Strassen thread SPs are not measured")
     size = float(lookup_size(m, k, n))
     p2 = max(threads // p1, 1)
-    t = np.array([float(multicore.strassen_nested(size, p1, p2, tsp.strassen, tsp.cores, int(lv),
-                                                   NESTED_COUNTS)) for lv in np.atleast_1d(levels)])
+    prod, extra = np.zeros(len(np.atleast_1d(levels))), np.zeros(len(np.atleast_1d(levels)))
+    for i, lv in enumerate(np.atleast_1d(levels)):
+        per = driver_extra(tsp.strassen, p1, p2, int(lv), size) if sp is not None else None
+        if per is None:
+            prod[i] = float(multicore.strassen_nested(size, p1, p2, tsp.strassen, tsp.cores, int(lv), NESTED_COUNTS))
+            continue
+        hm, hk, hn = m // 2, k // 2, n // 2
+        one = (blas(hm, hk, hn, backend, p2, sp) if lv == 1
+               else float(strassen(hm, hk, hn, [int(lv) - 1], backend, p2, sp)[0]))
+        prod[i] = multicore.shared_makespan([(one, p2)] * 7, p1, tsp.cores)
+        extra[i] = per * m * n
     if parts is not None:
-        parts.update(gemm=t)
-    return t
+        parts.update(gemm=prod, add=extra)
+    return prod + extra
 
 
 def strassen_parts(m: int, k: int, n: int, levels, backend: str, threads: int, sp,

@@ -77,6 +77,22 @@ def strassen_nested(n: int, p1, p2, sps: StrassenSPs, cores: int, levels: int = 
     return p * sps.t_gen + mul + add
 
 
+def shared_makespan(tasks: Iterable[tuple[float, int]], workers: int, cores: int) -> float:
+    """Seconds until ``workers`` threads have run ``tasks`` (seconds each alone, threads each), taken
+    in order as workers free up, on ``cores`` shared equally by all running threads (processor
+    sharing: with more threads than cores each runs at ``cores / threads`` of its own speed)."""
+    queue, active, clock = list(tasks), [], 0.0
+    while queue or active:
+        while queue and len(active) < workers:
+            left, threads = queue.pop(0)
+            active.append([float(left), max(int(threads), 1)])
+        rate = min(1.0, cores / sum(t for _, t in active))
+        step = min(left for left, _ in active) / rate
+        clock += step
+        active = [[left - step * rate, t] for left, t in active if left - step * rate > 1e-15]
+    return clock
+
+
 def additions(p, calls: Iterable[tuple[float, float]], sps: VersionSPs, cores: int, t_work=None,
               kernel: str = "add") -> np.ndarray:
     """Passes of a loop-parallel addition kernel, each an R-pfor (eqs. 6.3-6.4) over its elements:
@@ -114,4 +130,4 @@ def best_version(model: Callable[[np.ndarray, VersionSPs], np.ndarray], sps: Thr
 
 
 __all__ = ["JACOBI_OPS", "STRASSEN_ADDS", "additions", "barriers", "best_version", "generate", "jacobi",
-           "oversubscription", "pfor", "strassen_nested"]
+           "oversubscription", "pfor", "shared_makespan", "strassen_nested"]

@@ -192,7 +192,7 @@ def _gemm_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs 
             for p2 in range(1, min(budget // p1, lib_max) + 1):
                 yield Evaluation("strassen_nested", NESTED_BACKEND, p1 * p2, nested, (p1,),
                                  lambda sp, p, v, parts=None, t=p1 * p2, p1=p1: gemm_models.strassen_nested(
-                                     m, k, n, p, p1, t, tsp, parts))
+                                     m, k, n, p, p1, t, tsp, sp, NESTED_BACKEND, parts))
 
 
 def _strassen_variants(m, k, n, levels, variants, be: str, t: int, sp, tsp: ThreadSPs, parts: dict | None):
