@@ -3,8 +3,9 @@
 
 Every rank first checks its own arguments (``root`` in range) and, in one allgather, that all
 ranks passed the same family, ``root`` and ``lower`` and which cores each may run on; then the
-root checks the input and picks the plan (forced ``config`` or the distributed selector over the
-database's BLAS SP, the platform's communication parameters and the cores of the root's node),
+root checks the input and picks the plan (forced ``config``; the mapping search, which also picks
+the ranks, when they span hosts of measured, different speeds; else the distributed selector over
+the database's BLAS SP, the platform's communication parameters and the cores of the root's node),
 and every rank learns the verdict and the plan from one small broadcast, so all ranks raise the
 same error or run the same plan. ``config`` and ``explain`` are the root's. A ``local`` plan (one
 process is fastest) runs on the root with the one-process tuned call while the other ranks wait
@@ -23,9 +24,18 @@ from autotune import tuned_local, tuned_lu
 from autotune.config import get_options, options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
+from autotune.db.platform import PlatformError
 from autotune.models.distributed_cholesky import memory_order
 from autotune.plans import Plan
 from autotune.select.distributed import as_plan, rank_plans
+from autotune.select.mapping import (
+    FAMILY_ALGORITHM,
+    Placement,
+    communicator_platform,
+    heterogeneous,
+    placement,
+    rank_hosts,
+)
 
 _DECISIONS: dict[tuple, Plan] = {}
 MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built against your site\'s MPI, '
@@ -176,7 +186,8 @@ def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, i
         problem["order"] = memory_order(arrays[0])
     plan = Plan("local", 1)
     if tuned:
-        plan = _plan(family, dims, len(infos), node_cores(infos, root), config, explain, **problem)
+        hosts = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
+        plan = _plan(family, dims, hosts, root, config, explain, **problem)
         plan = plan if config is not None else _fit_threads(plan, infos, root)
     # The distributed run checks its own input (on the root, agreed); the local one is checked
     # here, where the verdict still reaches every rank.
@@ -229,10 +240,15 @@ def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, tuple[int, ...],
     return ((a1.T if transposed else a1), b1), (n, nrhs), tuned
 
 
-def _plan(family: str, dims: tuple[int, ...], nprocs: int, cores: int, config, explain: bool,
-          **problem) -> Plan:
-    """Root only: the forced plan or the selector's choice for ``cores`` on the root's node (cached
-    per problem, rank and core count); ``problem``: Cholesky's ``lower`` and input memory ``order``."""
+def _plan(family: str, dims: tuple[int, ...], hosts: tuple[list[str], list[int]], root: int, config,
+          explain: bool, **problem) -> Plan:
+    """Root only: the forced plan or the selector's choice (cached per problem and ranks' hosts).
+    ``hosts``: each rank's host name and the cores of its node. Ranks on hosts of measured,
+    different speeds are placed by the mapping search (select.mapping.placement); otherwise the
+    distributed selector plans for the root node's cores. ``problem``: Cholesky's ``lower`` and
+    input memory ``order``."""
+    names, cores = hosts
+    nprocs = len(names)
     if config is not None:
         plan = as_plan(config)
         need = plan.p if plan.ranks is None else max(plan.ranks) + 1
@@ -240,17 +256,38 @@ def _plan(family: str, dims: tuple[int, ...], nprocs: int, cores: int, config, e
             raise ValueError(f"plan needs {need} ranks, communicator has {nprocs}")
         return plan
     opts = get_options()
-    key = (family, dims, nprocs, cores, opts.allow_strassen, opts.db, opts.min_efficiency,
+    key = (family, dims, tuple(names), tuple(cores), root, opts.allow_strassen, opts.db, opts.min_efficiency,
            tuple(sorted(problem.items())))
     if key in _DECISIONS and not explain:
         return _DECISIONS[key]
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
-    dec = rank_plans(family, dims, nprocs, sp, cp, cores, opts.allow_strassen, min_efficiency=opts.min_efficiency,
-                     **problem)
+    placed = _placement(family, dims, names, cores, root, sp, cp)
+    if placed is not None:
+        if explain:
+            print(placed.describe())
+        _DECISIONS[key] = placed.plan
+        return placed.plan
+    dec = rank_plans(family, dims, nprocs, sp, cp, cores[root], opts.allow_strassen,
+                     min_efficiency=opts.min_efficiency, **problem)
     if explain:
         print(dec)
     _DECISIONS[key] = dec.chosen
     return dec.chosen
+
+
+def _placement(family: str, dims: tuple[int, ...], names: list[str], cores: list[int], root: int, sp,
+               cp) -> Placement | None:
+    """The mapping search's placement when the ranks span hosts of measured, different speeds and
+    the problem is one the mapping model covers (square orders of gemm, Cholesky, LU); else None."""
+    if family not in FAMILY_ALGORITHM or len(set(dims)) != 1 or sp.table is None:
+        return None
+    hosts = rank_hosts(names, cores, root)
+    if not heterogeneous(hosts, cp):
+        return None
+    try:
+        return placement(family, dims[0], hosts, communicator_platform(hosts, cp, sp))
+    except (PlatformError, LookupError):
+        return None
 
 
 def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:

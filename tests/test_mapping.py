@@ -221,3 +221,89 @@ def test_plans_run_on_the_ranks_a_mapping_names(tmp_path):
     assert out.count("OK") == 3 and "BAD" not in out, out
     with pytest.raises(ValueError, match="distinct"):
         Plan("lu", 2, 1, 2, b=8, ranks=(0, 0))
+
+
+# ---------------------------------------------------------------- placing a tuned call's processes
+
+class FakeComm:
+    """What the placement reads of a CommParams: host speeds, the ranks' spread, link (ts, tw)."""
+
+    def __init__(self, speeds, skew=0.05, net=(2e-5, 8e-9)):
+        self.host_speeds, self._skew, self._net = speeds, skew, net
+        self.platform = {"key": "fake"}
+
+    def compute_skew(self, p):
+        return self._skew
+
+    def primitives(self):
+        return ["link_host", "link_net"]
+
+    def ts_tw(self, primitive, p, m):
+        return (1.5e-6, 2e-10) if primitive == "link_host" else self._net
+
+
+def test_rank_hosts_put_the_root_first():
+    hosts = sm.rank_hosts(["b", "a", "b", "c", "a"], [2, 4, 2, 1, 4], root=2)
+    assert [(h.name, h.ranks, h.cores) for h in hosts] == [("b", (2, 0), 2), ("a", (1, 4), 4), ("c", (3,), 1)]
+    assert [h.processors for h in hosts] == [2, 2, 1]
+
+
+def test_heterogeneous_needs_measured_hosts_differing_beyond_the_spread():
+    hosts = sm.rank_hosts(["a", "b"], [1, 1], 0)
+    assert sm.heterogeneous(hosts, FakeComm({"a": 10.0, "b": 5.0}))
+    assert not sm.heterogeneous(hosts, FakeComm({"a": 10.0, "b": 9.8}))               # within the 5% spread
+    assert not sm.heterogeneous(hosts, FakeComm({"a": 10.0}))                          # b not measured
+    assert not sm.heterogeneous(hosts[:1], FakeComm({"a": 10.0, "b": 5.0}))            # one host
+
+
+@pytest.mark.parametrize("family", ["gemm", "cholesky", "lu"])
+@pytest.mark.parametrize("n", [300, 6000])
+def test_placement_is_the_best_count_per_host_with_the_root_in_it(family, n):
+    hosts = sm.rank_hosts(["slow", "fast", "fast", "mid"], [1, 2, 2, 1], root=0)
+    pl = _platform([{"name": "slow", "processors": 1, "speed": 0.3}, {"name": "fast", "processors": 2, "speed": 1.0},
+                    {"name": "mid", "processors": 1, "speed": 0.6}], most=1)
+    got = sm.placement(family, n, hosts, pl)
+    search = sm.Search(family, n, pl)
+    every = {k: search.eet(np.array([x for x in (k[0], *_two(k[1]), k[2])])).seconds
+             for k in itertools.product((1,), range(3), range(2))}
+    assert got.counts[0] >= 1 and got.estimate.seconds == pytest.approx(min(every.values()))
+    plan = got.plan
+    if plan.algorithm == "local":
+        assert got.counts == (1, 0, 0)
+    else:
+        want = (0, 1, 2, 3)[:1] + (1, 2)[:got.counts[1]] + (3,)[:got.counts[2]]
+        assert plan.ranks == want and plan.p == sum(got.counts) and plan.threads == 1
+    assert "processes per host" in got.describe()
+
+
+def _two(k):
+    return (k // 2 + k % 2, k // 2)
+
+
+def test_placement_uses_the_fast_hosts_for_a_big_problem_and_one_process_for_a_tiny_one():
+    hosts = sm.rank_hosts(["a", "a", "b", "c"], [2, 2, 1, 1], root=0)
+    pl = _platform([{"name": "a", "processors": 2, "speed": 1.0}, {"name": "b", "processors": 1, "speed": 1.0},
+                    {"name": "c", "processors": 1, "speed": 0.1}], links={**LINKS, "net": {"ts": 2e-5, "tw": 1e-10}},
+                   most=1)
+    big = sm.placement("gemm", 8000, hosts, pl)
+    assert big.counts[:2] == (2, 1) and big.plan.p >= 3
+    tiny = sm.placement("lu", 40, hosts, pl)
+    assert tiny.plan.p == 1 and tiny.counts[0] == 1
+
+
+def test_tuned_calls_place_ranks_only_on_measured_heterogeneous_hosts(tiny_db):
+    from autotune import tuned_mpi
+    from autotune.db import load_sp
+
+    sp = load_sp(tiny_db)
+    het = FakeComm({"a": 10.0, "b": 4.0})
+    placed = tuned_mpi._placement("gemm", (3000, 3000, 3000), ["a", "a", "b"], [2, 2, 1], 0, sp, het)
+    assert placed is not None and placed.plan.used_ranks(3)[0] == 0 and "mapping" in placed.describe()
+    assert placed.platform.hosts[0].name == "a" and placed.platform.hosts[0].processors == 2
+    assert tuned_mpi._placement("gemm", (3000, 3000, 3000), ["a", "a", "a"], [2, 2, 2], 0, sp, het) is None
+    assert tuned_mpi._placement("solve", (3000, 16), ["a", "b"], [2, 1], 0, sp, het) is None
+    assert tuned_mpi._placement("gemm", (3000, 30, 3000), ["a", "b"], [2, 1], 0, sp, het) is None
+    homo = FakeComm({"a": 10.0, "b": 9.9})
+    assert tuned_mpi._placement("lu", (3000,), ["a", "b"], [2, 1], 1, sp, homo) is None
+    lu = tuned_mpi._placement("lu", (3000,), ["a", "b"], [2, 1], 1, sp, het)
+    assert lu.plan.used_ranks(2, 1)[0] == 1 and lu.platform.hosts[0].name == "b"

@@ -36,11 +36,10 @@ from autotune.select.distributed import RANK_BACKEND
 from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
 
 HELP = "time every mapping/grid/block on a cluster (under mpiexec) against the mapping search's choices"
-FAMILY_ALGORITHM = {"gemm": "summa", "cholesky": "cholesky", "lu": "lu"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", nargs="+", default=["gemm", "cholesky", "lu"], choices=list(FAMILY_ALGORITHM))
+    p.add_argument("--family", nargs="+", default=["gemm", "cholesky", "lu"], choices=list(sm.FAMILY_ALGORITHM))
     p.add_argument("--n", type=int, nargs="+", default=[1024, 2048], help="matrix orders")
     p.add_argument("--blocks", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--reps", type=int, default=3, help="timed runs per plan (after one warm-up)")
@@ -92,7 +91,7 @@ def _plans(family: str, n: int, p: int, blocks, weights: tuple[float, ...]) -> l
     be = RANK_BACKEND[family]
     if p == 1:
         return [(Plan("local", 1, threads=1, backend=be), "library")]
-    out = [(Plan(FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be), "cyclic")
+    out = [(Plan(sm.FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be), "cyclic")
            for (r, c), blk in itertools.product(grids(p), usable_blocks(n, blocks))]
     if family == "gemm":
         out.append((Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted"))

@@ -22,7 +22,7 @@ Platform file::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,9 +201,10 @@ def _link(cp, primitive: str) -> Link:
     return Link(ts, tw)
 
 
-def measured_platform(cp, k: KFunction, processors: int = 1, order: list[str] | None = None) -> ClusterPlatform:
+def measured_platform(cp, k: KFunction, processors: int | Mapping[str, int] = 1,
+                      order: list[str] | None = None) -> ClusterPlatform:
     """The MPI platform the comm probe measured: one host per entry of its ``host_speeds`` (in
-    ``order`` if given, else by name; ``processors`` each, speeds relative to the fastest),
+    ``order`` if given, else by name; ``processors`` each, or per host name, speeds relative to the fastest),
     ``link_host``/``link_net`` (ts, tw) and the k's of ``k``. PlatformError where the probe
     measured no hosts or links, or ``order`` names a host it did not measure."""
     speeds = cp.host_speeds
@@ -214,7 +215,8 @@ def measured_platform(cp, k: KFunction, processors: int = 1, order: list[str] | 
     missing = sorted(set(order or ()) - set(speeds))
     if missing:
         raise PlatformError(f"the comm probe measured no host named {', '.join(missing)}: run it on these hosts")
-    hosts = tuple(Host(h, processors, speeds[h] / top) for h in (order or sorted(speeds)))
+    count = processors if isinstance(processors, Mapping) else dict.fromkeys(speeds, processors)
+    hosts = tuple(Host(h, int(count[h]), speeds[h] / top) for h in (order or sorted(speeds)))
     links = {t: _link(cp, f"link_{t}") for t in LINKS if f"link_{t}" in cp.primitives()}
     if "net" not in links and len(hosts) > 1:
         raise PlatformError("the MPI platform has no link_net measurement (run the comm probe across the hosts)")

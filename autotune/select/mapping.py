@@ -28,17 +28,24 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from autotune.db.platform import KERNELS, ClusterPlatform
+from autotune.db.platform import KERNELS, ClusterPlatform, measured_platform
 from autotune.models import mapping as mm
-from autotune.plans import grids
+from autotune.plans import Plan, grids
+
+from .distributed import RANK_BACKEND
 
 METHODS = ("exhaustive", "BTM", "BGRM", "GRM", "GCTM", "GPTM")
 USERS = ("greedy", "conservative", "expert")
 NODE_BUDGET = 50_000
+# The distributed algorithm a mapping's block-cyclic grid runs, per family (the mapping model's).
+FAMILY_ALGORITHM = {"gemm": "summa", "cholesky": "cholesky", "lu": "lu"}
+# A tuned call places its processes by trying every count per host up to this many count
+# vectors, and by GPTM's greedy path above it.
+PLACEMENT_EXHAUSTIVE = 4096
 
 
 @dataclass(frozen=True)
@@ -413,5 +420,120 @@ def describe(st: MappingStudy) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["METHODS", "NODE_BUDGET", "USERS", "Estimate", "MappingChoice", "MappingStudy", "Search", "describe",
-           "mapping_text", "run_method", "study"]
+# ------------------------------------------------------------------ placing a tuned call's processes
+
+@dataclass(frozen=True)
+class RankHost:
+    """One host of a communicator: its name, its ranks (the root first on the root's host) and
+    the cores those ranks may use."""
+
+    name: str
+    ranks: tuple[int, ...]
+    cores: int
+
+    @property
+    def processors(self) -> int:
+        return max(min(len(self.ranks), self.cores), 1)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The processes a tuned call runs on (count per host), its plan and the model's estimate."""
+
+    plan: Plan
+    counts: tuple[int, ...]
+    estimate: Estimate
+    platform: ClusterPlatform
+    method: str
+
+    def describe(self) -> str:
+        e = self.estimate
+        grid = {"weighted": "HoHe (rows by speed)", "library": "the library routine"}.get(
+            e.layout, f"{e.r}x{e.c} b={e.b}")
+        where = ", ".join(f"{h.name} {k}" for h, k in zip(self.platform.hosts, self.counts, strict=True))
+        return (f"mapping ({self.method}, 001 5.4) on {self.platform.describe()}:\n"
+                f"  processes per host: {where}; {grid}; predicted {e.seconds * 1e3:.2f} ms "
+                f"(compute {e.compute * 1e3:.2f}, communication {e.comm * 1e3:.2f})\n  plan: {self.plan}")
+
+
+def rank_hosts(hostnames: list[str], cores: list[int], root: int) -> list[RankHost]:
+    """The communicator's hosts from each rank's host name and usable cores: the root's host first
+    with the root its first rank, the others in order of their first rank."""
+    order = [root] + [r for r in range(len(hostnames)) if r != root]
+    ranks: dict[str, list[int]] = {}
+    for r in order:
+        ranks.setdefault(hostnames[r], []).append(r)
+    return [RankHost(h, tuple(rs), int(cores[rs[0]])) for h, rs in ranks.items()]
+
+
+def heterogeneous(hosts: list[RankHost], cp) -> bool:
+    """True when the ranks span hosts whose measured speeds differ by more than the spread the
+    probe measured between ranks running the same work (``cp.compute_skew``); False where a host
+    was not measured."""
+    speeds = cp.host_speeds
+    if len(hosts) < 2 or any(h.name not in speeds for h in hosts):
+        return False
+    values = [speeds[h.name] for h in hosts]
+    return max(values) / min(values) > 1.0 + cp.compute_skew(sum(len(h.ranks) for h in hosts))
+
+
+def communicator_platform(hosts: list[RankHost], cp, sp) -> ClusterPlatform:
+    """The measured platform restricted to the communicator: each host's processors (its ranks, at
+    most its cores), up to as many processes per processor as its ranks need, the SP database's k."""
+    platform = measured_platform(cp, mm.database_k(sp), {h.name: h.processors for h in hosts},
+                                 [h.name for h in hosts])
+    most = max(-(-len(h.ranks) // h.processors) for h in hosts)
+    return replace(platform, max_per_processor=most)
+
+
+def _spread(count: int, processors: int) -> list[int]:
+    """``count`` processes on ``processors`` interchangeable processors, as evenly as they go."""
+    return [count // processors + (i < count % processors) for i in range(processors)]
+
+
+def _mapping(counts, hosts: list[RankHost]) -> np.ndarray:
+    return np.array([x for k, h in zip(counts, hosts, strict=True) for x in _spread(int(k), h.processors)], int)
+
+
+def _counts(search: Search, d: np.ndarray, hosts: list[RankHost]) -> tuple[int, ...]:
+    """Processes per host of mapping ``d``, at most the host's ranks, at least one on the root's."""
+    counts = [min(int(d[search.host_of == i].sum()), len(h.ranks)) for i, h in enumerate(hosts)]
+    counts[0] = max(counts[0], 1)
+    return tuple(counts)
+
+
+def placement(family: str, n: int, hosts: list[RankHost], platform: ClusterPlatform) -> Placement:
+    """Where a tuned call of ``family`` on order ``n`` runs: the count of processes per host (the
+    root's host first, never empty) with the least modelled time, and its plan (one BLAS thread
+    per rank, as the mapping model has it). Every count vector when there are at most
+    ``PLACEMENT_EXHAUSTIVE``, else GPTM's path; a host's processes are its first ranks."""
+    search = Search(family, n, platform)
+    space = math.prod(len(h.ranks) + 1 for h in hosts[1:]) * len(hosts[0].ranks)
+    if space <= PLACEMENT_EXHAUSTIVE:
+        method = "every count per host"
+        options = itertools.product(range(1, len(hosts[0].ranks) + 1), *(range(len(h.ranks) + 1) for h in hosts[1:]))
+        counts = min(options, key=lambda k: search.eet(_mapping(k, hosts)).seconds)
+    else:
+        method = "GPTM"
+        d, _ = search.greedy_path(_root(search), 0, True, False)
+        counts = _counts(search, d, hosts)
+    d = _mapping(counts, hosts)
+    est = search.eet(d)
+    return Placement(_plan(family, est, counts, d, hosts, search), tuple(counts), est, platform, method)
+
+
+def _plan(family: str, est: Estimate, counts, d: np.ndarray, hosts: list[RankHost], search: Search) -> Plan:
+    """The plan of a mapping's estimate on the hosts' first ranks (root first)."""
+    ranks = tuple(r for k, h in zip(counts, hosts, strict=True) for r in h.ranks[:k])
+    be = RANK_BACKEND[family]
+    if est.layout == "library":
+        return Plan("local", 1, threads=1, backend=be)
+    if est.layout == "weighted":
+        return Plan("bsr", len(ranks), len(ranks), 1, threads=1, backend=be,
+                    weights=tuple(float(w) for w in search.weights(d)), ranks=ranks)
+    return Plan(FAMILY_ALGORITHM[family], len(ranks), est.r, est.c, b=est.b, threads=1, backend=be, ranks=ranks)
+
+
+__all__ = ["FAMILY_ALGORITHM", "METHODS", "NODE_BUDGET", "PLACEMENT_EXHAUSTIVE", "USERS", "Estimate",
+           "MappingChoice", "MappingStudy", "Placement", "RankHost", "Search", "communicator_platform", "describe",
+           "heterogeneous", "mapping_text", "placement", "rank_hosts", "run_method", "study"]
