@@ -71,12 +71,16 @@ class Testbed:
         return str(Path(self.workdir) / "hostfile")
 
     def mpiexec_args(self) -> list[str]:
-        """Options that make OpenMPI's ``mpiexec`` launch its ranks on the testbed's hosts."""
+        """Options that make OpenMPI's ``mpiexec`` launch its ranks on the testbed's hosts. Where
+        their slots outnumber this machine's cores, the emulated hosts share cores, so a waiting
+        rank yields its core (``mpi_yield_when_idle``, which OpenMPI sets itself only where it
+        sees one host oversubscribed): polling would take it from a computing rank of another host."""
         net = f"{SUBNET}.0/24"
+        shared = sum(h.slots for h in self.hosts) > (os.cpu_count() or 1)
         return ["--hostfile", self.hostfile, "--prtemca", "plm_ssh_agent", self.agent,
                 "--prtemca", "plm_ssh_no_tree_spawn", "1", "--prtemca", "oob_tcp_if_include", net,
                 "--mca", "btl_tcp_if_include", net, "--mca", "btl", "tcp,sm,self", "--bind-to", "none",
-                "--allow-run-as-root"]
+                *(["--mca", "mpi_yield_when_idle", "1"] if shared else []), "--allow-run-as-root"]
 
     def save(self) -> None:
         Path(self.workdir, "state.json").write_text(json.dumps(asdict(self), indent=1))

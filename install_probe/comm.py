@@ -31,9 +31,9 @@ problems and stores the platform's phase factors (``models.fitted_phases``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
-Timing per point: warm-up, then repetitions, each preceded by ``rewarm`` untimed calls (the
-bookkeeping between repetitions evicts MPI's state from the caches: without them a single
-small bcast reads slow) and a Barrier; a repetition times
+Timing per point: warm-up, then repetitions, each preceded by ``rewarm`` untimed calls where one
+call is shorter than ``rewarm_below_seconds`` (the bookkeeping between repetitions evicts MPI's
+state from the caches: without them a single small bcast reads slow) and a Barrier; a repetition times
 ``inner`` back-to-back calls (enough to last ``min_sample_seconds``; 1 for large messages) and
 its time is the maximum over the ranks (collective completion), all ranks getting the same
 value by an Allreduce(MAX) outside the timed region, so they also agree on when to stop: once
@@ -101,11 +101,17 @@ class CommProfileError(ValueError):
     pass
 
 
+BATCH_OVERRUN = 10.0   # a repetition this many times longer than min_sample_seconds re-sizes its batch
+
+
 @dataclass(frozen=True)
 class CommTiming:
     warmup: int = 2                  # calls before anything is timed
     warmup_seconds: float = 0.002    # then more untimed calls, about this long
-    rewarm: int = 2                  # untimed calls before each repetition
+    rewarm: int = 2                  # untimed calls before each repetition ...
+    rewarm_below_seconds: float = 1e-3   # ... of an operation shorter than this (a longer one's cold
+    #                                  start, microseconds, is under its noise; on a slow link a
+    #                                  16 MiB message would spend most of its point re-warming)
     min_reps: int = 3
     max_reps: int = 15
     rel_tol: float = 0.02            # the median known to +-rel_tol ...
@@ -464,7 +470,8 @@ def _flush_seconds() -> float:
 
 def _point_seconds(t: CommTiming, t_op: float, single: bool, per_rep: float = 0.0) -> float:
     """One point: warm-up, then repetitions until the estimate's count or the budget."""
-    rep = t.rewarm * t_op + (t_op if single else max(t.min_sample_seconds, t_op)) + per_rep
+    rewarm = t.rewarm if t_op < t.rewarm_below_seconds else 0
+    rep = rewarm * t_op + (t_op if single else max(t.min_sample_seconds, t_op)) + per_rep
     reps = min(t.max_reps, EST_REPS * t.min_reps)
     return EST_POINT_SECONDS + t.warmup * t_op + t.warmup_seconds + min(max(t.point_budget_seconds, 2 * rep),
                                                                          reps * rep)
@@ -555,8 +562,9 @@ def time_point(comm, op, timing: CommTiming, *, batch: bool = True, prepare=None
     if batch and single < timing.min_sample_seconds:
         inner = int(min(timing.max_inner, max(1, math.ceil(timing.min_sample_seconds / max(single, 1e-9)))))
     times: list[float] = []
+    rewarm = timing.rewarm if single < timing.rewarm_below_seconds else 0   # the max over ranks: all agree
     while True:
-        for _ in range(timing.rewarm):   # untimed: the bookkeeping below evicted MPI's state from the caches
+        for _ in range(rewarm):   # untimed: the bookkeeping below evicted MPI's state from the caches
             op()
         if prepare is not None:
             prepare()
@@ -566,6 +574,10 @@ def time_point(comm, op, timing: CommTiming, *, batch: bool = True, prepare=None
             op()
         t, wall = maxed((MPI.Wtime() - t0) / inner, MPI.Wtime() - start)
         times.append(t)
+        if inner > 1 and t * inner > BATCH_OVERRUN * timing.min_sample_seconds:
+            # the batch was sized on one fast call; calls this slow (ranks descheduled on shared
+            # cores) need fewer per repetition. t is the max over ranks: every rank agrees.
+            inner = int(max(1, math.ceil(timing.min_sample_seconds / t)))
         if len(times) >= timing.min_reps and stable(times, timing.rel_tol) and _mean_known(times, timing.mean_tol):
             break
         if len(times) >= timing.max_reps or (wall > timing.point_budget_seconds and len(times) >= 2):

@@ -924,3 +924,35 @@ def test_pack_costs_probe_measures_every_run_length():
     assert out["runs"] == [*PACK_RUNS, 256]
     for kind in ("take", "put"):
         assert len(out[kind]) == len(out["runs"]) and all(0 < t < 1e-6 for t in out[kind])
+
+
+class _OneRank:
+    """A communicator of one rank for the timing loop: Allreduce copies, Barrier returns."""
+
+    def Allreduce(self, send, recv, op=None):
+        recv[:] = send
+
+    def Barrier(self):
+        pass
+
+
+@pytest.mark.parametrize(("seconds", "calls_per_rep"), [(2e-5, 3), (2e-3, 1)])
+def test_only_short_operations_are_rewarmed_before_each_repetition(seconds, calls_per_rep):
+    """rewarm=2: a short call takes two untimed calls before each timed one; one longer than
+    rewarm_below_seconds (1 ms) none, so a slow link's large message is not sent three times per repetition."""
+    import time
+
+    from autotune.install_probe.comm import CommTiming, time_point
+
+    calls = []
+
+    def op():
+        calls.append(1)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            pass
+
+    timing = CommTiming(warmup=1, warmup_seconds=0.0, rewarm=2, min_reps=4, max_reps=4, rel_tol=1.0, mean_tol=1.0,
+                        min_sample_seconds=0.0, point_budget_seconds=10.0)
+    pt = time_point(_OneRank(), op, timing, batch=False)
+    assert pt.reps == 4 and len(calls) == 1 + 1 + 4 * calls_per_rep

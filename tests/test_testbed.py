@@ -38,6 +38,14 @@ def test_agent_and_mpiexec_options(tmp_path):
     assert testbed.Testbed.load(tmp_path).hosts == tb.hosts
 
 
+def test_ranks_sharing_cores_yield_when_idle(tmp_path, monkeypatch):
+    monkeypatch.setattr(testbed.os, "cpu_count", lambda: 2)
+    two = testbed.Testbed(testbed.hosts_from(2), str(tmp_path)).mpiexec_args()
+    assert "mpi_yield_when_idle" not in two                  # one rank per core: polling costs nobody
+    four = testbed.Testbed(testbed.hosts_from(2, slots=2), str(tmp_path)).mpiexec_args()
+    assert four[four.index("mpi_yield_when_idle") + 1] == "1"
+
+
 def test_cli_reports_a_missing_testbed(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
     assert cli_main(["testbed", "show"]) == 2
