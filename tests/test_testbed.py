@@ -175,3 +175,48 @@ def test_down_removes_everything(tmp_path):
     assert "at-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "at-" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert not list(testbed.CGROUP_CPU.glob("at-*")) and not work.exists()
+
+
+PLACED = """
+import io, contextlib, sys
+import numpy as np, scipy.linalg as sl
+from mpi4py import MPI
+from autotune import tuned_gemm, tuned_lu_factor
+from autotune.config import options
+
+comm = MPI.COMM_WORLD
+rng = np.random.default_rng(3)
+a, b = rng.standard_normal((600, 600)), rng.standard_normal((600, 600))
+out = io.StringIO()
+with options(db=sys.argv[1]), contextlib.redirect_stdout(out):
+    c = tuned_gemm(a if comm.rank == 0 else None, b if comm.rank == 0 else None, comm=comm, explain=True)
+    f = tuned_lu_factor(a if comm.rank == 0 else None, comm=comm, explain=True)
+if comm.rank == 0:
+    lu, piv = sl.lu_factor(a)
+    print(out.getvalue())
+    print("CORRECT", np.allclose(c, a @ b), np.allclose(f[0], lu) and np.array_equal(f[1], piv))
+"""
+
+
+def test_tuned_calls_place_their_processes_on_hosts_of_different_speeds(cluster, tmp_path, tiny_db):
+    """The comm probe measures the two hosts' speeds (one at half a core) and links; tuned calls
+    with comm= then choose their processes by the mapping search, and give numpy/scipy's results."""
+    import shutil
+
+    import yaml
+
+    db, prof = tmp_path / "db.h5", tmp_path / "links.yaml"
+    shutil.copy(tiny_db, db)
+    prof.write_text(yaml.safe_dump({**LINKS, "calibrate": False}))
+    probe = testbed.mpiexec_command(cluster, 2, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi",
+                                                 "--profile", str(prof), "--db", str(db)], mpiexec())
+    proc = subprocess.run(probe, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    script = tmp_path / "placed.py"
+    script.write_text(textwrap.dedent(PLACED))
+    cmd = testbed.mpiexec_command(cluster, 2, [sys.executable, str(script), str(db)], mpiexec())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("mapping (every count per host") == 2, proc.stdout      # gemm and LU
+    assert "processes per host: h0 " in proc.stdout
+    assert "CORRECT True True" in proc.stdout
