@@ -31,9 +31,11 @@ problems and stores the platform's phase factors (``models.fitted_phases``).
 ``nbytes`` is the message (ping-pong, sends, bcast, sendrecv), the vector (reduce, allreduce) or
 each process's block (allgather(v), scatterv, gatherv, and each pair of alltoallv).
 
-Timing per point: warm-up, then repetitions, each preceded by ``rewarm`` untimed calls where one
-call is shorter than ``rewarm_below_seconds`` (the bookkeeping between repetitions evicts MPI's
-state from the caches: without them a single small bcast reads slow) and a Barrier; a repetition times
+Timing per point: warm-up (one call where that call took ``rewarm_below_seconds`` or more, else
+``warmup``), one call timed alone (a long one is the first repetition), then repetitions, each
+preceded by ``rewarm`` untimed calls where one call is shorter than ``rewarm_below_seconds``
+(the bookkeeping between repetitions evicts MPI's state from the caches: without them a single
+small bcast reads slow) and a Barrier; a repetition times
 ``inner`` back-to-back calls (enough to last ``min_sample_seconds``; 1 for large messages) and
 its time is the maximum over the ranks (collective completion), all ranks getting the same
 value by an Allreduce(MAX) outside the timed region, so they also agree on when to stop: once
@@ -470,11 +472,11 @@ def _flush_seconds() -> float:
 
 def _point_seconds(t: CommTiming, t_op: float, single: bool, per_rep: float = 0.0) -> float:
     """One point: warm-up, then repetitions until the estimate's count or the budget."""
-    rewarm = t.rewarm if t_op < t.rewarm_below_seconds else 0
-    rep = rewarm * t_op + (t_op if single else max(t.min_sample_seconds, t_op)) + per_rep
+    short = t_op < t.rewarm_below_seconds          # warmed and re-warmed in full (see time_point)
+    rep = (t.rewarm if short else 0) * t_op + (t_op if single else max(t.min_sample_seconds, t_op)) + per_rep
     reps = min(t.max_reps, EST_REPS * t.min_reps)
-    return EST_POINT_SECONDS + t.warmup * t_op + t.warmup_seconds + min(max(t.point_budget_seconds, 2 * rep),
-                                                                         reps * rep)
+    warm = (t.warmup if short else 1) * t_op + t.warmup_seconds
+    return EST_POINT_SECONDS + warm + min(max(t.point_budget_seconds, 2 * rep), reps * rep)
 
 
 def _points_seconds(profile: CommProfile, nprocs: int, cores: int) -> float:
@@ -550,8 +552,10 @@ def time_point(comm, op, timing: CommTiming, *, batch: bool = True, prepare=None
         return float(out[0]), float(out[1])
 
     start = MPI.Wtime()
-    for _ in range(max(1, timing.warmup)):
-        op()
+    op()
+    first, _ = maxed(MPI.Wtime() - start, 0.0)
+    for _ in range(max(1, timing.warmup) - 1 if first < timing.rewarm_below_seconds else 0):
+        op()          # a long first call has warmed what more calls would (the max over ranks: all agree)
     comm.Barrier()
     t0 = MPI.Wtime()
     op()
@@ -561,8 +565,9 @@ def time_point(comm, op, timing: CommTiming, *, batch: bool = True, prepare=None
     inner = 1
     if batch and single < timing.min_sample_seconds:
         inner = int(min(timing.max_inner, max(1, math.ceil(timing.min_sample_seconds / max(single, 1e-9)))))
-    times: list[float] = []
     rewarm = timing.rewarm if single < timing.rewarm_below_seconds else 0   # the max over ranks: all agree
+    # A long call timed alone after a Barrier, with nothing to prepare, is a repetition already.
+    times: list[float] = [single] if rewarm == 0 and inner == 1 and prepare is None else []
     while True:
         for _ in range(rewarm):   # untimed: the bookkeeping below evicted MPI's state from the caches
             op()

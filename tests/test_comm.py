@@ -937,9 +937,10 @@ class _OneRank:
 
 
 @pytest.mark.parametrize(("seconds", "calls_per_rep"), [(2e-5, 3), (2e-3, 1)])
-def test_only_short_operations_are_rewarmed_before_each_repetition(seconds, calls_per_rep):
-    """rewarm=2: a short call takes two untimed calls before each timed one; one longer than
-    rewarm_below_seconds (1 ms) none, so a slow link's large message is not sent three times per repetition."""
+def test_only_short_operations_are_warmed_and_rewarmed_in_full(seconds, calls_per_rep):
+    """warmup=3, rewarm=2: a short call is warmed three times, then takes two untimed calls before
+    each timed one; one longer than rewarm_below_seconds (1 ms) is warmed once, never re-warmed, and
+    its call timed alone is its first repetition: a slow link's large message is not sent over and over."""
     import time
 
     from autotune.install_probe.comm import CommTiming, time_point
@@ -952,7 +953,10 @@ def test_only_short_operations_are_rewarmed_before_each_repetition(seconds, call
         while time.perf_counter() - t0 < seconds:
             pass
 
-    timing = CommTiming(warmup=1, warmup_seconds=0.0, rewarm=2, min_reps=4, max_reps=4, rel_tol=1.0, mean_tol=1.0,
+    timing = CommTiming(warmup=3, warmup_seconds=0.0, rewarm=2, min_reps=4, max_reps=4, rel_tol=1.0, mean_tol=1.0,
                         min_sample_seconds=0.0, point_budget_seconds=10.0)
     pt = time_point(_OneRank(), op, timing, batch=False)
-    assert pt.reps == 4 and len(calls) == 1 + 1 + 4 * calls_per_rep
+    short = calls_per_rep > 1
+    warm = 3 if short else 1                     # a long first call is warm-up enough ...
+    timed = 4 if short else 3                    # ... and its single timed call the first repetition
+    assert pt.reps == 4 and len(calls) == warm + 1 + timed * calls_per_rep
