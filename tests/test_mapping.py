@@ -307,3 +307,15 @@ def test_tuned_calls_place_ranks_only_on_measured_heterogeneous_hosts(tiny_db):
     assert tuned_mpi._placement("lu", (3000,), ["a", "b"], [2, 1], 1, sp, homo) is None
     lu = tuned_mpi._placement("lu", (3000,), ["a", "b"], [2, 1], 1, sp, het)
     assert lu.plan.used_ranks(2, 1)[0] == 1 and lu.platform.hosts[0].name == "b"
+
+
+def test_placement_bench_alternatives_and_bad_arguments(capsys):
+    from autotune.benchmarks import placement
+    from autotune.cli import main as cli_main
+
+    alts = placement.alternatives("gemm", 3, [64, 128])
+    assert list(alts) == ["root alone", "1x3 b=64", "1x3 b=128", "3x1 b=64", "3x1 b=128", "bsr equal rows"]
+    assert alts["root alone"].algorithm == "local" and alts["3x1 b=128"].p == 3
+    assert list(placement.alternatives("lu", 1, [64])) == ["root alone"]
+    assert cli_main(["bench", "placement", "--reps", "0"]) == 2
+    assert "--reps" in capsys.readouterr().err

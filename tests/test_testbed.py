@@ -220,3 +220,22 @@ def test_tuned_calls_place_their_processes_on_hosts_of_different_speeds(cluster,
     assert proc.stdout.count("mapping (every count per host") == 2, proc.stdout      # gemm and LU
     assert "processes per host: h0 " in proc.stdout
     assert "CORRECT True True" in proc.stdout
+    _placement_bench_runs(cluster, tmp_path, db)
+
+
+def _placement_bench_runs(tb, tmp_path, db) -> None:
+    """``bench placement`` times the tuned call beside the forced plans, all of them correct."""
+    import json
+
+    out = tmp_path / "placement.json"
+    cmd = testbed.mpiexec_command(tb, 2, [sys.executable, "-m", "autotune.cli", "bench", "placement", "--db",
+                                          str(db), "--family", "gemm", "lu", "--n", "200", "--blocks", "32",
+                                          "--reps", "1", "--out", str(out)], mpiexec())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())
+    assert [(r["family"], r["n"]) for r in results] == [("gemm", 200), ("lu", 200)]
+    for r in results:
+        assert set(r["seconds"]) == {"tuned", "root alone", "1x2 b=32", "2x1 b=32"} | (
+            {"bsr equal rows"} if r["family"] == "gemm" else set())
+        assert all(r["correct"].values()) and "mapping (" in r["explain"], r

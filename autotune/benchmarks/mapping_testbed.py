@@ -62,7 +62,7 @@ def mappings(per_host: list[int]) -> list[tuple[int, ...]]:
     return [d for d in itertools.product(*(range(k + 1) for k in per_host)) if sum(d)]
 
 
-def _operands(family: str, n: int, rng):
+def operands(family: str, n: int, rng):
     from autotune.install_probe.operands import spd_matrix
 
     if family == "cholesky":
@@ -70,7 +70,7 @@ def _operands(family: str, n: int, rng):
     return rng.standard_normal((n, n)), rng.standard_normal((n, n)) if family == "gemm" else None
 
 
-def _reference(family: str, a, b):
+def reference(family: str, a, b):
     import scipy.linalg as sl
 
     if family == "gemm":
@@ -80,7 +80,7 @@ def _reference(family: str, a, b):
     return sl.lu_factor(a)
 
 
-def _agrees(family: str, got, want) -> bool:
+def agrees(family: str, got, want) -> bool:
     if family == "lu":
         return bool(np.array_equal(got[1], want[1]) and np.allclose(got[0], want[0], rtol=1e-8, atol=1e-8))
     return bool(np.allclose(got, want, rtol=1e-8, atol=1e-8 * float(np.abs(want).max())))
@@ -104,7 +104,7 @@ def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, .
              "cholesky": lambda plan: distributed_cholesky(a, sub, lower=True, config=plan),
              "lu": lambda plan: distributed_lu_factor(a, sub, config=plan)}
     out, p = [], sub.size
-    want = _reference(family, a, b) if sub.rank == 0 else None
+    want = reference(family, a, b) if sub.rank == 0 else None
     for plan, layout in _plans(family, n, p, args.blocks, weights):
         times, ok = [], True
         for i in range(args.reps + 1):
@@ -114,7 +114,7 @@ def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, .
             if i:
                 times.append(time.perf_counter() - t0)
             if sub.rank == 0 and i == 1:
-                ok = _agrees(family, res, want)
+                ok = agrees(family, res, want)
         if sub.rank == 0:
             out.append({"d": list(d), "p": p, "r": plan.r, "c": plan.c, "b": plan.b, "layout": layout,
                         "seconds": float(np.median(times)),
@@ -170,7 +170,7 @@ def _run_all(world, args, platform, hosts: list[list[int]], speeds: list[float])
 
     results = []
     for family, n in itertools.product(args.family, args.n):
-        a, b = _operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
+        a, b = operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
         timed = []
         for d in mappings([len(h) for h in hosts]):
             ranks = [r for k, rs in zip(d, hosts, strict=True) for r in rs[:k]]

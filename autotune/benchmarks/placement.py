@@ -1,0 +1,114 @@
+"""``autotune bench placement``: tuned calls with ``comm=`` (their own placement and plan) against
+plans forced on the same ranks, side by side, on a real or emulated cluster. Run under ``mpiexec``,
+every rank a slot:
+
+    autotune testbed up --hosts 2 --rate 10gbit --cpu 100 50
+    autotune testbed mpiexec 2 python -m autotune.install_probe.cli --mpi --profile links.yaml --db DB
+    autotune testbed mpiexec 2 autotune bench placement --db DB --n 2048 3072 --out R.json
+
+For each family and order: the tuned call (decision included after the first call), the root
+alone (the library call), every rank on a 1 x P and a P x 1 grid at each ``--blocks``, and for
+gemm BSR with equal rows. Rounds interleave them, ``--reps`` rounds after one warm-up; medians
+kept. The root prints the tuned call's explanation, each median, the tuned call's time over the
+best alternative's, and checks every result against numpy/scipy.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune.benchmarks._common import error
+from autotune.benchmarks.mapping_testbed import agrees, operands, reference
+from autotune.config import options
+from autotune.plans import Plan
+from autotune.select.distributed import RANK_BACKEND
+from autotune.select.mapping import FAMILY_ALGORITHM
+from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
+
+HELP = "tuned calls with comm= (their own placement) against forced plans, under mpiexec on a cluster"
+CALLS = {"gemm": lambda a, b, comm, **kw: distributed_gemm(a, b, comm, **kw),
+         "cholesky": lambda a, b, comm, **kw: distributed_cholesky(a, comm, lower=True, **kw),
+         "lu": lambda a, b, comm, **kw: distributed_lu_factor(a, comm, **kw)}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", nargs="+", default=list(FAMILY_ALGORITHM), choices=list(FAMILY_ALGORITHM))
+    p.add_argument("--n", type=int, nargs="+", default=[2048, 3072], help="matrix orders")
+    p.add_argument("--blocks", type=int, nargs="+", default=[64, 128], help="blocks of the forced grids")
+    p.add_argument("--reps", type=int, default=3, help="interleaved rounds after one warm-up")
+    p.add_argument("--db", default=None, help="database with the BLAS SPs and the cluster's comm probe")
+    p.add_argument("--out", default=None, metavar="FILE.json", help="the root writes the results here")
+
+
+def alternatives(family: str, p: int, blocks) -> dict[str, Plan]:
+    """The forced plans: the root alone, every rank on 1 x p and p x 1 per block, gemm's equal-row BSR."""
+    be = RANK_BACKEND[family]
+    out = {"root alone": Plan("local", 1, threads=1, backend=be)}
+    if p > 1:
+        for (r, c), b in ((g, b) for g in ((1, p), (p, 1)) for b in blocks):
+            out[f"{r}x{c} b={b}"] = Plan(FAMILY_ALGORITHM[family], p, r, c, b=b, threads=1, backend=be)
+        if family == "gemm":
+            out["bsr equal rows"] = Plan("bsr", p, p, 1, threads=1, backend=be)
+    return out
+
+
+def _problem(world, family: str, n: int, args) -> dict:
+    """Time the tuned call and the alternatives on one problem; the root's record."""
+    a, b = operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
+    call = CALLS[family]
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        first = call(a, b, world, explain=True)
+    runs = {"tuned": {}, **{k: {"config": v} for k, v in alternatives(family, world.size, args.blocks).items()}}
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    correct = {"tuned": agrees(family, first, reference(family, a, b)) if world.rank == 0 else None}
+    for i in range(args.reps + 1):
+        for name in (list(runs) if i % 2 else list(runs)[::-1]):
+            world.Barrier()
+            t0 = time.perf_counter()
+            res = call(a, b, world, **runs[name])
+            if i:
+                times[name].append(time.perf_counter() - t0)
+            elif world.rank == 0 and name != "tuned":
+                correct[name] = agrees(family, res, reference(family, a, b))
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    best = min((k for k in med if k != "tuned"), key=med.get)
+    return {"family": family, "n": n, "explain": text.getvalue().strip(), "seconds": med, "best_alternative": best,
+            "tuned_over_best": med["tuned"] / med[best], "correct": correct}
+
+
+def lines(res: dict) -> list[str]:
+    out = [f"{res['family']} n={res['n']}: tuned / best alternative ({res['best_alternative']}) = "
+           f"{res['tuned_over_best']:.3f}; all correct: {all(res['correct'].values())}"]
+    out += ["  " + x for x in res["explain"].splitlines()[:4]]
+    out.append("  medians ms: " + "; ".join(f"{k} {v * 1e3:.1f}" for k, v in res["seconds"].items()))
+    return out
+
+
+def run(args) -> int:
+    if min(args.n) < 1 or args.reps < 1 or min(args.blocks) < 1:
+        return error("placement", "--n, --reps and --blocks must be positive")
+    if importlib.util.find_spec("mpi4py") is None:
+        return error("placement", MPI_MISSING)
+    from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
+
+    world = MPI.COMM_WORLD
+    results = []
+    with options(db=args.db), threadpool_limits(1, "blas"):
+        for family in args.family:
+            for n in args.n:
+                res = _problem(world, family, n, args)
+                if world.rank == 0:
+                    results.append(res)
+                    print("\n".join(lines(res)), flush=True)
+    if world.rank == 0 and args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return 0
