@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error
+from autotune.benchmarks._common import error, output_problem
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
@@ -197,11 +197,18 @@ def _run_all(world, args, platform, hosts: list[list[int]], speeds: list[float])
     return results
 
 
-def run(args) -> int:
+def args_problem(args) -> str:
+    """What makes a cluster benchmark's arguments unusable here ("" if nothing): orders, repetitions
+    and blocks must be positive, ``--out`` writable, and mpi4py importable."""
     if min(args.n) < 1 or args.reps < 1 or min(args.blocks) < 1:
-        return error("mapping-testbed", "--n, --reps and --blocks must be positive")
-    if importlib.util.find_spec("mpi4py") is None:
-        return error("mapping-testbed", MPI_MISSING)
+        return "--n, --reps and --blocks must be positive"
+    return output_problem("--out", args.out) or ("" if importlib.util.find_spec("mpi4py") else MPI_MISSING)
+
+
+def run(args) -> int:
+    problem = args_problem(args)
+    if problem:
+        return error("mapping-testbed", problem)
     from dataclasses import replace
 
     from mpi4py import MPI

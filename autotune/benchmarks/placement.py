@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import time
@@ -25,12 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error
-from autotune.benchmarks.mapping_testbed import agrees, operands, reference
+from autotune.benchmarks.mapping_testbed import agrees, args_problem, operands, reference
 from autotune.config import options
 from autotune.plans import Plan
 from autotune.select.distributed import RANK_BACKEND
 from autotune.select.mapping import FAMILY_ALGORITHM
-from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
+from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor
 
 HELP = "tuned calls with comm= (their own placement) against forced plans, under mpiexec on a cluster"
 CALLS = {"gemm": lambda a, b, comm, **kw: distributed_gemm(a, b, comm, **kw),
@@ -93,10 +92,9 @@ def lines(res: dict) -> list[str]:
 
 
 def run(args) -> int:
-    if min(args.n) < 1 or args.reps < 1 or min(args.blocks) < 1:
-        return error("placement", "--n, --reps and --blocks must be positive")
-    if importlib.util.find_spec("mpi4py") is None:
-        return error("placement", MPI_MISSING)
+    problem = args_problem(args)
+    if problem:
+        return error("placement", problem)
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
