@@ -186,8 +186,8 @@ def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, i
         problem["order"] = memory_order(arrays[0])
     plan = Plan("local", 1)
     if tuned:
-        hosts = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
-        plan = _plan(family, dims, hosts, root, config, explain, **problem)
+        names, cores = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
+        plan = _plan(family, dims, names, cores, root, config, explain, **problem)
         plan = plan if config is not None else _fit_threads(plan, infos, root)
     # The distributed run checks its own input (on the root, agreed); the local one is checked
     # here, where the verdict still reaches every rank.
@@ -240,14 +240,13 @@ def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, tuple[int, ...],
     return ((a1.T if transposed else a1), b1), (n, nrhs), tuned
 
 
-def _plan(family: str, dims: tuple[int, ...], hosts: tuple[list[str], list[int]], root: int, config,
+def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int], root: int, config,
           explain: bool, **problem) -> Plan:
     """Root only: the forced plan or the selector's choice (cached per problem and ranks' hosts).
-    ``hosts``: each rank's host name and the cores of its node. Ranks on hosts of measured,
+    ``names``, ``cores``: each rank's host name and the cores of its node. Ranks on hosts of measured,
     different speeds are placed by the mapping search (select.mapping.placement); otherwise the
     distributed selector plans for the root node's cores. ``problem``: Cholesky's ``lower`` and
     input memory ``order``."""
-    names, cores = hosts
     nprocs = len(names)
     if config is not None:
         plan = as_plan(config)

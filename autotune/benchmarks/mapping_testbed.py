@@ -86,13 +86,20 @@ def agrees(family: str, got, want) -> bool:
     return bool(np.allclose(got, want, rtol=1e-8, atol=1e-8 * float(np.abs(want).max())))
 
 
-def _plans(family: str, n: int, p: int, blocks, weights: tuple[float, ...]) -> list[tuple[Plan, str]]:
-    """(plan, layout) of every grid x block on p ranks; for gemm also HoHe (BSR, rows by ``weights``)."""
+# Each family's collective call on ``comm``: ``CALLS[family](a, b, comm, config=..., explain=...)``.
+CALLS = {"gemm": lambda a, b, comm, **kw: distributed_gemm(a, b, comm, **kw),
+         "cholesky": lambda a, b, comm, **kw: distributed_cholesky(a, comm, lower=True, **kw),
+         "lu": lambda a, b, comm, **kw: distributed_lu_factor(a, comm, **kw)}
+
+
+def plans(family: str, p: int, blocks, weights: tuple[float, ...] | None) -> list[tuple[Plan, str]]:
+    """(plan, layout) of every grid x block on p ranks; for gemm also BSR with rows by ``weights``
+    (equal rows for None); the library call on the root for p = 1."""
     be = RANK_BACKEND[family]
     if p == 1:
         return [(Plan("local", 1, threads=1, backend=be), "library")]
     out = [(Plan(sm.FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be), "cyclic")
-           for (r, c), blk in itertools.product(grids(p), usable_blocks(n, blocks))]
+           for (r, c), blk in itertools.product(grids(p), blocks)]
     if family == "gemm":
         out.append((Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted"))
     return out
@@ -100,17 +107,14 @@ def _plans(family: str, n: int, p: int, blocks, weights: tuple[float, ...]) -> l
 
 def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, ...]) -> list[dict]:
     """Median root-to-root time of each plan on ``sub`` (the mapping's ranks), checked."""
-    calls = {"gemm": lambda plan: distributed_gemm(a, b, sub, config=plan),
-             "cholesky": lambda plan: distributed_cholesky(a, sub, lower=True, config=plan),
-             "lu": lambda plan: distributed_lu_factor(a, sub, config=plan)}
     out, p = [], sub.size
     want = reference(family, a, b) if sub.rank == 0 else None
-    for plan, layout in _plans(family, n, p, args.blocks, weights):
+    for plan, layout in plans(family, p, usable_blocks(n, args.blocks), weights):
         times, ok = [], True
         for i in range(args.reps + 1):
             sub.Barrier()
             t0 = time.perf_counter()
-            res = calls[family](plan)
+            res = CALLS[family](a, b, sub, config=plan)
             if i:
                 times.append(time.perf_counter() - t0)
             if sub.rank == 0 and i == 1:

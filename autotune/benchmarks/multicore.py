@@ -102,7 +102,7 @@ def nested_points(tsp: ThreadSPs, sp, sizes, budget: int, reps: int) -> list[dic
         return []
     be = backends.get(BACKEND)
     gemm = be.ops["gemm"]
-    table = sp if sp.table is not None and BACKEND in sp.table.backends else None
+    lookup = sp if sp.table is not None and BACKEND in sp.table.backends else None   # else eqs. 6.9-6.12
     pts = []
     for n in sizes:
         a, b, c = _rand(n, 4), _rand(n, 5), np.empty((n, n), order="F")
@@ -111,7 +111,7 @@ def nested_points(tsp: ThreadSPs, sp, sizes, budget: int, reps: int) -> list[dic
                 for p2 in range(1, min(budget // p1, be.max_threads) + 1):
                     t = measure(lambda p1=p1, p2=p2, lv=levels, x=(a, b, c):
                                 nested_strassen(x[0], x[1], p1, p2, gemm, be.threads, lv, x[2]), reps)
-                    pred = float(gemm_models.strassen_nested(n, n, n, [levels], p1, p1 * p2, tsp, table, BACKEND)[0])
+                    pred = float(gemm_models.strassen_nested(n, n, n, [levels], p1, p1 * p2, tsp, lookup, BACKEND)[0])
                     pts.append(_point("strassen_nested", {"n": n, "P1": p1, "P2": p2, "levels": levels}, pred, t))
     return pts
 

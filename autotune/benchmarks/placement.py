@@ -7,8 +7,8 @@ every rank a slot:
     autotune testbed mpiexec 2 autotune bench placement --db DB --n 2048 3072 --out R.json
 
 For each family and order: the tuned call (decision included after the first call), the root
-alone (the library call), every rank on a 1 x P and a P x 1 grid at each ``--blocks``, and for
-gemm BSR with equal rows. Rounds interleave them, ``--reps`` rounds after one warm-up; medians
+alone (the library call), every rank on every grid at each usable ``--blocks``, and for gemm BSR
+with equal rows. Rounds interleave them, ``--reps`` rounds after one warm-up; medians
 kept. The root prints the tuned call's explanation, each median, the tuned call's time over the
 best alternative's, and checks every result against numpy/scipy.
 """
@@ -24,17 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error
-from autotune.benchmarks.mapping_testbed import agrees, args_problem, operands, reference
+from autotune.benchmarks.mapping_testbed import CALLS, agrees, args_problem, operands, plans, reference
 from autotune.config import options
+from autotune.models.mapping import usable_blocks
 from autotune.plans import Plan
-from autotune.select.distributed import RANK_BACKEND
 from autotune.select.mapping import FAMILY_ALGORITHM
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor
 
 HELP = "tuned calls with comm= (their own placement) against forced plans, under mpiexec on a cluster"
-CALLS = {"gemm": lambda a, b, comm, **kw: distributed_gemm(a, b, comm, **kw),
-         "cholesky": lambda a, b, comm, **kw: distributed_cholesky(a, comm, lower=True, **kw),
-         "lu": lambda a, b, comm, **kw: distributed_lu_factor(a, comm, **kw)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,27 +43,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def alternatives(family: str, p: int, blocks) -> dict[str, Plan]:
-    """The forced plans: the root alone, every rank on 1 x p and p x 1 per block, gemm's equal-row BSR."""
-    be = RANK_BACKEND[family]
-    out = {"root alone": Plan("local", 1, threads=1, backend=be)}
+    """The forced plans by label: the root alone and, on p > 1 ranks, every grid x block and
+    gemm's equal-row BSR (mapping_testbed.plans)."""
+    label = {"library": lambda q: "root alone", "weighted": lambda q: "bsr equal rows",
+             "cyclic": lambda q: f"{q.r}x{q.c} b={q.b}"}
+    out = {"root alone": plans(family, 1, blocks, None)[0][0]}
     if p > 1:
-        for (r, c), b in ((g, b) for g in ((1, p), (p, 1)) for b in blocks):
-            out[f"{r}x{c} b={b}"] = Plan(FAMILY_ALGORITHM[family], p, r, c, b=b, threads=1, backend=be)
-        if family == "gemm":
-            out["bsr equal rows"] = Plan("bsr", p, p, 1, threads=1, backend=be)
+        out.update((label[layout](plan), plan) for plan, layout in plans(family, p, blocks, None))
     return out
 
 
 def _problem(world, family: str, n: int, args) -> dict:
     """Time the tuned call and the alternatives on one problem; the root's record."""
     a, b = operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
+    want = reference(family, a, b) if world.rank == 0 else None
     call = CALLS[family]
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         first = call(a, b, world, explain=True)
-    runs = {"tuned": {}, **{k: {"config": v} for k, v in alternatives(family, world.size, args.blocks).items()}}
+    forced = alternatives(family, world.size, usable_blocks(n, args.blocks))
+    runs = {"tuned": {}, **{k: {"config": v} for k, v in forced.items()}}
     times: dict[str, list[float]] = {k: [] for k in runs}
-    correct = {"tuned": agrees(family, first, reference(family, a, b)) if world.rank == 0 else None}
+    correct = {"tuned": agrees(family, first, want) if world.rank == 0 else None}
     for i in range(args.reps + 1):
         for name in (list(runs) if i % 2 else list(runs)[::-1]):
             world.Barrier()
@@ -76,7 +73,7 @@ def _problem(world, family: str, n: int, args) -> dict:
             if i:
                 times[name].append(time.perf_counter() - t0)
             elif world.rank == 0 and name != "tuned":
-                correct[name] = agrees(family, res, reference(family, a, b))
+                correct[name] = agrees(family, res, want)
     med = {k: float(np.median(v)) for k, v in times.items()}
     best = min((k for k in med if k != "tuned"), key=med.get)
     return {"family": family, "n": n, "explain": text.getvalue().strip(), "seconds": med, "best_alternative": best,

@@ -127,13 +127,14 @@ def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: 
         raise ValueError("strassen_nested: nested-Strassen thread SPs are not measured")
     size = float(lookup_size(m, k, n))
     p2 = max(threads // p1, 1)
-    prod, extra = np.zeros(len(np.atleast_1d(levels))), np.zeros(len(np.atleast_1d(levels)))
-    for i, lv in enumerate(np.atleast_1d(levels)):
+    levels = np.atleast_1d(levels)
+    prod, extra = np.zeros(levels.size), np.zeros(levels.size)
+    hm, hk, hn = m // 2, k // 2, n // 2
+    for i, lv in enumerate(levels):
         per = driver_extra(tsp.strassen, p1, p2, int(lv), size) if sp is not None else None
         if per is None:
             prod[i] = float(multicore.strassen_nested(size, p1, p2, tsp.strassen, tsp.cores, int(lv), NESTED_COUNTS))
             continue
-        hm, hk, hn = m // 2, k // 2, n // 2
         one = (blas(hm, hk, hn, backend, p2, sp) if lv == 1
                else float(strassen(hm, hk, hn, [int(lv) - 1], backend, p2, sp)[0]))
         prod[i] = multicore.shared_makespan([(one, p2)] * 7, p1, tsp.cores)
