@@ -19,6 +19,7 @@ thread count of the last call while it is within the hot window, else cold.
 cimport numpy as cnp
 from libc.stdlib cimport free, malloc
 from libc.string cimport memmove
+from posix.mman cimport MADV_HUGEPAGE, madvise
 from posix.time cimport CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, clock_gettime, timespec
 
 cnp.import_array()
@@ -308,6 +309,7 @@ cdef int _cached = 0
 cdef size_t _cached_bytes = 0
 cdef size_t _cache_limit = 256 * 1024 * 1024     # bytes kept in all (set_block_cache)
 cdef size_t _cache_min = 256 * 1024              # smaller blocks come from malloc's own arenas
+cdef size_t HUGE_MIN = 4 * 1024 * 1024           # larger new blocks ask for huge pages (numpy's threshold)
 BLOCK_CACHE_MIN = _cache_min
 
 
@@ -324,7 +326,12 @@ cdef char *_take(size_t size):
             _cached -= 1
             _cached_raw[i], _cached_size[i] = _cached_raw[_cached], _cached_size[_cached]
             return raw
-    return <char *>malloc(size)
+    raw = <char *>malloc(size)
+    if raw != NULL and size >= HUGE_MIN:
+        # As numpy does for its large arrays: huge pages where the kernel allows them on request,
+        # so transposing copies and strided kernels do not miss the TLB on every row.
+        madvise(raw + (4096 - <size_t>raw % 4096), size - (4096 - <size_t>raw % 4096), MADV_HUGEPAGE)
+    return raw
 
 
 cdef void _give(char *raw, size_t size) noexcept:
@@ -515,15 +522,26 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
     return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs)
 
 
+cdef inline unsigned long long _span_bad(const double *src, Py_ssize_t count) noexcept nogil:
+    """Non-zero if one of ``count`` doubles is inf/NaN (exponent bits all ones: adding one to
+    the exponent carries into the sign bit; adds and ors vectorise, compares into a flag do not)."""
+    cdef const unsigned long long *bits = <const unsigned long long *>src
+    cdef unsigned long long bad = 0
+    cdef Py_ssize_t i
+    for i in range(count):
+        bad |= (bits[i] & 0x7ff0000000000000ULL) + 0x0010000000000000ULL
+    return bad >> 63
+
+
 cdef inline unsigned long long _copy_span(const double *src, double *dst, Py_ssize_t count) noexcept nogil:
-    """Copy ``count`` doubles; non-zero if one is inf/NaN (exponent bits all ones)."""
+    """Copy ``count`` doubles; non-zero if one is inf/NaN (as ``_span_bad``)."""
     cdef const unsigned long long *bits = <const unsigned long long *>src
     cdef unsigned long long bad = 0
     cdef Py_ssize_t i
     for i in range(count):
         dst[i] = src[i]
-        bad |= (bits[i] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL
-    return bad
+        bad |= (bits[i] & 0x7ff0000000000000ULL) + 0x0010000000000000ULL
+    return bad >> 63
 
 
 cdef inline unsigned long long _zero_span(const double *src, double *dst, Py_ssize_t count) noexcept nogil:
@@ -533,8 +551,8 @@ cdef inline unsigned long long _zero_span(const double *src, double *dst, Py_ssi
     cdef Py_ssize_t i
     for i in range(count):
         dst[i] = 0.0
-        bad |= (bits[i] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL
-    return bad
+        bad |= (bits[i] & 0x7ff0000000000000ULL) + 0x0010000000000000ULL
+    return bad >> 63
 
 
 cdef object _prepare(cnp.ndarray x, bint lower, bint check_finite):
@@ -606,35 +624,34 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
 
 
 cdef enum:
-    TILE = 32                      # transposing copies go tile by tile (both sides stay in cache)
+    STRIP = 4                      # a transposing copy goes down strips of this many source columns
 
 
 cdef object _fortran_copy(cnp.ndarray x, bint check_finite):
-    """A Fortran-ordered aligned copy of a contiguous 2-D float64 ``x`` in one pass (a C-ordered
-    one transposed tile by tile), or None if ``check_finite`` and an entry is inf/NaN."""
-    cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], n = cnp.PyArray_DIMS(x)[1], i, j, i1, j1, ii, jj
+    """A Fortran-ordered aligned copy of a contiguous 2-D float64 ``x`` in one pass, or None if
+    ``check_finite`` and an entry is inf/NaN. A C-ordered ``x`` is transposed a strip of STRIP
+    columns at a time, all rows down: each row's piece is read once and written to STRIP
+    sequential streams (no tile edges for the prefetchers, no cache-set conflicts at
+    power-of-two orders as a column-at-a-time copy has)."""
+    cdef Py_ssize_t m = cnp.PyArray_DIMS(x)[0], n = cnp.PyArray_DIMS(x)[1], i, j = 0, k
     cdef cnp.ndarray w = _aligned_empty(2, cnp.PyArray_DIMS(x), True)
     cdef const double *src = <const double *>cnp.PyArray_DATA(x)
-    cdef const unsigned long long *bits = <const unsigned long long *>src
     cdef double *dst = <double *>cnp.PyArray_DATA(w)
     cdef unsigned long long bad = 0
-    cdef bint fortran = cnp.PyArray_IS_F_CONTIGUOUS(x)
     with nogil:
-        if fortran:
+        if cnp.PyArray_IS_F_CONTIGUOUS(x):
             bad = _copy_span(src, dst, m * n)
         else:
-            i = 0
-            while i < m:
-                i1 = min(i + <Py_ssize_t>TILE, m)
-                j = 0
-                while j < n:
-                    j1 = min(j + <Py_ssize_t>TILE, n)
-                    for jj in range(j, j1):
-                        for ii in range(i, i1):
-                            dst[ii + jj * m] = src[ii * n + jj]
-                            bad |= (bits[ii * n + jj] & 0x7ff0000000000000ULL) == 0x7ff0000000000000ULL
-                    j = j1
-                i = i1
+            while j + STRIP <= n:
+                for i in range(m):
+                    for k in range(STRIP):
+                        dst[i + (j + k) * m] = src[i * n + j + k]
+                    bad |= _span_bad(src + i * n + j, STRIP)
+                j += STRIP
+            for k in range(j, n):
+                for i in range(m):
+                    dst[i + k * m] = src[i * n + k]
+                    bad |= _span_bad(src + i * n + k, 1)
     if check_finite and bad:
         return None
     return w

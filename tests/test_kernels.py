@@ -4,6 +4,8 @@ from __future__ import annotations  # noqa: I001
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import scipy.linalg as sla
 from scipy.linalg import lapack
 
@@ -323,3 +325,21 @@ def test_aligned_copy_is_numpy_array_on_a_cache_line(order):
     np.testing.assert_array_equal(y, np.array(x, dtype=np.float64, order=order))
     assert y.dtype == np.float64 and y.flags[f"{order}_CONTIGUOUS"] and y.ctypes.data % 64 == 0
     assert not np.shares_memory(x, y)
+
+
+@given(m=st.integers(0, 13), n=st.integers(0, 13), order=st.sampled_from("CF"),
+       bad=st.sampled_from([np.nan, np.inf, -np.inf]), where=st.floats(0, 1, exclude_max=True))
+@settings(max_examples=60, deadline=None)
+def test_fortran_copy_is_a_checked_fortran_copy(m, n, order, bad, where):
+    """The tuned LU's one-pass copy: numpy's Fortran-ordered copy on a cache line, and None when
+    ``check_finite`` meets inf/NaN anywhere (strips and the remainder columns alike)."""
+    from autotune.kernels._front import fortran_copy
+
+    x = np.asarray(np.arange(m * n, dtype=np.float64).reshape(m, n), order=order)
+    y = fortran_copy(x, True)
+    np.testing.assert_array_equal(y, x)
+    assert y.flags.f_contiguous and y.ctypes.data % 64 == 0 and not np.shares_memory(x, y)
+    if m * n:
+        x[np.unravel_index(int(where * m * n), x.shape)] = bad
+        assert fortran_copy(x, True) is None
+        np.testing.assert_array_equal(fortran_copy(x, False), x)
