@@ -136,6 +136,7 @@ class CommProfile:
     max_regimes: int = 8
     passes: int = 2                            # sweeps over the whole plan; per point the lower median kept
     contention_passes: int | None = None        # passes of the compute contention (None: passes, at most 3)
+    cold_passes: int | None = None              # passes of the cold-cache primitives (None: passes, at most passes)
     loggp: bool = True                         # also the PRTT series for LoOgGP (p = 2, sizes <= loggp_max_bytes)
     loggp_messages: int = 8
     loggp_max_bytes: int = 1 << 20
@@ -157,6 +158,11 @@ class CommProfile:
     def contention_rounds(self) -> int:
         """Passes of the compute contention: ``contention_passes``, else the probe's passes (at most 3)."""
         return self.contention_passes or min(self.passes, 3)
+
+    def rounds(self, prim: str) -> int:
+        """Passes that time ``prim``: the cold-cache primitives' ``cold_passes`` (each repetition
+        flushes every cache, so they cost most per point), every other primitive's ``passes``."""
+        return min(self.cold_passes or self.passes, self.passes) if prim in COLD else self.passes
 
     def fitted_sizes(self, prim: str) -> tuple[int, ...]:
         """The message sizes ``prim``'s fit is made from."""
@@ -272,9 +278,9 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
-               "max_regimes", "passes", "contention_passes", "loggp", "loggp_messages", "loggp_max_bytes",
-               "cold_sizes", "heldout", "step_waits", "loop_costs", "check_sides", "first_touch_sizes", "pack_order",
-               "root_reps", "phase_calibration", "calibrate"}
+               "max_regimes", "passes", "contention_passes", "cold_passes", "loggp", "loggp_messages",
+               "loggp_max_bytes", "cold_sizes", "heldout", "step_waits", "loop_costs", "check_sides",
+               "first_touch_sizes", "pack_order", "root_reps", "phase_calibration", "calibrate"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -298,6 +304,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        max_regimes=int(data.get("max_regimes", 8)), passes=max(1, int(data.get("passes", 2))),
                        contention_passes=(max(1, int(data["contention_passes"])) if "contention_passes" in data
                                           else None),
+                       cold_passes=max(1, int(data["cold_passes"])) if "cold_passes" in data else None,
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
                        cold_sizes=_sizes(data["cold_sizes"], source) if "cold_sizes" in data else None,
@@ -453,7 +460,7 @@ def count_points(profile: CommProfile, nprocs: int) -> dict[str, int]:
     curves = plan_curves(profile, nprocs)
     points = sum(len(sizes) for _, _, sizes in curves)
     return {"p": len(profile.p_values(nprocs)), "grids": len(profile.grid_values(nprocs)), "curves": len(curves),
-            "points": points, "timed": points * profile.passes}
+            "points": points, "timed": sum(len(sizes) * profile.rounds(x) for x, _, sizes in curves)}
 
 
 def points_seconds(profile: CommProfile, nprocs: int, cores: int) -> float:
@@ -487,13 +494,13 @@ def _points_seconds(profile: CommProfile, nprocs: int, cores: int) -> float:
         cold = flush if prim in COLD else 0.0
         for m in sizes:
             t_op = EST_LATENCY + _footprint(prim, p, m) / 2 / EST_BANDWIDTH
-            total += _share(p, cores) * _point_seconds(t, t_op, single, cold)
+            total += profile.rounds(prim) * _share(p, cores) * _point_seconds(t, t_op, single, cold)
     if profile.loggp and 2 in profile.p_values(nprocs):
         n = profile.loggp_messages
         for m in (m for m in profile.sizes if m <= profile.loggp_max_bytes):
             t_op = EST_LATENCY + m / EST_BANDWIDTH
-            total += sum(_point_seconds(t, k * t_op, False) for k in (2, n + 1, 2 * n + 1))
-    return profile.passes * total
+            total += profile.passes * sum(_point_seconds(t, k * t_op, False) for k in (2, n + 1, 2 * n + 1))
+    return total
 
 
 def _compute_seconds(profile: CommProfile, nprocs: int, cores: int, rate: float) -> float:
@@ -865,6 +872,7 @@ class _Run:
     prtt_rows: list = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
     reverse: bool = False
+    pass_index: int = 0
     flush: CacheFlush | None = None
 
     def log(self, msg: str) -> None:
@@ -928,7 +936,7 @@ class _Run:
         """``passes`` sweeps, alternately forwards and backwards: a point caught by a passing
         disturbance (another program on the machine) is timed again at another moment."""
         for i in range(self.profile.passes):
-            self.reverse = bool(i % 2)
+            self.reverse, self.pass_index = bool(i % 2), i
             self.sweep()
 
     def best_rows(self) -> list:
@@ -975,7 +983,7 @@ class _Run:
     def group(self, p: int) -> None:
         """The non-grid primitives on ranks 0..p-1 (pairs only at p = 2); the others wait."""
         pf = self.profile
-        prims = [x for x in pf.primitives if x in GROUP or (p == 2 and x in PAIR)]
+        prims = [x for x in pf.primitives if (x in GROUP or (p == 2 and x in PAIR)) and self.pass_index < pf.rounds(x)]
         with first_ranks(self.world, p) as sub:
             if sub is None:
                 return

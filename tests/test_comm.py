@@ -891,6 +891,21 @@ def test_profile_cold_sizes_and_buffers():
         pc.parse_comm_profile({"sizes": [8], "cold_sizes": [12]}, "t")
 
 
+def test_profile_cold_passes_time_the_cold_primitives_in_fewer_passes():
+    from autotune.install_probe import comm as pc
+
+    base = {"sizes": [8, 1 << 17], "cold_sizes": [1 << 16, 1 << 17], "procs": [2], "grids": "none", "passes": 2,
+            "loggp": False}
+    two, one = pc.parse_comm_profile(base, "t"), pc.parse_comm_profile({**base, "cold_passes": 1}, "t")
+    assert (two.rounds("bcast_cold"), one.rounds("bcast_cold"), one.rounds("bcast")) == (2, 1, 2)
+    assert pc.parse_comm_profile({**base, "cold_passes": 5}, "t").rounds("scatterv_cold") == 2   # never more
+    counts = {name: pc.count_points(prof, 2) for name, prof in (("two", two), ("one", one))}
+    assert counts["two"]["points"] == counts["one"]["points"]
+    cold = sum(len(s) for x, _, s in pc.plan_curves(one, 2) if x in pc.COLD)
+    assert counts["two"]["timed"] - counts["one"]["timed"] == cold > 0
+    assert pc.points_seconds(one, 2, 2) < pc.points_seconds(two, 2, 2)
+
+
 def test_cache_flush_sweeps_four_times_the_last_level_cache():
     from autotune.install_probe.comm import CacheFlush, last_level_cache_bytes
 
