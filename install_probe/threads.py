@@ -179,26 +179,29 @@ def median_time(fn: Callable, *args, reps: int, before: Callable | None = None) 
 
 def probe_kernels(module, c: int, plan: Plan) -> dict:
     """Seconds per element of one thread of the version's Jacobi sweep and addition at each of the
-    plan's sizes and P = 1..C, alone and (the addition) right after a BLAS gemm at P threads, as
-    Strassen's additions run (the start of the threads included): the tables
-    ``db.threads.kernel_time`` interpolates."""
+    plan's sizes, alone at P = 1..2C (oversubscribed too: each kernel's own switching cost) and
+    (the addition) right after a BLAS gemm at P = 1..C threads, as Strassen's additions run (the
+    start of the threads included): the tables ``models.multicore.kernel_seconds`` reads."""
     be = backends.get(NESTED_BACKEND)
     w = np.asfortranarray(np.random.default_rng(2).random((WAKE_GEMM, WAKE_GEMM)))
-    threads = list(range(1, c + 1))
-    tables = {k: np.zeros((len(plan.kernel_sizes), c)) for k in ("jacobi", "add", "add_after_blas")}
-    for i, n in enumerate(plan.kernel_sizes):
+    threads = {"jacobi": list(range(1, 2 * c + 1)), "add": list(range(1, 2 * c + 1)),
+               "add_after_blas": list(range(1, c + 1))}
+    tables = {k: np.zeros((len(plan.kernel_sizes), len(ps))) for k, ps in threads.items()}
+    for i, n in enumerate(plan.kernel_sizes):      # alone: no BLAS pool spinning beside them
         old, new = np.random.default_rng(3).random((n, n)), np.empty((n, n))
         a, b, out = (np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
-        for j, p in enumerate(threads):
-            per = p / float(n * n)
-            tables["jacobi"][i, j] = median_time(module.jacobi_sweep, old, new, p, reps=plan.reps)
-            tables["add"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps)
+        for j, p in enumerate(threads["jacobi"]):
+            tables["jacobi"][i, j] = median_time(module.jacobi_sweep, old, new, p, reps=plan.reps) * p / (n * n)
+            tables["add"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps) * p / (n * n)
+    for i, n in enumerate(plan.kernel_sizes):
+        a, b, out = (np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
+        for j, p in enumerate(threads["add_after_blas"]):
             with be.threads(p):
                 wake = functools.partial(be.ops["gemm"], 1.0, w, w, 0.0, w.copy(order="F"), False, False)
-                tables["add_after_blas"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps, before=wake)
-            for k in tables:
-                tables[k][i, j] *= per
-    return {k: {"sizes": list(plan.kernel_sizes), "threads": threads, "seconds": v.tolist()} for k, v in tables.items()}
+                t = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps, before=wake)
+            tables["add_after_blas"][i, j] = t * p / (n * n)
+    return {k: {"sizes": list(plan.kernel_sizes), "threads": threads[k], "seconds": v.tolist()}
+            for k, v in tables.items()}
 
 
 def _product(be, h: int, p2: int, levels: int, reps: int) -> float:

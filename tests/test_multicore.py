@@ -162,7 +162,8 @@ def test_quick_probe_measures_each_loop_kernel_per_size_and_thread_count(quick_s
         assert set(tables) == {"jacobi", "add", "add_after_blas"}, name
         for kernel, t in tables.items():
             secs = np.asarray(t["seconds"])
-            assert secs.shape == (len(t["sizes"]), c) and t["threads"] == list(range(1, c + 1)), (name, kernel)
+            top = c if kernel == "add_after_blas" else 2 * c          # alone: oversubscribed counts too
+            assert secs.shape == (len(t["sizes"]), top) and t["threads"] == list(range(1, top + 1)), (name, kernel)
             assert np.all(np.isfinite(secs)) and np.all((secs > 1e-12) & (secs < 1e-5)), (name, kernel)
 
 
@@ -187,6 +188,19 @@ def test_jacobi_and_additions_use_the_measured_tables():
     assert got == pytest.approx(3 * 1e4 * 1e-9)                             # the table wins over t_work
     flat = multicore.additions(1, [(1, 1e4)], SPT, c, t_work=5e-9, kernel="add_after_blas")
     assert flat == pytest.approx(10e-6 + 1e4 * 5e-9)                        # no table: the given time
+
+
+def test_oversubscribed_kernels_use_their_own_columns_then_the_factor_beyond():
+    """Measured up to 2C, a kernel's oversubscribed cost is its own (no T_sw/T_cpu factor); past
+    the table the factor grows from the largest measured count."""
+    wide = {"sizes": [100, 1000], "threads": [1, 2, 3, 4], "seconds": [[1e-9, 2e-9, 3e-9, 4e-9]] * 2}
+    sps = VersionSPs(t_gen=10e-6, t_work=1e-9, sw_cpu=0.5, kernels={"jacobi": wide, "add": wide})
+    c = 2
+    assert multicore.jacobi(1000, 3, sps, c) == pytest.approx(1e6 / 3 * 3e-9)
+    over = (1 + 6 * 0.5 / c) / (1 + 4 * 0.5 / c)
+    assert multicore.jacobi(1000, 6, sps, c) == pytest.approx(1e6 / 6 * 4e-9 * over)
+    np.testing.assert_allclose(multicore.additions(np.array([1, 3]), [(2, 1e4)], sps, c), [2e4 * 1e-9, 2e4 / 3 * 3e-9])
+    assert multicore.kernel_seconds(sps, "add_after_blas", 100, 1, c) is None
 
 
 def test_db_missing_loads_empty_silently(tmp_path):

@@ -42,7 +42,8 @@ class VersionSPs:
     sw_cpu_line: Line = (0.0, 0.0)            # T_sw / T_cpu = a + b P (001 Table 6.8)
     max_threads: int = 0                      # most threads it runs at once (0: no limit)
     # Per loop kernel ("jacobi", "add", "add_after_blas"): {"sizes": [n], "threads": [P], "seconds":
-    # [[per element of one thread]]}: measured on the kernel itself, P <= C (see kernel_time).
+    # [[per element of one thread]]}: measured on the kernel itself, at P up to 2C where it runs
+    # oversubscribed (so its own T_sw shows), else P <= C (see kernel_time).
     kernels: dict = field(default_factory=dict, compare=False, hash=False)
 
     def ratio(self, p, linear: bool = False) -> np.ndarray:
@@ -53,8 +54,8 @@ class VersionSPs:
 def kernel_time(sps: VersionSPs, kernel: str, n, p) -> np.ndarray | None:
     """Seconds per element of one thread of ``kernel`` on ``n x n`` operands with ``p`` threads busy:
     interpolated in log n between the probe's sizes (clamped at the ends) at the measured thread
-    count nearest ``p`` from below (P > C: the count at C; the caller applies oversubscription);
-    None when the version's kernel was not measured."""
+    count nearest ``p`` from below (beyond the table: its largest count, and the caller applies
+    oversubscription, ``models.multicore.kernel_seconds``); None when the kernel was not measured."""
     table = sps.kernels.get(kernel)
     if not table:
         return None

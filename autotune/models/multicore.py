@@ -25,6 +25,20 @@ def oversubscription(p, cores: int, ratio) -> np.ndarray:
     return np.where(p > cores, 1.0 + p * np.asarray(ratio, dtype=float) / cores, 1.0)
 
 
+def kernel_seconds(sps: VersionSPs, kernel: str, n, p, cores: int) -> np.ndarray | None:
+    """Seconds per element of one of ``p`` threads running the version's measured ``kernel`` on
+    n x n operands, oversubscription included: measured where the table reaches ``p`` (its own
+    switching cost), beyond it the largest measured count times the factor's growth from there.
+    None when the kernel was not measured."""
+    p = np.asarray(p, dtype=float)
+    table = sps.kernels.get(kernel)
+    if not table:
+        return None
+    top = np.minimum(p, max(table["threads"]))
+    grow = oversubscription(p, cores, sps.ratio(p)) / oversubscription(top, cores, sps.ratio(top))
+    return kernel_time(sps, kernel, n, top) * grow
+
+
 def generate(p, n: float, sps: VersionSPs, cores: int) -> np.ndarray:
     """R-generate, eqs. 6.1-6.2: ``P`` threads with ``N`` operations each."""
     p = np.asarray(p, dtype=float)
@@ -48,13 +62,12 @@ def barriers(p, n: float, sps: VersionSPs, cores: int, reps: int = 1) -> np.ndar
 def jacobi(n: int, p, sps: VersionSPs, cores: int) -> np.ndarray:
     """R-jacobi on an n x n grid, eqs. 6.7-6.8: ``P T_gen + (11 n^2 / P) T_work`` times the factor;
     with the version's measured sweep (its memory traffic is not the micro-routines'), ``(n^2 / P)
-    T_point`` times the factor, ``T_point`` per point at this size and min(P, C) threads, start included."""
+    T_point`` per point at this size and P threads (``kernel_seconds``), start included."""
     p = np.asarray(p, dtype=float)
-    over = oversubscription(p, cores, sps.ratio(p))
-    point = kernel_time(sps, "jacobi", n, np.minimum(p, cores))
+    point = kernel_seconds(sps, "jacobi", n, p, cores)
     if point is None:
-        return p * sps.t_gen + JACOBI_OPS * n * n / p * sps.t_work * over
-    return n * n / p * point * over
+        return p * sps.t_gen + JACOBI_OPS * n * n / p * sps.t_work * oversubscription(p, cores, sps.ratio(p))
+    return n * n / p * point
 
 
 def strassen_nested(n: int, p1, p2, sps: StrassenSPs, cores: int, levels: int = 2,
@@ -97,9 +110,9 @@ def additions(p, calls: Iterable[tuple[float, float]], sps: VersionSPs, cores: i
               kernel: str = "add") -> np.ndarray:
     """Passes of a loop-parallel addition kernel, each an R-pfor (eqs. 6.3-6.4) over its elements:
     ``calls`` are (how many calls, elements per call). Seconds per element of one thread: the
-    version's measured ``kernel`` table at each call's size (``"add_after_blas"``: right after a
-    BLAS call at P threads; the start of the threads included), else ``P T_gen`` plus ``t_work``
-    (a line ``a + b P`` or a constant), else ``T_work``, per element."""
+    version's measured ``kernel`` table at each call's size and P (``kernel_seconds``;
+    ``"add_after_blas"``: right after a BLAS call at P threads; the start of the threads included),
+    else ``P T_gen`` plus ``t_work`` (a line ``a + b P`` or a constant), else ``T_work``, per element."""
     p = np.asarray(p, dtype=float)
     if t_work is not None:
         flat = line_at(t_work, p) if isinstance(t_work, tuple) else np.full(p.shape, float(t_work))
@@ -108,9 +121,9 @@ def additions(p, calls: Iterable[tuple[float, float]], sps: VersionSPs, cores: i
     over = oversubscription(p, cores, sps.ratio(p))
     total = 0.0 * p
     for count, elems in calls:
-        measured = kernel_time(sps, kernel, np.sqrt(elems), np.minimum(p, cores))
-        start, per = (p * sps.t_gen, flat) if measured is None else (0.0, measured)
-        total = total + count * (start + elems / p * per * over)
+        measured = kernel_seconds(sps, kernel, np.sqrt(elems), p, cores)   # oversubscription included
+        start, per = (p * sps.t_gen, flat * over) if measured is None else (0.0, measured)
+        total = total + count * (start + elems / p * per)
     return total
 
 
