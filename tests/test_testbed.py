@@ -123,6 +123,7 @@ def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(),
                               cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        shaping = _qdiscs(tb)                 # what the buckets passed, for a failure's message
         _mapping_testbed_runs(tb, tmp_path, db)
     finally:
         testbed.down(work)
@@ -130,8 +131,17 @@ def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
     assert cp.platform["hosts"] == 2 and {"link_host", "link_net"} <= set(cp.primitives())
     big = 8 << 20
     net, host = (float(cp.time(x, 2, big)) for x in ("link_net", "link_host"))
-    assert abs(big / net / 0.125e9 - 1.0) < 0.10          # 1 Gbit/s = 0.125 GB/s
+    assert abs(big / net / 0.125e9 - 1.0) < 0.10, shaping          # 1 Gbit/s = 0.125 GB/s
     assert host < net / 5 and cp.time("link_host", 2, 8) < cp.time("link_net", 2, 8)
+
+
+def _qdiscs(tb) -> str:
+    """Each host link's queueing disciplines and their counters, both ends."""
+    out = [subprocess.run(["tc", "-s", "qdisc", "show", "dev", h.veth], capture_output=True, text=True).stdout
+           for h in tb.hosts]
+    out += [subprocess.run(["ip", "netns", "exec", h.ns, "tc", "-s", "qdisc", "show", "dev", "eth0"],
+                           capture_output=True, text=True).stdout for h in tb.hosts]
+    return "\n".join(out)
 
 
 def _mapping_testbed_runs(tb, tmp_path, db) -> None:
