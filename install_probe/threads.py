@@ -177,6 +177,11 @@ def median_time(fn: Callable, *args, reps: int, before: Callable | None = None) 
     return float(np.median(out))
 
 
+def _add_operands(n: int) -> tuple[np.ndarray, ...]:
+    """The addition's two n x n inputs and its output, Fortran-ordered (the same at every call)."""
+    return tuple(np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
+
+
 def probe_kernels(module, c: int, plan: Plan) -> dict:
     """Seconds per element of one thread of the version's Jacobi sweep and addition at each of the
     plan's sizes, alone at P = 1..2C (oversubscribed too: each kernel's own switching cost) and
@@ -184,18 +189,18 @@ def probe_kernels(module, c: int, plan: Plan) -> dict:
     start of the threads included): the tables ``models.multicore.kernel_seconds`` reads."""
     be = backends.get(NESTED_BACKEND)
     w = np.asfortranarray(np.random.default_rng(2).random((WAKE_GEMM, WAKE_GEMM)))
-    threads = {"jacobi": list(range(1, 2 * c + 1)), "add": list(range(1, 2 * c + 1)),
-               "add_after_blas": list(range(1, c + 1))}
+    alone, after = list(range(1, 2 * c + 1)), list(range(1, c + 1))
+    threads = {"jacobi": alone, "add": alone, "add_after_blas": after}
     tables = {k: np.zeros((len(plan.kernel_sizes), len(ps))) for k, ps in threads.items()}
     for i, n in enumerate(plan.kernel_sizes):      # alone: no BLAS pool spinning beside them
         old, new = np.random.default_rng(3).random((n, n)), np.empty((n, n))
-        a, b, out = (np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
-        for j, p in enumerate(threads["jacobi"]):
+        a, b, out = _add_operands(n)
+        for j, p in enumerate(alone):
             tables["jacobi"][i, j] = median_time(module.jacobi_sweep, old, new, p, reps=plan.reps) * p / (n * n)
             tables["add"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps) * p / (n * n)
     for i, n in enumerate(plan.kernel_sizes):
-        a, b, out = (np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
-        for j, p in enumerate(threads["add_after_blas"]):
+        a, b, out = _add_operands(n)
+        for j, p in enumerate(after):
             with be.threads(p):
                 wake = functools.partial(be.ops["gemm"], 1.0, w, w, 0.0, w.copy(order="F"), False, False)
                 t = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps, before=wake)

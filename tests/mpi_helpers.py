@@ -74,9 +74,10 @@ LAUNCHER_FAILURES = ("The PMIx server's listener thread failed to start",)
 
 def _launch(cmd: list[str], cwd, timeout: float) -> subprocess.CompletedProcess:
     """``cmd`` with the MPI environment; once more if the launcher itself failed to start."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=cwd)
-    if proc.returncode and not proc.stdout and any(m in proc.stderr for m in LAUNCHER_FAILURES):
+    for _ in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=cwd)
+        if not (proc.returncode and not proc.stdout and any(m in proc.stderr for m in LAUNCHER_FAILURES)):
+            break
     return proc
 
 

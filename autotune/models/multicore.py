@@ -118,11 +118,11 @@ def additions(p, calls: Iterable[tuple[float, float]], sps: VersionSPs, cores: i
         flat = line_at(t_work, p) if isinstance(t_work, tuple) else np.full(p.shape, float(t_work))
     else:
         flat = np.full(p.shape, sps.t_work)
-    over = oversubscription(p, cores, sps.ratio(p))
+    flat = flat * oversubscription(p, cores, sps.ratio(p))
     total = 0.0 * p
     for count, elems in calls:
         measured = kernel_seconds(sps, kernel, np.sqrt(elems), p, cores)   # oversubscription included
-        start, per = (p * sps.t_gen, flat * over) if measured is None else (0.0, measured)
+        start, per = (p * sps.t_gen, flat) if measured is None else (0.0, measured)
         total = total + count * (start + elems / p * per)
     return total
 
