@@ -3,16 +3,42 @@
 A ``Layout`` is two independent ``Axis`` splits, rows over the r process rows and columns over
 the c process columns of a grid; rank ``pr * c + pc`` owns the (pr, pc) piece and ranks beyond
 ``r * c`` own nothing. An axis is either *balanced block* (contiguous, sizes differ by at most
-one: 1-D and 2-D block layouts; with ``weights``, sizes proportional to them, the heterogeneous
-layout HoHe of 001 §5.2) or *block-cyclic* with block ``nb`` (ScaLAPACK's layout, first
-block on part 0; the last block may be short). Local pieces are stored in Fortran order with
-their rows and columns in ascending global order.
+one: 1-D and 2-D block layouts) or *block-cyclic* with block ``nb`` (ScaLAPACK's layout, first
+block on part 0; the last block may be short). With ``weights`` an axis is heterogeneous (HoHe,
+001 §5.2): balanced blocks get sizes proportional to them; cyclic blocks are dealt by a repeating
+pattern that gives each part a whole number of blocks per cycle in proportion to them (``cycle``),
+interleaved (Kalinov and Lastovetsky's heterogeneous block-cyclic distribution). Local pieces are
+stored in Fortran order with their rows and columns in ascending global order.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
+
+# Most blocks a part gets per cycle of a weighted cyclic axis (the fastest part's count).
+CYCLE_RESOLUTION = 4
+
+
+def cycle(weights) -> tuple[int, ...]:
+    """Blocks per cycle of each part of a weighted cyclic axis: the weights scaled so the largest
+    gets ``CYCLE_RESOLUTION``, rounded (at least 1), divided by their common divisor."""
+    w = np.asarray(weights, float)
+    counts = np.maximum(1, np.rint(w / w.max() * CYCLE_RESOLUTION)).astype(np.int64)
+    return tuple(int(x) for x in counts // np.gcd.reduce(counts))
+
+
+def _deal(counts: tuple[int, ...]) -> np.ndarray:
+    """The owner of each block of one cycle: smooth weighted round robin, so a part's blocks are
+    spread over the cycle (plain round robin when every count is 1)."""
+    credit, total = np.zeros(len(counts)), sum(counts)
+    owners = np.empty(total, np.int64)
+    for i in range(total):
+        credit += counts
+        owners[i] = int(np.argmax(credit))
+        credit[owners[i]] -= total
+    return owners
 
 
 @dataclass(frozen=True)
@@ -22,14 +48,50 @@ class Axis:
     n: int
     parts: int
     block: int | None = None
-    weights: tuple[float, ...] | None = None    # balanced blocks only: shares proportional to these
+    weights: tuple[float, ...] | None = None    # shares proportional to these (HoHe)
 
     def __post_init__(self):
         if self.n < 0 or self.parts < 1 or (self.block is not None and self.block < 1):
             raise ValueError(f"invalid axis: n={self.n}, parts={self.parts}, block={self.block}")
-        if self.weights is not None and (self.block is not None or len(self.weights) != self.parts
-                                         or not all(w > 0 for w in self.weights)):
-            raise ValueError(f"invalid axis weights {self.weights} for {self.parts} balanced parts")
+        if self.weights is not None and (len(self.weights) != self.parts
+                                         or not all(np.isfinite(w) and w > 0 for w in self.weights)):
+            raise ValueError(f"invalid axis weights {self.weights} for {self.parts} parts")
+
+    # -- cyclic axes: blocks dealt by a repeating pattern ------------------------------------------
+    @cached_property
+    def pattern(self) -> np.ndarray:
+        """Cyclic: the part owning each block of one cycle (0, 1, .., parts-1 unweighted)."""
+        if self.weights is None:
+            return np.arange(self.parts, dtype=np.int64)
+        return _deal(cycle(self.weights))
+
+    @cached_property
+    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """Cyclic: each part's blocks per cycle, and each cycle position's rank among its part's."""
+        if self.weights is None:
+            return np.ones(self.parts, np.int64), np.zeros(self.parts, np.int64)
+        pat = self.pattern
+        per = np.bincount(pat, minlength=self.parts)
+        before = np.array([(pat[:q] == pat[q]).sum() for q in range(pat.size)], np.int64)
+        return per, before
+
+    def block_owner(self, J) -> np.ndarray:
+        """Cyclic: the part owning each global block ``J``."""
+        pat = self.pattern
+        return pat[np.asarray(J, dtype=np.int64) % pat.size]
+
+    def blocks(self, part: int, start: int = 0) -> np.ndarray:
+        """Cyclic: the global blocks >= ``start`` that ``part`` owns, ascending."""
+        nblocks = -(-self.n // self.block)
+        J = np.arange(start, max(nblocks, start), dtype=np.int64)
+        return J[self.block_owner(J) == part]
+
+    def first_local(self, part: int, J: int) -> int:
+        """Cyclic: position in ``part``'s local order of its first index in a block >= J."""
+        per, _ = self._slots
+        whole, rest = divmod(int(J), self.pattern.size)
+        held = whole * int(per[part]) + int((self.pattern[:rest] == part).sum())
+        return min(held * self.block, self.count(part))
 
     def bounds(self) -> np.ndarray:
         """Balanced blocks: the first index of each part and n (largest remainders where weighted)."""
@@ -54,20 +116,22 @@ class Axis:
         if self.block is None:
             start, stop = self.span(part)
             return stop - start
-        nblocks, last = divmod(self.n, self.block)
-        full_rounds, extra = divmod(nblocks, self.parts)
-        cnt = full_rounds * self.block
-        if part < extra:
-            cnt += self.block
-        elif part == extra:
-            cnt += last
-        return cnt
+        if self.weights is None:        # numroc's closed form
+            nblocks, last = divmod(self.n, self.block)
+            full_rounds, extra = divmod(nblocks, self.parts)
+            return full_rounds * self.block + (self.block if part < extra else last if part == extra else 0)
+        nblocks = -(-self.n // self.block)
+        per, _ = self._slots
+        whole, rest = divmod(nblocks, self.pattern.size)
+        mine = whole * int(per[part]) + int((self.pattern[:rest] == part).sum())
+        short = nblocks * self.block - self.n
+        return mine * self.block - (short if nblocks and int(self.block_owner(nblocks - 1)) == part else 0)
 
     def indices(self, part: int) -> np.ndarray:
         """Global indices ``part`` owns, ascending (its local order)."""
         if self.block is None:
             return np.arange(*self.span(part), dtype=np.int64)
-        starts = np.arange(part * self.block, self.n, self.parts * self.block, dtype=np.int64)
+        starts = self.blocks(part) * self.block
         idx = (starts[:, None] + np.arange(self.block, dtype=np.int64)[None, :]).ravel()
         return idx[idx < self.n]
 
@@ -76,14 +140,17 @@ class Axis:
         i = np.asarray(i, dtype=np.int64)
         if self.block is None:
             return np.searchsorted(self.bounds(), i, side="right") - 1
-        return (i // self.block) % self.parts
+        return self.block_owner(i // self.block)
 
     def local_index(self, i) -> np.ndarray:
         """Position of each global index ``i`` in its owner's local order."""
         i = np.asarray(i, dtype=np.int64)
         if self.block is None:
             return i - self.bounds()[self.owner(i)]
-        return (i // (self.block * self.parts)) * self.block + i % self.block
+        per, before = self._slots
+        J = i // self.block
+        whole, q = np.divmod(J, self.pattern.size)
+        return (whole * per[self.pattern[q]] + before[q]) * self.block + i % self.block
 
 
 @dataclass(frozen=True)
@@ -134,6 +201,8 @@ class Layout:
     def describe(self) -> str:
         kind = {(None, None): "block"}.get((self.rows.block, self.cols.block),
                                             f"block-cyclic {self.rows.block}x{self.cols.block}")
+        if self.rows.weights is not None or self.cols.weights is not None:
+            kind = f"weighted {kind}"
         return f"{self.shape[0]}x{self.shape[1]} {kind} on {self.grid[0]}x{self.grid[1]}"
 
 
@@ -147,6 +216,21 @@ def block_2d(m: int, n: int, r: int, c: int) -> Layout:
     return Layout(Axis(m, r), Axis(n, c))
 
 
-def block_cyclic(m: int, n: int, r: int, c: int, mb: int, nb: int | None = None) -> Layout:
-    """2-D block-cyclic layout with mb x nb blocks on an r x c grid (SUMMA, Cholesky)."""
-    return Layout(Axis(m, r, mb), Axis(n, c, nb if nb is not None else mb))
+def block_cyclic(m: int, n: int, r: int, c: int, mb: int, nb: int | None = None, weights=None) -> Layout:
+    """2-D block-cyclic layout with mb x nb blocks on an r x c grid (SUMMA, Cholesky, LU); with
+    ``weights`` (the rows' and the columns', ``grid_weights``), the heterogeneous one."""
+    rw, cw = weights if weights is not None else (None, None)
+    return Layout(Axis(m, r, mb, rw), Axis(n, c, nb if nb is not None else mb, cw))
+
+
+def grid_weights(weights, r: int, c: int) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None] | None:
+    """The weights of a block-cyclic grid's two axes from each rank's (row-major ranks): each
+    process row's and column's summed speed (exact where speeds are row factor x column factor, as
+    on 1-D grids); an axis whose cycle deals one block to every part stays unweighted (None)."""
+    if weights is None:
+        return None
+    w = np.asarray(weights, float).reshape(r, c)
+
+    def axis(total: np.ndarray) -> tuple[float, ...] | None:
+        return None if set(cycle(total)) == {1} else tuple(float(x) for x in total)
+    return axis(w.sum(axis=1)), axis(w.sum(axis=0))

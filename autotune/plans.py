@@ -23,6 +23,10 @@ ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "getrs": ("lu_solve", None),      # the library's dgetrs from given factors
 }
 
+# Distributed algorithms whose data may follow the ranks' speeds (``Plan.weights``, HoHe): BSR's
+# rows; the block-cyclic factorizations' blocks per cycle (``layout.grid_weights``).
+WEIGHTED = ("bsr", "cholesky", "lu", "gesv")
+
 # Phase names shared by the distributed algorithms (measured) and their models (predicted).
 PHASES = ("distribution", "communication", "compute", "collection")
 
@@ -76,7 +80,7 @@ class Plan:
     level: int = 0          # Strassen recursion level (0: unused)
     threads: int = 1
     backend: str = "numpy-openblas"
-    weights: tuple[float, ...] | None = None   # bsr: rows per rank proportional to these (HoHe)
+    weights: tuple[float, ...] | None = None   # each rank's speed: its share of the data follows it (HoHe)
     ranks: tuple[int, ...] | None = None       # the communicator's ranks taking part, in grid order, the
     #                                            root first (a mapping, 001 §5.4); None: ranks 0..p-1
 
@@ -90,8 +94,9 @@ class Plan:
         if self.p < 1 or self.r * self.c != self.p:
             raise ValueError(f"grid {self.r}x{self.c} does not hold p={self.p} processes")
         if self.weights is not None:
-            if self.algorithm != "bsr" or len(self.weights) != self.p or not all(w > 0 for w in self.weights):
-                raise ValueError(f"weights {self.weights}: bsr only, one positive weight per process")
+            if (self.algorithm not in WEIGHTED or len(self.weights) != self.p
+                    or not all(w > 0 for w in self.weights)):
+                raise ValueError(f"weights {self.weights}: {', '.join(WEIGHTED)} only, one positive weight per process")
             object.__setattr__(self, "weights", tuple(float(w) for w in self.weights))
         if self.ranks is not None:
             ranks = tuple(int(r) for r in self.ranks)
@@ -106,4 +111,4 @@ class Plan:
         return f"{self.algorithm} p={self.p} grid={self.r}x{self.c}{extra} [{self.backend}, {self.threads}t]"
 
 
-__all__ = ["ALGORITHMS", "PHASES", "Candidate", "Plan", "grids"]
+__all__ = ["ALGORITHMS", "PHASES", "WEIGHTED", "Candidate", "Plan", "grids"]

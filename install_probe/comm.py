@@ -778,7 +778,7 @@ class ColdOp:
             comm.Bcast([self.buf, MPI.DOUBLE], 0)
         elif self.prim == "colscatter_cold":     # one column block of d elements per rank
             src = self.buf.reshape(1, -1) if self.buf is not None else None
-            scatter_columns(src, 1, comm.Get_size() * self.d, comm.Get_size(), self.d, comm, 0)
+            scatter_columns(src, 1, Axis(comm.Get_size() * self.d, comm.Get_size(), self.d), comm, 0)
         elif comm.Get_rank() == 0:
             comm.Scatterv([self.buf, self.blocks, MPI.DOUBLE], MPI.IN_PLACE, 0)
         else:

@@ -50,9 +50,10 @@ for n in (1, 2, 5, 37, 100, 129):
                 b = blocks[case % len(blocks)] if n > 5 or case % 2 else n + 3
                 x = np.asfortranarray(a) if case % 3 == 0 else a        # both memory orders
                 ph = Phases()
-                out = cholesky(x if me == 0 else None, comm, Plan("cholesky", P, r, c, b=b), lower=lower,
+                w = tuple(1.0 / (1 + i % 3) for i in range(P)) if case % 2 else None   # HoHe
+                out = cholesky(x if me == 0 else None, comm, Plan("cholesky", P, r, c, b=b, weights=w), lower=lower,
                                lookahead=la, phases=ph)
-                where = (n, r, c, b, lower, la)
+                where = (n, r, c, b, lower, la, w)
                 if me == 0:
                     check(out, a, lower, where)
                 else:
@@ -65,9 +66,10 @@ for n in (1, 2, 5, 37, 100, 129):
 n = 75
 a = spd(n)
 for r, c in grids:
-    for b, lower, la in ((8, True, True), (13, False, False), (80, True, False)):
+    for b, lower, la, w in ((8, True, True, None), (13, False, False, ((1,) * r, (1,) * (c - 1) + (2.5,))),
+                            (80, True, False, None), (4, False, True, ((3,) + (1,) * (r - 1), (1,) * c))):
         grid = ProcessGrid(comm, r, c)
-        lay = block_cyclic(n, n, r, c, b)
+        lay = block_cyclic(n, n, r, c, b, weights=w)
         dm = DistMatrix.from_root(a if me == 0 else None, lay, comm)
         before = dm.local.copy()
         f = cholesky_dist(dm, grid, b, lower=lower, lookahead=la, threads=1)

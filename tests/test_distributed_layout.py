@@ -7,13 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mpi_helpers import run_mpi
 
-from autotune.layout import Axis, block_2d, block_cyclic, row_block
+from autotune.layout import Axis, block_2d, block_cyclic, cycle, grid_weights, row_block
 
 
-@settings(max_examples=200, deadline=None)
-@given(n=st.integers(0, 300), parts=st.integers(1, 7), block=st.one_of(st.none(), st.integers(1, 40)))
-def test_axis_partitions_the_indices(n, parts, block):
-    ax = Axis(n, parts, block)
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 300), parts=st.integers(1, 7), block=st.one_of(st.none(), st.integers(1, 40)),
+       speeds=st.one_of(st.none(), st.lists(st.floats(0.05, 8.0), min_size=7, max_size=7)))
+def test_axis_partitions_the_indices(n, parts, block, speeds):
+    weights = None if speeds is None else tuple(speeds[:parts])
+    ax = Axis(n, parts, block, weights)
     owned = [ax.indices(p) for p in range(parts)]
     assert [len(o) for o in owned] == [ax.count(p) for p in range(parts)]
     allidx = np.concatenate(owned)
@@ -22,9 +24,29 @@ def test_axis_partitions_the_indices(n, parts, block):
         assert np.all(np.diff(idx) > 0)
         np.testing.assert_array_equal(ax.owner(idx), p)
         np.testing.assert_array_equal(ax.local_index(idx), np.arange(idx.size))
-    if block is None and n:
+    if block is None and n and weights is None:
         sizes = [len(o) for o in owned]
         assert max(sizes) - min(sizes) <= 1
+    if block is not None:      # the factorizations' view: first local index of each block and beyond
+        for p, idx in enumerate(owned):
+            for J in range(-(-n // block) + 2):
+                assert ax.first_local(p, J) == int((idx < J * block).sum())
+
+
+def test_weighted_cyclic_axis_deals_blocks_by_speed():
+    """Blocks per cycle follow the speeds (the fastest gets CYCLE_RESOLUTION, reduced), spread over
+    the cycle; equal speeds give ScaLAPACK's layout; grid weights are the rows' and columns' sums."""
+    assert cycle((1.0, 0.5)) == (2, 1) and cycle((1.0, 0.7, 0.2)) == (4, 3, 1) and cycle((3, 3)) == (1, 1)
+    ax = Axis(6000, 2, 100, (1.0, 0.5))
+    np.testing.assert_array_equal(ax.pattern, [0, 1, 0])
+    assert (ax.count(0), ax.count(1)) == (4000, 2000)
+    np.testing.assert_array_equal(Axis(100, 3, 7, (2, 2, 2)).indices(1), Axis(100, 3, 7).indices(1))
+    np.testing.assert_array_equal(Axis(40, 3, 2, (1, 0.25, 0.5)).pattern, [0, 2, 0, 1, 0, 2, 0])
+    assert grid_weights(None, 1, 2) is None
+    assert grid_weights((1.0, 0.5), 1, 2) == (None, (1.0, 0.5))
+    assert grid_weights((1.0, 1.0, 0.5, 0.5), 2, 2) == ((2.0, 1.0), None)
+    lay = block_cyclic(10, 10, 1, 2, 2, weights=grid_weights((1.0, 0.5), 1, 2))
+    assert lay.local_shape(0) == (10, 6) and "weighted" in lay.describe()
 
 
 def test_block_cyclic_matches_scalapack_numroc():
@@ -186,9 +208,9 @@ def test_weighted_balanced_axis():
         for part in range(len(w)):
             idx = ax.indices(part)
             assert (ax.owner(idx) == part).all() and (ax.local_index(idx) == np.arange(len(idx))).all()
-    for bad in (dict(weights=(1.0,)), dict(weights=(1.0, -1.0)), dict(block=4, weights=(1.0, 1.0))):
+    for bad in (dict(weights=(1.0,)), dict(weights=(1.0, -1.0)), dict(block=4, weights=(1.0, float("nan")))):
         with pytest.raises(ValueError):
             Axis(10, 2, **bad)
-    with pytest.raises(ValueError, match="bsr only"):
+    with pytest.raises(ValueError, match="bsr, cholesky, lu, gesv only"):
         Plan("summa", 2, 1, 2, b=4, weights=(1.0, 2.0))
     assert "w=1,0.5" in str(Plan("bsr", 2, 2, 1, weights=(1, 0.5)))

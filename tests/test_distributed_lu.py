@@ -25,6 +25,7 @@ P, me = comm.size, comm.rank
 rng = np.random.default_rng(3)            # same draws on every rank
 grids = [(r, P // r) for r in range(1, P + 1) if P % r == 0]
 blocks = [1, 3, 16, 64, 7, 32, 200]
+speeds = tuple(1.0 / (1 + i % 3) for i in range(P))   # HoHe: blocks per cycle by speed, every other case
 case = 0
 for n in (1, 2, 5, 37, 100, 129):
     a = rng.standard_normal((n, n))
@@ -35,8 +36,10 @@ for n in (1, 2, 5, 37, 100, 129):
             x = np.asfortranarray(a) if case % 3 == 0 else a
             keep = x.copy()
             ph = Phases()
-            out = lu_factor(x if me == 0 else None, comm, Plan("lu", P, r, c, b=b), lookahead=la, phases=ph)
-            where = (n, r, c, b, la)
+            w = speeds if case % 2 else None
+            out = lu_factor(x if me == 0 else None, comm, Plan("lu", P, r, c, b=b, weights=w), lookahead=la,
+                            phases=ph)
+            where = (n, r, c, b, la, w)
             if me == 0:
                 lu0, piv0 = sl.lu_factor(a)
                 lu, piv, info = out
@@ -48,8 +51,8 @@ for n in (1, 2, 5, 37, 100, 129):
             else:
                 assert out is None, where
             if r == 1:
-                got = solve(a if me == 0 else None, rhs if me == 0 else None, comm, Plan("gesv", P, 1, P, b=b),
-                            lookahead=la)
+                got = solve(a if me == 0 else None, rhs if me == 0 else None, comm,
+                            Plan("gesv", P, 1, P, b=b, weights=w), lookahead=la)
                 if me == 0:
                     xs, info = got
                     assert info == 0 and np.allclose(xs, sl.solve(a, rhs), atol=1e-9), where

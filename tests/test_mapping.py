@@ -84,7 +84,34 @@ def test_network_cost_follows_links():
     assert two_hosts.comm > 5 * one_host.comm and two_hosts.compute == pytest.approx(one_host.compute)
     slow = _platform([{"name": "a", "processors": 2, "speed": 1.0}, {"name": "b", "processors": 2, "speed": 0.5}])
     s2 = sm.Search("lu", 4096, slow)
-    assert s2.eet(np.array([1, 0, 1, 0])).compute == pytest.approx(2 * two_hosts.compute)
+    e = two_hosts
+    assert s2.estimate(np.array([1, 0, 1, 0]), e.r, e.c, e.b).compute == pytest.approx(2 * e.compute)
+
+
+@pytest.mark.parametrize("family", ["lu", "cholesky"])
+def test_weighted_block_cyclic_follows_the_speeds(family):
+    """HoHe for the factorizations: blocks per cycle by speed take the slowdown from max d/s (HeHo,
+    equal blocks) to the most loaded rank's share over its speed; the search picks it where speeds
+    differ and builds a plan whose weights are the ranks' speeds."""
+    r, c = np.array([[1.0], [2.0]]), np.array([[2.0], [1.0]])
+    np.testing.assert_allclose(mm.weighted_slowdown(np.array([1.0, 0.5]), r, c), [[4 / 3], [4 / 3]])
+    np.testing.assert_allclose(mm.weighted_slowdown(np.array([1.0, 1.0]), r, c), [[1.0], [1.0]])
+    slow = _platform([{"name": "a", "processors": 1, "speed": 1.0}, {"name": "b", "processors": 1, "speed": 0.5}])
+    s = sm.Search(family, 4096, slow)
+    d = np.array([1, 1])
+    best = s.eet(d)
+    assert best.layout == "weighted" and "w" in sm.grid_label(best.layout, best.r, best.c, best.b)
+    cyclic = s.estimate(d, best.r, best.c, best.b)
+    assert best.compute == pytest.approx(cyclic.compute * (4 / 3) / 2)
+    assert s.estimate(d, best.r, best.c, best.b, "weighted") == best
+    even = sm.Search(family, 4096, _platform([{"name": "a", "processors": 2, "speed": 1.0}]))
+    assert even.eet(np.array([1, 1])).layout == "cyclic"
+    hosts = [sm.RankHost("a", (0,), 1), sm.RankHost("b", (1,), 1)]
+    close = _platform([{"name": "a", "processors": 1, "speed": 1.0}, {"name": "b", "processors": 1, "speed": 0.75}],
+                      links={"host": LINKS["host"], "net": LINKS["host"]})
+    placed = sm.placement(family, 20000, hosts, close)
+    assert placed.plan.weights == (1.0, 0.75) and placed.plan.algorithm == family and placed.plan.b
+    assert "blocks per cycle by speed" in placed.describe()
 
 
 def _brute_force(search: sm.Search) -> float:
@@ -317,5 +344,9 @@ def test_placement_bench_alternatives_and_bad_arguments(capsys):
     assert list(alts) == ["root alone", "1x3 b=64", "1x3 b=128", "3x1 b=64", "3x1 b=128", "bsr equal rows"]
     assert alts["root alone"].algorithm == "local" and alts["3x1 b=128"].p == 3
     assert list(placement.alternatives("lu", 1, [64])) == ["root alone"]
+    hohe = placement.alternatives("cholesky", 2, [64], (1.0, 0.5))
+    assert list(hohe) == ["root alone", "1x2 b=64", "2x1 b=64", "1x2w b=64", "2x1w b=64"]
+    assert hohe["1x2w b=64"].weights == (1.0, 0.5) and placement.alternatives("lu", 2, [64], (1.0, 1.0)).keys() \
+        == {"root alone", "1x2 b=64", "2x1 b=64"}
     assert cli_main(["bench", "placement", "--reps", "0"]) == 2
     assert "--reps" in capsys.readouterr().err

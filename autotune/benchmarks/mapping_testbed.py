@@ -93,16 +93,20 @@ CALLS = {"gemm": lambda a, b, comm, **kw: distributed_gemm(a, b, comm, **kw),
 
 
 def plans(family: str, p: int, blocks, weights: tuple[float, ...] | None) -> list[tuple[Plan, str]]:
-    """(plan, layout) of every grid x block on p ranks; for gemm also BSR with rows by ``weights``
-    (equal rows for None); the library call on the root for p = 1."""
+    """(plan, layout) of every grid x block on p ranks, and where the ranks' ``weights`` differ
+    the same with blocks by speed (HoHe; for gemm BSR with rows by ``weights``, equal rows for
+    None); the library call on the root for p = 1."""
     be = RANK_BACKEND[family]
     if p == 1:
         return [(Plan("local", 1, threads=1, backend=be), "library")]
-    out = [(Plan(sm.FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be), "cyclic")
-           for (r, c), blk in itertools.product(grids(p), blocks)]
     if family == "gemm":
-        out.append((Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted"))
-    return out
+        return [(Plan("summa", p, r, c, b=blk, threads=1, backend=be), "cyclic")
+                for (r, c), blk in itertools.product(grids(p), blocks)] + \
+            [(Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted")]
+    hetero = weights is not None and max(weights) > min(weights)
+    return [(Plan(sm.FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be, weights=w), layout)
+            for w, layout in ((None, "cyclic"),) + (((weights, "weighted"),) if hetero else ())
+            for (r, c), blk in itertools.product(grids(p), blocks)]
 
 
 def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, ...]) -> list[dict]:
@@ -160,7 +164,7 @@ def table_lines(res: dict) -> list[str]:
     for r in res["methods"]:
         meas = r["measured"]
         ratio = f"{meas / best:6.3f}" if meas else "     -"
-        grid = {"weighted": "HoHe", "library": "lib"}.get(r["layout"], f"{r['r']}x{r['c']}")
+        grid = sm.grid_label(r["layout"], r["r"], r["c"], r["b"])
         lines.append(f"  {r['method']:12s} {str(tuple(r['d'])):10s} {r['b']:4d} {grid:>6s} "
                      f"{r['predicted']:10.4f} {meas if meas else float('nan'):9.4f} {ratio} {r['solve_seconds']:8.4f}")
     return lines

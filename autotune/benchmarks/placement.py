@@ -7,8 +7,9 @@ every rank a slot:
     autotune testbed mpiexec 2 autotune bench placement --db DB --n 2048 3072 --out R.json
 
 For each family and order: the tuned call (decision included after the first call), the root
-alone (the library call), every rank on every grid at each usable ``--blocks``, and for gemm BSR
-with equal rows. Rounds interleave them, ``--reps`` rounds after one warm-up; medians
+alone (the library call), every rank on every grid at each usable ``--blocks``, for gemm BSR
+with equal rows, and for the factorizations the same grids with blocks by the hosts' measured
+speeds (HoHe) where they differ. Rounds interleave them, ``--reps`` rounds after one warm-up; medians
 kept. The root prints the tuned call's explanation, each median, the tuned call's time over the
 best alternative's, and checks every result against numpy/scipy.
 """
@@ -18,6 +19,7 @@ import argparse
 import contextlib
 import io
 import json
+import socket
 import time
 from pathlib import Path
 
@@ -26,6 +28,7 @@ import numpy as np
 from autotune.benchmarks._common import error
 from autotune.benchmarks.mapping_testbed import CALLS, agrees, args_problem, operands, plans, reference
 from autotune.config import options
+from autotune.db.comm import load_comm
 from autotune.models.mapping import usable_blocks
 from autotune.plans import Plan
 from autotune.select.mapping import FAMILY_ALGORITHM
@@ -42,18 +45,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="FILE.json", help="the root writes the results here")
 
 
-def alternatives(family: str, p: int, blocks) -> dict[str, Plan]:
-    """The forced plans by label: the root alone and, on p > 1 ranks, every grid x block and
-    gemm's equal-row BSR (mapping_testbed.plans)."""
-    label = {"library": lambda q: "root alone", "weighted": lambda q: "bsr equal rows",
-             "cyclic": lambda q: f"{q.r}x{q.c} b={q.b}"}
+def alternatives(family: str, p: int, blocks, speeds: tuple[float, ...] | None = None) -> dict[str, Plan]:
+    """The forced plans by label: the root alone and, on p > 1 ranks, every grid x block,
+    gemm's equal-row BSR, and the factorizations' grids with blocks by the ranks' ``speeds``
+    (mapping_testbed.plans)."""
+    label = {"library": lambda q: "root alone", "cyclic": lambda q: f"{q.r}x{q.c} b={q.b}",
+             "weighted": lambda q: f"{q.r}x{q.c}w b={q.b}" if q.b else "bsr equal rows"}
     out = {"root alone": plans(family, 1, blocks, None)[0][0]}
     if p > 1:
-        out.update((label[layout](plan), plan) for plan, layout in plans(family, p, blocks, None))
+        weights = None if family == "gemm" else speeds
+        out.update((label[layout](plan), plan) for plan, layout in plans(family, p, blocks, weights))
     return out
 
 
-def _problem(world, family: str, n: int, args) -> dict:
+def rank_speeds(world, db) -> tuple[float, ...] | None:
+    """Each rank's host speed as the comm probe measured it (None where a host was not)."""
+    names = world.allgather(socket.gethostname())
+    speeds = load_comm(db, nprocs=world.size).host_speeds
+    return tuple(float(speeds[h]) for h in names) if all(h in speeds for h in names) else None
+
+
+def _problem(world, family: str, n: int, args, speeds: tuple[float, ...] | None) -> dict:
     """Time the tuned call and the alternatives on one problem; the root's record."""
     a, b = operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
     want = reference(family, a, b) if world.rank == 0 else None
@@ -61,7 +73,7 @@ def _problem(world, family: str, n: int, args) -> dict:
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         first = call(a, b, world, explain=True)
-    forced = alternatives(family, world.size, usable_blocks(n, args.blocks))
+    forced = alternatives(family, world.size, usable_blocks(n, args.blocks), speeds)
     runs = {"tuned": {}, **{k: {"config": v} for k, v in forced.items()}}
     times: dict[str, list[float]] = {k: [] for k in runs}
     correct = {"tuned": agrees(family, first, want) if world.rank == 0 else None}
@@ -97,10 +109,11 @@ def run(args) -> int:
 
     world = MPI.COMM_WORLD
     results = []
+    speeds = rank_speeds(world, args.db)
     with options(db=args.db), threadpool_limits(1, "blas"):
         for family in args.family:
             for n in args.n:
-                res = _problem(world, family, n, args)
+                res = _problem(world, family, n, args, speeds)
                 if world.rank == 0:
                     results.append(res)
                     print("\n".join(lines(res)), flush=True)

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.layout import Axis, block_cyclic
+from autotune.layout import Axis, Layout, block_cyclic
 from autotune.models.distributed_cholesky import flipped, memory_order, wanted_order
 from autotune.plans import Plan
 
@@ -54,7 +54,7 @@ from .collective import agree
 from .grid import ProcessGrid
 from .movement import DistMatrix, gather_columns, scatter_columns
 from .plan import Phases
-from .runs import PlanRun, agree_plan, plan_run
+from .runs import PlanRun, agree_plan, cyclic_layout, plan_run
 from .steps import BlockSteps
 
 # Point-to-point tags: 2 per panel (diagonal block, panel pieces), cycled (at most 2 panels in flight).
@@ -100,13 +100,13 @@ class _Blas:
 
 
 class _Factor(BlockSteps):
-    """One lower factorization of the local piece ``x`` (lower-view coordinates: rows over ``nr``
-    process rows, columns over ``nc`` process columns; ``rank_of(i, j)`` is the rank at (i, j))."""
+    """One lower factorization of the local piece ``x`` (lower-view coordinates: rows dealt by
+    ``rows`` over its process rows, columns by ``cols``; ``rank_of(i, j)`` is the rank at (i, j))."""
 
-    def __init__(self, x, n, b, nr, nc, myr, myc, rank_of, comm, blas, lookahead, order):
+    def __init__(self, x, rows: Axis, cols: Axis, myr, myc, rank_of, comm, blas, lookahead, order):
         from mpi4py import MPI
 
-        super().__init__(n, b, nr, nc, myr, myc, *x.shape)
+        super().__init__(rows, cols, myr, myc)
         self.MPI, self.x = MPI, x
         self.rank_of, self.comm, self.blas = rank_of, comm, blas
         self.lookahead, self.order = lookahead, order
@@ -118,9 +118,8 @@ class _Factor(BlockSteps):
 
     def blocks(self, start: int, i: int, q: int | None) -> np.ndarray:
         """Global blocks J >= start owned by process row i (and process column q if given)."""
-        first = start + (i - start) % self.nr
-        J = np.arange(first, self.N, self.nr)
-        return J if q is None else J[J % self.nc == q]
+        J = self.rows.blocks(i, start)
+        return J if q is None else J[self.cols.block_owner(J) == q]
 
     def rows_of(self, J: np.ndarray) -> int:
         return int(J.size * self.b - (self.b - self.last if J.size and J[-1] == self.N - 1 else 0))
@@ -142,7 +141,7 @@ class _Factor(BlockSteps):
     def post_recv(self, K: int) -> None:
         """Irecv the pieces of panel K this rank needs (header-only when empty or failed)."""
         t0 = time.perf_counter()
-        pcK = K % self.nc
+        pcK = self.pcol(K)
         reqs, bufs, srcs = [], [], []
         w = self.size(K)
         for i in range(self.nr):
@@ -167,7 +166,7 @@ class _Factor(BlockSteps):
         w, it = self.size(K), self.lr(K + 1)
         lrow, pieces = None, {}
         if info == 0:
-            if self.myc == K % self.nc:
+            if self.myc == self.pcol(K):
                 pc = self.lc(K)
                 lrow = self.x[it:, pc:pc + w]
             for i, buf in zip(srcs, bufs, strict=True):
@@ -204,14 +203,14 @@ class _Factor(BlockSteps):
         self.recvs = {}
         self.seconds["communication"] += time.perf_counter() - t0
 
-    # -- panel factorization (process column K % nc) ------------------------------------------
+    # -- panel factorization (process column of block column K) --------------------------------
     def factor(self, K: int) -> None:
         """potrf on the diagonal block, send it down the column, trsm below, send the pieces."""
         x, w, order = self.x, self.size(K), self.order
         pc, d0, it = self.lc(K), self.lr(K), self.lr(K + 1)
         t0 = time.perf_counter()
         comm_t = 0.0
-        if self.myr == K % self.nr:
+        if self.myr == self.prow(K):
             diag = x[d0:d0 + w, pc:pc + w]
             info = self.blas.potrf(diag)
             info = K * self.b + info if info else 0
@@ -228,7 +227,7 @@ class _Factor(BlockSteps):
         else:
             t1 = time.perf_counter()
             _, buf = self.buffer("dr", K, 1 + w * w)
-            self.comm.Recv([buf, self.MPI.DOUBLE], self.rank_of(K % self.nr, self.myc), self.tag(K, 0))
+            self.comm.Recv([buf, self.MPI.DOUBLE], self.rank_of(self.prow(K), self.myc), self.tag(K, 0))
             info = int(buf[0])
             diag = buf[1:].reshape((w, w), order=order)
             comm_t += time.perf_counter() - t1
@@ -271,7 +270,7 @@ class _Factor(BlockSteps):
                 data = sub[1:].reshape((-1, w), order=order)
                 pos = 0
                 for blk in J:
-                    r0 = ((blk - self.myr) // self.nr) * self.b - it
+                    r0 = int(self.rows.local_index(blk * self.b)) - it
                     h = self.size(int(blk))
                     data[pos:pos + h] = panel[r0:r0 + h]
                     pos += h
@@ -283,15 +282,14 @@ class _Factor(BlockSteps):
     def update(self, k: int, lrow: np.ndarray, pieces: dict[int, np.ndarray], hook=None) -> None:
         """Trailing update with panel k, block column by block column (staircase); ``hook`` runs
         right after the first local block column (the look-ahead panel factorization)."""
-        x, blas, b, nr = self.x, self.blas, self.b, self.nr
+        x, blas = self.x, self.blas
         it = self.lr(k + 1)
-        first = k + 1 + (self.myc - k - 1) % self.nc
         offsets = dict.fromkeys(pieces, 0)
         hooked = hook is None
-        for J in range(first, self.N, self.nc):
+        for J in self.my_columns(k + 1).tolist():
             t0 = time.perf_counter()
-            wJ, c0, i0 = self.size(J), (J // self.nc) * b, self.lr(J)
-            src = J % nr
+            wJ, c0, i0 = self.size(J), self.lc(J), self.lr(J)
+            src = self.prow(J)
             if src == self.myr:
                 y = lrow[i0 - it:i0 - it + wJ]
                 blas.syrk(y, x[i0:i0 + wJ, c0:c0 + wJ])
@@ -314,11 +312,11 @@ class _Factor(BlockSteps):
 
     def zero_upper(self) -> None:
         """Zero the strict upper triangle (lower view), as scipy returns the factor."""
-        x, b = self.x, self.b
-        for J in range(self.myc, self.N, self.nc):
-            c0, wJ, i0 = (J // self.nc) * b, self.size(J), self.lr(J)
+        x = self.x
+        for J in self.my_columns().tolist():
+            c0, wJ, i0 = self.lc(J), self.size(J), self.lr(J)
             x[:i0, c0:c0 + wJ] = 0.0
-            if J % self.nr == self.myr:
+            if self.prow(J) == self.myr:
                 np.copyto(x[i0:i0 + wJ, c0:c0 + wJ], 0.0, where=_strict_upper(wJ))
 
     def run(self) -> int:
@@ -327,7 +325,7 @@ class _Factor(BlockSteps):
         if N == 0:
             return 0
         self.post_recv(0)
-        if self.myc == 0:
+        if self.myc == self.pcol(0):
             self.factor(0)
         for k in range(N):
             info, lrow, pieces = self.wait_panel(k)
@@ -335,7 +333,7 @@ class _Factor(BlockSteps):
                 break
             K = k + 1
             self.post_recv(K)
-            mine = self.myc == K % self.nc
+            mine = self.myc == self.pcol(K)
             if self.lookahead and mine:
                 self.update(k, lrow, pieces, hook=lambda K=K: self.factor(K))
             else:
@@ -369,7 +367,7 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
             raise ValueError(f"Input array is expected to be square but has the shape: {A.layout.shape}.")
         if b < 1:
             raise ValueError(f"block size must be >= 1, got {b}")
-        if A.layout != block_cyclic(n, n, grid.r, grid.c, b):
+        if A.layout != block_cyclic(n, n, grid.r, grid.c, b, weights=(A.layout.rows.weights, A.layout.cols.weights)):
             raise ValueError(f"layout {A.layout.describe()} is not block-cyclic {b}x{b} on the "
                              f"{grid.r}x{grid.c} grid")
         if MPI.Comm.Compare(comm, grid.comm) not in (MPI.IDENT, MPI.CONGRUENT):
@@ -393,7 +391,7 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
     mem = "C" if orders <= {"", "C"} and "C" in orders else "F"
     fits = f_ok if mem == "F" else c_ok
     local = A.local if overwrite_a and fits else np.array(A.local, order=mem)
-    info = _factor_piece(local, mem, n, b, grid, comm, be, threads, lower, lookahead, phases) if grid.inside else 0
+    info = _factor_piece(local, mem, A.layout, grid, comm, be, threads, lower, lookahead, phases) if grid.inside else 0
     if comm.size > grid.r * grid.c:          # ranks outside the grid learn the verdict too
         info = comm.bcast(info, root=0)
     if info:
@@ -401,22 +399,22 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
     return DistMatrix(local, A.layout, comm)
 
 
-def _factor_piece(local: np.ndarray, mem: str, n: int, b: int, grid: ProcessGrid, comm, be, threads: int | None,
+def _factor_piece(local: np.ndarray, mem: str, layout: Layout, grid: ProcessGrid, comm, be, threads: int | None,
                   lower: bool, lookahead: bool, phases: Phases | None) -> int:
     """Factor this grid rank's piece in place (``mem``: the memory order every rank's piece has,
     ``comm``: the grid's ranks); the global LAPACK-style info (0: success)."""
     if lower:
-        x, nr, nc, myr, myc = local, grid.r, grid.c, grid.pr, grid.pc
+        x, rows, cols, myr, myc = local, layout.rows, layout.cols, grid.pr, grid.pc
 
         def rank_of(i: int, j: int) -> int:
             return i * grid.c + j
     else:      # U = L^T of the transposed problem on a c x r grid (models' loop_grid)
-        x, nr, nc, myr, myc = local.T, grid.c, grid.r, grid.pc, grid.pr
+        x, rows, cols, myr, myc = local.T, layout.cols, layout.rows, grid.pc, grid.pr
 
         def rank_of(i: int, j: int) -> int:
             return j * grid.c + i
     order = mem if lower else {"F": "C", "C": "F"}[mem]   # a C-ordered x: BLAS on its transposes
-    f = _Factor(x, n, b, nr, nc, myr, myc, rank_of, comm, _Blas(be, order == "C"), lookahead, order)
+    f = _Factor(x, rows, cols, myr, myc, rank_of, comm, _Blas(be, order == "C"), lookahead, order)
     with be.threads(threads) if threads else nullcontext():
         info = f.run()
         t0 = time.perf_counter()
@@ -458,7 +456,7 @@ def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, roo
         grid = run.grid()
         dist = _scatter(run, src, n)
         run.add("distribution", time.perf_counter() - t0)
-        info = _factor_piece(dist.local, _piece_order(plan, n), n, plan.b, grid, run.comm, run.be, None,
+        info = _factor_piece(dist.local, _piece_order(plan, n), dist.layout, grid, run.comm, run.be, None,
                              lower != flip, lookahead, phases)
         if info:
             raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
@@ -490,30 +488,30 @@ def _piece_order(plan: Plan, n: int) -> str:
     r x 1 grids unless every piece is also Fortran (one row or column), else Fortran."""
     if plan.r == 1 or plan.c != 1:
         return "F"
-    return "C" if n > 1 and Axis(n, plan.r, plan.b).count(0) > 1 else "F"
+    return "C" if n > 1 and cyclic_layout(plan, n).rows.count(0) > 1 else "F"
 
 
 def _scatter(run: PlanRun, src: np.ndarray | None, n: int) -> DistMatrix:
     """The root's S (rank 0 of ``run``) block-cyclic on the plan's grid: whole column blocks
     straight from S on 1 x c, whole row blocks on r x 1, packed pieces on 2-D grids."""
     plan, sub = run.plan, run.comm
-    layout = block_cyclic(n, n, plan.r, plan.c, plan.b)
+    layout = cyclic_layout(plan, n)
     if plan.r != 1 and plan.c != 1:
         return DistMatrix.from_root(src, layout, sub, 0)
     if plan.r == 1:
-        return DistMatrix(scatter_columns(src, n, n, plan.c, plan.b, sub, 0), layout, sub)
-    return DistMatrix(scatter_columns(None if src is None else src.T, n, n, plan.r, plan.b, sub, 0).T,
-                      layout, sub)
+        return DistMatrix(scatter_columns(src, n, layout.cols, sub, 0), layout, sub)
+    return DistMatrix(scatter_columns(None if src is None else src.T, n, layout.rows, sub, 0).T, layout, sub)
 
 
 def _gather(run: PlanRun, local: np.ndarray, n: int) -> np.ndarray | None:
     """The inverse of ``_scatter``: the whole factor (Fortran order) on the root, None elsewhere."""
     plan, sub = run.plan, run.comm
+    layout = cyclic_layout(plan, n)
     if plan.r != 1 and plan.c != 1:
-        return DistMatrix(local, block_cyclic(n, n, plan.r, plan.c, plan.b), sub).to_root(0, order="F")
+        return DistMatrix(local, layout, sub).to_root(0, order="F")
     if plan.r == 1:
-        return gather_columns(local, n, n, plan.c, plan.b, sub, 0)
-    res = gather_columns(local.T, n, n, plan.r, plan.b, sub, 0)
+        return gather_columns(local, n, layout.cols, sub, 0)
+    res = gather_columns(local.T, n, layout.rows, sub, 0)
     return None if res is None else res.T
 
 

@@ -37,14 +37,14 @@ from contextlib import nullcontext
 import numpy as np
 
 from autotune.kernels import _front
-from autotune.layout import block_cyclic
+from autotune.layout import Layout, block_cyclic
 from autotune.plans import Plan
 
 from . import workspace
 from .checks import all_finite, root_square
 from .movement import DistMatrix, gather_columns, scatter_columns
 from .plan import Phases
-from .runs import PlanRun, agree_plan, plan_run
+from .runs import PlanRun, agree_plan, cyclic_layout, plan_run
 from .steps import BlockSteps
 
 _TAG_CYCLE = 8192
@@ -52,18 +52,19 @@ _GATHER, _PANEL, _RING = 0, 1, 2
 
 
 class _LU(BlockSteps):
-    """One LU of the local piece ``x`` (Fortran order) on ``grid``; ``xb``: this rank's piece of
-    the right-hand sides (1 x c only: all rows, on process column N % c), or None."""
+    """One LU of the local piece ``x`` (Fortran order, ``layout`` on ``grid``); ``xb``: this rank's
+    piece of the right-hand sides (1 x c only: all rows, on the process column of block column N),
+    or None."""
 
-    def __init__(self, x: np.ndarray, n: int, b: int, grid, be, lookahead: bool, xb: np.ndarray | None = None):
+    def __init__(self, x: np.ndarray, layout: Layout, grid, be, lookahead: bool, xb: np.ndarray | None = None):
         from mpi4py import MPI
 
-        super().__init__(n, b, grid.r, grid.c, grid.pr, grid.pc, *x.shape)
+        super().__init__(layout.rows, layout.cols, grid.pr, grid.pc)
         self.MPI, self.x, self.be, self.xb = MPI, x, be, xb
         self.comm, self.col = grid.comm, grid.col
         self.lookahead = lookahead and grid.r == 1
-        lrow = np.arange(self.mloc)
-        self.grow = ((lrow // b) * self.nr + self.myr) * b + lrow % b      # global row of each local row
+        self.grow = self.rows.indices(self.myr)      # global row of each local row
+        n = self.n
         self.ipiv = np.zeros(n, dtype=np.int64)                            # global, 0-based
         self.itype = np.dtype(be.int_dtype)
         self.info = 0
@@ -95,15 +96,15 @@ class _LU(BlockSteps):
         if self._factoring(K):
             return
         buf = workspace.empty(f"lu_panel{K % 3}", self._message_size(K))
-        src = self.rank_of(K % self.nr, K % self.nc)
+        src = self.rank_of(self.prow(K), self.pcol(K))
         self.recvs[K] = (self.comm.Irecv([buf, self.MPI.DOUBLE], src, self.tag(K, _PANEL)), buf)
 
     def _factoring(self, K: int) -> bool:
-        return self.myr == K % self.nr and self.myc == K % self.nc
+        return self.myr == self.prow(K) and self.myc == self.pcol(K)
 
     def factor(self, K: int) -> None:
         """Panel K on its process column: (gather,) getrf, pack and send to every other rank."""
-        if self.myc != K % self.nc:
+        if self.myc != self.pcol(K):
             return
         t0 = time.perf_counter()
         kb, w, pc = K * self.b, self.size(K), self.lc(K)
@@ -130,7 +131,7 @@ class _LU(BlockSteps):
     def _gather_panel(self, K: int) -> np.ndarray | None:
         """r > 1: the column's rows of panel K on the diagonal block's owner (None elsewhere)."""
         kb, w, pc, top = K * self.b, self.size(K), self.lc(K), self.lr(K)
-        owner = K % self.nr
+        owner = self.prow(K)
         mine = self.x[top:, pc:pc + w]
         if self.myr != owner:
             self.col.Send([np.asfortranarray(mine), self.MPI.DOUBLE], owner, self.tag(K, _GATHER))
@@ -148,9 +149,8 @@ class _LU(BlockSteps):
 
     def _rows_of(self, i: int, K: int) -> np.ndarray:
         """Global rows >= K b held by process row i."""
-        blocks = np.arange(K + (i - K) % self.nr, self.N, self.nr)
-        rows = (blocks[:, None] * self.b + np.arange(self.b)[None, :]).ravel()
-        return rows[rows < self.n]
+        rows = self.rows.indices(i)
+        return rows[rows >= K * self.b]
 
     def panel(self, K: int) -> tuple[int, np.ndarray, np.ndarray]:
         """(info, 1-based pivots of the panel, its factored (n - Kb) x w rows) on every rank."""
@@ -165,7 +165,7 @@ class _LU(BlockSteps):
             req, msg = self.recvs.pop(K)
             req.Wait()
             panel = msg[1 + w:].reshape((self.n - K * self.b, w), order="F")
-            if self.nr > 1 and self.myc == K % self.nc:
+            if self.nr > 1 and self.myc == self.pcol(K):
                 top, pc = self.lr(K), self.lc(K)
                 self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
         info = int(msg[0])
@@ -181,7 +181,7 @@ class _LU(BlockSteps):
         """The panel's row interchanges on this rank's columns outside it (and the right-hand sides)."""
         t0 = time.perf_counter()
         kb, w, pc = K * self.b, self.size(K), self.lc(K)
-        own = self.myc == K % self.nc
+        own = self.myc == self.pcol(K)
         views = [self.x[:, :pc], self.x[:, pc + w:]] if own else [self.x]
         if self.xb is not None:
             views.append(self.xb)
@@ -222,7 +222,7 @@ class _LU(BlockSteps):
         t0 = time.perf_counter()
         w, top, tc = self.size(K), self.lr(K), self.lc(K + 1)
         targets = [self.x[top:top + w, tc:]] + ([self.xb[top:top + w]] if self.xb is not None else [])
-        if self.myr == K % self.nr:
+        if self.myr == self.prow(K):
             for t in targets:
                 if t.shape[1]:
                     self.be.trsm(1.0, panel[:w], t, False, True, False, True)
@@ -234,10 +234,10 @@ class _LU(BlockSteps):
 
     def _bcast_down(self, K: int, t: np.ndarray, i: int) -> np.ndarray:
         buf = workspace.empty(f"lu_u12_{i}", (self.size(K), t.shape[1]), order="F")
-        if self.myr == K % self.nr:
+        if self.myr == self.prow(K):
             buf[...] = t
         if buf.size:
-            self.col.Bcast([buf, self.MPI.DOUBLE], K % self.nr)
+            self.col.Bcast([buf, self.MPI.DOUBLE], self.prow(K))
         return buf
 
     def l21(self, K: int, panel: np.ndarray) -> np.ndarray:
@@ -258,7 +258,7 @@ class _LU(BlockSteps):
         self.interchange(K, ip)
         us = self.u12(K, panel)
         l21, low, tc = self.l21(K, panel), self.lr(K + 1), self.lc(K + 1)
-        ahead = self.lookahead and K + 1 < self.N and self.myc == (K + 1) % self.nc
+        ahead = self.lookahead and K + 1 < self.N and self.myc == self.pcol(K + 1)
         if self.lookahead and K + 2 < self.N:
             self.post_recv(K + 2)
         split = self.size(K + 1) if ahead else 0
@@ -304,9 +304,9 @@ class _LU(BlockSteps):
         """U x = y, the whole y (solved blocks below, y above) passed from each block column's
         owner to the previous one's; x on rank 0 (the owner of block column 0), fresh memory."""
         t0 = time.perf_counter()
-        y, holder = self.xb, self.N % self.nc
+        y, holder = self.xb, self.pcol(self.N)
         for K in range(self.N - 1, -1, -1):
-            owner = K % self.nc
+            owner = self.pcol(K)
             if owner != holder:
                 if self.myc == holder:
                     self.comm.Send([y, self.MPI.DOUBLE], owner, self.tag(K, _RING))
@@ -340,7 +340,8 @@ def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str
     try:
         if A.layout.shape[0] != A.layout.shape[1] or b < 1:
             raise ValueError(f"needs a square matrix and a block b >= 1, got {A.layout.shape}, b={b}")
-        if A.layout != block_cyclic(n, n, grid.r, grid.c, b):
+        weights = (A.layout.rows.weights, A.layout.cols.weights)
+        if A.layout != block_cyclic(n, n, grid.r, grid.c, b, weights=weights):
             raise ValueError(f"layout {A.layout.describe()} is not block-cyclic {b}x{b} on the {grid.r}x{grid.c} grid")
         if A.local.dtype != np.float64 or A.local.shape != A.layout.local_shape(A.comm.rank):
             raise ValueError("local piece must be float64 and match the layout")
@@ -351,7 +352,7 @@ def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str
     local = A.local if A.local.flags.f_contiguous else np.asfortranarray(A.local)
     ipiv, info = np.zeros(n, dtype=np.int64), 0
     if grid.inside and n:
-        f = _LU(local, n, b, grid, be, lookahead)
+        f = _LU(local, A.layout, grid, be, lookahead)
         with be.threads(threads) if threads else nullcontext():
             info = f.run()
         ipiv = f.ipiv
@@ -385,22 +386,22 @@ def _solve_problem(plan: Plan) -> str | None:
 
 
 def _scatter(run: PlanRun, src: np.ndarray | None, n: int) -> np.ndarray:
-    plan = run.plan
-    if plan.r == 1:
-        return scatter_columns(src, n, n, plan.c, plan.b, run.comm, 0)
-    return DistMatrix.from_root(src, block_cyclic(n, n, plan.r, plan.c, plan.b), run.comm, 0).local
+    layout = cyclic_layout(run.plan, n)
+    if run.plan.r == 1:
+        return scatter_columns(src, n, layout.cols, run.comm, 0)
+    return DistMatrix.from_root(src, layout, run.comm, 0).local
 
 
 def _gather(run: PlanRun, local: np.ndarray, n: int) -> np.ndarray | None:
-    plan = run.plan
-    if plan.r == 1:
-        return gather_columns(local, n, n, plan.c, plan.b, run.comm, 0)
-    return DistMatrix(local, block_cyclic(n, n, plan.r, plan.c, plan.b), run.comm).to_root(0, order="F")
+    layout = cyclic_layout(run.plan, n)
+    if run.plan.r == 1:
+        return gather_columns(local, n, layout.cols, run.comm, 0)
+    return DistMatrix(local, layout, run.comm).to_root(0, order="F")
 
 
 def _factor(run: PlanRun, local: np.ndarray, n: int, lookahead: bool, xb=None) -> _LU:
     grid = run.grid()
-    f = _LU(local, n, run.plan.b, grid, run.be, lookahead, xb)
+    f = _LU(local, cyclic_layout(run.plan, n), grid, run.be, lookahead, xb)
     f.run()
     f.loop_seconds = dict(f.seconds)
     if run.phases is not None:
@@ -479,11 +480,11 @@ def _root_rhs(a, b, plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray], tuple[in
 
 
 def _scatter_rhs(run: PlanRun, B: np.ndarray | None, n: int, nrhs: int) -> np.ndarray | None:
-    """The right-hand sides to the owner of block column N (process column N % c)."""
+    """The right-hand sides to the owner of block column N (the process column after A's last)."""
     from mpi4py import MPI
 
     plan = run.plan
-    holder = (-(-n // plan.b)) % plan.c
+    holder = int(cyclic_layout(plan, n).cols.block_owner(-(-n // plan.b)))
     if holder == 0:
         return B if run.is_root else None
     if run.is_root:

@@ -113,11 +113,12 @@ def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm) -> np.ndarra
     return out
 
 
-def column_blocks(cols: int, parts: int, b: int):
-    """(owner, global start, width, local start) of each column block, block-cyclic over ``parts``."""
-    for J in range(-(-cols // b)):
+def column_blocks(cols: Axis):
+    """(owner, global start, width, local start) of each block of the cyclic axis ``cols``."""
+    b = cols.block
+    for J in range(-(-cols.n // b)):
         j0 = J * b
-        yield J % parts, j0, min(b, cols - j0), (J // parts) * b
+        yield int(cols.block_owner(J)), j0, min(b, cols.n - j0), int(cols.local_index(j0))
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
@@ -126,18 +127,18 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, order="F")
 
 
-def scatter_columns(src: np.ndarray | None, rows: int, cols: int, parts: int, b: int, comm, root: int = 0,
+def scatter_columns(src: np.ndarray | None, rows: int, cols: Axis, comm, root: int = 0,
                     tag: int = MOVE_TAG) -> np.ndarray:
-    """This rank's column-cyclic piece (block b over ranks 0..parts-1, Fortran order, workspace
-    memory) of the root's Fortran-ordered float64 rows x cols ``src``. Each column block is
+    """This rank's column-cyclic piece (``cols``: blocks over ranks 0..cols.parts-1, Fortran order,
+    workspace memory) of the root's Fortran-ordered float64 rows x cols ``src``. Each column block is
     contiguous and goes out straight from ``src``, unpacked. The root posts every send first, then
     copies its own blocks while the others pull theirs (single-copy transports: the receiver
     copies). The comm probe times this very function (``colscatter_cold``)."""
     from mpi4py import MPI
 
     me = comm.rank
-    local = workspace.empty("a", (rows, Axis(cols, parts, b).count(me)), order="F")
-    blocks = list(column_blocks(cols, parts, b))
+    local = workspace.empty("a", (rows, cols.count(me)), order="F")
+    blocks = list(column_blocks(cols))
     if me == root:
         reqs = [comm.Isend([_flat(src[:, j0:j0 + w]), MPI.DOUBLE], q, tag)
                 for q, j0, w, _ in blocks if q != me]
@@ -151,16 +152,16 @@ def scatter_columns(src: np.ndarray | None, rows: int, cols: int, parts: int, b:
     return local
 
 
-def gather_columns(local: np.ndarray, rows: int, cols: int, parts: int, b: int, comm, root: int = 0,
+def gather_columns(local: np.ndarray, rows: int, cols: Axis, comm, root: int = 0,
                    tag: int = MOVE_TAG) -> np.ndarray | None:
     """The reverse of ``scatter_columns``: the whole Fortran-ordered rows x cols matrix (new
     memory) on the root, None elsewhere."""
     from mpi4py import MPI
 
     me = comm.rank
-    out = np.empty((rows, cols), order="F") if me == root else None
+    out = np.empty((rows, cols.n), order="F") if me == root else None
     reqs = []
-    for q, j0, w, l0 in column_blocks(cols, parts, b):
+    for q, j0, w, l0 in column_blocks(cols):
         if me == root:
             if q == me:
                 out[:, j0:j0 + w] = local[:, l0:l0 + w]

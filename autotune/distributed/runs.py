@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from autotune.layout import Layout, block_cyclic, grid_weights
 from autotune.plans import Plan
 
 from . import workspace
@@ -29,7 +30,13 @@ from .collective import raise_first, verdict_of
 from .grid import ProcessGrid
 from .plan import Phases, timed
 
-__all__ = ["PlanRun", "agree_plan", "check_plan", "plan_run"]
+__all__ = ["PlanRun", "agree_plan", "check_plan", "cyclic_layout", "plan_run"]
+
+
+def cyclic_layout(plan: Plan, n: int) -> Layout:
+    """The plan's block-cyclic layout of an n x n matrix, weighted by its ranks' speeds where the
+    plan has them (HoHe, 001 §5.2)."""
+    return block_cyclic(n, n, plan.r, plan.c, plan.b, weights=grid_weights(plan.weights, plan.r, plan.c))
 
 
 def check_plan(plan: Plan, algorithm: str, size: int, root: int,

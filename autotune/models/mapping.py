@@ -23,6 +23,8 @@ ceil(log2 q)):
 Root-held data (as the tuned calls take it) adds the root's scatter and gather (``distribution``:
 ``MOVES`` matrices, each rank's share over the link from the root's host to its own). HoHe gemm
 (``weighted_gemm``): BSR with rows proportional to the processes' speeds, one process column.
+HoHe LU and Cholesky: the same phases on a weighted block-cyclic grid (``layout.grid_weights``),
+whose k factor is ``weighted_slowdown``: the most loaded rank's share over its speed.
 
 Pure arithmetic, vectorised over grids x blocks: the search methods (``select.mapping``) evaluate
 it at thousands of mappings.
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.layout import cycle, grid_weights
 from autotune.routines import flops
 
 from . import movement
@@ -111,8 +114,9 @@ PHASES = {"lu": _lu, "cholesky": _cholesky, "gemm": _gemm}
 
 
 def phases(family: str, n: float, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict[str, np.ndarray],
-           f: float, links: Links) -> tuple[np.ndarray, np.ndarray]:
-    """(compute, communication) seconds over grids (r, c: (G, 1)) x blocks (b, k: (1, B))."""
+           f: float | np.ndarray, links: Links) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, communication) seconds over grids (r, c: (G, 1)) x blocks (b, k: (1, B)); ``f``: the
+    mapping's k factor, one or per grid ((G, 1): ``weighted_slowdown``)."""
     return PHASES[family](float(n), r, c, b, k, f, links)
 
 
@@ -174,6 +178,24 @@ def spans(hosts: np.ndarray, r: int, c: int) -> tuple[bool, bool]:
     return bool((h != h[:, :1]).any()), bool((h != h[:1, :]).any())
 
 
+def _shares(weights: tuple[float, ...] | None, parts: int) -> np.ndarray:
+    """Each part's share of a cyclic axis' blocks (its blocks per cycle over the cycle's length)."""
+    counts = np.array(cycle(weights) if weights is not None else (1,) * parts, float)
+    return counts / counts.sum()
+
+
+def weighted_slowdown(rank_speeds: np.ndarray, r: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The k factor of each r x c grid (shape (G, 1)) with the weighted block-cyclic layout of
+    ``rank_speeds`` (row-major ranks): max over ranks of p x its share of the matrix / its speed,
+    which is ``slowdown`` where every rank gets an equal share."""
+    out = np.empty((len(r), 1))
+    for g, (rows, cols) in enumerate(zip(r[:, 0].astype(int), c[:, 0].astype(int), strict=True)):
+        wr, wc = grid_weights(rank_speeds, rows, cols)
+        share = np.outer(_shares(wr, rows), _shares(wc, cols)).ravel()
+        out[g, 0] = float(np.max(rows * cols * share / rank_speeds))
+    return out
+
+
 def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
     """The mapping's k factor: max over used processors of d_i / s_i (001 §5.3)."""
     used = d > 0
@@ -182,4 +204,4 @@ def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
 
 __all__ = ["BLOCKS", "FAMILIES", "FLOPS", "LIBRARY", "MOVES", "SERIES", "Links", "database_k", "distribution",
            "leading_seconds", "library_seconds", "phases", "rank_hosts", "root_moves", "slowdown", "spans",
-           "usable_blocks", "weighted_gemm"]
+           "usable_blocks", "weighted_gemm", "weighted_slowdown"]

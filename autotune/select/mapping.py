@@ -14,9 +14,10 @@ model's best grid and block (``models.mapping``). The methods differ in how they
   held): tighter, so faster, but may prune the optimum;
 - ``GCTM`` / ``GPTM``: one greedy path on the combinatorial / permutational tree to ``max_level``.
 
-Users (each with the best grid and block for its mapping): ``greedy`` (every processor, one
-process each), ``conservative`` (the first half of the processors), ``expert`` (1, half or all
-processors, the fastest ones).
+Users (each with the best grid and block for its mapping, running the homogeneous routines: equal
+blocks, no HoHe layout): ``greedy`` (every processor, one process each), ``conservative`` (the
+first half of the processors), ``expert`` (1, half or all processors, the fastest ones). The
+methods weigh both layouts of every mapping (HeHo's equal blocks and HoHe's, ``_weighted``).
 
 Processors of one host are interchangeable (same speed, same links), so children that differ only
 by which of them gets the process are one child, and the EET is memoised per mapping up to that
@@ -58,8 +59,8 @@ class Estimate:
     r: int
     c: int
     b: int
-    layout: str = "cyclic"      # "cyclic": equal blocks (HeHo); "weighted": rows by speed (HoHe, gemm);
-    #                             "library": one process, the library routine
+    layout: str = "cyclic"      # "cyclic": equal blocks (HeHo); "weighted": data by speed (HoHe: gemm's
+    #                             rows, the factorizations' blocks per cycle); "library": the library routine
 
 
 @dataclass
@@ -84,12 +85,12 @@ class Search:
     """The EET of mappings of one problem on one platform, memoised, and the tree's moves."""
 
     def __init__(self, family: str, n: int, platform: ClusterPlatform, max_level: int | None = None,
-                 blocks: tuple[int, ...] = mm.BLOCKS):
+                 blocks: tuple[int, ...] = mm.BLOCKS, hohe: bool = True):
         if family not in mm.FAMILIES:
             raise ValueError(f"unknown family {family!r}; known: {', '.join(mm.FAMILIES)}")
         if n < 1:
             raise ValueError(f"n must be positive, got {n}")
-        self.family, self.n, self.platform = family, int(n), platform
+        self.family, self.n, self.platform, self.hohe = family, int(n), platform, hohe
         self.speeds, self.host_of = platform.speeds, platform.host_of
         ends = np.cumsum([h.processors for h in platform.hosts])
         self._slices = list(zip(ends - [h.processors for h in platform.hosts], ends, strict=True))
@@ -126,12 +127,13 @@ class Search:
         col = np.where(np.asarray(col_net, bool).reshape(-1, 1), net, host)
         return mm.Links(row[:, :1], row[:, 1:], col[:, :1], col[:, 1:])
 
-    def _phases(self, d: np.ndarray, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict):
-        """(compute, communication with the root's distribution) of mapping ``d`` per grid x block."""
+    def _phases(self, d: np.ndarray, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict, weighted: bool = False):
+        """(compute, communication with the root's distribution) of mapping ``d`` per grid x block,
+        equal blocks or (``weighted``) blocks by the ranks' speeds."""
         hosts = mm.rank_hosts(d, self.host_of)
         flags = np.array([mm.spans(hosts, int(x), int(y)) for x, y in zip(r[:, 0], c[:, 0], strict=True)])
-        compute, comm = mm.phases(self.family, self.n, r, c, b, k, mm.slowdown(d, self.speeds),
-                                  self._links(flags[:, 0], flags[:, 1]))
+        f = mm.weighted_slowdown(self.weights(d), r, c) if weighted else mm.slowdown(d, self.speeds)
+        compute, comm = mm.phases(self.family, self.n, r, c, b, k, f, self._links(flags[:, 0], flags[:, 1]))
         links = self.platform.links
         return compute, comm + mm.distribution(self.family, self.n, hosts, links["host"], links["net"])
 
@@ -140,13 +142,25 @@ class Search:
         return np.repeat(self.speeds / np.maximum(d, 1), d)
 
     def _weighted(self, d: np.ndarray) -> Estimate | None:
-        """HoHe (gemm only): BSR with rows by speed on one process column."""
-        if self.family != "gemm":
+        """HoHe, where the ranks' speeds differ: gemm's BSR with rows by speed on one process
+        column; the factorizations' weighted block-cyclic layout on their best grid and block."""
+        w = self.weights(d)
+        if np.ptp(w) <= 1e-12 * w.max():
             return None
+        if self.family != "gemm":
+            return self._best(d, *self._grid_arrays(int(d.sum())), self.b, self.k, "weighted")
         links = self.platform.links
-        compute, comm = mm.weighted_gemm(self.n, mm.rank_hosts(d, self.host_of), self.weights(d),
+        compute, comm = mm.weighted_gemm(self.n, mm.rank_hosts(d, self.host_of), w,
                                          float(self.k["gemm"].min()), links["host"], links["net"])
         return Estimate(compute + comm, compute, comm, int(d.sum()), 1, 0, "weighted")
+
+    def _best(self, d: np.ndarray, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict, layout: str) -> Estimate:
+        """The least modelled time over grids (r, c) x blocks (b, k) of mapping ``d`` in ``layout``."""
+        compute, comm = self._phases(d, r, c, b, k, layout == "weighted")
+        total = compute + comm
+        i, j = np.unravel_index(int(np.argmin(total)), total.shape)
+        return Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
+                        int(b[0, j]), layout)
 
     def eet(self, d: np.ndarray) -> Estimate:
         """The mapping's best grid and block by the model (memoised up to symmetry)."""
@@ -158,13 +172,8 @@ class Search:
         if lib is not None:            # one process runs the library routine, not a grid
             self._memo[key] = lib
             return lib
-        r, c = self._grid_arrays(int(d.sum()))
-        compute, comm = self._phases(d, r, c, self.b, self.k)
-        total = compute + comm
-        i, j = np.unravel_index(int(np.argmin(total)), total.shape)
-        est = Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
-                       int(self.b[0, j]))
-        hohe = self._weighted(d)
+        est = self._best(d, *self._grid_arrays(int(d.sum())), self.b, self.k, "cyclic")
+        hohe = self._weighted(d) if self.hohe else None
         if hohe is not None and hohe.seconds < est.seconds:
             est = hohe
         self._memo[key] = est
@@ -180,13 +189,12 @@ class Search:
 
     def estimate(self, d: np.ndarray, r: int, c: int, b: int, layout: str = "cyclic") -> Estimate:
         """The model's time of one plan: mapping ``d`` on an r x c grid with block b (``layout``
-        "weighted": HoHe gemm; "library": the one-process library call)."""
-        if layout in ("weighted", "library"):
+        "weighted": HoHe; "library": the one-process library call)."""
+        if layout == "library" or (layout == "weighted" and self.family == "gemm"):
             return (self._weighted if layout == "weighted" else self._library)(np.asarray(d))
         k = {kern: np.array([[self.platform.k(kern, b)]]) for kern in KERNELS}
-        compute, comm = self._phases(np.asarray(d), np.array([[float(r)]]), np.array([[float(c)]]),
-                                     np.array([[float(b)]]), k)
-        return Estimate(float(compute[0, 0] + comm[0, 0]), float(compute[0, 0]), float(comm[0, 0]), r, c, b)
+        return self._best(np.asarray(d), np.array([[float(r)]]), np.array([[float(c)]]), np.array([[float(b)]]), k,
+                          layout)
 
     @property
     def evaluations(self) -> int:
@@ -354,7 +362,7 @@ def run_method(method: str, family: str, n: int, platform: ClusterPlatform, max_
     if method not in METHODS + USERS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS + USERS)}")
     t0 = time.perf_counter()
-    search = Search(family, n, platform, max_level, blocks)
+    search = Search(family, n, platform, max_level, blocks, hohe=method not in USERS)
     complete = True
     if method == "exhaustive":
         d = _exhaustive(search)
@@ -413,11 +421,24 @@ def describe(st: MappingStudy) -> str:
         e = c.estimate
         exh = f"{e.seconds / ref.estimate.seconds:6.3f}" if ref is not None else "     -"
         flag = "" if c.complete else " (node budget)"
-        grid = {"weighted": "HoHe", "library": "lib"}.get(e.layout, f"{e.r}x{e.c}")
+        grid = grid_label(e.layout, e.r, e.c, e.b)
         lines.append(f"  {c.method:12s} {c.p:4d} {grid:>7s} {e.b:4d} {e.seconds:12.4g} "
                      f"{e.seconds / best:6.3f} {exh} {c.solve_seconds:9.4f} {c.depth:5d} {c.nodes:7d}  "
                      f"{mapping_text(c.d, st.platform)}{flag}")
     return "\n".join(lines)
+
+
+def grid_label(layout: str, r: int, c: int, b: int, long: bool = False) -> str:
+    """A plan's grid as the tables show it: ``r x c`` (``w`` when its blocks follow the speeds,
+    HoHe), HoHe for gemm's weighted BSR (b = 0), lib for the library call."""
+    if layout == "library":
+        return "the library routine" if long else "lib"
+    if layout == "weighted" and not b:
+        return "HoHe (rows by speed)" if long else "HoHe"
+    grid = f"{r}x{c}" + ("w" if layout == "weighted" else "")
+    if long:
+        return f"{grid} b={b}" + (" (blocks per cycle by speed, HoHe)" if layout == "weighted" else "")
+    return grid
 
 
 # ------------------------------------------------------------------ placing a tuned call's processes
@@ -448,8 +469,7 @@ class Placement:
 
     def describe(self) -> str:
         e = self.estimate
-        grid = {"weighted": "HoHe (rows by speed)", "library": "the library routine"}.get(
-            e.layout, f"{e.r}x{e.c} b={e.b}")
+        grid = grid_label(e.layout, e.r, e.c, e.b, long=True)
         where = ", ".join(f"{h.name} {k}" for h, k in zip(self.platform.hosts, self.counts, strict=True))
         return (f"mapping ({self.method}, 001 5.4) on {self.platform.describe()}:\n"
                 f"  processes per host: {where}; {grid}; predicted {e.seconds * 1e3:.2f} ms "
@@ -528,12 +548,13 @@ def _plan(family: str, est: Estimate, counts, d: np.ndarray, hosts: list[RankHos
     be = RANK_BACKEND[family]
     if est.layout == "library":
         return Plan("local", 1, threads=1, backend=be)
-    if est.layout == "weighted":
-        return Plan("bsr", len(ranks), len(ranks), 1, threads=1, backend=be,
-                    weights=tuple(float(w) for w in search.weights(d)), ranks=ranks)
-    return Plan(FAMILY_ALGORITHM[family], len(ranks), est.r, est.c, b=est.b, threads=1, backend=be, ranks=ranks)
+    weights = tuple(float(w) for w in search.weights(d)) if est.layout == "weighted" else None
+    if est.layout == "weighted" and family == "gemm":
+        return Plan("bsr", len(ranks), len(ranks), 1, threads=1, backend=be, weights=weights, ranks=ranks)
+    return Plan(FAMILY_ALGORITHM[family], len(ranks), est.r, est.c, b=est.b, threads=1, backend=be,
+                weights=weights, ranks=ranks)
 
 
 __all__ = ["FAMILY_ALGORITHM", "METHODS", "NODE_BUDGET", "PLACEMENT_EXHAUSTIVE", "USERS", "Estimate",
            "MappingChoice", "MappingStudy", "Placement", "RankHost", "Search", "communicator_platform", "describe",
-           "heterogeneous", "mapping_text", "placement", "rank_hosts", "run_method", "study"]
+           "grid_label", "heterogeneous", "mapping_text", "placement", "rank_hosts", "run_method", "study"]
