@@ -31,7 +31,9 @@ SUBNET = "10.77.0"
 GATEWAY = f"{SUBNET}.254"
 STATE_DIR = Path(os.environ.get("AUTOTUNE_TESTBED_DIR", "/run/autotune-testbed"))
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-PERIOD_US = 100_000
+# CFS period of a host's CPU quota: short, so a capped host is slow evenly, as a slower processor
+# is, rather than in bursts (with 100 ms a half-core host runs 50 ms, then answers no message for 50).
+PERIOD_US = 5_000
 _RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$")
 
 

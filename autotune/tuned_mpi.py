@@ -26,6 +26,7 @@ from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError
 from autotune.models.distributed_cholesky import memory_order
+from autotune.models.fitted_phases import load_phase_factors
 from autotune.plans import Plan
 from autotune.select.distributed import as_plan, rank_plans
 from autotune.select.mapping import (
@@ -284,7 +285,8 @@ def _placement(family: str, dims: tuple[int, ...], names: list[str], cores: list
     if not heterogeneous(hosts, cp):
         return None
     try:
-        return placement(family, dims[0], hosts, communicator_platform(hosts, cp, sp))
+        factors = load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
+        return placement(family, dims[0], hosts, communicator_platform(hosts, cp, sp, factors))
     except (PlatformError, LookupError):
         return None
 

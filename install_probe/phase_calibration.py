@@ -12,6 +12,7 @@ the gathered result, each phase the slowest rank's.
 from __future__ import annotations
 
 import re
+import socket
 import time
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from autotune.install_probe.calibrate import CALLS, PLAN, dims, problem
 from autotune.config import available_cores, options
 from autotune.db import load_sp, location
 from autotune.db.comm import load_comm
+from autotune.db.platform import PlatformError
 from autotune.db.store import DatabaseError
 from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import Phases
@@ -32,8 +34,15 @@ from autotune.models.fitted_phases import (
 )
 from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans, rank_plans
+from autotune.select.mapping import (
+    FAMILY_ALGORITHM,
+    MAPPING_ALGORITHM,
+    communicator_platform,
+    plan_estimate,
+    rank_hosts,
+)
 
-FAMILIES = ("gemm", "cholesky")
+FAMILIES = ("gemm", "cholesky", "lu")
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,7 @@ def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | No
             rows = []
             for (plan, predicted, model), measured in zip(ranked, timed, strict=True):
                 rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm, "p": plan.p,
+                             "r": plan.r, "c": plan.c, "b": plan.b,
                              "predicted": predicted, "model": model, "measured": measured})
                 if comm.rank == 0 and verbose:
                     print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
@@ -157,14 +167,15 @@ def _family_info(results: list[dict], by: str) -> dict[str, dict]:
     return out
 
 
-def fit(results: list[dict], db: str | None, nprocs: int, by: str = "autotune bench mpi-validate"
-        ) -> tuple[str | None, list[PhaseFactor]]:
-    """Fit this platform's phase factors from the analytical phases of the runs and store them,
-    keeping the stored factors of families these runs did not time. Returns (platform key, factors)."""
+def fit(results: list[dict], db: str | None, nprocs: int, by: str = "autotune bench mpi-validate",
+        extra: list[dict] = ()) -> tuple[str | None, list[PhaseFactor]]:
+    """Fit this platform's phase factors from the analytical phases of the runs (and the ``extra``
+    rows of other models of the same runs, ``mapping_rows``) and store them, keeping the stored
+    factors of families these runs did not time. Returns (platform key, factors)."""
     path = location.resolve(db)
     key = load_comm(db, nprocs=nprocs).platform.get("key")
     rows = [{**r, "predicted": r["model"], "p": r.get("p", _procs(r["plan"]))}
-            for prob in results for r in prob["rows"]]
+            for prob in results for r in prob["rows"]] + list(extra)
     families = {r["family"] for r in rows}
     old = load_phase_factors(path, key)
     kept = [f for f in old.factors if f.family not in families]
@@ -192,6 +203,23 @@ def total_lines(factors: list[PhaseFactor]) -> list[str]:
     return out
 
 
+def mapping_rows(results: list[dict], names: list[str], cores: list[int], db) -> list[dict]:
+    """The mapping model's time (``select.mapping.plan_estimate``) of each timed plan it covers
+    (the family's block-cyclic algorithm) beside the measured one: the rows of its factor per
+    family (``MAPPING_ALGORITHM``). None where the probe measured no platform to model."""
+    hosts = rank_hosts(names, cores, 0)
+    try:
+        platform = communicator_platform(hosts, load_comm(db, nprocs=len(names)), load_sp(db))
+    except (PlatformError, LookupError):
+        return []
+    return [{"family": prob["family"], "algorithm": MAPPING_ALGORITHM, "p": row["p"],
+             "predicted": {"total": plan_estimate(prob["family"], prob["n"], Plan(
+                 row["algorithm"], row["p"], row["r"], row["c"], b=row["b"]), hosts, platform).seconds},
+             "measured": {"total": row["measured"]["total"]}}
+            for prob in results for row in prob["rows"]
+            if row["algorithm"] == FAMILY_ALGORITHM.get(prob["family"]) and "r" in row]
+
+
 def _models_usable(comm, db) -> bool:
     """Whether the database holds the BLAS records the distributed models need (as the probe's
     other calibrations require), agreed on every rank."""
@@ -213,10 +241,12 @@ def calibrate_phases(world, db, cal: PhaseCalibration, verbose: bool = False) ->
     t0 = time.perf_counter()
     results = [prob for family in cal.families
                for prob in validate(family, cal.sizes, world, cal.reps, cal.max_ratio, db, verbose=verbose)]
+    names, cores = world.allgather(socket.gethostname()), world.allgather(available_cores())
     if world.rank != 0:
         return None
     try:
-        key, factors = fit(results, db, world.size, by="autotune-install --mpi")
+        key, factors = fit(results, db, world.size, by="autotune-install --mpi",
+                           extra=mapping_rows(results, names, cores, db))
     except (DatabaseError, OSError, ValueError) as exc:
         raise RuntimeError(f"phase calibration: could not fit/store the factors: {exc}") from exc
     runs = sum(len(p["rows"]) for p in results) * cal.reps
@@ -230,7 +260,7 @@ def estimate_seconds(cal: PhaseCalibration, nprocs: int, cores: int, rate: float
     total = 0.0
     for family in cal.families:
         for n in cal.sizes:
-            flops = 2.0 * n ** 3 if family == "gemm" else n ** 3 / 3.0
+            flops = {"gemm": 2.0, "lu": 2.0 / 3.0}.get(family, 1.0 / 3.0) * n ** 3
             cands = [p for p in plans(family, dims(family, n), nprocs, cores, oversubscribe=True)
                      if "strassen" not in p.algorithm] + [Plan("local", 1, 1, 1, threads=cores)]
             total += sum(flops / (rate * min(p.p * p.threads, cores)) + run_seconds for p in cands)

@@ -14,9 +14,17 @@ from autotune.install_probe.comm import CommProfileError, estimate_seconds, load
 from mpi_helpers import mpi_env
 
 from autotune import cli
+from autotune.db import load_sp
 from autotune.db.comm import load_comm
-from autotune.models.fitted_phases import PhaseFactor, PhaseFactors, load_phase_factors, save_phase_factors
+from autotune.models.fitted_phases import (
+    PhaseFactor,
+    PhaseFactors,
+    fit_phase_factors,
+    load_phase_factors,
+    save_phase_factors,
+)
 from autotune.plans import Plan
+from autotune.select import mapping as sm
 from autotune.select.distributed import Calibration, DistDecision, DistRanked, calibration_line
 
 # The comm probe at its smallest (as tests/test_comm.py's), every calibration on tiny problems.
@@ -37,7 +45,7 @@ def test_profile_key_defaults_none_and_bad_values():
     assert parse_comm_profile({**base, "phase_calibration": "none"}).phase_calibration.sizes == ()
     cal = parse_comm_profile({**base, "phase_calibration": {"sizes": [256], "reps": 2, "families": ["gemm"]}})
     assert cal.phase_calibration == phcal.PhaseCalibration((256,), 2, ("gemm",), 3.0)
-    for bad in ({"sizes": [0]}, {"families": ["lu"]}, {"reps": 0}, {"size": [1]}, [256], {"max_ratio": 0.5}):
+    for bad in ({"sizes": [0]}, {"families": ["qr"]}, {"reps": 0}, {"size": [1]}, [256], {"max_ratio": 0.5}):
         with pytest.raises(CommProfileError):
             parse_comm_profile({**base, "phase_calibration": bad})
     quick = load_comm_profile("quick").phase_calibration
@@ -102,6 +110,7 @@ def test_installer_ends_with_the_phase_calibration(installed, capsys):
     stored = load_phase_factors(path, key)
     infos = stored.family_infos()
     assert set(infos) == {"gemm", "cholesky"}, proc.stdout
+    _mapping_rows_price_the_timed_plans(path, load_comm(path, nprocs=2).host_speeds)
     for info in infos.values():
         assert info["sizes"] == [128, 192] and info["runs"] >= 2 and info["by"] == "autotune-install --mpi"
     assert "phase calibration:" in proc.stdout and f"from {sum(i['runs'] for i in infos.values())} runs" in proc.stdout
@@ -111,3 +120,24 @@ def test_installer_ends_with_the_phase_calibration(installed, capsys):
     assert cli.main(["show", "--db", str(path)]) == 0
     out = capsys.readouterr().out
     assert "phase calibration gemm: n = 128, 192" in out and "phase calibration cholesky" in out
+
+
+def _mapping_rows_price_the_timed_plans(path, speeds) -> None:
+    """The mapping model's rows: its time of each timed plan of a family's block-cyclic algorithm on
+    the communicator's hosts beside the measured time; the fitted factor is measured/modelled, and
+    the tuned placement's platform carries it."""
+    host = next(iter(speeds))
+    timed = [{"algorithm": "cholesky", "p": 2, "r": r, "c": c, "b": 32, "measured": {"total": 0.05}}
+             for r, c in ((1, 2), (2, 1))] + [{"algorithm": "local", "p": 1, "measured": {"total": 0.01}}]
+    rows = phcal.mapping_rows([{"family": "cholesky", "n": 512, "rows": timed}], [host, host], [1, 1], path)
+    assert len(rows) == 2 and all(r["algorithm"] == sm.MAPPING_ALGORITHM for r in rows)
+    assert all(0 < r["predicted"]["total"] < 0.05 for r in rows)
+    (pooled,) = [f for f in fit_phase_factors(rows) if f.p == 0]
+    assert pooled.factor > 1 and pooled.family == "cholesky"
+    hosts = sm.rank_hosts([host, host], [1, 1], 0)
+    platform = sm.communicator_platform(hosts, load_comm(path, nprocs=2), load_sp(path), PhaseFactors([pooled]))
+    assert platform.model_factors == {"cholesky": pooled.factor}
+    plan = Plan("cholesky", 2, 1, 2, b=32)
+    assert sm.plan_estimate("cholesky", 512, plan, hosts, platform).seconds == pytest.approx(
+        pooled.factor * sm.plan_estimate("cholesky", 512, plan, hosts, replace(platform, model_factors={})).seconds)
+    assert phcal.mapping_rows([], ["elsewhere"], [1], path) == []      # a host the probe did not measure

@@ -7,7 +7,8 @@ cluster, against what the mapping search methods chose (001 tables 5.3-5.4). Run
     autotune testbed mpiexec 4 autotune bench mapping-testbed --db DB --family lu --n 1024 2048 --out R.json
 
 The platform is the one the comm probe measured (``db.platform.measured_platform``: a processor
-per host, its speed, the link types). A mapping puts ``d_h`` of a host's ranks to work (a
+per host, its speed, the link types, and the mapping model's factors its phase calibration fitted,
+as the tuned calls use it). A mapping puts ``d_h`` of a host's ranks to work (a
 sub-communicator, ranks host by host); each (mapping, grid, block) runs ``--reps`` times, the
 median root-to-root time kept, and its result is checked against numpy/scipy's. The root then
 runs every method and user on the model and reports the measured time of each one's plan, the
@@ -29,6 +30,7 @@ from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError, measured_platform
+from autotune.models.fitted_phases import load_phase_factors
 from autotune.models.mapping import database_k, usable_blocks
 from autotune.plans import Plan, grids
 from autotune.select import mapping as sm
@@ -229,9 +231,10 @@ def run(args) -> int:
     platform, problem = None, None
     if world.rank == 0:
         try:
-            platform = measured_platform(load_comm(args.db, nprocs=world.size), database_k(load_sp(args.db)),
-                                         order=list(names))
-            platform = replace(platform, max_per_processor=max(len(h) for h in hosts))
+            cp, sp = load_comm(args.db, nprocs=world.size), load_sp(args.db)
+            platform = measured_platform(cp, database_k(sp), order=list(names))
+            fitted = sm.model_factors(load_phase_factors(getattr(sp, "path", None), cp.platform.get("key")))
+            platform = replace(platform, max_per_processor=max(len(h) for h in hosts), model_factors=fitted)
         except PlatformError as e:
             problem = str(e)
     problem, speeds = world.bcast((problem, [h.speed for h in platform.hosts] if platform else None), root=0)

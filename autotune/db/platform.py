@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -58,13 +58,16 @@ class Link:
 @dataclass(frozen=True)
 class ClusterPlatform:
     """Hosts with processors of given speeds, the link types between them and the kernels' k at
-    speed 1 (``k(kernel, b)``: seconds per flop at block b; None for a library kernel not given)."""
+    speed 1 (``k(kernel, b)``: seconds per flop at block b; None for a library kernel not given).
+    ``model_factors``: per family, measured/modelled time of its distributed plans on this platform
+    (fitted by the comm probe's phase calibration; 1 where none was)."""
 
     name: str
     hosts: tuple[Host, ...]
     links: dict[str, Link]
     k: Callable[[str, int], float]
     max_per_processor: int = 2
+    model_factors: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def speeds(self) -> np.ndarray:

@@ -48,6 +48,7 @@ from .runs import PlanRun, agree_plan, cyclic_layout, plan_run
 from .steps import BlockSteps
 
 _TAG_CYCLE = 8192
+POLL_BLOCKS = 2         # block columns of the trailing update between two polls of the messages
 _GATHER, _PANEL, _RING = 0, 1, 2
 
 
@@ -247,11 +248,28 @@ class _LU(BlockSteps):
             return panel[self.size(K):]
         return np.asfortranarray(panel[self.grow[low:] - K * self.b])
 
-    def gemm(self, K: int, l21: np.ndarray, u: np.ndarray, c: np.ndarray) -> None:
-        if l21.shape[0] and c.shape[1]:
+    def gemm(self, K: int, l21: np.ndarray, u: np.ndarray, c: np.ndarray, poll: bool = False) -> None:
+        """c -= l21 u; with ``poll``, in chunks of ``POLL_BLOCKS`` block columns with the messages
+        in flight progressed between them (over TCP a large message moves only while both of its
+        ranks are inside MPI, so a sender busy in one long gemm would stall its receivers)."""
+        if not (l21.shape[0] and c.shape[1]):
+            return
+        step = self.b * POLL_BLOCKS if poll else c.shape[1]
+        for j in range(0, c.shape[1], step):
             t0 = time.perf_counter()
-            self.be.gemm(-1.0, l21, u, 1.0, c)
+            self.be.gemm(-1.0, l21, u[:, j:j + step], 1.0, c[:, j:j + step])
             self._clock("compute", t0)
+            if poll and j + step < c.shape[1]:
+                self.poll()
+
+    def poll(self) -> None:
+        """Progress this rank's outstanding panel sends and receives (MPI_Test)."""
+        t0 = time.perf_counter()
+        for _, reqs in self.sends:
+            self.MPI.Request.Testall(reqs)
+        for req, _ in self.recvs.values():
+            req.Test()
+        self._clock("communication", t0)
 
     def update(self, K: int, panel: np.ndarray, ip: np.ndarray) -> None:
         """Step K on this rank; with look-ahead the owner of K+1 factors it after its first block."""
@@ -265,7 +283,7 @@ class _LU(BlockSteps):
         self.gemm(K, l21, us[0][:, :split], self.x[low:, tc:tc + split])
         if ahead:
             self.factor(K + 1)
-        self.gemm(K, l21, us[0][:, split:], self.x[low:, tc + split:])
+        self.gemm(K, l21, us[0][:, split:], self.x[low:, tc + split:], poll=True)
         if self.xb is not None:
             self.gemm(K, l21, us[1], self.xb[low:])
 

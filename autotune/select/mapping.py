@@ -44,6 +44,8 @@ USERS = ("greedy", "conservative", "expert")
 NODE_BUDGET = 50_000
 # The distributed algorithm a mapping's block-cyclic grid runs, per family (the mapping model's).
 FAMILY_ALGORITHM = {"gemm": "summa", "cholesky": "cholesky", "lu": "lu"}
+# The phase calibration's name for the mapping model's factors (``models.fitted_phases``).
+MAPPING_ALGORITHM = "mapping"
 # A tuned call places its processes by trying every count per host up to this many count
 # vectors, and by GPTM's greedy path above it.
 PLACEMENT_EXHAUSTIVE = 4096
@@ -91,6 +93,7 @@ class Search:
         if n < 1:
             raise ValueError(f"n must be positive, got {n}")
         self.family, self.n, self.platform, self.hohe = family, int(n), platform, hohe
+        self.factor = float(platform.model_factors.get(family, 1.0))   # measured/modelled, fitted here
         self.speeds, self.host_of = platform.speeds, platform.host_of
         ends = np.cumsum([h.processors for h in platform.hosts])
         self._slices = list(zip(ends - [h.processors for h in platform.hosts], ends, strict=True))
@@ -152,11 +155,13 @@ class Search:
         links = self.platform.links
         compute, comm = mm.weighted_gemm(self.n, mm.rank_hosts(d, self.host_of), w,
                                          float(self.k["gemm"].min()), links["host"], links["net"])
+        compute, comm = compute * self.factor, comm * self.factor
         return Estimate(compute + comm, compute, comm, int(d.sum()), 1, 0, "weighted")
 
     def _best(self, d: np.ndarray, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict, layout: str) -> Estimate:
         """The least modelled time over grids (r, c) x blocks (b, k) of mapping ``d`` in ``layout``."""
         compute, comm = self._phases(d, r, c, b, k, layout == "weighted")
+        compute, comm = compute * self.factor, comm * self.factor
         total = compute + comm
         i, j = np.unravel_index(int(np.argmin(total)), total.shape)
         return Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
@@ -227,7 +232,8 @@ class Search:
         hosts = set(self.host_of[d > 0].tolist())
         p = int(d.sum())
         floor = self._comm_floor[min(p, self.max_level), int(len(hosts) > 1)]
-        return self.lead / speed + min(self.eet(d).comm, floor)
+        # the bound of the unscaled model; scaled down only by a fitted factor below 1
+        return min(1.0, self.factor) * (self.lead / speed + min(self.eet(d).comm / self.factor, floor))
 
     # -- moves ----------------------------------------------------------------------------------
 
@@ -466,12 +472,15 @@ class Placement:
     estimate: Estimate
     platform: ClusterPlatform
     method: str
+    family: str = ""
 
     def describe(self) -> str:
         e = self.estimate
         grid = grid_label(e.layout, e.r, e.c, e.b, long=True)
         where = ", ".join(f"{h.name} {k}" for h, k in zip(self.platform.hosts, self.counts, strict=True))
-        return (f"mapping ({self.method}, 001 5.4) on {self.platform.describe()}:\n"
+        x = self.platform.model_factors.get(self.family)
+        fitted = f"\n  {self.family} model x{x:.3g} on distributed plans (measured/modelled, fitted here)" if x else ""
+        return (f"mapping ({self.method}, 001 5.4) on {self.platform.describe()}:{fitted}\n"
                 f"  processes per host: {where}; {grid}; predicted {e.seconds * 1e3:.2f} ms "
                 f"(compute {e.compute * 1e3:.2f}, communication {e.comm * 1e3:.2f})\n  plan: {self.plan}")
 
@@ -497,13 +506,31 @@ def heterogeneous(hosts: list[RankHost], cp) -> bool:
     return max(values) / min(values) > 1.0 + cp.compute_skew(sum(len(h.ranks) for h in hosts))
 
 
-def communicator_platform(hosts: list[RankHost], cp, sp) -> ClusterPlatform:
+def communicator_platform(hosts: list[RankHost], cp, sp, factors=None) -> ClusterPlatform:
     """The measured platform restricted to the communicator: each host's processors (its ranks, at
-    most its cores), up to as many processes per processor as its ranks need, the SP database's k."""
+    most its cores), up to as many processes per processor as its ranks need, the SP database's k,
+    and the model factors the phase calibration fitted on it (``factors``: PhaseFactors; family
+    x "mapping" x "total")."""
     platform = measured_platform(cp, mm.database_k(sp), {h.name: h.processors for h in hosts},
                                  [h.name for h in hosts])
     most = max(-(-len(h.ranks) // h.processors) for h in hosts)
-    return replace(platform, max_per_processor=most)
+    return replace(platform, max_per_processor=most, model_factors=model_factors(factors))
+
+
+def model_factors(factors) -> dict[str, float]:
+    """Each family's fitted mapping-model factor other than 1 (``factors``: PhaseFactors or None)."""
+    fitted = {f: factors.factor(f, MAPPING_ALGORITHM, "total") for f in mm.FAMILIES} if factors else {}
+    return {f: x for f, x in fitted.items() if x != 1.0}
+
+
+def plan_estimate(family: str, n: int, plan: Plan, hosts: list[RankHost], platform: ClusterPlatform) -> Estimate:
+    """The mapping model's time of ``plan`` (equal blocks, or HoHe with weights) on its ranks of the
+    communicator whose ``hosts`` these are (what the phase calibration compares runs with)."""
+    used = set(plan.used_ranks(sum(len(h.ranks) for h in hosts)))
+    counts = [len(used & set(h.ranks)) for h in hosts]
+    search = Search(family, n, platform)
+    return search.estimate(_mapping(counts, hosts), plan.r, plan.c, plan.b,
+                           "weighted" if plan.weights is not None else "cyclic")
 
 
 def _spread(count: int, processors: int) -> list[int]:
@@ -539,7 +566,7 @@ def placement(family: str, n: int, hosts: list[RankHost], platform: ClusterPlatf
         counts = _counts(search, d, hosts)
     d = _mapping(counts, hosts)
     est = search.eet(d)
-    return Placement(_plan(family, est, counts, d, hosts, search), tuple(counts), est, platform, method)
+    return Placement(_plan(family, est, counts, d, hosts, search), tuple(counts), est, platform, method, family)
 
 
 def _plan(family: str, est: Estimate, counts, d: np.ndarray, hosts: list[RankHost], search: Search) -> Plan:
@@ -555,6 +582,7 @@ def _plan(family: str, est: Estimate, counts, d: np.ndarray, hosts: list[RankHos
                 weights=weights, ranks=ranks)
 
 
-__all__ = ["FAMILY_ALGORITHM", "METHODS", "NODE_BUDGET", "PLACEMENT_EXHAUSTIVE", "USERS", "Estimate",
-           "MappingChoice", "MappingStudy", "Placement", "RankHost", "Search", "communicator_platform", "describe",
-           "grid_label", "heterogeneous", "mapping_text", "placement", "rank_hosts", "run_method", "study"]
+__all__ = ["FAMILY_ALGORITHM", "MAPPING_ALGORITHM", "METHODS", "NODE_BUDGET", "PLACEMENT_EXHAUSTIVE", "USERS",
+           "Estimate", "MappingChoice", "MappingStudy", "Placement", "RankHost", "Search", "communicator_platform",
+           "describe", "grid_label", "heterogeneous", "mapping_text", "model_factors", "placement", "plan_estimate",
+           "rank_hosts", "run_method", "study"]
