@@ -86,12 +86,18 @@ class Axis:
         J = np.arange(start, max(nblocks, start), dtype=np.int64)
         return J[self.block_owner(J) == part]
 
-    def first_local(self, part: int, J: int) -> int:
-        """Cyclic: position in ``part``'s local order of its first index in a block >= J."""
+    def _held(self, part: int, J: int) -> int:
+        """Cyclic: how many of the blocks before block ``J`` ``part`` owns."""
+        if self.weights is None:             # one block per part per cycle (numroc's arithmetic)
+            whole, rest = divmod(int(J), self.parts)
+            return whole + (part < rest)
         per, _ = self._slots
         whole, rest = divmod(int(J), self.pattern.size)
-        held = whole * int(per[part]) + int((self.pattern[:rest] == part).sum())
-        return min(held * self.block, self.count(part))
+        return whole * int(per[part]) + int((self.pattern[:rest] == part).sum())
+
+    def first_local(self, part: int, J: int) -> int:
+        """Cyclic: position in ``part``'s local order of its first index in a block >= J."""
+        return min(self._held(part, J) * self.block, self.count(part))
 
     def bounds(self) -> np.ndarray:
         """Balanced blocks: the first index of each part and n (largest remainders where weighted)."""
@@ -116,16 +122,10 @@ class Axis:
         if self.block is None:
             start, stop = self.span(part)
             return stop - start
-        if self.weights is None:        # numroc's closed form
-            nblocks, last = divmod(self.n, self.block)
-            full_rounds, extra = divmod(nblocks, self.parts)
-            return full_rounds * self.block + (self.block if part < extra else last if part == extra else 0)
         nblocks = -(-self.n // self.block)
-        per, _ = self._slots
-        whole, rest = divmod(nblocks, self.pattern.size)
-        mine = whole * int(per[part]) + int((self.pattern[:rest] == part).sum())
-        short = nblocks * self.block - self.n
-        return mine * self.block - (short if nblocks and int(self.block_owner(nblocks - 1)) == part else 0)
+        held = self._held(part, nblocks)
+        owns_last = nblocks and held > self._held(part, nblocks - 1)
+        return held * self.block - (nblocks * self.block - self.n if owns_last else 0)   # the last block is short
 
     def indices(self, part: int) -> np.ndarray:
         """Global indices ``part`` owns, ascending (its local order)."""
@@ -197,6 +197,10 @@ class Layout:
 
     def empty_local(self, rank: int, dtype=np.float64) -> np.ndarray:
         return np.empty(self.local_shape(rank), dtype=dtype, order="F")
+
+    def is_block_cyclic(self, r: int, c: int, b: int) -> bool:
+        """Whether this is a block-cyclic layout (weighted or not) with b x b blocks on an r x c grid."""
+        return self.grid == (r, c) and self.rows.block == b and self.cols.block == b
 
     def describe(self) -> str:
         kind = {(None, None): "block"}.get((self.rows.block, self.cols.block),

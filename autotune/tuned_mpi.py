@@ -26,7 +26,7 @@ from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError
 from autotune.models.distributed_cholesky import memory_order
-from autotune.models.fitted_phases import load_phase_factors
+from autotune.models.fitted_phases import platform_factors
 from autotune.plans import Plan
 from autotune.select.distributed import as_plan, rank_plans
 from autotune.select.mapping import (
@@ -285,8 +285,7 @@ def _placement(family: str, dims: tuple[int, ...], names: list[str], cores: list
     if not heterogeneous(hosts, cp):
         return None
     try:
-        factors = load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
-        return placement(family, dims[0], hosts, communicator_platform(hosts, cp, sp, factors))
+        return placement(family, dims[0], hosts, communicator_platform(hosts, cp, sp, platform_factors(sp, cp)))
     except (PlatformError, LookupError):
         return None
 

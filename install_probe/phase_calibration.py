@@ -32,6 +32,7 @@ from autotune.models.fitted_phases import (
     load_phase_factors,
     save_phase_factors,
 )
+from autotune.models.mapping import FLOPS
 from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans, rank_plans
 from autotune.select.mapping import (
@@ -260,7 +261,7 @@ def estimate_seconds(cal: PhaseCalibration, nprocs: int, cores: int, rate: float
     total = 0.0
     for family in cal.families:
         for n in cal.sizes:
-            flops = {"gemm": 2.0, "lu": 2.0 / 3.0}.get(family, 1.0 / 3.0) * n ** 3
+            flops = FLOPS[family] * n ** 3
             cands = [p for p in plans(family, dims(family, n), nprocs, cores, oversubscribe=True)
                      if "strassen" not in p.algorithm] + [Plan("local", 1, 1, 1, threads=cores)]
             total += sum(flops / (rate * min(p.p * p.threads, cores)) + run_seconds for p in cands)

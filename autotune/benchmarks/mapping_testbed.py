@@ -30,7 +30,7 @@ from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError, measured_platform
-from autotune.models.fitted_phases import load_phase_factors
+from autotune.models.fitted_phases import platform_factors
 from autotune.models.mapping import database_k, usable_blocks
 from autotune.plans import Plan, grids
 from autotune.select import mapping as sm
@@ -105,10 +105,11 @@ def plans(family: str, p: int, blocks, weights: tuple[float, ...] | None) -> lis
         return [(Plan("summa", p, r, c, b=blk, threads=1, backend=be), "cyclic")
                 for (r, c), blk in itertools.product(grids(p), blocks)] + \
             [(Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted")]
-    hetero = weights is not None and max(weights) > min(weights)
+    layouts = [(None, "cyclic")]
+    if weights is not None and max(weights) > min(weights):
+        layouts.append((weights, "weighted"))
     return [(Plan(sm.FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be, weights=w), layout)
-            for w, layout in ((None, "cyclic"),) + (((weights, "weighted"),) if hetero else ())
-            for (r, c), blk in itertools.product(grids(p), blocks)]
+            for w, layout in layouts for (r, c), blk in itertools.product(grids(p), blocks)]
 
 
 def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, ...]) -> list[dict]:
@@ -233,7 +234,7 @@ def run(args) -> int:
         try:
             cp, sp = load_comm(args.db, nprocs=world.size), load_sp(args.db)
             platform = measured_platform(cp, database_k(sp), order=list(names))
-            fitted = sm.model_factors(load_phase_factors(getattr(sp, "path", None), cp.platform.get("key")))
+            fitted = sm.model_factors(platform_factors(sp, cp))
             platform = replace(platform, max_per_processor=max(len(h) for h in hosts), model_factors=fitted)
         except PlatformError as e:
             problem = str(e)

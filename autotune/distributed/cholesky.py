@@ -44,7 +44,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.layout import Axis, Layout, block_cyclic
+from autotune.layout import Axis, Layout
 from autotune.models.distributed_cholesky import flipped, memory_order, wanted_order
 from autotune.plans import Plan
 
@@ -362,12 +362,11 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
     comm = A.comm
     err = None
     try:
-        n = A.layout.shape[0]
         if A.layout.shape[0] != A.layout.shape[1]:
             raise ValueError(f"Input array is expected to be square but has the shape: {A.layout.shape}.")
         if b < 1:
             raise ValueError(f"block size must be >= 1, got {b}")
-        if A.layout != block_cyclic(n, n, grid.r, grid.c, b, weights=(A.layout.rows.weights, A.layout.cols.weights)):
+        if not A.layout.is_block_cyclic(grid.r, grid.c, b):
             raise ValueError(f"layout {A.layout.describe()} is not block-cyclic {b}x{b} on the "
                              f"{grid.r}x{grid.c} grid")
         if MPI.Comm.Compare(comm, grid.comm) not in (MPI.IDENT, MPI.CONGRUENT):

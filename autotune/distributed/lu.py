@@ -37,7 +37,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from autotune.kernels import _front
-from autotune.layout import Layout, block_cyclic
+from autotune.layout import Layout
 from autotune.plans import Plan
 
 from . import workspace
@@ -65,8 +65,7 @@ class _LU(BlockSteps):
         self.comm, self.col = grid.comm, grid.col
         self.lookahead = lookahead and grid.r == 1
         self.grow = self.rows.indices(self.myr)      # global row of each local row
-        n = self.n
-        self.ipiv = np.zeros(n, dtype=np.int64)                            # global, 0-based
+        self.ipiv = np.zeros(self.n, dtype=np.int64)                       # global, 0-based
         self.itype = np.dtype(be.int_dtype)
         self.info = 0
         self.sends: list = []
@@ -358,8 +357,7 @@ def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str
     try:
         if A.layout.shape[0] != A.layout.shape[1] or b < 1:
             raise ValueError(f"needs a square matrix and a block b >= 1, got {A.layout.shape}, b={b}")
-        weights = (A.layout.rows.weights, A.layout.cols.weights)
-        if A.layout != block_cyclic(n, n, grid.r, grid.c, b, weights=weights):
+        if not A.layout.is_block_cyclic(grid.r, grid.c, b):
             raise ValueError(f"layout {A.layout.describe()} is not block-cyclic {b}x{b} on the {grid.r}x{grid.c} grid")
         if A.local.dtype != np.float64 or A.local.shape != A.layout.local_shape(A.comm.rank):
             raise ValueError("local piece must be float64 and match the layout")

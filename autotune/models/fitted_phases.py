@@ -123,9 +123,14 @@ def load_phase_factors(path: str | os.PathLike | None, key: str | None) -> Phase
     return load_phase_records(path, key, _build, PhaseFactors)
 
 
+def platform_factors(sp, cp) -> PhaseFactors:
+    """The factors stored for ``cp``'s MPI platform in the database ``sp`` was read from."""
+    return load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
+
+
 def _build(rows: list[dict], meta: dict) -> PhaseFactors:
     return PhaseFactors((PhaseFactor(**r) for r in rows), meta.get("info"), meta.get("updated", ""))
 
 
 __all__ = ["GROUP", "PHASE_NAMES", "PhaseFactor", "PhaseFactors", "fit_phase_factors", "load_phase_factors",
-           "save_phase_factors"]
+           "platform_factors", "save_phase_factors"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from autotune.db.contention import ContendedSP, load_contention
 from autotune.models import distributed_cholesky, distributed_gemm, distributed_lu, movement
-from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors
+from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
 from autotune.plans import PHASES, Plan, grids
 
 from . import corrections
@@ -231,7 +231,7 @@ def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, f
 def _calibration(family: str, sp, cp) -> Calibration | None:
     """The platform's phase calibration of ``family``, None where it has none."""
     key = cp.platform.get("key")
-    factors = load_phase_factors(getattr(sp, "path", None), key)
+    factors = platform_factors(sp, cp)
     info = factors.family_infos().get(family)
     if info is None:
         return None

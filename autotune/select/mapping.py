@@ -155,17 +155,18 @@ class Search:
         links = self.platform.links
         compute, comm = mm.weighted_gemm(self.n, mm.rank_hosts(d, self.host_of), w,
                                          float(self.k["gemm"].min()), links["host"], links["net"])
-        compute, comm = compute * self.factor, comm * self.factor
-        return Estimate(compute + comm, compute, comm, int(d.sum()), 1, 0, "weighted")
+        return self._fitted(compute, comm, int(d.sum()), 1, 0, "weighted")
 
     def _best(self, d: np.ndarray, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict, layout: str) -> Estimate:
         """The least modelled time over grids (r, c) x blocks (b, k) of mapping ``d`` in ``layout``."""
         compute, comm = self._phases(d, r, c, b, k, layout == "weighted")
+        i, j = np.unravel_index(int(np.argmin(compute + comm)), compute.shape)
+        return self._fitted(float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]), int(b[0, j]), layout)
+
+    def _fitted(self, compute: float, comm: float, r: int, c: int, b: int, layout: str) -> Estimate:
+        """A distributed plan's estimate, its model scaled by the platform's fitted factor."""
         compute, comm = compute * self.factor, comm * self.factor
-        total = compute + comm
-        i, j = np.unravel_index(int(np.argmin(total)), total.shape)
-        return Estimate(float(total[i, j]), float(compute[i, j]), float(comm[i, j]), int(r[i, 0]), int(c[i, 0]),
-                        int(b[0, j]), layout)
+        return Estimate(compute + comm, compute, comm, r, c, b, layout)
 
     def eet(self, d: np.ndarray) -> Estimate:
         """The mapping's best grid and block by the model (memoised up to symmetry)."""
