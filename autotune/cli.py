@@ -137,10 +137,11 @@ def invalid_note(db, path) -> list[str]:
 
 def summary(db, path=None, verbose: bool = False) -> list[str]:
     """Fingerprint, libraries, last run and the best-GFLOP/s table (every series with ``verbose``)."""
+    usable = db.records[valid_mask(db.records)]
     lines = machine_lines(db.fingerprint) + backend_lines(db.backends, verbose) + [_run_line(db)]
     lines += invalid_note(db, path)
-    lines += [""] + best_table(db.records)
-    lines += [""] + series_lines(db.records) if verbose else other_patterns_line(db.records)
+    lines += [""] + best_table(usable)
+    lines += [""] + series_lines(usable) if verbose else other_patterns_line(usable)
     return lines
 
 
@@ -281,8 +282,8 @@ def pool_lines(tr: Transitions) -> list[str]:
         for j, t in enumerate(own):
             cells = []
             for frm in froms + [(COLD, 0)]:
-                key = frm + to
-                cells.append(f"{tr.curve(key)[1][j] * 1e3:+20.3f}" if key in tr.pairs() else f"{'-':>20}")
+                extra = tr.curve(frm + to)[1] if frm + to in tr.pairs() else ()
+                cells.append(f"{extra[j] * 1e3:+20.3f}" if j < len(extra) else f"{'-':>20}")
             lines.append(f"  {f'{to[0]} {to[1]}t gemm ({t * 1e3:.3f})':<36}" + "".join(cells))
     return lines
 

@@ -9,6 +9,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
+from db_helpers import edited
 
 from autotune import cli
 from autotune.db import RECORD_DTYPE, Database, save
@@ -109,7 +110,7 @@ def test_command_line_prints_one_line_errors_and_warnings(tiny_db, tmp_path):
     """Through the real entry point: no traceback, warnings on one line each."""
     bad = tmp_path / "sp.h5"
     shutil.copy(tiny_db, bad)
-    with h5py.File(bad, "r+") as f:
+    with edited(bad, "r+") as f:
         rows = f["k"][...]
         rows["k"][:2] = [np.nan, -1.0]
         f["k"][...] = rows

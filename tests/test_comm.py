@@ -12,6 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from db_helpers import edited
 from mpi_helpers import fake_launch, mpi_command, run_checked
 
 from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, load, load_sp, save
@@ -218,7 +219,7 @@ def write_synthetic(path, P, prims=dbc.PRIMITIVES, scale=1.0, **extra):
 
 def as_schema_2(path) -> None:
     """Mark a file as written by the schema-2 code (root version 2, ``comm_schema`` 1 per platform)."""
-    with h5py.File(path, "r+") as f:
+    with edited(path, "r+") as f:
         f.attrs["schema_version"] = 2
         for g in f["comm"].values():
             g.attrs["comm_schema"] = 1
@@ -345,7 +346,7 @@ def test_damaged_database_falls_back_with_one_warning(tmp_path, damage):
         path.mkdir()
     else:
         write_synthetic(path, 2)
-        with h5py.File(path, "r+") as f:
+        with edited(path, "r+") as f:
             key = next(iter(f["comm"]))
             del f["comm"][key]["fits"]
     cp = load_comm(path, nprocs=2)

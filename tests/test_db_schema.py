@@ -8,6 +8,7 @@ import warnings
 import h5py
 import numpy as np
 import pytest
+from db_helpers import edited
 from test_comm import write_synthetic
 
 import autotune
@@ -63,7 +64,7 @@ def full_db(tmp_path):
 
 def as_written_by(path, version: int, member_version: int = 1) -> None:
     """Relabel a file as written by an autotune of root ``version`` (per-group versions ``member_version``)."""
-    with h5py.File(path, "r+") as f:
+    with edited(path, "r+") as f:
         f.attrs["schema_version"] = version
         for group, attr in LEGACY.items():
             for g in f[group].values():
@@ -102,7 +103,7 @@ def test_an_older_file_is_migrated_on_read_and_left_unchanged(full_db):
 
 def test_a_group_the_migration_cannot_read_is_refused_the_rest_kept(full_db):
     as_written_by(full_db, SCHEMA_VERSION - 1)
-    with h5py.File(full_db, "r+") as f:
+    with edited(full_db, "r+") as f:
         for g in f["comm"].values():
             g.attrs["comm_schema"] = 0
     cp = dbc.load_comm(full_db, nprocs=2, refresh=True)

@@ -12,6 +12,7 @@ import warnings
 import h5py
 import numpy as np
 import pytest
+from db_helpers import edited
 
 import autotune
 from autotune.db import (
@@ -188,7 +189,7 @@ def test_fallback_hdf5_without_any_attribute(tmp_path):
 def test_fallback_wrong_schema_version(tmp_path):
     path = tmp_path / "db.h5"
     save(make_db(), path)
-    with h5py.File(path, "r+") as f:
+    with edited(path, "r+") as f:
         f.attrs["schema_version"] = 0
     assert_defaults(path, SchemaMismatch, "schema version 0")
 

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import scipy.linalg
+from db_helpers import edited
 
 import autotune
 from autotune import cli
@@ -21,7 +22,7 @@ BAD_K = [np.nan, 0.0, -1.0, np.inf]
 
 def _spoil(path, k_values, routine=b"gemm", field="k") -> int:
     """Overwrite ``field`` of the first square records of ``routine`` with ``k_values``; returns how many."""
-    with h5py.File(path, "r+") as f:
+    with edited(path, "r+") as f:
         rows = f["k"][...]
         idx = np.flatnonzero((rows["routine"] == routine) & (rows["pattern"] == b"square"))[:len(k_values)]
         rows[field][idx] = k_values[:len(idx)]
@@ -53,11 +54,23 @@ def spoiled(tiny_db, tmp_path):
 
 def test_valid_mask_checks_k_median_and_minimum():
     rec = np.zeros(8, RECORD_DTYPE)
+    rec["x"] = rec["threads"] = 1
     rec["k"] = rec["t_median"] = rec["t_min"] = 1.0
     rec["k"][:4] = BAD_K
     rec["t_min"][4], rec["t_median"][5] = -1.0, np.inf
     rec["t_min"][6] = 0.0                     # a time left unset beside a good k
     assert valid_mask(rec).tolist() == [False] * 6 + [True, True]
+
+
+def test_valid_mask_drops_unreadable_text_and_out_of_range_keys():
+    """A record whose text does not decode, or whose size, threads or parameter cannot be, is unusable."""
+    rec = np.zeros(6, RECORD_DTYPE)
+    rec["x"] = rec["threads"] = 1
+    rec["k"] = rec["t_median"] = rec["t_min"] = 1.0
+    rec["routine"] = b"gemm"
+    rec["backend"][0] = b"\xff\xfe"
+    rec["x"][1], rec["threads"][2], rec["param"][3], rec["param"][4] = 0, 0, -1.0, np.nan
+    assert valid_mask(rec).tolist() == [False] * 5 + [True]
 
 
 def test_bad_records_are_dropped_with_one_warning_naming_count_and_command(spoiled):
@@ -97,7 +110,7 @@ def test_tuned_calls_on_bad_records_give_numpys_result(spoiled):
 def test_nothing_valid_means_no_usable_database(tiny_db, tmp_path, capsys):
     path = _copy(tiny_db, tmp_path)
     total = len(load(path).records)
-    with h5py.File(path, "r+") as f:
+    with edited(path, "r+") as f:
         rows = f["k"][...]
         rows["k"] = np.tile(BAD_K, total // 4 + 1)[:total]
         f["k"][...] = rows

@@ -8,6 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
+from db_helpers import edited
 
 from autotune.db import load, load_sp
 from autotune.models.fitted import FittedEntry, FittedModels, load_fitted, override, save_fitted
@@ -72,7 +73,7 @@ def test_missing_and_damaged_give_empty(tmp_path, db):
     with pytest.warns(RuntimeWarning, match="fitted models unusable"):
         assert len(load_fitted(bad)) == 0
     save_fitted(db, [entry()])
-    with h5py.File(db, "r+") as f:
+    with edited(db, "r+") as f:
         del f["fitted/default/0000/coefficients"]
     with pytest.warns(RuntimeWarning, match="fitted models unusable"):
         assert len(load_fitted(db)) == 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 import shutil
 import warnings
 
-import h5py
 import numpy as np
 import pytest
+from db_helpers import edited
 
 from autotune.db.comm import CommParams
 from autotune.db.lookup import load_sp
@@ -102,7 +102,7 @@ def test_missing_or_damaged_factors_mean_the_analytical_model(tmp_path, tiny_db)
     shutil.copy(tiny_db, path)
     save_phase_factors(path, "k", [PhaseFactor("gemm", "bsr", "compute", 1.1, 2, 0.0, 10.0, 1.0)])
     assert load_phase_factors(path, "k") and not load_phase_factors(path, "other")
-    with h5py.File(path, "a") as f:
+    with edited(path, "a") as f:
         f["fitted_phases/k"].attrs["factors"] = "not json"
     with pytest.warns(RuntimeWarning, match="phase factors"):
         assert not load_phase_factors(path, "k")
@@ -149,7 +149,7 @@ def test_contention_round_trip_through_the_shared_reader(tmp_path, tiny_db):
     c = load_contention(path, "k")
     assert c.available and c.factor(2, 256) == pytest.approx(1.5) and c.factor(2, 1024) == pytest.approx(1.1)
     assert c.factor(1, 512) == 1.0
-    with h5py.File(path, "a") as f:
+    with edited(path, "a") as f:
         del f["contention/k/t"]
     with pytest.warns(RuntimeWarning, match="contention"):
         assert not load_contention(path, "k").available

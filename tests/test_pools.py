@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 
-import h5py
 import numpy as np
 import pytest
 from autotune.install_probe import pools as probe
 from autotune.kernels import _front
+from db_helpers import edited
 
 from autotune import explain, tuned_cholesky, tuned_gemm
 from autotune.backends import pools
@@ -78,7 +78,7 @@ def test_round_trip_and_a_damaged_group_loads_empty(tmp_path):
     save_transitions(path, rows(), {"hot_window": 0.2})
     tr = load_transitions(path)
     assert not tr.empty and tr.hot_window == 0.2 and len(tr.rows) == len(rows())
-    with h5py.File(path, "r+") as f:
+    with edited(path, "r+") as f:
         del f["pools/default/rows"]
         f["pools/default"].create_dataset("rows", data=np.arange(3.0).reshape(3, 1, 1))
     stat = path.stat()

@@ -47,7 +47,7 @@ import numpy as np
 from . import fingerprint as fp
 from . import location
 from .comm_pmodel import PMODEL_DTYPE, models_from_rows
-from .store import COMM_GROUP, SCHEMA_VERSION, file_version, member_problem, replace_group
+from .store import COMM_GROUP, SCHEMA_VERSION, file_version, member_problem, open_file, replace_group
 
 REBUILD = "autotune-install --mpi --np P --db {path}"
 # Values an older file stored as one number, read as a one-point series (log-linear lookup of
@@ -475,10 +475,8 @@ def mpi_distributions() -> dict[str, str]:
 
 def hardware() -> dict[str, object]:
     """What must match for communication timings to apply here (no numpy/scipy versions)."""
-    info = fp._cpuinfo()
-    logical = os.cpu_count() or 1
-    return {"cpu_model": info.get("model name", ""), "logical_cpus": logical,
-            "physical_cores": fp._physical_cores(info, logical)}
+    hw = fp.cpu()
+    return {key: hw[key] for key in ("cpu_model", "logical_cpus", "physical_cores")}
 
 
 def library_id(library: str) -> str:
@@ -556,10 +554,8 @@ def read_platforms(path, refused: list[str] | None = None) -> list[Platform]:
 
     Raises OSError (or an h5py error) if the file itself is missing or unreadable.
     """
-    import h5py
-
     out = []
-    with h5py.File(location.resolve(path), "r", locking=False) as f:
+    with open_file(location.resolve(path)) as f:
         if COMM_GROUP not in f:
             return []
         version = file_version(f)

@@ -13,12 +13,17 @@ MATCH_KEYS = ("cpu_model", "flags_digest", "logical_cpus", "physical_cores", "th
               "numpy", "scipy", "autotune")
 
 
-def _cpuinfo() -> dict[str, str]:
+def _cpuinfo_text() -> str:
+    """/proc/cpuinfo read once and closed ("" where there is none)."""
     try:
         with open("/proc/cpuinfo") as fh:
-            text = fh.read()
+            return fh.read()
     except OSError:
-        return {}
+        return ""
+
+
+def _cpuinfo(text: str) -> dict[str, str]:
+    """The first value of each key of /proc/cpuinfo's text."""
     out: dict[str, str] = {}
     for line in text.splitlines():
         key, _, value = line.partition(":")
@@ -26,12 +31,24 @@ def _cpuinfo() -> dict[str, str]:
     return out
 
 
-def _physical_cores(info: dict[str, str], logical: int) -> int:
+def _physical_cores(text: str, info: dict[str, str], logical: int) -> int:
+    """Cores per package times packages (the distinct ``physical id`` lines); ``logical`` if unknown."""
+    packages = {line.split(":")[1] for line in text.splitlines() if line.startswith("physical id")}
     try:
-        return int(info.get("cpu cores", "")) * max(1, len({
-            line.split(":")[1] for line in open("/proc/cpuinfo") if line.startswith("physical id")}))
-    except (ValueError, OSError):
+        return int(info.get("cpu cores", "")) * max(1, len(packages))
+    except ValueError:
         return logical
+
+
+def cpu() -> dict[str, object]:
+    """The CPU model, its logical CPUs, physical cores and flags digest, from one read of /proc/cpuinfo."""
+    text = _cpuinfo_text()
+    info = _cpuinfo(text)
+    logical = os.cpu_count() or 1
+    flags = " ".join(sorted(info.get("flags", "").split()))
+    return {"cpu_model": info.get("model name", platform.processor() or platform.machine()),
+            "flags_digest": hashlib.sha256(flags.encode()).hexdigest()[:16],
+            "logical_cpus": logical, "physical_cores": _physical_cores(text, info, logical)}
 
 
 def machine_fingerprint() -> dict[str, object]:
@@ -39,16 +56,10 @@ def machine_fingerprint() -> dict[str, object]:
     import numpy
     import scipy
 
-    info = _cpuinfo()
-    logical = os.cpu_count() or 1
-    physical = _physical_cores(info, logical)
-    flags = " ".join(sorted(info.get("flags", "").split()))
+    hw = cpu()
     return {
-        "cpu_model": info.get("model name", platform.processor() or platform.machine()),
-        "flags_digest": hashlib.sha256(flags.encode()).hexdigest()[:16],
-        "logical_cpus": logical,
-        "physical_cores": physical,
-        "threads_per_core": max(1, logical // max(physical, 1)),
+        **hw,
+        "threads_per_core": max(1, hw["logical_cpus"] // max(hw["physical_cores"], 1)),
         "machine": platform.machine(),
         "system": platform.system(),
         "python": platform.python_version(),

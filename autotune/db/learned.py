@@ -10,11 +10,10 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from .store import check_member, replace_group
+from .store import check_member, open_file, replace_group
 
 GROUP = "learned"
 MEMBER = "default"
@@ -46,9 +45,7 @@ def save_learned(path: str | os.PathLike, rows: Sequence[dict]) -> None:
 def read_learned(path: str | os.PathLike) -> list[dict]:
     """The stored rows as plain dicts ([] when there are none); raises on a damaged file or a
     schema no migration reads (SchemaMismatch, naming the command that rebuilds it)."""
-    import h5py
-
-    with h5py.File(Path(path), "r", locking=False) as f:
+    with open_file(path) as f:
         if GROUP not in f or MEMBER not in f[GROUP]:
             return []
         g = f[GROUP][MEMBER]

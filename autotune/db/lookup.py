@@ -163,7 +163,7 @@ def _interp(lx: np.ndarray, xs: np.ndarray, ks: np.ndarray) -> np.ndarray:
 
 
 BUILTIN_PROFILES = ("quick", "standard", "full")
-INVALID = "a NaN, infinite, zero or negative k or an invalid time"   # what valid_mask rejects, in words
+INVALID = "an unreadable field, a NaN, infinite, zero or negative k or an invalid time"   # valid_mask, in words
 
 
 def remeasure_command(run: dict, path: str | os.PathLike | None, bad: np.ndarray) -> str:
@@ -173,8 +173,10 @@ def remeasure_command(run: dict, path: str | os.PathLike | None, bad: np.ndarray
     parts = ["autotune-install", "--profile", profile if profile in BUILTIN_PROFILES else "PROFILE.yaml"]
     if path is not None:
         parts += ["--db", shlex.quote(str(path))]
-    routines = sorted({r.decode() for r in bad["routine"]})
-    return " ".join(parts + ["--only", *routines]) if routines else " ".join(parts)
+    names = {r.decode("ascii", "replace") for r in bad["routine"]}
+    if not names <= set(ROUTINES):       # a routine's name unreadable: measure everything again
+        return " ".join(parts)
+    return " ".join(parts + ["--only", *sorted(names)]) if names else " ".join(parts)
 
 
 def _nothing_valid(db: Database, path: str | os.PathLike | None) -> str:
@@ -264,6 +266,17 @@ _RECENT: dict[tuple, tuple[float, SystemParameters]] = {}
 RECHECK_SECONDS = 1.0
 
 
+def _read(p) -> SystemParameters:
+    """The system parameters in the file ``p``; an unusable file (whatever is wrong in it) gives the
+    defaults with the reason, never an error: a tuned call then runs numpy/scipy."""
+    try:
+        return SystemParameters(load(p), path=p)
+    except DatabaseError as exc:
+        return SystemParameters(None, reason=str(exc), path=p)
+    except Exception as exc:  # a damaged file's values that load could not tell apart from good ones
+        return SystemParameters(None, reason=f"{p}: unreadable ({type(exc).__name__}: {exc})", path=p)
+
+
 def load_sp(path: str | os.PathLike | None = None, *, refresh: bool = False) -> SystemParameters:
     """System parameters from ``path`` (default location if None); a bad database is a miss.
 
@@ -282,9 +295,6 @@ def load_sp(path: str | os.PathLike | None = None, *, refresh: bool = False) -> 
         mtime = None
     key = (str(p), mtime)
     if refresh or key not in _CACHE:
-        try:
-            _CACHE[key] = SystemParameters(load(p), path=p)
-        except DatabaseError as exc:
-            _CACHE[key] = SystemParameters(None, reason=str(exc), path=p)
+        _CACHE[key] = _read(p)
     _RECENT[recent_key] = (now, _CACHE[key])
     return _CACHE[key]

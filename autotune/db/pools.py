@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import time
+import warnings
 import weakref
 from collections.abc import Iterable
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from autotune.backends.pools import PoolState
 
-from .store import kept_with, read_member, replace_group
+from .store import kept_with, read_member, readable_rows, replace_group
 
 GROUP = "pools"
 MEMBER = "default"
@@ -141,7 +142,12 @@ def _parse(g) -> Transitions:
         raise ValueError(f"pool transition rows of dtype {g['rows'].dtype}, expected {ROW_DTYPE}")
     info = json.loads(g.attrs.get("info", "{}"))
     info["updated"] = str(g.attrs.get("updated", ""))
-    return Transitions(g["rows"][()], info)
+    rows = g["rows"][()]
+    ok = readable_rows(rows) & (rows["gap"] >= 0) & (rows["x"] >= 1) & (rows["t_alone"] > 0) & (rows["t_after"] > 0)
+    if not ok.all():
+        warnings.warn(f"ignoring {int((~ok).sum())} of {len(ok)} unreadable thread-pool rows in {g.file.filename}",
+                      RuntimeWarning, stacklevel=4)
+    return Transitions(rows[ok], info)
 
 
 __all__ = ["COLD", "GROUP", "ROW_DTYPE", "Transitions", "load_transitions", "save_transitions", "transitions_for"]

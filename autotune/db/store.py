@@ -8,7 +8,11 @@ the Python-level per-call cost that was inside the timing (0 where calls were lo
 timed on 1x1 operands otherwise); ``k = (t_median - t_call) / flops`` excludes it, so a
 compiled driver is charged ``flops * k`` and a Python caller ``flops * k + calls * t_call``.
 Writers take ``PATH.lock`` and replace the file atomically, so a reader sees either the old
-or the new file, never a torn one, and never waits for the lock.
+or the new file, never a torn one, and never waits for the lock. Every file written is sealed: its
+first ``USERBLOCK`` bytes (an HDF5 user block, which the library skips) hold the SHA-256 of the rest,
+and readers parse only bytes that match it (``open_file``): the HDF5 library can crash or spin on a
+damaged file, so a damaged one is refused before it is parsed. A file without a user block (written
+before seals, or by hand) is read unchecked.
 
 Groups beside ``/k`` (``KEPT_GROUPS``), each written by its own db module through
 ``replace_group`` (one member per platform or machine) and carried over by ``save``:
@@ -25,6 +29,8 @@ or defaulting on read (nothing is written); its members must then carry the per-
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import os
 import tempfile
@@ -46,6 +52,9 @@ MIGRATABLE = frozenset({2})
 LEGACY_MEMBER_VERSION = {"comm": ("comm_schema", 1), "fitted": ("fitted_schema", 1),
                          "learned": ("learned_schema", 1)}
 REBUILD = "autotune-install --profile quick --db {path}"
+USERBLOCK = 512                      # bytes before the HDF5 data: the seal
+SEAL = b"autotune-db sha256 "        # the seal's first bytes, then the digest's 64 hex digits
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 RECORD_DTYPE = np.dtype([
     ("routine", "S8"), ("backend", "S24"), ("threads", "i4"), ("dtype", "S8"),
@@ -127,12 +136,28 @@ def record_key(row) -> tuple:
 
 
 def valid_mask(records: np.ndarray) -> np.ndarray:
-    """True where a record's k is finite and positive and its median and minimum times finite and
-    not negative: a NaN, zero, negative or infinite k would rank its candidates as free or
-    unorderable. (A probe's zero median gives a zero k; a zero time beside a good k is unset.)"""
-    ok = np.isfinite(records["k"]) & (records["k"] > 0)
+    """True where a record can be read and used (``readable_rows``), its size, thread count and
+    parameter are in range, its k is positive and its median and minimum times not negative. A
+    NaN, zero, negative or infinite k would rank its candidates as free or unorderable; a damaged
+    file's garbage must be dropped, not decoded. (A probe's zero median gives a zero k; a zero time
+    beside a good k is unset.)"""
+    ok = readable_rows(records) & (records["k"] > 0)
     for name in CHECKED_FIELDS:
-        ok &= np.isfinite(records[name]) & (records[name] >= 0)
+        ok &= records[name] >= 0
+    return ok & (records["x"] >= 1) & (records["threads"] >= 1) & (records["param"] >= 0)
+
+
+def readable_rows(rows: np.ndarray) -> np.ndarray:
+    """True where every text field of a structured row is printable ASCII (NUL padding allowed) and
+    every float field finite: what any table read back from a possibly damaged file must hold."""
+    ok = np.ones(len(rows), dtype=bool)
+    for name in rows.dtype.names:
+        column = rows[name]
+        if column.dtype.kind == "f":
+            ok &= np.isfinite(column)
+        elif column.dtype.kind == "S":
+            raw = np.ascontiguousarray(column).view(np.uint8).reshape(len(column), column.dtype.itemsize)
+            ok &= ((raw == 0) | ((raw >= 32) & (raw < 127))).all(axis=1)
     return ok
 
 
@@ -160,13 +185,12 @@ class Database:
 
 def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
     """Read a database; raises a DatabaseError subclass if it is missing, damaged, old or foreign."""
-    import h5py
 
     path = Path(path)
     if not path.is_file():
         raise DatabaseMissing(f"no database at {path}")
     try:
-        with h5py.File(path, "r", locking=False) as f:
+        with open_file(path) as f:
             if not f.keys() and not f.attrs.keys():
                 raise DatabaseMissing(f"no measurements in {path}: an empty HDF5 file")
             version = int(f.attrs.get("schema_version", -1))
@@ -190,6 +214,50 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
     return db
 
 
+def open_file(path: str | os.PathLike):
+    """The database at ``path`` as a read-only ``h5py.File`` over bytes read once and checked against
+    its seal (DatabaseCorrupt when they do not match: never handed to the HDF5 library). Raises
+    OSError when it cannot be read."""
+    import h5py
+
+    data = Path(path).read_bytes()
+    problem = seal_problem(data)
+    if problem is not None:
+        raise DatabaseCorrupt(f"{path}: unreadable, {problem}; rebuild it with `{REBUILD.format(path=path)}`")
+    return h5py.File(io.BytesIO(data), "r")
+
+
+def seal_problem(data: bytes) -> str | None:
+    """Why the bytes of a database file may not be parsed (None: sealed and intact, or unsealed)."""
+    if data.startswith(HDF5_SIGNATURE):
+        return None
+    if not data.startswith(SEAL):
+        return "damaged or not a database (neither an autotune seal nor an HDF5 signature at its start)"
+    digest = data[len(SEAL):len(SEAL) + 64]
+    if hashlib.sha256(memoryview(data)[USERBLOCK:]).hexdigest().encode() != digest:
+        return "damaged (its content does not match its checksum)"
+    return None
+
+
+def seal(path: str | os.PathLike) -> None:
+    """Write the SHA-256 of everything after the user block into it (a file created by ``_create``;
+    one without a user block, written by hand, is left as it is)."""
+    with open(path, "r+b") as fh:
+        if fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+            return
+        fh.seek(USERBLOCK)
+        digest = hashlib.sha256(fh.read()).hexdigest().encode()
+        fh.seek(0)
+        fh.write((SEAL + digest + b"\n").ljust(USERBLOCK, b"\0"))
+
+
+def _create(path: str | os.PathLike):
+    """A new, empty database file with room for its seal."""
+    import h5py
+
+    return h5py.File(path, "w", locking=False, userblock_size=USERBLOCK)
+
+
 @contextlib.contextmanager
 def _atomic_replace(path: Path) -> Iterator[str]:
     """Under the database's lock, yield a temporary file next to ``path``; replace ``path`` with it
@@ -206,6 +274,7 @@ def _atomic_replace(path: Path) -> Iterator[str]:
         try:
             os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a database is an ordinary file
             yield tmp
+            seal(tmp)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
@@ -229,9 +298,7 @@ def _umask() -> int:
 
 
 def _write(db: Database, tmp: str) -> None:
-    import h5py
-
-    with h5py.File(tmp, "w", locking=False) as f:
+    with _create(tmp) as f:
         _write_root(f, db)
         f.create_dataset("k", data=db.records.astype(RECORD_DTYPE), maxshape=(None,))
 
@@ -244,18 +311,14 @@ def _carry_over(path: Path, tmp: str, names: set[str]) -> None:
     import h5py
 
     try:
-        src = h5py.File(path, "r", locking=False)
+        src = open_file(path)
     except Exception:  # missing or damaged: nothing to keep
         return
     with src, h5py.File(tmp, "r+", locking=False) as dst:
-        copied = False
         if schema_problem(file_version(src), path) is None:
             for name in names:
                 if name in src and name not in dst:
-                    copied |= _copy_group(src, dst, name, None, path)
-    if copied:
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+                    _copy_group(src, dst, name, None, path)
 
 
 def _copy_group(src, dst, group: str, skip: str | None, path) -> bool:
@@ -282,15 +345,13 @@ def replace_group(path: str | os.PathLike, group: str, member: str, write) -> No
     records are neither relabelled nor lost). Same lock and temporary-file + os.replace
     protocol as ``save``.
     """
-    import h5py
-
     path = Path(path)
     with _atomic_replace(path) as tmp:
         try:
-            src = h5py.File(path, "r", locking=False) if path.is_file() else None
+            src = open_file(path) if path.is_file() else None
         except Exception:  # damaged: start afresh (it was unusable anyway)
             src = None
-        with h5py.File(tmp, "w", locking=False) as dst:
+        with _create(tmp) as dst:
             if src is None:
                 _write_root(dst, Database())
             else:
@@ -351,7 +412,6 @@ def read_member(path: str | os.PathLike | None, group: str, member: str | None, 
     file or member is absent, and (with one RuntimeWarning naming ``what``) when it is unreadable
     or of a schema no migration reads (naming ``rebuild``). Side data kept per platform
     (contention, fitted phase factors) is read this way: never raises."""
-    import h5py
 
     if path is None or member is None:
         return empty()
@@ -361,7 +421,7 @@ def read_member(path: str | os.PathLike | None, group: str, member: str | None, 
         return empty()
     if key not in _MEMBER_CACHE:
         try:
-            with h5py.File(path, "r", locking=False) as f:
+            with open_file(path) as f:
                 found = group in f and member in f[group]
                 if found:
                     check_member(f, group, f[group][member], path, rebuild)
@@ -379,13 +439,12 @@ def read_group_member(path: str | os.PathLike | None, group: str, member: str, p
                       rebuild: str, consequence: str = "") -> tuple[object | None, dict, str]:
     """(``parse(/group/member)``, its ``info`` attribute, "") or (None, {}, why not): silently for
     an absent file or member, with one RuntimeWarning per cause when unreadable or refused. Never raises."""
-    import h5py
 
     try:
         p = location.resolve(path)
         if not p.is_file():
             return None, {}, f"no database at {p}"
-        with h5py.File(p, "r", locking=False) as f:
+        with open_file(p) as f:
             if group not in f or member not in f[group]:
                 return None, {}, f"no {what} in {p} (run `autotune-install --validate`)"
             g = f[group][member]
