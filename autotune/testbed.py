@@ -11,17 +11,26 @@ joins the host's cgroup, then enters its namespace with its own UTS namespace an
 shared hostname makes the TCP transport hang). Ranks on one host talk over shared memory, across hosts over
 TCP on the bridge. Root only; ``down`` removes everything ``up`` made, and ``up`` first clears any
 leftover of an earlier run.
+
+A live testbed (its state saved and its bridge and namespaces up) is never replaced silently: ``up``
+fails naming its hosts and running jobs unless given ``--replace``. The bridge's alias names the
+live testbed's state directory, so an ``up`` with another directory sees it too. ``testbed mpiexec``
+registers its job there; ``down`` (and ``up --replace``) stops the running jobs, each of which then
+exits 1 saying the testbed was taken down, never 0 as its launcher may.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,10 +44,19 @@ CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
 # is, rather than in bursts (with 100 ms a half-core host runs 50 ms, then answers no message for 50).
 PERIOD_US = 5_000
 _RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$")
+_ALIAS = Path(f"/sys/class/net/{BRIDGE}/ifalias")      # the live testbed's state directory
 
 
 class TestbedError(RuntimeError):
-    """The testbed cannot be built here (not root, no namespaces, bad arguments)."""
+    """The testbed cannot be built or used here (not root, no namespaces, one is up, none is)."""
+
+    status = 1      # the CLI's exit status: the run failed
+
+
+class ArgumentError(TestbedError):
+    """The hosts asked for are wrong (count, rate, CPU share, slots)."""
+
+    status = 2
 
 
 @dataclass
@@ -63,6 +81,7 @@ class Testbed:
     hosts: list[Host]
     workdir: str
     extra: dict = field(default_factory=dict)
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)    # tells a replaced testbed
 
     @property
     def agent(self) -> str:
@@ -71,6 +90,10 @@ class Testbed:
     @property
     def hostfile(self) -> str:
         return str(Path(self.workdir) / "hostfile")
+
+    @property
+    def jobs_dir(self) -> Path:
+        return Path(self.workdir) / "jobs"
 
     def mpiexec_args(self) -> list[str]:
         """Options that make OpenMPI's ``mpiexec`` launch its ranks on the testbed's hosts. Where
@@ -94,7 +117,14 @@ class Testbed:
             data = json.loads(Path(workdir or STATE_DIR, "state.json").read_text())
         except FileNotFoundError:
             raise TestbedError("no testbed is up (autotune testbed up)") from None
-        return cls([Host(**h) for h in data["hosts"]], data["workdir"], data.get("extra", {}))
+        return cls([Host(**h) for h in data["hosts"]], data["workdir"], data.get("extra", {}),
+                   data.get("instance", ""))
+
+    def describe(self) -> str:
+        """One line: its hosts and the jobs running on it."""
+        hosts = ", ".join(f"{h.name} {h.ip}" for h in self.hosts)
+        jobs = "".join(f"; running job {j['pid']} ({j['np']} ranks: {_brief(j['argv'])})" for j in running(self))
+        return f"{len(self.hosts)} hosts {hosts} (state in {self.workdir}){jobs}"
 
 
 def _run(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -121,14 +151,14 @@ def available() -> str:
 
 def _check(hosts: list[Host]) -> None:
     if not 1 <= len(hosts) <= 200:
-        raise TestbedError(f"between 1 and 200 hosts, got {len(hosts)}")
+        raise ArgumentError(f"between 1 and 200 hosts, got {len(hosts)}")
     for h in hosts:
         if h.rate is not None and not _RATE.match(h.rate):
-            raise TestbedError(f"{h.name}: rate {h.rate!r} is not like 1gbit, 500mbit")
+            raise ArgumentError(f"{h.name}: rate {h.rate!r} is not like 1gbit, 500mbit")
         if h.cpu is not None and not 1 <= h.cpu <= 100 * (os.cpu_count() or 1):
-            raise TestbedError(f"{h.name}: cpu share {h.cpu}% outside 1..{100 * (os.cpu_count() or 1)}")
+            raise ArgumentError(f"{h.name}: cpu share {h.cpu}% outside 1..{100 * (os.cpu_count() or 1)}")
         if h.slots < 1:
-            raise TestbedError(f"{h.name}: slots must be >= 1")
+            raise ArgumentError(f"{h.name}: slots must be >= 1")
 
 
 def hosts_from(count: int, rates: list[str] | None = None, cpus: list[int] | None = None,
@@ -170,19 +200,50 @@ def _cgroup(h: Host) -> str | None:
     return str(CGROUP_CPU / f"{PREFIX}{h.name}") if h.cpu is not None else None
 
 
-def up(hosts: list[Host], workdir: Path | None = None) -> Testbed:
-    """Build the testbed (after clearing any leftover); its state is kept in ``workdir``
-    (default ``STATE_DIR``)."""
+def _namespaces() -> set[str]:
+    return {line.split(" ")[0] for line in _run("ip", "netns", "list", check=False).stdout.splitlines()}
+
+
+def _owner() -> Path | None:
+    """The state directory the bridge's alias names (``up`` sets it), None without one."""
+    try:
+        text = _ALIAS.read_text().strip()
+    except OSError:
+        return None
+    return Path(text) if text else None
+
+
+def live(workdir: Path | None = None) -> Testbed | None:
+    """The testbed that is up: the one whose state is in the directory the bridge names (else in
+    ``workdir``, default ``STATE_DIR``) and all of whose namespaces exist; None for leftovers."""
+    if not _ALIAS.parent.exists():
+        return None
+    try:
+        tb = Testbed.load(_owner() or workdir)
+    except (TestbedError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return tb if {h.ns for h in tb.hosts} <= _namespaces() else None
+
+
+def up(hosts: list[Host], workdir: Path | None = None, replace: bool = False) -> Testbed:
+    """Build the testbed, its state kept in ``workdir`` (default ``STATE_DIR``), after clearing
+    any leftover; a live testbed only with ``replace`` (its jobs then stop), else an error."""
     workdir = Path(workdir or STATE_DIR)
     _check(hosts)
     why = available()
     if why:
         raise TestbedError(why)
+    old = live(workdir)
+    if old is not None and not replace:
+        raise TestbedError(f"a testbed is up: {old.describe()}; `autotune testbed up --replace` replaces it "
+                           "(stopping its jobs), `autotune testbed down` removes it")
     down(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     tb = Testbed(hosts, str(workdir))
     tb.save()
     _run("ip", "link", "add", BRIDGE, "type", "bridge")
+    with contextlib.suppress(OSError):          # a path over 255 bytes: only this directory's up sees it
+        _ALIAS.write_text(str(workdir.resolve()))
     _run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
     _run("ip", "link", "set", BRIDGE, "up")
     for h in hosts:
@@ -207,10 +268,13 @@ def up(hosts: list[Host], workdir: Path | None = None) -> Testbed:
     return tb
 
 
-def down(workdir: Path | None = None) -> None:
-    """Remove what ``up`` made: namespaces, links, bridge, cgroups, the state directory."""
-    for ns in _run("ip", "netns", "list", check=False).stdout.split("\n"):
-        name = ns.split(" ")[0]
+def down(workdir: Path | None = None) -> list[dict]:
+    """Remove what ``up`` made: namespaces, links, bridge, cgroups, the state directory (``workdir``'s
+    and the live testbed's); stop its running jobs, which are returned."""
+    owner = _owner()
+    dirs = {Path(workdir or STATE_DIR), *([owner] if owner and (owner / "state.json").exists() else [])}
+    stopped = [job for d in dirs for job in _stop_jobs(d)]
+    for name in sorted(_namespaces()):
         if name.startswith(PREFIX):
             for pid in _run("ip", "netns", "pids", name, check=False).stdout.split():
                 _run("kill", "-9", pid, check=False)
@@ -227,13 +291,93 @@ def down(workdir: Path | None = None) -> None:
                 cg.rmdir()
             except OSError:
                 pass
-    shutil.rmtree(workdir or STATE_DIR, ignore_errors=True)
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    return stopped
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot), None if there is none: with its pid it
+    tells a process from a later one given the same pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _jobs(jobs_dir: Path) -> list[tuple[Path, dict]]:
+    """The jobs registered in ``jobs_dir`` whose ``testbed mpiexec`` still runs, with their files."""
+    out = []
+    for path in sorted(jobs_dir.glob("*.json")):
+        try:
+            job = json.loads(path.read_text())
+            if job["start"] is not None and _started(job["pid"]) == job["start"]:
+                out.append((path, job))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue                      # a file half written or not ours: its job was not registered
+    return out
+
+
+def running(tb: Testbed) -> list[dict]:
+    """The jobs ``testbed mpiexec`` runs on ``tb`` now."""
+    return [job for _, job in _jobs(tb.jobs_dir)]
+
+
+def _stop_jobs(workdir: Path) -> list[dict]:
+    """Unregister the running jobs of the testbed in ``workdir`` (which tells each it was taken
+    down) and end their launchers; their ranks die with the namespaces."""
+    jobs = _jobs(workdir / "jobs")
+    for path, job in jobs:
+        path.unlink(missing_ok=True)
+        if _started(job["launcher"]) == job["launcher_start"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(job["launcher"], signal.SIGTERM)
+    return [job for _, job in jobs]
+
+
+def _brief(argv: list[str], width: int = 72) -> str:
+    """``argv`` in one line of at most ``width`` characters, its program by name, to recognize it."""
+    line = " ".join(" ".join([Path(argv[0]).name, *argv[1:]] if argv else []).split())
+    return line if len(line) <= width else line[:width - 3] + "..."
 
 
 def mpiexec_command(tb: Testbed, np_: int, argv: list[str], mpiexec: str | None = None) -> list[str]:
     """``mpiexec -n np_`` with the testbed's options, then ``argv``."""
     exe = mpiexec or str(Path(sys.executable).parent / "mpiexec")
     return [exe, "-n", str(np_), *tb.mpiexec_args(), *argv]
+
+
+def run_job(tb: Testbed, np_: int, argv: list[str], mpiexec: str | None = None, **popen) -> int:
+    """Run ``argv`` on ``np_`` ranks of ``tb``, registered so ``down`` can stop it; its launcher's
+    exit status, or a TestbedError if the testbed was taken down meanwhile (the launcher may exit 0)."""
+    proc = subprocess.Popen(mpiexec_command(tb, np_, argv, mpiexec), **popen)
+    me = tb.jobs_dir / f"{os.getpid()}-{proc.pid}.json"
+    try:
+        try:
+            tb.jobs_dir.mkdir(exist_ok=True)
+            me.write_text(json.dumps({"pid": os.getpid(), "start": _started(os.getpid()), "np": np_, "argv": argv,
+                                      "launcher": proc.pid, "launcher_start": _started(proc.pid)}))
+        except OSError:
+            proc.terminate()              # the testbed went down before the job was registered
+        code = proc.wait()
+        gone = not me.exists() or _instance(tb.workdir) != tb.instance
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait()
+        me.unlink(missing_ok=True)
+    if gone:
+        raise TestbedError(f"the testbed was taken down while the job ran (launcher exit status {code}); "
+                           "its ranks were killed")
+    return code
+
+
+def _instance(workdir: str) -> str | None:
+    """The instance of the testbed whose state is in ``workdir`` now (None: there is none)."""
+    try:
+        return Testbed.load(Path(workdir)).instance
+    except (TestbedError, OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -243,7 +387,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--rate", nargs="+", help="link rate per host (tc syntax: 1gbit, 500mbit; the last repeats)")
     u.add_argument("--cpu", type=int, nargs="+", help="CPU share per host, percent of one core (the last repeats)")
     u.add_argument("--slots", type=int, default=1, help="MPI slots per host")
-    sub.add_parser("down", help="remove the emulated hosts")
+    u.add_argument("--replace", action="store_true",
+                   help="replace a testbed that is up (stopping its jobs) rather than fail")
+    sub.add_parser("down", help="remove the emulated hosts, stopping the jobs running on them")
     sub.add_parser("show", help="print the testbed and the mpiexec options that use it")
     r = sub.add_parser("mpiexec", help="run mpiexec on the testbed: autotune testbed mpiexec NP CMD...")
     r.add_argument("np", type=int)
@@ -251,22 +397,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
+    """``autotune testbed ...``; errors are one line (exit 2: bad hosts asked for, 1: the run failed)."""
     try:
-        if args.testbed_command == "up":
-            tb = up(hosts_from(args.hosts, args.rate, args.cpu, args.slots))
-            print(f"testbed up: {len(tb.hosts)} hosts " + ", ".join(
-                f"{h.name} {h.ip} rate={h.rate or 'veth'} cpu={h.cpu or 100}%" for h in tb.hosts))
-            return 0
-        if args.testbed_command == "down":
-            down()
-            print("testbed down")
-            return 0
-        tb = Testbed.load()
+        return _command(args)
     except (TestbedError, OSError, ValueError) as exc:
-        print(f"autotune testbed: {exc}", file=sys.stderr)
-        return 2
+        print(f"autotune testbed: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return getattr(exc, "status", 1)
+
+
+def _command(args) -> int:
+    if args.testbed_command == "up":
+        tb = up(hosts_from(args.hosts, args.rate, args.cpu, args.slots), replace=args.replace)
+        print(f"testbed up: {len(tb.hosts)} hosts " + ", ".join(
+            f"{h.name} {h.ip} rate={h.rate or 'veth'} cpu={h.cpu or 100}%" for h in tb.hosts))
+        return 0
+    if args.testbed_command == "down":
+        stopped = down()
+        print("testbed down" + "".join(f"; stopped job {j['pid']} ({_brief(j['argv'])})" for j in stopped))
+        return 0
+    tb = Testbed.load()
     if args.testbed_command == "show":
         print(json.dumps(asdict(tb), indent=1))
         print("mpiexec options: " + shlex.join(tb.mpiexec_args()))
         return 0
-    return subprocess.run(mpiexec_command(tb, args.np, args.argv)).returncode
+    return run_job(tb, args.np, args.argv)

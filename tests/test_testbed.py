@@ -3,6 +3,7 @@ where namespaces work) two hosts up, an MPI job across them over the shaped link
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -48,8 +49,8 @@ def test_ranks_sharing_cores_yield_when_idle(tmp_path, monkeypatch):
 
 def test_cli_reports_a_missing_testbed(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
-    assert cli_main(["testbed", "show"]) == 2
-    assert "autotune testbed:" in capsys.readouterr().err
+    assert cli_main(["testbed", "show"]) == 1
+    assert capsys.readouterr().err.startswith("autotune testbed: error: no testbed is up")
 
 
 JOB = """
@@ -249,3 +250,62 @@ def _placement_bench_runs(tb, tmp_path, db) -> None:
         assert set(r["seconds"]) == {"tuned", "root alone", "1x2 b=32", "2x1 b=32"} | (
             {"bsr equal rows"} if r["family"] == "gemm" else {"1x2w b=32", "2x1w b=32"})    # HoHe by host speed
         assert all(r["correct"].values()) and "mapping (" in r["explain"], r
+
+
+def _netns() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_up_refuses_a_live_testbed_unless_replaced(tmp_path, monkeypatch, capsys):
+    """A second ``up`` fails in one line naming the live testbed and leaves it as it was; ``up
+    --replace`` builds the new one."""
+    _require_testbed()
+    monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "bed")
+    try:
+        assert cli_main(["testbed", "up", "--hosts", "1"]) == 0
+        capsys.readouterr()
+        assert cli_main(["testbed", "up", "--hosts", "2"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("autotune testbed: error: ") and err.count("\n") == 1, err
+        assert "h0 10.77.0.1" in err and "--replace" in err, err
+        assert [h.name for h in testbed.Testbed.load().hosts] == ["h0"] and "at-h0" in _netns()
+        assert testbed.live() is not None
+        with pytest.raises(testbed.TestbedError, match="h0 10.77.0.1"):      # its state elsewhere: seen too
+            testbed.up(testbed.hosts_from(1), tmp_path / "other")
+        assert cli_main(["testbed", "up", "--hosts", "2", "--replace"]) == 0
+        assert [h.name for h in testbed.Testbed.load().hosts] == ["h0", "h1"] and "at-h1" in _netns()
+        subprocess.run(["ip", "netns", "del", "at-h1"], check=True)           # half gone: a leftover, cleared
+        assert cli_main(["testbed", "up", "--hosts", "1"]) == 0
+    finally:
+        testbed.down()
+
+
+SLEEPER = "import time; print('running', flush=True); time.sleep(60)"
+
+
+def test_down_ends_a_running_job_which_then_fails(tmp_path, monkeypatch, capsys):
+    """``down`` during a ``testbed mpiexec`` job stops it and the job exits non-zero saying why;
+    until then a second ``up`` names the job."""
+    _require_testbed()
+    mpiexec()
+    work = tmp_path / "bed"
+    monkeypatch.setattr(testbed, "STATE_DIR", work)
+    testbed.up(testbed.hosts_from(2), work)
+    job = None
+    try:
+        job = subprocess.Popen([sys.executable, "-m", "autotune.cli", "testbed", "mpiexec", "2", sys.executable,
+                                "-c", SLEEPER], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**mpi_env(), "AUTOTUNE_TESTBED_DIR": str(work)}, cwd=tmp_path)
+        ready, _, _ = select.select([job.stdout], [], [], MPI_TIMEOUT)
+        assert ready and job.stdout.readline() == "running\n", job.poll()
+        assert cli_main(["testbed", "up"]) == 1
+        err = capsys.readouterr().err
+        assert f"running job {job.pid} (2 ranks: {os.path.basename(sys.executable)} -c import time" in err, err
+        testbed.down(work)
+        _, err = job.communicate(timeout=30)
+        assert job.returncode != 0 and "autotune testbed: error: the testbed was taken down" in err, err
+    finally:
+        if job is not None and job.poll() is None:
+            job.kill()
+            job.wait()
+        testbed.down(work)
