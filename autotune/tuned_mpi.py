@@ -54,13 +54,15 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
                               explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
-        res = _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(*ops))
-    else:
-        from autotune.distributed.gemm import ALGORITHMS
+        return _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(a, b, *extras))
+    from autotune.distributed.gemm import ALGORITHMS
 
+    def run():
         a2, b2 = ops[:2] if comm.rank == root else (None, None)
         res = ALGORITHMS[plan.algorithm](a2, b2, comm, plan, root=root, phases=phases)
-    return _gemm_finish(res, *extras) if comm.rank == root and plan.algorithm != "local" else res
+        return _gemm_finish(res, *extras) if comm.rank == root else res
+
+    return _settled(comm, run)
 
 
 def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=None, explain: bool = False,
@@ -72,12 +74,12 @@ def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=
                             lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
-        return _run_local(comm, root, plan, phases,
-                          lambda: tuned_local.cholesky(a, lower=lower, check_finite=False))
+        return _run_local(comm, root, plan, phases,   # checked in _root_plan where 2-D, else by scipy
+                          lambda: tuned_local.cholesky(a, lower=lower, check_finite=np.ndim(a) != 2))
     from autotune.distributed.cholesky import ALGORITHMS
 
-    return ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan, lower=lower, root=root,
-                                      phases=phases)
+    return _settled(comm, lambda: ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan,
+                                                             lower=lower, root=root, phases=phases))
 
 
 def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
@@ -92,7 +94,7 @@ def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: b
                           lambda: tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
     from autotune.distributed.lu import lu_factor
 
-    res = lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases)
+    res = _settled(comm, lambda: lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases))
     if res is None:
         return None
     lu, piv, info = res
@@ -115,15 +117,16 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
             a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed))
     from autotune.distributed.lu import solve
 
-    a2, b2 = ops[:2] if comm.rank == root else (None, None)
-    res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
-                phases=phases)
-    if res is None:
-        return None
-    x, info = res
-    if info:
-        raise tuned_lu.singular()
-    return x if x is None or b2.ndim == 2 else x[:, 0]
+    def run():
+        a2, b2 = ops[:2] if comm.rank == root else (None, None)
+        res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
+                    phases=phases)
+        x, info = res if res is not None else (None, 0)
+        if info:
+            raise tuned_lu.singular()
+        return x if x is None or b2.ndim == 2 else x[:, 0]
+
+    return _settled(comm, run)
 
 
 # ------------------------------------------------------------------------------ agreement and plan
@@ -183,16 +186,16 @@ def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, i
     from autotune.distributed.collective import node_cores
     from autotune.distributed.plan import timed
 
-    if family == "cholesky":
-        problem["order"] = memory_order(arrays[0])
     plan = Plan("local", 1)
     if tuned:
+        if family == "cholesky":
+            problem["order"] = memory_order(arrays[0])
         names, cores = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
         plan = _plan(family, dims, names, cores, root, config, explain, **problem)
         plan = plan if config is not None else _fit_threads(plan, infos, root)
     # The distributed run checks its own input (on the root, agreed); the local one is checked
     # here, where the verdict still reaches every rank.
-    if family == "cholesky" and plan.algorithm == "local":
+    if family == "cholesky" and plan.algorithm == "local" and np.ndim(arrays[0]) == 2:
         with timed(phases, "distribution"):
             finite = all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1))
         if not finite:
@@ -206,7 +209,7 @@ def _checked(family: str, ops: tuple) -> tuple[tuple, tuple[int, ...], bool]:
         raise ValueError("the root rank must pass the matrices (other ranks pass None)")
     arrs = [np.asarray(x) for x in ops[:2 if family == "gemm" else 1]]
     if any(x.ndim != 2 for x in arrs):
-        raise ValueError("distributed routines take 2-D matrices")
+        return ops, (), False           # 1-D or stacked: the one-process call (numpy/scipy's) on the root
     tuned = all(x.dtype == np.float64 for x in arrs)
     if family == "lu":      # rectangular: scipy's lu_factor on the root
         n, n2 = arrs[0].shape
@@ -303,17 +306,28 @@ def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
 def _run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray]) -> np.ndarray | None:
     """Collective: ``work()`` on the root with the plan's threads, the others waiting quietly;
     its error is raised on every rank."""
-    from autotune.distributed.collective import share_outcome
     from autotune.distributed.plan import timed
 
+    def run():
+        if comm.rank != root:
+            return None
+        with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
+            return work()
+
+    return _settled(comm, run)
+
+
+def _settled(comm, work: Callable[[], object]):
+    """Collective: ``work()`` on every rank (a plan may use only some of them), then an error any
+    rank met is raised on every rank of ``comm`` (``collective.settle``), none left returning None."""
+    from autotune.distributed.collective import settle
+
     out = err = None
-    if comm.rank == root:
-        try:
-            with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
-                out = work()
-        except Exception as exc:
-            err = exc
-    share_outcome(comm, root, err)
+    try:
+        out = work()
+    except Exception as exc:
+        err = exc
+    settle(comm, err)
     return out
 
 

@@ -140,3 +140,79 @@ def test_rebuilt_errors_keep_or_match_the_type():
     uni = UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad")
     assert type(rebuilt(verdict_of(uni), 0, 1)) is UnicodeError       # the nearest one-argument type
     assert rebuilt(verdict_of(uni), 0, 1, uni) is uni                   # its own rank keeps it as is
+
+
+# Plans on part of the communicator (forced 1 x 2, 2 x 1 and named ranks, or the selector's), and
+# operands the one-process calls hand to numpy/scipy (1-D, stacked): every rank of the communicator
+# raises the same error, or the root gets numpy/scipy's result.
+SUBPLAN = """
+import sys, warnings
+import numpy as np, scipy.linalg as sl
+from mpi4py import MPI
+import autotune
+from autotune import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
+from autotune.plans import Plan
+autotune.set_options(db=sys.argv[1])
+warnings.simplefilter("ignore")
+comm = MPI.COMM_WORLD
+P, rank, root = comm.size, comm.rank, comm.rank == 0
+rng = np.random.default_rng(3)
+g = rng.standard_normal((96, 96)); s = g @ g.T + 96 * np.eye(96)
+sing = g.copy(); sing[:, 5] = 0.0
+nan = g.copy(); nan[7, 3] = np.nan
+rhs = rng.standard_normal((96, 2))
+R = lambda x: x if root else None
+sub = {"1x2": dict(p=2, r=1, c=2, b=16), "2x1": dict(p=2, r=2, c=1, b=16),
+       "ends": dict(p=2, r=1, c=2, b=16, ranks=(0, P - 1))}
+cases = {"chol_auto": (np.linalg.LinAlgError, lambda: tuned_cholesky(R(-s), comm=comm)),
+         "lu_nan_auto": (ValueError, lambda: tuned_lu_factor(R(nan), comm=comm)),
+         "solve_singular_auto": (np.linalg.LinAlgError, lambda: tuned_solve(R(sing), R(rhs), comm=comm)),
+         "gemm_shape_auto": (ValueError, lambda: tuned_gemm(R(g), R(rhs.T), comm=comm))}
+for name, kw in sub.items():
+    cases[f"chol_{name}"] = (np.linalg.LinAlgError, lambda kw=kw: tuned_cholesky(R(-s), comm=comm,
+                                                                                 config=Plan("cholesky", **kw)))
+    cases[f"lu_nan_{name}"] = (ValueError, lambda kw=kw: tuned_lu_factor(R(nan), comm=comm, config=Plan("lu", **kw)))
+    cases[f"gemm_shape_{name}"] = (ValueError, lambda kw=kw: tuned_gemm(R(g), R(rhs.T), comm=comm,
+                                                                        config=Plan("summa", **kw)))
+    if kw["r"] == 1:
+        cases[f"solve_singular_{name}"] = (np.linalg.LinAlgError, lambda kw=kw: tuned_solve(
+            R(sing), R(rhs), comm=comm, config=Plan("gesv", **kw)))
+for name, (want, call) in cases.items():
+    try:
+        call()
+    except Exception as exc:
+        print("ERR", name, rank, isinstance(exc, want), type(exc).__name__, str(exc), flush=True)
+    else:
+        print("NOERR", name, rank, flush=True)
+# 1-D and stacked operands: numpy/scipy's results on the root
+stack = np.stack([s, 2 * s])
+v = rng.standard_normal(96)
+got = [tuned_gemm(R(g), R(v), comm=comm), tuned_gemm(R(stack), R(g), comm=comm),
+       tuned_cholesky(R(stack), comm=comm), tuned_solve(R(stack), R(rhs), comm=comm),
+       *(tuned_lu_factor(R(v), comm=comm) or (None, None)), *(tuned_lu_factor(R(stack), comm=comm) or (None, None))]
+want = [g @ v, stack @ g, sl.cholesky(stack), sl.solve(stack, rhs), *sl.lu_factor(v), *sl.lu_factor(stack)]
+for x, y in zip(got, want):
+    if root:
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+    else:
+        assert x is None
+# still in step
+f = tuned_cholesky(R(s), comm=comm, config=Plan("cholesky", 2, 1, 2, b=16, ranks=(0, P - 1)))
+if root:
+    np.testing.assert_allclose(f, sl.cholesky(s), rtol=1e-10, atol=1e-10)
+print("OK", rank, flush=True)
+"""
+
+
+@pytest.mark.parametrize("nprocs", [3, 4])
+def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(tiny_db, tmp_path, nprocs):
+    out = run_mpi(SUBPLAN, nprocs, tmp_path, args=[str(tiny_db)])
+    assert out.stdout.count("OK") == nprocs and "NOERR" not in out.stdout, out.stdout + out.stderr
+    errs = [ln.split(" ", 5) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
+    cases = {e[1] for e in errs}
+    assert len(cases) == 15, sorted(cases)
+    for case in cases:
+        rows = [e for e in errs if e[1] == case]
+        assert {e[2] for e in rows} == {str(r) for r in range(nprocs)}, (case, rows)
+        assert all(e[3] == "True" for e in rows), (case, rows)
+        assert len({(e[4], e[5]) for e in rows}) == 1, (case, rows)

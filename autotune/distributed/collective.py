@@ -8,6 +8,7 @@ the ranks may run on (a rank's affinity mask is not its node's core count).
 """
 from __future__ import annotations
 
+import array
 import builtins
 import os
 import socket
@@ -48,19 +49,23 @@ def share(comm, root: int, error: Exception | None, value=None):
     return value
 
 
-def share_outcome(comm, root: int, error: Exception | None) -> None:
-    """Collective after work done on the root alone: its error, if any, raised on every rank.
+def settle(comm, error: Exception | None) -> None:
+    """Collective after work that only some ranks did (a plan on part of the communicator, a local
+    plan on the root): if any rank has an error, every rank raises the lowest rank's, with its message
+    unchanged (a rank holding that very error raises its own). One nonblocking allreduce of a flag,
+    waited on with sleeping polls, so ranks with nothing to do take no core from those at work; the
+    errors themselves cross only when there is one."""
+    from mpi4py import MPI
 
-    One nonblocking one-byte bcast the other ranks wait on with sleeping polls, so they take no
-    core from the root's run and the root does not wait for them; the error itself follows."""
-    flag = bytearray([error is not None])
-    req = comm.Ibcast(flag, root=root)
-    if comm.rank == root:
-        req.Wait()
-    else:
-        quiet_wait(req)
-    if flag[0]:
-        share(comm, root, error)
+    flag = array.array("i", [error is not None])
+    quiet_wait(comm.Iallreduce(MPI.IN_PLACE, flag, op=MPI.MAX))
+    if not flag[0]:
+        return
+    verdicts = comm.allgather(None if error is None else verdict_of(error))
+    rank, verdict = next((r, v) for r, v in enumerate(verdicts) if v is not None)
+    if error is not None and verdict_of(error)[1] == verdict[1]:
+        raise error
+    raise rebuilt(verdict, rank, 1)
 
 
 def verdict_of(error: Exception) -> Verdict:
@@ -139,18 +144,6 @@ def gather_cores(comm, root: int = 0) -> tuple[int, list[int]]:
     """Collective: the root node's usable cores and every rank's own core count."""
     infos = comm.allgather(core_info())
     return node_cores(infos, root), mask_cores(infos)
-
-
-def run_checked(comm, fn, *args, **kwargs):
-    """``fn(*args)`` on every rank; an exception on any rank is raised on all (via ``agree``)."""
-    try:
-        out, err = fn(*args, **kwargs), None
-    except (ValueError, TypeError) as exc:
-        out, err = None, exc
-    except Exception as exc:   # LinAlgError and the like keep their type through _error_type
-        out, err = None, exc
-    agree(comm, err)
-    return out
 
 
 def quiet_barrier(comm, poll_seconds: float = 0.001) -> None:
