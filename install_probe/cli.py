@@ -24,7 +24,7 @@ from .pools import probe_pools
 from .profile import BLAS_DEFAULT as BLAS_DEFAULT_PROFILE
 from .profile import COMM_DEFAULT as MPI_DEFAULT_PROFILE
 from .profile import ProfileError, load_profile
-from .runner import ProbeError, run_probe
+from .runner import ProbeError, finish_phase, run_probe
 from .threads import probe_and_save
 
 STOP_GRACE_SECONDS = 5.0   # after SIGTERM, how long the launched mpiexec and ranks get before SIGKILL
@@ -90,7 +90,7 @@ def main_probe(args, stop: StopSignals) -> int:
         if profile.time_limit_minutes and not only:
             print(f"autotune-install: {limit_line(profile, validates(args))}", file=sys.stderr, flush=True)
         result = run_probe(profile, args.db, only=only, resume=args.resume,
-                           progress=False if args.no_progress else None)
+                           progress=False if args.no_progress else None, after=phases_after(args, profile, only))
     except (ProfileError, ProbeError, PermissionError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2
@@ -104,36 +104,69 @@ def main_probe(args, stop: StopSignals) -> int:
         return 1
     state = "complete" if result.complete else "interrupted"
     print(f"autotune-install: {state}: {result.measured} points in {result.path} ({result.seconds:.1f} s)")
+    if not result.complete:
+        return stop.exit_code()
+    return run_phases(args, profile, result, stop)
+
+
+def phases_after(args, profile, only) -> tuple[str, ...]:
+    """The phases this install runs after its points, in order (a resumed run keeps its own)."""
+    wanted = {"pools": bool(profile.pools) and not only, "threads": bool(profile.thread_sps) and not only,
+              "validate": validates(args)}
+    return tuple(name for name, on in wanted.items() if on)
+
+
+def run_phases(args, profile, result, stop: StopSignals) -> int:
+    """The run's pending phases after the points, each marked done in the database when it ends; a
+    stop signal keeps what was done (exit 128 + the signal) and ``--resume`` runs the rest."""
     spent = result.seconds
-    if result.complete and profile.pools and not only:
-        spent += main_pools(args, profile)
-    if result.complete and profile.thread_sps and not only:
-        spent += main_thread_sps(args, profile)
-    if result.complete and validates(args):
-        budget = None if profile.time_limit_minutes is None else \
-            max(MIN_VALIDATION_SECONDS, 60 * profile.time_limit_minutes - spent)
-        spec = args.profile if args.with_validate else VALIDATE_AFTER[args.profile]
-        return validate_after_probe(args, stop, spec, budget)
-    return 0 if result.complete else stop.exit_code()
+    for phase in result.pending:
+        try:
+            seconds, code = PHASES[phase](args, profile, spent)
+        except KeyboardInterrupt:
+            print(f"autotune-install: interrupted during {PHASE_NAMES[phase]}; the measurements before it are "
+                  f"kept in {result.path}. Run again with --resume to finish.", file=sys.stderr)
+            return stop.exit_code()
+        if code:
+            return code
+        finish_phase(result.path, phase)
+        spent += seconds
+    return 0
 
 
-def main_pools(args, profile) -> float:
+def main_pools(args, profile, spent: float = 0.0) -> tuple[float, int]:
     """Measure the thread-pool transition costs of the profile's libraries; the seconds it took."""
     say = (lambda m: None) if args.no_progress else \
         (lambda m: print(f"autotune-install: pools: {m}", file=sys.stderr, flush=True))
     info = probe_pools(args.db, profile.backends, profile.pools, say)
     print(f"autotune-install: thread-pool transitions of {', '.join(info['libraries'])} "
           f"(hot window {info['hot_window'] * 1e3:g} ms) in {info['seconds']:.1f} s")
-    return float(info["seconds"])
+    return float(info["seconds"]), 0
 
 
-def main_thread_sps(args, profile) -> float:
+def main_thread_sps(args, profile, spent: float = 0.0) -> tuple[float, int]:
     """Measure the thread SPs of each kernel version (001 §6.3.1); the seconds it took."""
+    if not args.no_progress:
+        print("autotune-install: thread SPs: measuring", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     sps = probe_and_save(resolve(args.db), quick=profile.thread_sps == "quick")
     seconds = time.perf_counter() - t0
     print(f"autotune-install: thread SPs of {', '.join(sorted(sps.versions))} in {seconds:.1f} s")
-    return seconds
+    return seconds, 0
+
+
+def main_validation(args, profile, spent: float) -> tuple[float, int]:
+    """The validation step ending an install, within what is left of the profile's time limit."""
+    budget = None if profile.time_limit_minutes is None else \
+        max(MIN_VALIDATION_SECONDS, 60 * profile.time_limit_minutes - spent)
+    spec = args.profile if args.with_validate else VALIDATE_AFTER.get(args.profile, args.profile)
+    t0 = time.perf_counter()
+    code = main_validate(args, spec, budget)
+    return time.perf_counter() - t0, code
+
+
+PHASES = {"pools": main_pools, "threads": main_thread_sps, "validate": main_validation}
+PHASE_NAMES = {"pools": "the thread-pool transitions", "threads": "the thread SPs", "validate": "the validation"}
 
 
 def validates(args) -> bool:
@@ -146,18 +179,6 @@ def limit_line(profile, validating: bool) -> str:
     check = ", the check of its models included (--no-validate skips it)" if validating else ""
     return (f"profile {profile.name!r} takes about {profile.time_limit_minutes:g} minutes on two cores{check}; "
             "other programs on the machine make it longer")
-
-
-def validate_after_probe(args, stop: StopSignals, spec: str, budget: float | None = None) -> int:
-    """The validation step (``spec``) ending an install, within ``budget`` seconds: its
-    interruption keeps the measurements (the install stands) and says how to run it again."""
-    again = f"`autotune-install --validate --profile {spec}" + (f" --db {args.db}`" if args.db else "`")
-    try:
-        return main_validate(args, spec, budget)
-    except KeyboardInterrupt:
-        print(f"autotune-install: validation stopped; the measurements are kept; run {again} to validate",
-              file=sys.stderr)
-        return stop.exit_code()
 
 
 def db_path_problem(db) -> str | None:

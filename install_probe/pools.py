@@ -34,7 +34,7 @@ class PoolSpec:
     threads: tuple[int, ...] = (1, 2)
 
 
-SPECS = {"tiny": PoolSpec(sizes=(64,), gaps=(0.02,), reps=2, idle=0.02),   # tests: under a second
+SPECS = {"tiny": PoolSpec(sizes=(64, 128), gaps=(0.02,), reps=3, idle=0.05),   # tests: a second or two
          "quick": PoolSpec(sizes=(128, 512), gaps=(0.2,), reps=3, idle=0.15),
          "standard": PoolSpec()}
 NO_POOL = ("numba-reference",)    # its threads wait on a condition: no pool spins after its calls

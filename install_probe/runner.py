@@ -32,12 +32,15 @@ class ProbeError(ValueError):
 
 @dataclass
 class ProbeResult:
+    """A point sweep's outcome; ``pending``: the run's phases after the points still to do."""
+
     path: Path
     measured: int
     skipped_backends: dict[str, str] = field(default_factory=dict)
     complete: bool = True
     seconds: float = 0.0
     failures: dict[tuple, str] = field(default_factory=dict)
+    pending: tuple[str, ...] = ()
 
 
 def load_backends(names) -> tuple[dict, dict[str, str]]:
@@ -134,7 +137,7 @@ def call_overhead(be, routine: str, timing, rng) -> float:
 
 
 def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, resume: bool = False,
-              progress: bool | None = None, seed: int = 0) -> ProbeResult:
+              progress: bool | None = None, seed: int = 0, after: tuple[str, ...] = ()) -> ProbeResult:
     """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file.
     ProbeError, with the database untouched, when the plan holds no point (e.g. --only names an
     unavailable backend): an empty run would leave tuned calls silently untuned.
@@ -144,6 +147,9 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     faster of two, the middle of three). A machine's speed can wander by several percent over
     seconds to minutes; a point timed at a few moments spread over the run is less at the mercy of
     one of them, so two runs agree better.
+
+    ``after``: the phases that follow the points (pools, thread SPs, validation), stored with the
+    run (a resumed run keeps its own); the run is complete once ``finish_phase`` marked each done.
     """
     _check_only(only)
     path = resolve(db_path)
@@ -151,7 +157,9 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     backends, skipped = load_backends(names)
     db, run_id, done = _start(path, profile, resume)
     db.backends.update({n: b.info for n, b in backends.items()})
-    db.run = {"profile": profile.name, "run_id": run_id, "complete": False, "started": time.time()}
+    pending = tuple(db.run.get("pending", after)) if resume else tuple(after)
+    db.run = {"profile": profile.name, "run_id": run_id, "complete": False, "started": time.time(),
+              "pending": ["points", *(p for p in pending if p != "points")]}
     tasks = [t for t in expand(profile, backends, only) if t.key not in done]
     if not tasks and not done:           # before the first save: the database stays as it was
         raise ProbeError(f"nothing was measured: {nothing_to_measure(profile, backends, skipped, only)}; "
@@ -172,9 +180,22 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
               "Run again with --resume to finish.", file=sys.stderr)
         return ProbeResult(path, len(db.keys(run_id)), skipped, False, session.elapsed, session.failures)
     session.bar.close()
-    db.run["complete"] = True
+    _done(db.run, "points")
     session.checkpoint()
-    return ProbeResult(path, len(db.keys(run_id)), skipped, True, session.elapsed, session.failures)
+    return ProbeResult(path, len(db.keys(run_id)), skipped, True, session.elapsed, session.failures,
+                       tuple(db.run["pending"]))
+
+
+def finish_phase(path, phase: str) -> None:
+    """Mark ``phase`` of the database's run done (the run is complete when none is left)."""
+    db = load(path, check_machine=False)
+    _done(db.run, phase)
+    save(db, path)
+
+
+def _done(run: dict, phase: str) -> None:
+    run["pending"] = [p for p in run.get("pending", []) if p != phase]
+    run["complete"] = not run["pending"]
 
 
 class _Session:

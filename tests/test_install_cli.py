@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -150,30 +151,86 @@ def test_stop_signal_ends_mpiexec_and_every_rank(tmp_path, sig):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_sigterm_stops_the_blas_probe_like_ctrl_c(tmp_path):
-    """SIGTERM checkpoints what was measured, says --resume finishes it, exits 143."""
-    prof = write_yaml(tmp_path / "slow.yaml", SLOW)
-    db = tmp_path / "db.h5"
-    proc = subprocess.Popen(command("--profile", prof, "--db", str(db), "--no-progress"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    try:
-        def measured() -> int:
-            try:
-                return len(load(db).records)
-            except Exception:
-                return 0
+# The slow points, then the thread-pool transitions and the thread SPs: every phase an install has.
+PHASED = dict(SLOW, name="phased", pools="tiny", thread_sps="quick",
+              timing={**SLOW["timing"], "min_sample_seconds": 0.05, "passes": 1},
+              measure=[{"routines": ["gemm"], "pattern": "square", "sizes": [96, 128, 160, 192]}])
+# What each phase prints as it starts (points: the run is saved, its points pending).
+STARTS = {"pools": "autotune-install: pools: transitions", "threads": "autotune-install: thread SPs: measuring"}
 
-        assert wait_for(lambda: measured() > 0 or proc.poll() is not None, 60)
-        assert proc.poll() is None, "the probe finished before it could be stopped"
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 143, (out, err)
-    assert "interrupted" in out and "--resume" in err
-    assert load(db).run["complete"] is False and len(load(db).records) > 0
+
+class Install:
+    """``autotune-install`` on the phased profile, its stderr read as it comes."""
+
+    def __init__(self, prof: str, db: Path, *extra: str):
+        self.db, self.lines = db, []
+        self.proc = subprocess.Popen(command("--profile", prof, "--db", str(db), *extra), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=db.parent)
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
+
+    def started(self, phase: str) -> bool:
+        if phase == "points":
+            try:
+                return "points" in load(self.db).run["pending"]
+            except Exception:
+                return False
+        return any(line.startswith(STARTS[phase]) for line in list(self.lines))
+
+    def stop_in(self, phase: str, sig: int) -> tuple[int, str]:
+        """Send ``sig`` once ``phase`` has started; (exit status, stderr)."""
+        try:
+            assert wait_for(lambda: self.started(phase) or self.proc.poll() is not None, 120, 0.005)
+            assert self.proc.poll() is None, f"finished before {phase} could be stopped: {self.lines}"
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(10)
+        return self.proc.returncode, "".join(self.lines)
+
+
+def content(db: Path) -> tuple:
+    """What a complete install holds: its records' keys, its groups' members, its run's state."""
+
+    from autotune.db.store import open_file
+
+    d = load(db)
+    with open_file(db) as f:
+        members = sorted(f"{g}/{m}" for g in f if g != "k" for m in f[g])
+    return d.keys(), members, d.run["complete"], d.run["pending"]
+
+
+@pytest.fixture(scope="module")
+def phased(tmp_path_factory) -> tuple[str, Path]:
+    """The phased profile and the database of its uninterrupted run."""
+    d = tmp_path_factory.mktemp("phased")
+    prof, whole = write_yaml(d / "phased.yaml", PHASED), d / "whole.h5"
+    done = subprocess.run(command("--profile", prof, "--db", str(whole)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return prof, whole
+
+
+@pytest.mark.parametrize("signals", [(signal.SIGTERM, signal.SIGKILL, signal.SIGTERM),
+                                     (signal.SIGKILL, signal.SIGTERM, signal.SIGKILL)])
+def test_every_phase_stops_and_resumes_to_an_uninterrupted_runs_content(phased, tmp_path, signals):
+    """SIGTERM or SIGKILL in the points, the pool transitions and the thread SPs: SIGTERM exits 143
+    naming --resume, and each --resume finishes it; the end equals an uninterrupted run's content."""
+    prof, whole = phased
+    db = tmp_path / "db.h5"
+    for i, (phase, sig) in enumerate(zip(("points", "pools", "threads"), signals, strict=True)):
+        code, err = Install(prof, db, *(["--resume"] if i else [])).stop_in(phase, sig)
+        if sig == signal.SIGTERM:
+            assert code == 143 and "--resume" in err, (phase, code, err)
+        else:
+            assert code == -signal.SIGKILL, (phase, code, err)
+        assert load(db).run["complete"] is False and phase in load(db).run["pending"], (phase, load(db).run)
+    done = subprocess.run(command("--profile", prof, "--db", str(db), "--resume"), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert content(db) == content(whole) and content(db)[2:] == (True, [])
 
 
 def test_stop_launched_kills_what_ignores_sigterm(tmp_path):

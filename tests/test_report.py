@@ -103,17 +103,18 @@ def test_report_needs_nothing_but_the_database(tiny_db, tmp_path, capsys):
 
 def test_a_standard_install_ends_with_the_validation_unless_opted_out(monkeypatch, tmp_path, capsys):
     """`standard` validates (its short install spec) after a complete probe; `--no-validate` and
-    `quick` do not; an interrupted validation keeps the measurements and says how to resume."""
+    `quick` do not; an interrupted validation keeps the measurements and says --resume finishes it."""
     from types import SimpleNamespace
 
     from autotune.install_probe import cli
     from autotune.install_probe import validate as val
 
-    done = SimpleNamespace(complete=True, measured=3, failures={}, skipped_backends={}, path=tmp_path / "db.h5",
-                           seconds=1.0)
-    monkeypatch.setattr(cli, "run_probe", lambda *a, **kw: done)
-    monkeypatch.setattr(cli, "main_pools", lambda args, profile: 0.0)        # measured in their own tests
-    monkeypatch.setattr(cli, "main_thread_sps", lambda args, profile: 0.0)
+    monkeypatch.setattr(cli, "run_probe", lambda *a, **kw: SimpleNamespace(
+        complete=True, measured=3, failures={}, skipped_backends={}, path=tmp_path / "db.h5", seconds=1.0,
+        pending=kw["after"]))
+    monkeypatch.setitem(cli.PHASES, "pools", lambda *a: (0.0, 0))        # measured in their own tests
+    monkeypatch.setitem(cli.PHASES, "threads", lambda *a: (0.0, 0))
+    monkeypatch.setattr(cli, "finish_phase", lambda *a: None)
     specs = []
     monkeypatch.setattr(val, "validate", lambda db, spec, **kw: specs.append(spec) or SimpleNamespace(text=str))
     db = ["--db", str(tmp_path / "db.h5"), "--no-progress"]
@@ -127,4 +128,4 @@ def test_a_standard_install_ends_with_the_validation_unless_opted_out(monkeypatc
 
     monkeypatch.setattr(val, "validate", interrupted)
     assert cli.main(["--profile", "standard", *db]) == 130
-    assert "measurements are kept" in capsys.readouterr().err
+    assert "interrupted during the validation" in capsys.readouterr().err
