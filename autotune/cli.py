@@ -669,7 +669,10 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
 
 def cmd_refit(args) -> int:
     """Fit per-candidate corrections from the learning log into ``/learned`` of the database."""
-    summary = refit(args.db)
+    try:
+        summary = refit(args.db)
+    except OSError as exc:          # a read-only database, a full disk
+        return _error("refit", str(exc))
     if "error" in summary:
         return _error("refit", f"{summary['error']} at {summary['db']}")
     print(f"{summary['db']}: {summary['observations']} logged observations, {summary['series']} candidate series")

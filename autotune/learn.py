@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.db import location
+from autotune.db import DatabaseError, load, location
 from autotune.db.learned import read_learned, save_learned
 from autotune.models.fitting import TermSet, select_terms
 from autotune.plans import Candidate
@@ -400,6 +400,10 @@ def refit(db_path: str | os.PathLike | None = None) -> dict:
     path = location.resolve(db_path)
     if not path.is_file():
         return {"db": str(path), "error": "no database", "observations": 0, "corrections": []}
+    try:
+        load(path, check_machine=False)
+    except DatabaseError as exc:
+        return {"db": str(path), "error": f"unusable database ({exc})", "observations": 0, "corrections": []}
     if enabled() or _state["flushed"] < _state["seq"]:
         flush()
     log = read_log(path)

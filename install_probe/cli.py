@@ -18,6 +18,7 @@ from pathlib import Path
 from autotune.db import DatabaseError, load, resolve
 from autotune.db import comm as dbc
 from autotune.db.comm import hardware, mpi_world_size_env
+from autotune.db.store import read_only
 from autotune.tuned_mpi import MPI_MISSING
 
 from .pools import probe_pools
@@ -91,7 +92,7 @@ def main_probe(args, stop: StopSignals) -> int:
             print(f"autotune-install: {limit_line(profile, validates(args))}", file=sys.stderr, flush=True)
         result = run_probe(profile, args.db, only=only, resume=args.resume,
                            progress=False if args.no_progress else None, after=phases_after(args, profile, only))
-    except (ProfileError, ProbeError, PermissionError) as exc:
+    except (ProfileError, ProbeError, OSError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2
     for name, why in result.skipped_backends.items():
@@ -183,7 +184,7 @@ def limit_line(profile, validating: bool) -> str:
 
 def db_path_problem(db) -> str | None:
     """Why the database path (``--db``, else the default) cannot be written, checked before any
-    measuring; None if it can. Missing parent directories are fine: the first save creates them."""
+    measuring; None if it can. Missing parent directories are created here."""
 
     path = resolve(db)
     where = "--db" if db is not None else "database path"
@@ -198,7 +199,11 @@ def db_path_problem(db) -> str | None:
         return f"{where} {path}: directory {parent} is not writable"
     if path.exists() and not os.access(path, os.R_OK):
         return f"{where} {path} is not readable"
-    return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"{where} {path}: cannot create {path.parent} ({exc.strerror or exc})"
+    return read_only(path)
 
 
 # -- stopping on SIGINT, SIGTERM and SIGHUP --------------------------------------------------------
@@ -371,7 +376,7 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     t0 = time.perf_counter()
     proc = None
     try:
-        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        proc = subprocess.Popen(tied_to_this_process(cmd), env=env, start_new_session=True)
         code = proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
         if proc is not None:
@@ -388,6 +393,23 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
     print(f"autotune-install: MPI probe on {nprocs} processes complete in {seconds:.1f} s; "
           f"`autotune show --db {path}` lists the fits")
     return 0
+
+
+# Execs its arguments once the kernel will send them SIGTERM when their parent dies (PR_SET_PDEATHSIG,
+# which an exec keeps), or exits if that parent is already gone: a fresh process without threads,
+# where preexec_fn in this one (BLAS threads running) is not safe.
+_DEATHSIG_EXEC = ("import ctypes, os, signal, sys\n"
+                  "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)\n"
+                  "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+                  "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def tied_to_this_process(cmd: list[str]) -> list[str]:
+    """``cmd`` run so that it ends (SIGTERM, which mpiexec passes to its ranks) when this process dies,
+    even by SIGKILL, where no handler of ours runs (Linux; elsewhere ``cmd`` as it is)."""
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [sys.executable, "-I", "-S", "-c", _DEATHSIG_EXEC, str(os.getpid()), *cmd]
 
 
 def _signal_name(exc: BaseException) -> str:

@@ -122,3 +122,14 @@ def test_command_line_prints_one_line_errors_and_warnings(tiny_db, tmp_path):
     assert warned.returncode == 0, warned.stderr
     assert warned.stderr.startswith("autotune: warning: ignoring 2 of") and warned.stderr.count("\n") == 1
     assert "Traceback" not in usage.stderr + warned.stderr
+
+
+def test_refit_on_a_damaged_database_is_an_error(tmp_path, capsys):
+    """`autotune refit` on a file that is not a usable database: one line, exit 1 (not '0 observations')."""
+    from autotune.cli import main
+
+    bad = tmp_path / "junk.h5"
+    bad.write_bytes(b"\x00not a database" * 10)
+    assert main(["refit", "--db", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("autotune refit: error: unusable database") and err.count("\n") == 1

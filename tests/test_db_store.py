@@ -387,3 +387,21 @@ def test_concurrent_writer_and_readers(tmp_path):
     final = load(path)
     assert final.run == {"i": 99} and set(final.records["k"]) == {2.0}
     assert tmp_leftovers(tmp_path) == []
+
+
+def test_a_read_only_database_is_refused_and_a_rewrite_keeps_the_mode(tmp_path):
+    """A file without write bits is never replaced (root's access checks ignore them); a writable one
+    keeps its own mode when rewritten, not the default."""
+    from autotune.db.store import replace_group
+
+    path = tmp_path / "db.h5"
+    save(make_db(), path)
+    path.chmod(0o640)
+    replace_group(path, "pools", "default", lambda g: g.create_dataset("rows", data=np.zeros(1)))
+    assert path.stat().st_mode & 0o777 == 0o640
+    path.chmod(0o444)
+    with pytest.raises(PermissionError, match="read-only"):
+        save(make_db(), path)
+    with pytest.raises(PermissionError, match="read-only"):
+        replace_group(path, "pools", "default", lambda g: None)
+    assert path.stat().st_mode & 0o777 == 0o444 and len(load(path).records) == len(make_db().records)

@@ -16,6 +16,7 @@ import pytest
 import yaml
 from autotune.install_probe import cli
 from autotune.install_probe import runner as runner_mod
+from autotune.install_probe.cli import STOP_GRACE_SECONDS
 from autotune.install_probe.comm import estimate_seconds, load_comm_profile, points_seconds
 from mpi_helpers import fake_launch, mpi_env
 
@@ -115,10 +116,11 @@ def wait_for(condition, timeout: float, step: float = 0.1) -> bool:
 # -- 1. stopping ---------------------------------------------------------------------------------------
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_stop_signal_ends_mpiexec_and_every_rank(tmp_path, sig):
     """SIGTERM (as `timeout` sends) or SIGINT to `autotune-install --mpi --np 2`: mpiexec and both
-    ranks end with it, the exit status is 128 + the signal, and the report says what was kept."""
+    ranks end with it, the exit status is 128 + the signal, and the report says what was kept. SIGKILL,
+    which no handler sees: they end too (the launcher is tied to the installer's life), nothing written."""
     prof = write_yaml(tmp_path / "tiny.yaml", COMM_TINY)
     db, log = tmp_path / "sp.h5", tmp_path / "err.txt"
     # Output to a file, not a pipe: the ranks inherit it, and reading a pipe to its end would
@@ -137,9 +139,13 @@ def test_stop_signal_ends_mpiexec_and_every_rank(tmp_path, sig):
         assert len(ranks(family)) == 2 and len(family) >= 3, {p: cmdline(p) for p in family}
         proc.send_signal(sig)
         proc.wait(timeout=60)
-        left = wait_for(lambda: not running(family), 3) or running(family)
+        left = wait_for(lambda: not running(family), 3 + STOP_GRACE_SECONDS * (sig == signal.SIGKILL)) \
+            or running(family)
         assert left is True, f"still running after the installer ended: {[cmdline(p) for p in running(family)]}"
         err = log.read_text()
+        if sig == signal.SIGKILL:
+            assert proc.returncode == -sig and not db.exists(), (proc.returncode, err)
+            return
         assert proc.returncode == 128 + sig, (proc.returncode, err)
         assert f"stopped by {signal.Signals(sig).name}" in err and "nothing was written" in err, err
     finally:
@@ -352,6 +358,24 @@ def test_db_under_a_file_or_unwritable_directory(tmp_path, capsys, monkeypatch):
     assert cli.main(["--profile", prof, "--db", str(locked / "a" / "sp.h5"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not writable" in err and not (locked / "a").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, where no directory can be made")
+def test_db_where_no_directory_can_be_made_or_read_only(tmp_path, capsys):
+    """A --db whose directories cannot be created, or a read-only database file: one line, exit 2, the
+    file left as it was (mode included)."""
+    prof = write_yaml(tmp_path / "t.yaml", TINY)
+    assert cli.main(["--profile", prof, "--db", "/proc/no-such-dir/sp.h5", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot create /proc/no-such-dir" in err
+    db = tmp_path / "sp.h5"
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress"]) == 0
+    db.chmod(0o444)
+    before = db.read_bytes()
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "read-only" in err
+    assert db.read_bytes() == before and db.stat().st_mode & 0o777 == 0o444
 
 
 # -- 4. the MPI run's default profile and estimate ------------------------------------------------------

@@ -33,6 +33,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import tempfile
 import time
 import warnings
@@ -268,11 +269,14 @@ def _atomic_replace(path: Path) -> Iterator[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(path.parent, os.W_OK):
         raise PermissionError(f"cannot write the database: directory {path.parent} is not writable")
+    problem = read_only(path)
+    if problem:
+        raise PermissionError(problem)
     with FileLock(str(path) + ".lock", timeout=60):
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         os.close(fd)
         try:
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a database is an ordinary file
+            os.chmod(tmp, _mode(path))  # mkstemp makes 0600: the file's own mode, or an ordinary file's
             yield tmp
             seal(tmp)
             with open(tmp, "rb+") as fh:
@@ -291,10 +295,26 @@ def save(db: Database, path: str | os.PathLike) -> None:
         _carry_over(path, tmp, KEPT_GROUPS)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def read_only(path: str | os.PathLike) -> str | None:
+    """Why the database file at ``path`` must not be replaced (its owner made it read-only: no write
+    bit, which root's access checks ignore), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if mode & 0o222 and os.access(path, os.W_OK):
+        return None
+    return f"the database {path} is read-only; make it writable (chmod u+w) or give another --db"
+
+
+def _mode(path: Path) -> int:
+    """The permission bits a rewritten database keeps: its own, else an ordinary new file's."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def _write(db: Database, tmp: str) -> None:
