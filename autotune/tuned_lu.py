@@ -91,6 +91,14 @@ def _rhs(b, n: int, overwrite_b: bool, check_finite: bool) -> tuple[np.ndarray, 
     return (x[:, None] if one else x), one
 
 
+def _check_pivots(piv, n: int) -> None:
+    """ValueError for pivots that are no row index of an order-``n`` factor: LAPACK would read and
+    write outside the matrix (scipy's own call crashes the process)."""
+    p = np.asarray(piv)
+    if p.ndim == 1 and p.size and p.dtype.kind in "iuf" and (p.min() < 0 or p.max() >= n):
+        raise ValueError(f"piv holds {p.min()}..{p.max()}: pivot indices must lie in [0, {n})")
+
+
 def _ipiv(piv, n: int, cand: Candidate) -> np.ndarray | None:
     """scipy's 0-based pivots as LAPACK's 1-based ones in the library's integer type; None unless
     they are n valid row indices (scipy then reports whatever it reports)."""
@@ -106,6 +114,8 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
     ``scipy.linalg.lu_solve``'s contract."""
     lu, piv = lu_and_piv
     lu1 = np.asarray(lu)
+    if lu1.ndim == 2:
+        _check_pivots(piv, lu1.shape[0])
     fallback = lambda: linalg.lu_solve((lu, piv), b, trans=trans, overwrite_b=overwrite_b,  # noqa: E731
                                        check_finite=check_finite)
     if not (_tunable(lu1) and lu1.dtype == _F64 and trans in (0, 1, 2)):

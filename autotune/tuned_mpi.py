@@ -253,7 +253,7 @@ def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int]
     input memory ``order``."""
     nprocs = len(names)
     if config is not None:
-        plan = as_plan(config)
+        plan = as_plan(config, family)
         need = plan.p if plan.ranks is None else max(plan.ranks) + 1
         if need > nprocs:
             raise ValueError(f"plan needs {need} ranks, communicator has {nprocs}")

@@ -95,6 +95,9 @@ def main_probe(args, stop: StopSignals) -> int:
     except (ProfileError, ProbeError, OSError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:       # before the run was first saved: nothing to keep
+        print("autotune-install: interrupted before measuring; nothing was written", file=sys.stderr)
+        return stop.exit_code()
     for name, why in result.skipped_backends.items():
         print(f"autotune-install: skipped backend {name}: {why}", file=sys.stderr)
     for key, why in result.failures.items():
@@ -124,13 +127,13 @@ def run_phases(args, profile, result, stop: StopSignals) -> int:
     for phase in result.pending:
         try:
             seconds, code = PHASES[phase](args, profile, spent)
+            if code:
+                return code
+            finish_phase(result.path, phase)
         except KeyboardInterrupt:
             print(f"autotune-install: interrupted during {PHASE_NAMES[phase]}; the measurements before it are "
                   f"kept in {result.path}. Run again with --resume to finish.", file=sys.stderr)
             return stop.exit_code()
-        if code:
-            return code
-        finish_phase(result.path, phase)
         spent += seconds
     return 0
 

@@ -164,9 +164,9 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     if not tasks and not done:           # before the first save: the database stays as it was
         raise ProbeError(f"nothing was measured: {nothing_to_measure(profile, backends, skipped, only)}; "
                          f"{path} left as it was")
-    save(db, path)
     session = _Session(profile, backends, db, path, run_id, _bar(tasks, profile, progress), seed)
     try:
+        save(db, path)
         first = session.run_pass(tasks)
         for i in range(1, profile.timing.passes):
             order = reversed(tasks) if i % 2 else iter(tasks)

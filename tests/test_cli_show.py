@@ -60,7 +60,7 @@ def test_show_notes_invalid_records_and_prints_no_nan(db_path, capsys):
     save(db, db_path)
     assert cli.main(["show", "--db", str(db_path)]) == 0
     out = capsys.readouterr().out
-    assert "NOTE: 4 of 16 measurements have a NaN" in out and "--only gemm" in out
+    assert "NOTE: 4 of 16 measurements have an unreadable field, a NaN" in out and "--only gemm" in out
     tables = [line for line in out.splitlines() if not line.startswith("NOTE")]
     assert not any(re.search(r"\b(nan|inf)\b|\s-\d", line.lower()) for line in tables)
     assert cli.main(["show", "--db", str(db_path), "--json"]) == 0

@@ -307,3 +307,14 @@ def test_reference_getrs_solves_both_ways():
         x = b.copy(order="F")
         assert be.ops["getrs"](lu, ipiv, x, trans) == 0
         np.testing.assert_allclose(op @ x, b, atol=1e-10)
+
+
+@pytest.mark.parametrize("bad", [10**6, -3, 64])
+def test_lu_solve_refuses_pivots_outside_the_matrix(bad):
+    """Pivots that are no row index raise ValueError (scipy's own call would crash the process)."""
+    rng = np.random.default_rng(11)
+    lu, piv = sl.lu_factor(rng.standard_normal((64, 64)))
+    piv = piv.copy()
+    piv[5] = bad
+    with pytest.raises(ValueError, match="pivot indices must lie in"):
+        autotune.tuned_lu_solve((lu, piv), np.ones(64))

@@ -167,7 +167,9 @@ sub = {"1x2": dict(p=2, r=1, c=2, b=16), "2x1": dict(p=2, r=2, c=1, b=16),
 cases = {"chol_auto": (np.linalg.LinAlgError, lambda: tuned_cholesky(R(-s), comm=comm)),
          "lu_nan_auto": (ValueError, lambda: tuned_lu_factor(R(nan), comm=comm)),
          "solve_singular_auto": (np.linalg.LinAlgError, lambda: tuned_solve(R(sing), R(rhs), comm=comm)),
-         "gemm_shape_auto": (ValueError, lambda: tuned_gemm(R(g), R(rhs.T), comm=comm))}
+         "gemm_shape_auto": (ValueError, lambda: tuned_gemm(R(g), R(rhs.T), comm=comm)),
+         "plan_unknown": (ValueError, lambda: tuned_gemm(R(g), R(g), comm=comm, config=Plan("nonsense", 1))),
+         "plan_other_family": (ValueError, lambda: tuned_cholesky(R(s), comm=comm, config=Plan("summa", 2, 1, 2)))}
 for name, kw in sub.items():
     cases[f"chol_{name}"] = (np.linalg.LinAlgError, lambda kw=kw: tuned_cholesky(R(-s), comm=comm,
                                                                                  config=Plan("cholesky", **kw)))
@@ -210,9 +212,21 @@ def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(tiny_db, t
     assert out.stdout.count("OK") == nprocs and "NOERR" not in out.stdout, out.stdout + out.stderr
     errs = [ln.split(" ", 5) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
     cases = {e[1] for e in errs}
-    assert len(cases) == 15, sorted(cases)
+    assert len(cases) == 17, sorted(cases)
     for case in cases:
         rows = [e for e in errs if e[1] == case]
         assert {e[2] for e in rows} == {str(r) for r in range(nprocs)}, (case, rows)
         assert all(e[3] == "True" for e in rows), (case, rows)
         assert len({(e[4], e[5]) for e in rows}) == 1, (case, rows)
+
+
+def test_a_forced_plan_names_an_algorithm_of_its_family():
+    from autotune.plans import Plan
+    from autotune.select.distributed import as_plan
+
+    assert as_plan({"algorithm": "summa", "p": 2, "r": 1, "c": 2}, "gemm").algorithm == "summa"
+    assert as_plan(Plan("local", 1), "solve").algorithm == "local"
+    with pytest.raises(ValueError, match=r"'nonsense' is not a distributed lu algorithm; choose from \['local',"):
+        as_plan(Plan("nonsense", 1), "lu")
+    with pytest.raises(ValueError, match="choose from .*'cannon'"):
+        as_plan({"algorithm": "cholesky", "p": 1}, "gemm")

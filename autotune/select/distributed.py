@@ -29,6 +29,9 @@ RANK_BACKEND = {"gemm": "numpy-openblas", "cholesky": "scipy-openblas", "lu": "s
 # Each family's phase models (``MODELS`` by algorithm, ``WAIT_PHASE``).
 FAMILY_MODELS = {"gemm": distributed_gemm, "cholesky": distributed_cholesky, "lu": distributed_lu,
                  "solve": distributed_lu}
+# The plans' algorithms of each family (besides "local", one process): what a forced config may name.
+PLAN_ALGORITHMS = {"gemm": tuple(distributed_gemm.MODELS), "cholesky": tuple(distributed_cholesky.MODELS),
+                   "lu": ("lu",), "solve": ("gesv",)}
 
 
 @dataclass
@@ -343,14 +346,19 @@ def calibration_line(dec: DistDecision) -> str:
             f"{runs}{sizes}); chosen plan: {used}")
 
 
-def as_plan(config) -> Plan:
-    """A ``Plan`` from a Plan or a dict of its fields (forcing a configuration)."""
-    if isinstance(config, Plan):
-        return config
+def as_plan(config, family: str | None = None) -> Plan:
+    """A ``Plan`` from a Plan or a dict of its fields (forcing a configuration); with ``family``, a
+    ValueError listing the family's algorithms unless the plan runs one of them."""
     if isinstance(config, dict):
-        return Plan(**config)
-    raise TypeError(f"config must be a Plan or a dict of its fields, got {type(config).__name__}")
+        config = Plan(**config)
+    if not isinstance(config, Plan):
+        raise TypeError(f"config must be a Plan or a dict of its fields, got {type(config).__name__}")
+    known = ("local", *PLAN_ALGORITHMS[family]) if family is not None else ()
+    if known and config.algorithm not in known:
+        raise ValueError(f"algorithm {config.algorithm!r} is not a distributed {family} algorithm; "
+                         f"choose from {list(known)}")
+    return config
 
 
-__all__ = ["DistDecision", "DistRanked", "as_plan", "describe", "grids", "plans", "predict", "rank_plans",
-           "thread_options"]
+__all__ = ["PLAN_ALGORITHMS", "DistDecision", "DistRanked", "as_plan", "describe", "grids", "plans", "predict",
+           "rank_plans", "thread_options"]
