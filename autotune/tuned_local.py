@@ -29,6 +29,13 @@ MIN_TUNED_SIZE = 32
 ALIGNED_OUTPUT_WORK = 128 ** 3
 
 
+def lapack_float64(dtype: np.dtype) -> bool:
+    """Whether scipy.linalg's LAPACK routines compute an array of ``dtype`` in float64: float64 and
+    the integers wider than 16 bits (scipy promotes a real dtype with float32: bool and the smaller
+    integers give float32, which the tuned float64 routines must leave to scipy)."""
+    return dtype == _F64 or (dtype.kind in "biu" and np.promote_types(dtype, np.float32) == _F64)
+
+
 def decide(family: str, dims: tuple[int, ...], config, explain: bool,
            opts: Options | None = None, state: int | None = None) -> tuple[Candidate, Decision | None]:
     """The candidate to run under ``opts`` (None: the options in force) in pool state ``state``
@@ -68,8 +75,10 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
-    if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
+    if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE or not (plain or _real_extras(alpha, beta)):
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    if not plain:
+        check_extras((m, n), alpha, beta, c)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
     opts, state = get_options(), pools.state_code()
     cand, dec = decide("gemm", (m, k, n), config, explain, opts, state)
@@ -90,8 +99,6 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
         if dec is not None and learn.enabled():
             return _observed(dec, lambda: _numpy_matmul(a, b, target, threads))
         return _numpy_matmul(a, b, target, threads)  # numpy's own call (this very candidate), or numpy's out rules
-    if c is not None and np.shape(c) != (m, n):
-        raise ValueError(f"c has shape {np.shape(c)}, expected {(m, n)}")
     target = out if (direct and out is not None) else _front.aligned_empty((m, n))
     if c is not None and beta != 0.0 and c is not target:
         np.copyto(target, c)
@@ -148,14 +155,29 @@ def generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out):
     if a.ndim != 2 or b.ndim != 2:
         raise ValueError("alpha/beta/c/trans_a/trans_b need 2-D operands")
     res = np.matmul(a.T if trans_a else a, b.T if trans_b else b)
+    check_extras(res.shape, alpha, beta, c)
     if alpha != 1.0:
         res = alpha * res
     if c is not None and beta != 0.0:
-        c = np.asarray(c)
-        if c.shape != res.shape:
-            raise ValueError(f"c has shape {c.shape}, expected {res.shape}")
-        res = res + beta * c
+        res = res + beta * np.asarray(c)
     return res if out is None else copy_out(res, out)
+
+
+def check_extras(shape: tuple[int, int], alpha, beta, c) -> None:
+    """The BLAS-style extras, checked alike on every path (any size, dtype, tuned or not, comm=):
+    ``alpha`` and ``beta`` numbers (TypeError), ``c`` of the product's ``shape`` whenever given, even
+    with ``beta == 0`` where it is not read (ValueError)."""
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        v = np.asarray(value)
+        if v.ndim or v.dtype.kind not in "biufc":
+            raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if c is not None and np.shape(c) != tuple(shape):
+        raise ValueError(f"c has shape {np.shape(c)}, expected {tuple(shape)}")
+
+
+def _real_extras(alpha, beta) -> bool:
+    """Real alpha and beta (the tuned float64 kernels' scalars); complex ones take numpy's arithmetic."""
+    return np.asarray(alpha).dtype.kind in "biuf" and np.asarray(beta).dtype.kind in "biuf"
 
 
 def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
@@ -163,7 +185,7 @@ def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bo
     """The Cholesky factor of ``a`` with scipy.linalg.cholesky's contract."""
     a1 = np.asarray(a)
     overwrite_a = overwrite_a and a1.flags.writeable   # scipy's potrf would write into a read-only array
-    if a1.ndim != 2 or not (a1.dtype == _F64 or a1.dtype.kind in "biu") or a1.shape[0] == 0 \
+    if a1.ndim != 2 or not lapack_float64(a1.dtype) or a1.shape[0] == 0 \
             or a1.shape[0] != a1.shape[1]:
         return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     n = a1.shape[0]

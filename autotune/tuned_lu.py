@@ -15,17 +15,18 @@ from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run
 from autotune.dispatch.layout import call_with_threads
 from autotune.kernels import _front
 from autotune.plans import Candidate
-from autotune.tuned_local import MIN_TUNED_SIZE, decide
+from autotune.tuned_local import MIN_TUNED_SIZE, decide, lapack_float64
 
 _F64 = np.dtype(np.float64)
 GENERAL = (None, "gen", "general")
 POSITIVE = ("pos", "positive definite")
 
 
-def _tunable(a1: np.ndarray) -> bool:
-    """A real square matrix the probe measured the routines for (float64, or integers scipy converts)."""
+def _tunable(a1: np.ndarray, any_integer: bool = False) -> bool:
+    """A real square matrix the probe measured the routines for: one scipy factors in float64
+    (``lapack_float64``), or with ``any_integer`` any integer or bool (scipy's solve gives float64)."""
     return (a1.ndim == 2 and a1.shape[0] == a1.shape[1] and a1.shape[0] >= MIN_TUNED_SIZE
-            and (a1.dtype == _F64 or a1.dtype.kind in "biu"))
+            and (lapack_float64(a1.dtype) or (any_integer and a1.dtype.kind in "biu")))
 
 
 def _work_copy(a, a1: np.ndarray, overwrite: bool, check_finite: bool) -> np.ndarray:
@@ -159,7 +160,7 @@ def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: boo
                             check_finite=check_finite, assume_a=assume_a, transposed=transposed)
 
     a1 = np.asarray(a)
-    if not (_tunable(a1) and (assume_a in GENERAL or assume_a in POSITIVE)):
+    if not (_tunable(a1, any_integer=True) and (assume_a in GENERAL or assume_a in POSITIVE)):
         return scipy_solve()
     if assume_a is None and _structure(a1) != "general":
         return scipy_solve()

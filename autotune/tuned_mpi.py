@@ -342,8 +342,7 @@ def _gemm_operands(a, b, alpha, beta, c, trans_a, trans_b, out) -> tuple:
     a, b = (a.T if trans_a else a), (b.T if trans_b else b)
     if a.ndim == 2 and b.ndim == 2:
         shape = (a.shape[0], b.shape[1])
-        if c is not None and beta != 0.0 and np.shape(c) != shape:
-            raise ValueError(f"c has shape {np.shape(c)}, expected {shape}")
+        tuned_local.check_extras(shape, alpha, beta, c)
         if out is not None:
             if not isinstance(out, np.ndarray):
                 raise TypeError("return arrays must be of ArrayType")

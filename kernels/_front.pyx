@@ -487,7 +487,10 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
     Called as ``numpy.matmul(x1, x2, /, out=None, *, ...)`` is, it accepts what numpy accepts and
     returns the same values, dtypes and errors; only 2-D float64 products are tuned (others, and
     calls with numpy's other keywords such as ``dtype=``, defer to numpy). The BLAS-style extras
-    are keyword-only: ``c`` is read only when ``beta != 0``; pass ``out=c`` to update it in place.
+    are keyword-only and checked alike at every size and dtype: ``alpha`` and ``beta`` are numbers
+    (TypeError otherwise; complex ones give numpy's complex arithmetic), ``c`` must have the
+    product's shape whenever given (ValueError) and is read only when ``beta != 0``; pass ``out=c``
+    to update it in place.
     ``config`` forces a candidate (a ``Candidate`` or dict of its fields); ``explain=True`` prints
     the ranked candidates (``autotune.explain`` returns them).
 

@@ -396,3 +396,38 @@ def test_tuned_outputs_start_on_a_cache_line(db):
             factor = tuned_cholesky(x)
             np.testing.assert_allclose(factor, sl.cholesky(x), rtol=1e-12, atol=1e-12)
             assert factor.ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("n", [8, 64])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_gemm_extras_are_checked_alike_at_every_size_and_dtype(tiny_db, n, dtype):
+    """One check of the BLAS-style extras on every path: c's shape whenever c is given (even with beta
+    0), alpha/beta numbers (a string is a TypeError), a complex alpha gives numpy's complex result."""
+    a = np.arange(n * n, dtype=dtype).reshape(n, n) % 7
+    with autotune.options(db=str(tiny_db)):
+        with pytest.raises(ValueError, match="c has shape"):
+            autotune.tuned_gemm(a, a, c=np.ones((3, 3)), beta=0.0)
+        for bad in ({"alpha": "2"}, {"beta": "1"}, {"alpha": [2.0, 3.0]}):
+            with pytest.raises(TypeError, match="must be a number"):
+                autotune.tuned_gemm(a, a, **bad)
+        np.testing.assert_allclose(autotune.tuned_gemm(a, a, alpha=2j), 2j * (a @ a), rtol=1e-6)
+        c = np.ones((n, n), dtype=dtype)
+        np.testing.assert_allclose(autotune.tuned_gemm(a, a, alpha=2, beta=0.5, c=c, trans_b=True),
+                                   2 * (a @ a.T) + 0.5 * c, rtol=1e-6)
+
+
+def test_outputs_from_the_block_cache_do_not_own_their_memory_as_documented(tiny_db):
+    """README: a tuned output from the reused blocks is not resizable in place; a copy is."""
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal((200, 200))
+    with autotune.options(db=str(tiny_db)):
+        outs = [autotune.tuned_gemm(g, g), autotune.tuned_cholesky(g @ g.T + 200 * np.eye(200)),
+                autotune.tuned_lu_factor(g)[0]]
+    borrowed = [x for x in outs if not x.flags.owndata]
+    assert borrowed, "no output came from the block cache"
+    for x in borrowed:
+        with pytest.raises(ValueError):
+            x.resize((10,), refcheck=False)
+        y = np.array(x)
+        y.resize((10,), refcheck=False)
+        assert y.shape == (10,)

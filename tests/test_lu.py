@@ -318,3 +318,27 @@ def test_lu_solve_refuses_pivots_outside_the_matrix(bad):
     piv[5] = bad
     with pytest.raises(ValueError, match="pivot indices must lie in"):
         autotune.tuned_lu_solve((lu, piv), np.ones(64))
+
+
+DTYPES = [bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.float16, np.float32,
+          np.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_result_dtypes_follow_scipys_rules(tiny_db, dtype):
+    """Every tuned call returns the dtype scipy/numpy returns (bool and integers up to 16 bits: float32
+    from lu_factor and cholesky), below and above the tuned sizes, with a database to tune from."""
+    with options(db=str(tiny_db)), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in (8, 48):
+            a = (np.eye(n) * 4 + 1).astype(dtype) if dtype is not bool else np.eye(n, dtype=bool)
+            b = np.ones((n, 2), dtype=dtype)
+            pairs = {"lu_factor": (tuned_lu_factor(a)[0], sl.lu_factor(a)[0]),
+                     "cholesky": (autotune.tuned_cholesky(a), sl.cholesky(a)),
+                     "solve": (tuned_solve(a, b), sl.solve(a, b)),
+                     "solve pos": (tuned_solve(a, b, assume_a="pos"), sl.solve(a, b, assume_a="pos")),
+                     "lu_solve": (tuned_lu_solve(sl.lu_factor(a), b), sl.lu_solve(sl.lu_factor(a), b)),
+                     "gemm": (autotune.tuned_gemm(a, a), a @ a)}
+            for name, (got, want) in pairs.items():
+                assert got.dtype == want.dtype, (name, n, got.dtype, want.dtype)
+                np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype.itemsize < 8 else 1e-10)
