@@ -214,7 +214,8 @@ def phased(tmp_path_factory) -> tuple[str, Path]:
     """The phased profile and the database of its uninterrupted run."""
     d = tmp_path_factory.mktemp("phased")
     prof, whole = write_yaml(d / "phased.yaml", PHASED), d / "whole.h5"
-    done = subprocess.run(command("--profile", prof, "--db", str(whole)), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command("--profile", prof, "--db", str(whole)), capture_output=True, text=True, timeout=300,
+                          cwd=d)
     assert done.returncode == 0, done.stderr
     return prof, whole
 
@@ -234,7 +235,7 @@ def test_every_phase_stops_and_resumes_to_an_uninterrupted_runs_content(phased, 
             assert code == -signal.SIGKILL, (phase, code, err)
         assert load(db).run["complete"] is False and phase in load(db).run["pending"], (phase, load(db).run)
     done = subprocess.run(command("--profile", prof, "--db", str(db), "--resume"), capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert content(db) == content(whole) and content(db)[2:] == (True, [])
 
