@@ -13,7 +13,7 @@ from mpi_helpers import run_mpi
 
 from autotune.distributed.collective import mask_cores, node_cores, rebuilt, verdict_of
 
-AGREE = """
+AGREE_SETUP = """
 import contextlib, io, os, sys
 import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
@@ -57,6 +57,9 @@ cases = {
     "root_str": (ValueError, lambda: tuned_gemm(a, b, root="0", comm=comm)),
     "root_mixed": (ValueError, lambda: tuned_gemm(a, b, root=0 if root else 5, comm=comm)),
 }
+"""
+# One line per rank and case: ERR name rank expected-type? type message, or NOERR name rank.
+RUN_CASES = """
 for name, (want, call) in cases.items():
     try:
         call()
@@ -64,6 +67,8 @@ for name, (want, call) in cases.items():
         print("ERR", name, rank, isinstance(exc, want), type(exc).__name__, str(exc), flush=True)
     else:
         print("NOERR", name, rank, flush=True)
+"""
+AGREE_CHECKS = """
 # the root keeps its own exception type
 try:
     tuned_cholesky(Bad() if root else None, comm=comm)
@@ -93,6 +98,7 @@ if root:
     assert f"p={P}" in out.getvalue(), out.getvalue()
 print("OK", rank, flush=True)
 """
+AGREE = AGREE_SETUP + RUN_CASES + AGREE_CHECKS
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two ranks apart")
@@ -145,7 +151,7 @@ def test_rebuilt_errors_keep_or_match_the_type():
 # Plans on part of the communicator (forced 1 x 2, 2 x 1 and named ranks, or the selector's), and
 # operands the one-process calls hand to numpy/scipy (1-D, stacked): every rank of the communicator
 # raises the same error, or the root gets numpy/scipy's result.
-SUBPLAN = """
+SUBPLAN_SETUP = """
 import sys, warnings
 import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
@@ -179,13 +185,8 @@ for name, kw in sub.items():
     if kw["r"] == 1:
         cases[f"solve_singular_{name}"] = (np.linalg.LinAlgError, lambda kw=kw: tuned_solve(
             R(sing), R(rhs), comm=comm, config=Plan("gesv", **kw)))
-for name, (want, call) in cases.items():
-    try:
-        call()
-    except Exception as exc:
-        print("ERR", name, rank, isinstance(exc, want), type(exc).__name__, str(exc), flush=True)
-    else:
-        print("NOERR", name, rank, flush=True)
+"""
+SUBPLAN_CHECKS = """
 # 1-D and stacked operands: numpy/scipy's results on the root
 stack = np.stack([s, 2 * s])
 v = rng.standard_normal(96)
@@ -204,6 +205,7 @@ if root:
     np.testing.assert_allclose(f, sl.cholesky(s), rtol=1e-10, atol=1e-10)
 print("OK", rank, flush=True)
 """
+SUBPLAN = SUBPLAN_SETUP + RUN_CASES + SUBPLAN_CHECKS
 
 
 @pytest.mark.parametrize("nprocs", [3, 4])
