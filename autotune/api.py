@@ -94,7 +94,7 @@ def _gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, ro
 def _numpy_matmul(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, ufunc_kwargs: dict):
     """numpy's own matmul for calls with its other keywords (``dtype=``, ``casting=``, ...), which
     change its arithmetic; they do not combine with the BLAS-style extras or tuning options."""
-    if not (c is None and not trans_a and not trans_b and alpha == 1.0 and beta == 0.0
+    if not (c is None and not trans_a and not trans_b and tuned_local.unit_scalars(alpha, beta)
             and config is None and not explain and comm is None):
         raise TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with "
                         "alpha/beta/c/trans_a/trans_b/config/explain/comm")
@@ -123,7 +123,12 @@ def _lu_factor(a, overwrite_a, check_finite, config, explain, comm, root):
 def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True, *,
                    config=None, explain: bool = False):
     """``scipy.linalg.lu_solve``: the solution of ``a x = b`` (``trans`` 1 or 2: ``a^T x = b``) from
-    ``tuned_lu_factor``'s (or scipy's) output."""
+    ``tuned_lu_factor``'s (or scipy's) output.
+
+    ``piv`` must hold integers in [0, n), one per row of ``lu``: anything else (out of range, NaN,
+    fractions, another length) is a ValueError, where scipy's own call may crash the process.
+    The result may live in a reused block (see ``tuned_gemm``): it does not own its memory, so
+    ``x.resize`` raises ValueError; ``numpy.array(x)`` is a copy that owns its data."""
     return tuned_lu.lu_solve(lu_and_piv, b, trans, overwrite_b, check_finite, config, explain)
 
 

@@ -20,6 +20,8 @@ from autotune.select import Decision, as_candidate, choose, rank
 from autotune.select.rank import INCUMBENTS
 
 _F64 = np.dtype(np.float64)
+# Scalar types compared directly for alpha == 1 and beta == 0 (anything else is checked first).
+_SCALARS = (int, float, complex, np.number, np.bool_)
 # Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
 MIN_TUNED_SIZE = 32
 # numpy's own multi-threaded call writes into a cache-line-aligned output from this m*n*k up:
@@ -69,16 +71,22 @@ def decide(family: str, dims: tuple[int, ...], config, explain: bool,
 def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
          explain: bool = False):
     """``alpha op(a) op(b) + beta c`` into ``out`` (or a new array): numpy's result and errors."""
-    plain = c is None and not trans_a and not trans_b and alpha == 1.0 and beta == 0.0
+    # No extra in effect. ``is True``: a comparison that is not a Python bool (an array's, whose
+    # truth is ambiguous; a numpy scalar's) is not plain, so check_extras sees it (same values).
+    plain = c is None and not trans_a and not trans_b and (alpha == 1.0) is True and (beta == 0.0) is True
+    if config is not None:
+        as_candidate(config, "gemm")        # checked whatever the operands (a small or untuned call ignores it)
     if not (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
             and a.dtype == _F64 and b.dtype == _F64):
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
-    if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE or not (plain or _real_extras(alpha, beta)):
+    if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     if not plain:
         check_extras((m, n), alpha, beta, c)
+        if not _keeps_float64(alpha, beta, c):      # complex or wider scalars or c: numpy's arithmetic
+            return generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
     opts, state = get_options(), pools.state_code()
     cand, dec = decide("gemm", (m, k, n), config, explain, opts, state)
@@ -175,14 +183,27 @@ def check_extras(shape: tuple[int, int], alpha, beta, c) -> None:
         raise ValueError(f"c has shape {np.shape(c)}, expected {tuple(shape)}")
 
 
-def _real_extras(alpha, beta) -> bool:
-    """Real alpha and beta (the tuned float64 kernels' scalars); complex ones take numpy's arithmetic."""
-    return np.asarray(alpha).dtype.kind in "biuf" and np.asarray(beta).dtype.kind in "biuf"
+def unit_scalars(alpha, beta) -> bool:
+    """``alpha == 1`` and ``beta == 0`` as scalar numbers (no extra in effect); an array or a
+    non-number is False, left to ``check_extras``, instead of being truth-tested (ambiguous)."""
+    return isinstance(alpha, _SCALARS) and isinstance(beta, _SCALARS) and alpha == 1 and beta == 0
+
+
+def _keeps_float64(alpha, beta, c) -> bool:
+    """Whether numpy's arithmetic keeps ``alpha op(a) op(b) + beta c`` of float64 operands float64
+    (what the tuned kernels compute): no complex or longer-than-float64 scalar or ``c`` in effect
+    (``alpha`` 1 and ``c`` with ``beta`` 0 are not applied, as in ``generic_gemm``)."""
+    terms = [] if alpha == 1 else [alpha]
+    if c is not None and beta != 0:
+        terms += [beta, np.asarray(c).dtype]
+    return np.result_type(_F64, *terms) == _F64
 
 
 def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
              explain: bool = False):
     """The Cholesky factor of ``a`` with scipy.linalg.cholesky's contract."""
+    if config is not None:
+        as_candidate(config, "cholesky")
     a1 = np.asarray(a)
     overwrite_a = overwrite_a and a1.flags.writeable   # scipy's potrf would write into a read-only array
     if a1.ndim != 2 or not lapack_float64(a1.dtype) or a1.shape[0] == 0 \

@@ -15,6 +15,7 @@ from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run
 from autotune.dispatch.layout import call_with_threads
 from autotune.kernels import _front
 from autotune.plans import Candidate
+from autotune.select import as_candidate
 from autotune.tuned_local import MIN_TUNED_SIZE, decide, lapack_float64
 
 _F64 = np.dtype(np.float64)
@@ -55,6 +56,8 @@ def _factor(cand: Candidate, w: np.ndarray) -> tuple[np.ndarray, int]:
 
 def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True, config=None, explain: bool = False):
     """``(lu, piv)`` with ``scipy.linalg.lu_factor``'s contract."""
+    if config is not None:
+        as_candidate(config, "lu")      # checked whatever the operand (an untuned call ignores it)
     a1 = np.asarray(a)
     if not _tunable(a1):
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
@@ -93,11 +96,30 @@ def _rhs(b, n: int, overwrite_b: bool, check_finite: bool) -> tuple[np.ndarray, 
 
 
 def _check_pivots(piv, n: int) -> None:
-    """ValueError for pivots that are no row index of an order-``n`` factor: LAPACK would read and
-    write outside the matrix (scipy's own call crashes the process)."""
+    """ValueError unless ``piv`` (last axis: one per row, more axes for a stack of factors) holds
+    integers in [0, n), the row indices of an order-``n`` factor: LAPACK reads and writes where
+    the pivots point, so scipy's own call crashes the process on others (NaN, out of range)."""
     p = np.asarray(piv)
-    if p.ndim == 1 and p.size and p.dtype.kind in "iuf" and (p.min() < 0 or p.max() >= n):
+    if p.ndim == 0 or p.shape[-1] != n:
+        raise ValueError(f"piv must hold {n} pivot indices per factor, got shape {p.shape}")
+    if not _integral(p):
+        raise ValueError(f"piv must hold integers (row indices), got {p.dtype} values")
+    if p.size and (p.min() < 0 or p.max() >= n):
         raise ValueError(f"piv holds {p.min()}..{p.max()}: pivot indices must lie in [0, {n})")
+
+
+def _integral(p: np.ndarray) -> bool:
+    """Integer or bool dtype, or float/object values that are all whole numbers (scipy truncates
+    those to its integer type)."""
+    if p.dtype.kind in "biu":
+        return True
+    if p.dtype.kind not in "fO":
+        return False
+    try:
+        with np.errstate(invalid="ignore"):
+            return bool(np.all(np.mod(p, 1) == 0))
+    except TypeError:
+        return False
 
 
 def _ipiv(piv, n: int, cand: Candidate) -> np.ndarray | None:
@@ -114,9 +136,11 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
     """The solution of ``a x = b`` (``trans`` 1, 2: ``a^T x = b``) from ``lu_factor``'s output, with
     ``scipy.linalg.lu_solve``'s contract."""
     lu, piv = lu_and_piv
+    if config is not None:
+        as_candidate(config, "lu_solve")
     lu1 = np.asarray(lu)
-    if lu1.ndim == 2:
-        _check_pivots(piv, lu1.shape[0])
+    if lu1.ndim >= 2:
+        _check_pivots(piv, lu1.shape[-2])
     fallback = lambda: linalg.lu_solve((lu, piv), b, trans=trans, overwrite_b=overwrite_b,  # noqa: E731
                                        check_finite=check_finite)
     if not (_tunable(lu1) and lu1.dtype == _F64 and trans in (0, 1, 2)):
@@ -159,6 +183,8 @@ def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: boo
         return linalg.solve(a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                             check_finite=check_finite, assume_a=assume_a, transposed=transposed)
 
+    if config is not None:
+        as_candidate(config, "cholesky" if assume_a in POSITIVE else "solve")
     a1 = np.asarray(a)
     if not (_tunable(a1, any_integer=True) and (assume_a in GENERAL or assume_a in POSITIVE)):
         return scipy_solve()

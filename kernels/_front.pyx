@@ -475,6 +475,13 @@ def remembered_cholesky(Py_ssize_t n) -> bool:
     return memo is not None and (n, _state()) in memo.chol
 
 
+cdef inline bint _default_scalars(object alpha, object beta):
+    """alpha 1 and beta 0 as Python floats or ints (the defaults); any other type, even equal (a
+    numpy scalar, an array whose truth is ambiguous), takes the Python path's one check."""
+    return ((type(alpha) is float or type(alpha) is int) and (type(beta) is float or type(beta) is int)
+            and alpha == 1.0 and beta == 0.0)
+
+
 cdef inline bint _plain_f64(object x):
     return (type(x) is cnp.ndarray and cnp.PyArray_NDIM(<cnp.ndarray>x) == 2
             and cnp.PyArray_TYPE(<cnp.ndarray>x) == cnp.NPY_DOUBLE)
@@ -487,10 +494,13 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
     Called as ``numpy.matmul(x1, x2, /, out=None, *, ...)`` is, it accepts what numpy accepts and
     returns the same values, dtypes and errors; only 2-D float64 products are tuned (others, and
     calls with numpy's other keywords such as ``dtype=``, defer to numpy). The BLAS-style extras
-    are keyword-only and checked alike at every size and dtype: ``alpha`` and ``beta`` are numbers
-    (TypeError otherwise; complex ones give numpy's complex arithmetic), ``c`` must have the
-    product's shape whenever given (ValueError) and is read only when ``beta != 0``; pass ``out=c``
-    to update it in place.
+    are keyword-only and checked alike at every size and dtype, tuned or not: ``alpha`` and
+    ``beta`` are scalar numbers (TypeError for a string, array or None), ``c`` must have the
+    product's shape whenever given, even with ``beta == 0`` (ValueError), and is read only when
+    ``beta != 0``; pass ``out=c`` to update it in place. The result's dtype and values are numpy's
+    ``alpha * (op(a) @ op(b)) + beta * c`` (``alpha`` 1 and ``beta * c`` with ``beta`` 0 not applied):
+    a complex ``alpha``, ``beta`` or ``c`` gives a complex result, a float32 product with a Python
+    float stays float32.
     ``config`` forces a candidate (a ``Candidate`` or dict of its fields); ``explain=True`` prints
     the ranked candidates (``autotune.explain`` returns them).
 
@@ -498,6 +508,10 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
     b and receives the result, the other ranks pass None and get None; the plan (algorithm,
     processes, grid, block, threads per rank) is chosen from measured communication costs, or
     forced with ``config=`` (a ``Plan`` or dict of its fields).
+
+    A tuned result may live in a reused, cache-line-aligned block (README, "Thread pools"): like a
+    view, it does not own its memory, so ``ndarray.resize`` raises ValueError on it;
+    ``numpy.array(x)`` (or ``x.copy()``) is an owning copy. The same holds for every tuned call.
     """
     cdef cnp.npy_intp *da
     cdef cnp.npy_intp *db
@@ -505,7 +519,7 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
     cdef _Memo memo
     if (c is None and out is None and config is None and comm is None and not ufunc_kwargs
             and _plain_f64(a) and _plain_f64(b) and not (trans_a or trans_b or explain)
-            and alpha == 1.0 and beta == 0.0):
+            and _default_scalars(alpha, beta)):
         memo = _current()
         if memo is not None:
             da = cnp.PyArray_DIMS(<cnp.ndarray>a)
@@ -596,7 +610,10 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
 
     Returns upper ``U`` with ``a = U^H U`` (or lower ``L`` with ``a = L L^H``), the other triangle
     zeroed. Raises LinAlgError for a matrix that is not positive definite, ValueError for a
-    non-square or (with ``check_finite``) non-finite input. Other dtypes and stacks go to scipy.
+    non-square or (with ``check_finite``) non-finite input. Other dtypes and stacks go to scipy,
+    so the result's dtype is scipy's (float32 for bool and integers of up to 16 bits).
+    A result from the reused blocks does not own its memory (``resize`` raises ValueError;
+    ``numpy.array(x)`` is an owning copy), see ``tuned_gemm``.
 
     With ``comm`` the call is collective (see ``tuned_gemm``): the root passes ``a`` and gets the
     factor, other ranks pass None and get None; errors are raised on every rank.
@@ -710,9 +727,11 @@ def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, exp
     ``lu`` holds ``U`` in its upper triangle and the unit-diagonal ``L`` below it (Fortran order),
     ``piv`` the 0-based int32 row interchanges: row i was interchanged with row piv[i]. An exactly
     singular factor gives a ``LinAlgWarning``; non-finite input with ``check_finite`` a ValueError.
-    The LAPACK library and its thread count are chosen from the measured models; other dtypes,
-    shapes and ``overwrite_a`` of a non-Fortran array go to scipy's own call. ``config`` forces a
-    candidate, ``explain=True`` prints the ranking.
+    The LAPACK library and its thread count are chosen from the measured models; other dtypes
+    (so ``lu`` has scipy's dtype: float32 for bool and integers of up to 16 bits), shapes and
+    ``overwrite_a`` of a non-Fortran array go to scipy's own call. ``config`` forces a candidate
+    (checked at every size), ``explain=True`` prints the ranking. A tuned ``lu`` does not own its
+    memory (``resize`` raises ValueError; ``numpy.array(lu)`` is an owning copy), see ``tuned_gemm``.
 
     With ``comm`` the call is collective (see ``tuned_gemm``): the root passes ``a`` and gets
     ``(lu, piv)``, the others get None; the plan (one process, or the distributed block-cyclic LU
@@ -757,6 +776,9 @@ def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
     With ``comm`` the call is collective: the root passes ``a`` and ``b`` and gets x, the others
     get None (a singular matrix raises on every rank of the plan). The distributed solve does not
     estimate the condition number: no ill-conditioning warning from it.
+
+    A tuned x does not own its memory (``resize`` raises ValueError; ``numpy.array(x)`` is an
+    owning copy), see ``tuned_gemm``.
     """
     cdef cnp.ndarray x, rhs, w, xb
     cdef cnp.npy_intp *d

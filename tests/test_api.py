@@ -1,6 +1,7 @@
 """tuned_gemm / tuned_cholesky keep numpy's and scipy's contracts, on every candidate."""
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 import autotune
 from autotune import Candidate, tuned_cholesky, tuned_gemm
 from autotune.db import load_sp
-from autotune.select import choose, clear_cache, rank
+from autotune.select import ALGORITHMS, choose, clear_cache, rank
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -252,6 +253,27 @@ def test_forced_config_errors(db):
         tuned_gemm(a, a, config={"algorithm": "blas", "backend": "mkl", "threads": 1, "block": 3})
 
 
+@pytest.mark.parametrize("n", [8, 64])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_forced_config_is_checked_at_every_size_and_dtype(db, n, dtype):
+    """A forced candidate naming no algorithm of the call's family is a ValueError listing the
+    family's, also where the call is numpy's or scipy's own (small, another dtype, a structure)."""
+    a = (np.eye(n) * 4 + 1).astype(dtype)
+    bad = {"algorithm": "nonsense", "backend": "scipy-openblas", "threads": 1}
+    calls = {"gemm": lambda cfg: tuned_gemm(a, a, config=cfg), "cholesky": lambda cfg: tuned_cholesky(a, config=cfg),
+             "lu": lambda cfg: autotune.tuned_lu_factor(a, config=cfg),
+             "lu_solve": lambda cfg: autotune.tuned_lu_solve(sl.lu_factor(a), a[:, 0], config=cfg),
+             "solve": lambda cfg: autotune.tuned_solve(a, a[:, 0], config=cfg)}
+    for family, call in calls.items():
+        known = [name for name, (fam, _) in ALGORITHMS.items() if fam == family]
+        message = re.escape(f"'nonsense' is not a {family} algorithm; choose from {known}")
+        for cfg in (bad, Candidate("nonsense", "scipy-openblas", 1)):
+            with pytest.raises(ValueError, match=message):
+                call(cfg)
+    with pytest.raises(ValueError, match="not a cholesky algorithm"):
+        autotune.tuned_solve(a, a[:, 0], assume_a="pos", config={**bad, "algorithm": "gesv"})
+
+
 def test_without_database_warns_once_and_matches(tmp_path):
     from autotune import api
 
@@ -398,36 +420,46 @@ def test_tuned_outputs_start_on_a_cache_line(db):
             assert factor.ctypes.data % 64 == 0
 
 
-@pytest.mark.parametrize("n", [8, 64])
+@pytest.mark.parametrize("n", [8, 64, 200])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 def test_gemm_extras_are_checked_alike_at_every_size_and_dtype(tiny_db, n, dtype):
-    """One check of the BLAS-style extras on every path: c's shape whenever c is given (even with beta
-    0), alpha/beta numbers (a string is a TypeError), a complex alpha gives numpy's complex result."""
+    """One check of the BLAS-style extras on every path (the C hot path's shapes remembered first):
+    c's shape whenever c is given (even with beta 0), alpha/beta scalar numbers (a string, array or
+    None is a TypeError), and numpy's result dtype and values for ``alpha * (a @ b) + beta * c``."""
     a = np.arange(n * n, dtype=dtype).reshape(n, n) % 7
     with autotune.options(db=str(tiny_db)):
+        for _ in range(3):
+            np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
         with pytest.raises(ValueError, match="c has shape"):
-            autotune.tuned_gemm(a, a, c=np.ones((3, 3)), beta=0.0)
-        for bad in ({"alpha": "2"}, {"beta": "1"}, {"alpha": [2.0, 3.0]}):
+            tuned_gemm(a, a, c=np.ones((3, 3)), beta=0.0)
+        for bad in ({"alpha": "2"}, {"beta": "1"}, {"alpha": [2.0, 3.0]}, {"alpha": np.array([1.0, 2.0])},
+                    {"alpha": np.array([1.0])}, {"beta": np.zeros(2)}, {"alpha": None}):
             with pytest.raises(TypeError, match="must be a number"):
-                autotune.tuned_gemm(a, a, **bad)
-        np.testing.assert_allclose(autotune.tuned_gemm(a, a, alpha=2j), 2j * (a @ a), rtol=1e-6)
+                tuned_gemm(a, a, **bad)
         c = np.ones((n, n), dtype=dtype)
-        np.testing.assert_allclose(autotune.tuned_gemm(a, a, alpha=2, beta=0.5, c=c, trans_b=True),
-                                   2 * (a @ a.T) + 0.5 * c, rtol=1e-6)
+        for alpha, beta, cc in [(2j, 0.0, None), (2, 0.5, c), (np.float64(1.0), 0.0, None), (np.float32(2), 1.0, c),
+                                (1.0, 0.5, c.astype(complex)), (np.longdouble(2), 1.0, c), (2.0, 1.0, c.tolist())]:
+            got = tuned_gemm(a, a, alpha=alpha, beta=beta, c=cc, trans_b=True)
+            want = (a @ a.T) * alpha if alpha != 1 else a @ a.T
+            want = want + beta * np.asarray(cc) if beta != 0 else want
+            assert got.dtype == want.dtype, (alpha, beta, got.dtype, want.dtype)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_outputs_from_the_block_cache_do_not_own_their_memory_as_documented(tiny_db):
-    """README: a tuned output from the reused blocks is not resizable in place; a copy is."""
+    """README and the tuned calls' docstrings: a tuned output from the reused blocks does not own its
+    memory, so ``resize`` raises ValueError; ``np.array`` of it is an owning copy."""
     rng = np.random.default_rng(5)
     g = rng.standard_normal((200, 200))
     with autotune.options(db=str(tiny_db)):
-        outs = [autotune.tuned_gemm(g, g), autotune.tuned_cholesky(g @ g.T + 200 * np.eye(200)),
-                autotune.tuned_lu_factor(g)[0]]
-    borrowed = [x for x in outs if not x.flags.owndata]
-    assert borrowed, "no output came from the block cache"
-    for x in borrowed:
+        outs = {"gemm": tuned_gemm(g, g), "cholesky": tuned_cholesky(g @ g.T + 200 * np.eye(200)),
+                "lu_factor": autotune.tuned_lu_factor(g)[0], "solve": autotune.tuned_solve(g, g[:, :3]),
+                "lu_solve": autotune.tuned_lu_solve(sl.lu_factor(g), g[:, :3])}
+    for name, x in outs.items():
+        assert not x.flags.owndata, name
         with pytest.raises(ValueError):
             x.resize((10,), refcheck=False)
         y = np.array(x)
         y.resize((10,), refcheck=False)
         assert y.shape == (10,)
+        assert "resize" in getattr(autotune, f"tuned_{name}").__doc__, name

@@ -3,6 +3,8 @@ errors and warnings (property-based where the input space is wide), the C hot pa
 the selector's candidates and explain."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -309,36 +311,75 @@ def test_reference_getrs_solves_both_ways():
         np.testing.assert_allclose(op @ x, b, atol=1e-10)
 
 
-@pytest.mark.parametrize("bad", [10**6, -3, 64])
-def test_lu_solve_refuses_pivots_outside_the_matrix(bad):
-    """Pivots that are no row index raise ValueError (scipy's own call would crash the process)."""
-    rng = np.random.default_rng(11)
-    lu, piv = sl.lu_factor(rng.standard_normal((64, 64)))
-    piv = piv.copy()
-    piv[5] = bad
-    with pytest.raises(ValueError, match="pivot indices must lie in"):
-        autotune.tuned_lu_solve((lu, piv), np.ones(64))
+PIVOT_CASES = {   # name -> expression of the pivots for lu, piv = lu_factor(order-64 matrix)
+    "far": "np.where(np.arange(64) == 5, 10**6, piv)", "minus one": "np.where(np.arange(64) == 5, -1, piv)",
+    "n": "np.where(np.arange(64) == 5, 64, piv)", "list": "[10**6] * 64",
+    "nan": "np.where(np.arange(64) == 5, np.nan, piv)",
+    "fraction": "piv + 0.5", "complex": "piv.astype(complex)", "object": "np.full(64, 10**6, dtype=object)",
+    "short": "piv[:63]", "2-D": "piv[:, None]", "stacked": "np.full((2, 64), 10**6)",
+}
+PIVOT_SCRIPT = """
+import numpy as np, scipy.linalg as sl, autotune
+lu, piv = sl.lu_factor(np.random.default_rng(11).standard_normal((64, 64)))
+for name, expr in CASES.items():
+    stack = name == "stacked"
+    f, b = ((np.stack([lu, lu]), np.ones((2, 64, 1))) if stack else (lu, np.ones(64)))
+    try:
+        autotune.tuned_lu_solve((f, eval(expr)), b)
+        print(name, "returned", flush=True)
+    except Exception as e:
+        print(name, type(e).__name__, str(e)[:60], flush=True)
+x = autotune.tuned_lu_solve((lu, piv.astype(float)), np.ones(64))   # whole numbers: scipy's result
+np.testing.assert_allclose(x, sl.lu_solve((lu, piv), np.ones(64)))
+print("done")
+"""
 
 
-DTYPES = [bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.float16, np.float32,
-          np.float64]
+def test_lu_solve_refuses_pivots_that_are_no_row_index():
+    """Pivots that are not integers in [0, n), one per row, raise ValueError (scipy's own call
+    crashes the process on many: out of range, NaN): run in a child, where a crash is a failure."""
+    out = subprocess.run([sys.executable, "-c", f"CASES = {PIVOT_CASES!r}\n{PIVOT_SCRIPT}"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.endswith("done\n"), out.stdout + out.stderr[-2000:]
+    lines = out.stdout.splitlines()[:-1]
+    assert [ln.split(" ")[0] for ln in lines] == [name.split(" ")[0] for name in PIVOT_CASES], lines
+    for ln in lines:
+        assert " ValueError piv " in ln, ln
+
+
+DTYPES = [bool, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64, np.float16,
+          np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _dtype_operands(n: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(symmetric positive definite, general: neither symmetric nor triangular) order-n matrices of
+    ``dtype``, nonsingular (bool ones too)."""
+    if dtype is bool:
+        g = np.eye(n, dtype=bool)
+        g[n - 1, 0] = g[0, 1] = True
+        return np.eye(n, dtype=bool), g
+    g = np.eye(n) * 4 + 1
+    g[n - 1, 0] = 2
+    return (np.eye(n) * 4 + 1).astype(dtype), g.astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_result_dtypes_follow_scipys_rules(tiny_db, dtype):
-    """Every tuned call returns the dtype scipy/numpy returns (bool and integers up to 16 bits: float32
-    from lu_factor and cholesky), below and above the tuned sizes, with a database to tune from."""
+    """Every tuned call returns the dtype (and values) scipy/numpy returns: bool and integers up to
+    16 bits give float32 from lu_factor and cholesky, below and above the tuned sizes, with a
+    database to tune from, twice (the second call may take the C hot path)."""
     with options(db=str(tiny_db)), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for n in (8, 48):
-            a = (np.eye(n) * 4 + 1).astype(dtype) if dtype is not bool else np.eye(n, dtype=bool)
+        for n, _ in [(n, rep) for n in (8, 48) for rep in range(2)]:
+            s, g = _dtype_operands(n, dtype)
             b = np.ones((n, 2), dtype=dtype)
-            pairs = {"lu_factor": (tuned_lu_factor(a)[0], sl.lu_factor(a)[0]),
-                     "cholesky": (autotune.tuned_cholesky(a), sl.cholesky(a)),
-                     "solve": (tuned_solve(a, b), sl.solve(a, b)),
-                     "solve pos": (tuned_solve(a, b, assume_a="pos"), sl.solve(a, b, assume_a="pos")),
-                     "lu_solve": (tuned_lu_solve(sl.lu_factor(a), b), sl.lu_solve(sl.lu_factor(a), b)),
-                     "gemm": (autotune.tuned_gemm(a, a), a @ a)}
+            pairs = {"lu_factor": (tuned_lu_factor(g)[0], sl.lu_factor(g)[0]),
+                     "cholesky": (autotune.tuned_cholesky(s), sl.cholesky(s)),
+                     "solve": (tuned_solve(g, b), sl.solve(g, b)),
+                     "solve 1-D": (tuned_solve(g, b[:, 0]), sl.solve(g, b[:, 0])),
+                     "solve pos": (tuned_solve(s, b, assume_a="pos"), sl.solve(s, b, assume_a="pos")),
+                     "lu_solve": (tuned_lu_solve(sl.lu_factor(g), b), sl.lu_solve(sl.lu_factor(g), b)),
+                     "gemm": (autotune.tuned_gemm(g, s), np.matmul(g, s))}
             for name, (got, want) in pairs.items():
                 assert got.dtype == want.dtype, (name, n, got.dtype, want.dtype)
-                np.testing.assert_allclose(got, want, rtol=1e-3 if want.dtype.itemsize < 8 else 1e-10)
+                np.testing.assert_allclose(got, want, rtol=1e-10 if want.dtype in (np.float64, np.complex128) else 1e-3)

@@ -224,7 +224,7 @@ def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(tiny_db, t
 
 def test_a_forced_plan_names_an_algorithm_of_its_family():
     from autotune.plans import Plan
-    from autotune.select.distributed import as_plan
+    from autotune.select.distributed import as_plan, predict
 
     assert as_plan({"algorithm": "summa", "p": 2, "r": 1, "c": 2}, "gemm").algorithm == "summa"
     assert as_plan(Plan("local", 1), "solve").algorithm == "local"
@@ -232,3 +232,6 @@ def test_a_forced_plan_names_an_algorithm_of_its_family():
         as_plan(Plan("nonsense", 1), "lu")
     with pytest.raises(ValueError, match="choose from .*'cannon'"):
         as_plan({"algorithm": "cholesky", "p": 1}, "gemm")
+    for family in ("gemm", "cholesky", "lu", "solve"):   # the models' tables too (checked before sp, cp are read)
+        with pytest.raises(ValueError, match=rf"'nonsense' is not a distributed {family} algorithm; choose from"):
+            predict(family, (64,), Plan("nonsense", 1), None, None)

@@ -156,7 +156,9 @@ def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool
     """Phase times of one plan through the correction stack: the model of its algorithm, the
     per-call overhead, per-rank k slowed by the measured contention of ``p x threads`` busy cores
     (``autotune.db.contention``), then the platform's fitted phase factors (``models.fitted_phases``)
-    unless ``fitted`` is False. ``problem``: Cholesky's ``lower`` and input memory ``order``."""
+    unless ``fitted`` is False. ``problem``: Cholesky's ``lower`` and input memory ``order``.
+    ValueError for a plan whose algorithm has no model in the family (one process included)."""
+    check_algorithm(plan.algorithm, family, PLAN_ALGORITHMS[family])
     model, calibrated, _ = _stack(_PlanContext.of(family, dims, plan, sp, cp, problem))
     return calibrated if fitted else model
 
@@ -353,12 +355,18 @@ def as_plan(config, family: str | None = None) -> Plan:
         config = Plan(**config)
     if not isinstance(config, Plan):
         raise TypeError(f"config must be a Plan or a dict of its fields, got {type(config).__name__}")
-    known = ("local", *PLAN_ALGORITHMS[family]) if family is not None else ()
-    if known and config.algorithm not in known:
-        raise ValueError(f"algorithm {config.algorithm!r} is not a distributed {family} algorithm; "
-                         f"choose from {list(known)}")
+    if family is not None:
+        check_algorithm(config.algorithm, family, ("local", *PLAN_ALGORITHMS[family]))
     return config
 
 
-__all__ = ["PLAN_ALGORITHMS", "DistDecision", "DistRanked", "as_plan", "describe", "grids", "plans", "predict",
-           "rank_plans", "thread_options"]
+def check_algorithm(algorithm: str, family: str, known: tuple[str, ...]) -> None:
+    """ValueError naming the family's ``known`` algorithms unless ``algorithm`` is one of them
+    (not the bare KeyError of a table lookup)."""
+    if algorithm not in known:
+        raise ValueError(f"algorithm {algorithm!r} is not a distributed {family} algorithm; "
+                         f"choose from {list(known)}")
+
+
+__all__ = ["PLAN_ALGORITHMS", "DistDecision", "DistRanked", "as_plan", "check_algorithm", "describe", "grids", "plans",
+           "predict", "rank_plans", "thread_options"]
