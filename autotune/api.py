@@ -17,6 +17,7 @@ from autotune import tuned_local, tuned_lu, tuned_mpi
 from autotune.backends import pools
 from autotune.config import get_options
 from autotune.db import load_sp
+from autotune.families import as_problem, family
 from autotune.kernels import _front
 from autotune.select import Decision, rank
 
@@ -51,25 +52,16 @@ def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen
                                   "this machine (tuned calls fall back to numpy/scipy meanwhile)")
     budget = opts.thread_budget if threads is None else int(threads)
     strassen = opts.allow_strassen if allow_strassen is None else bool(allow_strassen)
-    return rank(routine, shape, sp, budget, strassen, explain=True, after=None if after is None else pools.parse(after))
-
-
-ARITY = {"gemm": (1, 3), "cholesky": (1,), "lu": (1,), "solve": (1, 2), "lu_solve": (1, 2)}
+    after_state = None if after is None else pools.parse(after)
+    return rank(as_problem(routine, shape), sp, budget, strassen, explain=True, after=after_state)
 
 
 def problem_dims(routine: str, dims: tuple) -> tuple[int, ...]:
     """``explain``'s dims as the selector's: (m, k, n), (n,) or (n, nrhs); ValueError unless valid."""
-    arity = ARITY
-    if routine not in arity:
-        raise ValueError(f"explain: routine must be one of {', '.join(arity)}, got {routine!r}")
-    if len(dims) not in arity[routine]:
-        raise ValueError(f"explain: {routine} takes {' or '.join(map(str, arity[routine]))} size(s), got {dims!r}")
-    if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in dims):
-        raise ValueError(f"explain: sizes must be positive integers, got {dims!r}")
-    shape = tuple(int(d) for d in dims)
-    if routine == "gemm" and len(shape) == 1:
-        return shape * 3
-    return shape + (1,) if routine in ("solve", "lu_solve") and len(shape) == 1 else shape
+    try:
+        return family(routine).read(dims).dims
+    except ValueError as exc:
+        raise ValueError(f"explain: {exc}") from None
 
 
 def describe(dec: Decision, top: int = 12) -> str:

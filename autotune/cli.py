@@ -15,7 +15,6 @@ import numpy as np
 
 from autotune import testbed
 from autotune.api import (
-    ARITY,
     describe,
     problem_dims,
     tuned_cholesky,
@@ -35,6 +34,7 @@ from autotune.db.platform import PlatformError, load_platform, measured_platform
 from autotune.db.pools import COLD, Transitions, load_transitions
 from autotune.db.store import valid_mask
 from autotune.db.threads import ThreadSPs, load_threads
+from autotune.families import DISTRIBUTED, FAMILIES, as_problem
 from autotune.learn import refit
 from autotune.models.fitted_phases import load_phase_factors
 from autotune.models.mapping import database_k
@@ -530,7 +530,8 @@ def cmd_explain(args) -> int:
         except ValueError as exc:
             return _error("explain", f"--{exc}", 2)
         try:
-            dec = rank(args.routine, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
+            dec = rank(as_problem(args.routine, dims), sp, opts.thread_budget, opts.allow_strassen, explain=True,
+                       after=after)
         except LookupError as exc:
             return _error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
         print(describe(dec, top=args.top))
@@ -563,14 +564,14 @@ def _explain_mapping(args, dims: tuple[int, ...]) -> int:
 
 def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
     """What is wrong with the explain arguments ("" if nothing)."""
-    if len(dims) not in ARITY[args.routine]:
-        return "gemm takes N or M K N; cholesky and lu take N; solve and lu_solve take N [NRHS]"
+    if len(dims) not in FAMILIES[args.routine].short:
+        return f"{args.routine} takes {' or '.join(map(str, FAMILIES[args.routine].short))} size(s), got {len(dims)}"
     checks = [("sizes", min(dims)), ("--threads", args.threads), ("--top", args.top), ("--np", args.np)]
     for name, value in checks:
         if value is not None and value < 1:
             return f"{name} must be positive, got {dims if name == 'sizes' else value}"
-    if args.np is not None and args.routine not in ("gemm", "cholesky", "lu", "solve"):
-        return f"--np: distributed plans exist for gemm, cholesky, lu and solve, not {args.routine}"
+    if args.np is not None and args.routine not in DISTRIBUTED:
+        return f"--np: distributed plans exist for {', '.join(DISTRIBUTED)}, not {args.routine}"
     if args.run and args.np is not None:
         return "--run runs on this process only; it does not combine with --np"
     if args.min_efficiency is not None and (args.np is None or not 0.0 < args.min_efficiency <= 1.0):
@@ -628,7 +629,7 @@ def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
     """Rank distributed plans on up to ``--np`` ranks (models only: nothing is launched)."""
     cp = load_comm(opts.db, nprocs=args.np)
     try:
-        dec = rank_plans(args.routine, dims, args.np, sp, cp, args.threads or available_cores(),
+        dec = rank_plans(as_problem(args.routine, dims), args.np, sp, cp, args.threads or available_cores(),
                          opts.allow_strassen, min_efficiency=args.min_efficiency)
     except LookupError as exc:
         return _error("explain", f"{exc} in {resolve(opts.db)}")
@@ -718,7 +719,7 @@ def parser() -> argparse.ArgumentParser:
                       help="also list every measured series, library paths and every MPI fit regime")
     show.set_defaults(func=cmd_show)
     exp = sub.add_parser("explain", help="rank the candidate configurations for a problem")
-    exp.add_argument("routine", choices=list(ARITY))
+    exp.add_argument("routine", choices=list(FAMILIES))
     exp.add_argument("dims", type=int, nargs="+", help="gemm: N or M K N; cholesky, lu: N; solve, lu_solve: N [NRHS]")
     exp.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
     exp.add_argument("--strassen", action="store_true", help="allow Strassen (changes rounding error)")

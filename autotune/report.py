@@ -23,18 +23,16 @@ from autotune.config import available_cores
 from autotune.db import load_sp, location
 from autotune.db.comm import load_comm
 from autotune.db.validation import read_validation
+from autotune.families import DISTRIBUTED, FAMILIES
 from autotune.learn import load_learned
 from autotune.models.fitted import load_fitted
 from autotune.plans import ALGORITHMS, Candidate
-from autotune.routines import CHECK_NRHS
 from autotune.select import choose
 from autotune.select.distributed import rank_plans
 
 MAP_SIZES = tuple(int(round(64 * 2 ** (i / 2))) for i in range(13))     # 64 .. 4096
 DIST_SIZES = (256, 512, 1024, 2048, 4096)
 DIST_NPROCS = (2, 4)
-FAMILIES = ("gemm", "cholesky", "lu", "solve")     # one process
-DIST_FAMILIES = ("gemm", "cholesky")                # over MPI
 # Median absolute percentage error above which an analytical model is flagged for remodelling.
 APE_TOLERANCE = 10.0
 # ... scored on predictions of at least this many seconds (as `autotune bench validate`'s summary).
@@ -306,12 +304,6 @@ def _draw_map(grid: list[list[tuple[str, str]]], xs, ys, ylabel: str, title: str
     plt.close(fig)
 
 
-def _dims(family: str, n: int) -> tuple[int, ...]:
-    if family == "solve":
-        return n, CHECK_NRHS
-    return (n, n, n) if family == "gemm" else (n,)
-
-
 def _maps_section(sp, out: Path, cores: int) -> str:
     parts = ["<h2>Chosen candidate over size x thread budget</h2>",
              f"<p>Colour: algorithm and library; text: threads (and block b / Strassen level l). "
@@ -323,7 +315,7 @@ def _maps_section(sp, out: Path, cores: int) -> str:
             row = []
             for n in MAP_SIZES:
                 try:
-                    c = choose(family, _dims(family, n), sp, t).chosen
+                    c = choose(FAMILIES[family].square(n), sp, t).chosen
                     row.append((_label(c), _annot(c)))
                 except LookupError:
                     row.append(("none", ""))
@@ -343,13 +335,13 @@ def _dist_section(sp, path: Path, out: Path, cores: int) -> str:
     if not cps:
         return "".join(parts) + _note("no MPI communication parameters in the database "
                                       "(autotune-install --mpi --np P): map skipped")
-    for family in DIST_FAMILIES:
+    for family in DISTRIBUTED:
         grid = []
         for p, cp in cps.items():
             row = []
             for n in DIST_SIZES:
                 try:
-                    plan = rank_plans(family, _dims(family, n), p, sp, cp, cores).chosen
+                    plan = rank_plans(FAMILIES[family].square(n), p, sp, cp, cores).chosen
                     row.append((plan.algorithm, f"p{plan.p} {plan.r}x{plan.c}\n{plan.threads}t"))
                 except (LookupError, ValueError):
                     row.append(("none", ""))

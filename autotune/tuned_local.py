@@ -13,11 +13,11 @@ from autotune.config import Options, get_options
 from autotune.db import load_sp
 from autotune.db.pools import transitions_for
 from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
+from autotune.families import FAMILIES, CholeskyProblem, GemmProblem, Problem
 from autotune.kernels import _front
 from autotune.kernels._matadd import zero_triangle
 from autotune.plans import Candidate
 from autotune.select import Decision, as_candidate, choose, rank
-from autotune.select.rank import INCUMBENTS
 
 _F64 = np.dtype(np.float64)
 # Scalar types compared directly for alpha == 1 and beta == 0 (anything else is checked first).
@@ -38,15 +38,15 @@ def lapack_float64(dtype: np.dtype) -> bool:
     return dtype == _F64 or (dtype.kind in "biu" and np.promote_types(dtype, np.float32) == _F64)
 
 
-def decide(family: str, dims: tuple[int, ...], config, explain: bool,
-           opts: Options | None = None, state: int | None = None) -> tuple[Candidate, Decision | None]:
+def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
+           state: int | None = None) -> tuple[Candidate, Decision | None]:
     """The candidate to run under ``opts`` (None: the options in force) in pool state ``state``
     (``pools.state_code()``; None: now): forced ``config`` or the selector's choice; None when
     untuned. After a gap that may hide a call of the program's own, that call is taken to be on
     the library numpy or scipy uses for the family."""
     opts = get_options() if opts is None else opts
     if config is not None:
-        return as_candidate(config, family), None
+        return as_candidate(config, problem.family), None
     sp = load_sp(opts.db)
     if sp.table is None:
         sp.k("gemm", "numpy-openblas", 1, 1)   # warns once: no usable database
@@ -55,14 +55,14 @@ def decide(family: str, dims: tuple[int, ...], config, explain: bool,
     pools.set_hot_window(transitions.hot_window, transitions.foreign_gap)
     after = pools.from_code(pools.state_code() if state is None else state)
     if after == pools.FOREIGN:
-        library = INCUMBENTS[family][1]
+        library = FAMILIES[problem.family].library
         after = pools.PoolState(library, backends.get(library).get_threads(), 0.0)
     if explain:
-        dec = rank(family, dims, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
+        dec = rank(problem, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
         print(dec)
         return dec.chosen, dec
     try:
-        dec = choose(family, dims, sp, opts.thread_budget, opts.allow_strassen, after=after)
+        dec = choose(problem, sp, opts.thread_budget, opts.allow_strassen, after=after)
     except LookupError:
         return None, None
     return dec.chosen, dec
@@ -89,7 +89,7 @@ def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool
             return generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
     opts, state = get_options(), pools.state_code()
-    cand, dec = decide("gemm", (m, k, n), config, explain, opts, state)
+    cand, dec = decide(GemmProblem(m, k, n), config, explain, opts, state)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
             _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
@@ -214,7 +214,7 @@ def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bo
     opts, state = get_options(), pools.state_code()
     hot = type(a) is np.ndarray and not explain
     if n >= MIN_TUNED_SIZE or config is not None:
-        cand, dec = decide("cholesky", (n,), config, explain, opts, state)
+        cand, dec = decide(CholeskyProblem(n, bool(lower)), config, explain, opts, state)
         if dec is not None and cand is not None:
             _remember_cholesky(cand, n, overwrite_a, hot, opts, state=state)
     if cand is None:

@@ -13,6 +13,7 @@ from autotune.backends import pools
 from autotune.config import get_options
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.dispatch.layout import call_with_threads
+from autotune.families import CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
 from autotune.kernels import _front
 from autotune.plans import Candidate
 from autotune.select import as_candidate
@@ -62,7 +63,7 @@ def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True, config=No
     if not _tunable(a1):
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
     opts, state = get_options(), pools.state_code()
-    cand, dec = decide("lu", (a1.shape[0],), config, explain, opts, state)
+    cand, dec = decide(LuProblem(a1.shape[0]), config, explain, opts, state)
     if cand is None:
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
     be = backends.get(cand.backend)
@@ -148,7 +149,7 @@ def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_fin
     n = lu1.shape[0]
     b1 = np.asarray(b)
     nrhs = b1.shape[1] if b1.ndim == 2 else 1
-    cand, _ = decide("lu_solve", (n, max(nrhs, 1)), config, explain)
+    cand, _ = decide(LuSolveProblem(n, max(nrhs, 1)), config, explain)
     ipiv = None if cand is None else _ipiv(piv, n, cand)
     if ipiv is None:
         return fallback()
@@ -196,7 +197,8 @@ def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: boo
     n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
     family = "cholesky" if assume_a in POSITIVE else "solve"
     opts, state = get_options(), pools.state_code()
-    cand, dec = decide(family, (n,) if family == "cholesky" else (n, max(nrhs, 1)), config, explain, opts, state)
+    problem = CholeskyProblem(n, lower=bool(lower)) if family == "cholesky" else SolveProblem(n, max(nrhs, 1))
+    cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:
         return scipy_solve()
     be = backends.get(cand.backend)

@@ -25,12 +25,12 @@ from autotune.config import get_options, options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError
+from autotune.families import FAMILIES, as_problem
 from autotune.models.distributed_cholesky import memory_order
 from autotune.models.fitted_phases import platform_factors
 from autotune.plans import Plan
 from autotune.select.distributed import as_plan, rank_plans
 from autotune.select.mapping import (
-    FAMILY_ALGORITHM,
     Placement,
     communicator_platform,
     heterogeneous,
@@ -189,7 +189,7 @@ def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, i
     plan = Plan("local", 1)
     if tuned:
         if family == "cholesky":
-            problem["order"] = memory_order(arrays[0])
+            problem["memory"] = memory_order(arrays[0])
         names, cores = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
         plan = _plan(family, dims, names, cores, root, config, explain, **problem)
         plan = plan if config is not None else _fit_threads(plan, infos, root)
@@ -270,8 +270,8 @@ def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int]
             print(placed.describe())
         _DECISIONS[key] = placed.plan
         return placed.plan
-    dec = rank_plans(family, dims, nprocs, sp, cp, cores[root], opts.allow_strassen,
-                     min_efficiency=opts.min_efficiency, **problem)
+    dec = rank_plans(as_problem(family, dims, **problem), nprocs, sp, cp, cores[root], opts.allow_strassen,
+                     min_efficiency=opts.min_efficiency)
     if explain:
         print(dec)
     _DECISIONS[key] = dec.chosen
@@ -282,7 +282,7 @@ def _placement(family: str, dims: tuple[int, ...], names: list[str], cores: list
                cp) -> Placement | None:
     """The mapping search's placement when the ranks span hosts of measured, different speeds and
     the problem is one the mapping model covers (square orders of gemm, Cholesky, LU); else None."""
-    if family not in FAMILY_ALGORITHM or len(set(dims)) != 1 or sp.table is None:
+    if not FAMILIES[family].mapping or len(set(dims)) != 1 or sp.table is None:
         return None
     hosts = rank_hosts(names, cores, root)
     if not heterogeneous(hosts, cp):

@@ -39,6 +39,7 @@ from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.store import DatabaseError
 from autotune.distributed.plan import Phases
+from autotune.families import FAMILIES
 from autotune.plans import PHASES, Plan
 from autotune.routines import CHECK_NRHS
 from autotune.select.distributed import predict
@@ -71,11 +72,6 @@ def problem(family: str, n: int, rng) -> tuple:
     a = rng.standard_normal((n, n))
     return {"gemm": (a, rng.standard_normal((n, n))), "lu": (a,),
             "solve": (a, rng.standard_normal((n, CHECK_NRHS)))}[family]
-
-
-def dims(family: str, n: int) -> tuple[int, ...]:
-    """The selector's dims of an order-n ``family`` problem."""
-    return {"gemm": (n, n, n), "solve": (n, CHECK_NRHS)}.get(family, (n,))
 
 
 def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[str, float] | None:
@@ -133,7 +129,7 @@ def _runs(world, db_path, cases, reps: int, trials=({},)) -> list[tuple[dict, li
         try:
             sp, cp = load_sp(db_path), load_comm(db_path, nprocs=world.size)
             if sp.has("gemm", PLAN.backend, PLAN.threads, "panel"):
-                models = [[predict(fam, dims(fam, n), plan, sp, _Trial(cp, **trial),
+                models = [[predict(FAMILIES[fam].square(n), plan, sp, _Trial(cp, **trial),
                                    fitted=False) for trial in trials] for fam, plan, n in cases]
         except (DatabaseError, LookupError, OSError, ValueError):
             models = None

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from autotune.install_probe.calibrate import CALLS, PLAN, dims, problem
+from autotune.install_probe.calibrate import CALLS, PLAN, problem
 
 from autotune.config import available_cores, options
 from autotune.db import load_sp, location
@@ -26,24 +26,24 @@ from autotune.db.platform import PlatformError
 from autotune.db.store import DatabaseError
 from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import Phases
+from autotune.families import FAMILIES
 from autotune.models.fitted_phases import (
     PhaseFactor,
     fit_phase_factors,
     load_phase_factors,
     save_phase_factors,
 )
-from autotune.models.mapping import FLOPS
 from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans, rank_plans
 from autotune.select.mapping import (
-    FAMILY_ALGORITHM,
     MAPPING_ALGORITHM,
     communicator_platform,
     plan_estimate,
     rank_hosts,
 )
 
-FAMILIES = ("gemm", "cholesky", "lu")
+# The families whose plans the installer times (the solve's plans factor as LU's do).
+CALIBRATED = ("gemm", "cholesky", "lu")
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class PhaseCalibration:
 
     sizes: tuple[int, ...] = (1024, 2048)
     reps: int = 3
-    families: tuple[str, ...] = FAMILIES
+    families: tuple[str, ...] = CALIBRATED
     max_ratio: float = 3.0
 
 
@@ -120,9 +120,9 @@ def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strass
     """The root's part of ``_ranked``: every plan (oversubscribed too) within ``max_ratio`` of the
     best predicted, and the selector's choice (ranks x threads <= cores)."""
     sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
-    shape, cores = dims(family, n), available_cores()
-    dec = rank_plans(family, shape, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
-    choice = rank_plans(family, shape, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
+    prob, cores = FAMILIES[family].square(n), available_cores()
+    dec = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
+    choice = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
     best = dec.ranking[0].seconds
     return [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking
             if r.seconds <= max_ratio * best or r.plan == choice], choice
@@ -196,7 +196,7 @@ def factor_lines(factors: list[PhaseFactor]) -> list[str]:
 def total_lines(factors: list[PhaseFactor]) -> list[str]:
     """Per family, each algorithm's factor on the total time (over every p)."""
     out = []
-    for family in FAMILIES:
+    for family in CALIBRATED:
         tot = [f"{f.algorithm} x{f.factor:.2f}" for f in factors
                if f.family == family and f.phase == "total" and not f.p]
         if tot:
@@ -218,7 +218,7 @@ def mapping_rows(results: list[dict], names: list[str], cores: list[int], db) ->
                  row["algorithm"], row["p"], row["r"], row["c"], b=row["b"]), hosts, platform).seconds},
              "measured": {"total": row["measured"]["total"]}}
             for prob in results for row in prob["rows"]
-            if row["algorithm"] == FAMILY_ALGORITHM.get(prob["family"]) and "r" in row]
+            if row["algorithm"] == FAMILIES[prob["family"]].mapping and "r" in row]
 
 
 def _models_usable(comm, db) -> bool:
@@ -261,8 +261,9 @@ def estimate_seconds(cal: PhaseCalibration, nprocs: int, cores: int, rate: float
     total = 0.0
     for family in cal.families:
         for n in cal.sizes:
-            flops = FLOPS[family] * n ** 3
-            cands = [p for p in plans(family, dims(family, n), nprocs, cores, oversubscribe=True)
+            problem = FAMILIES[family].square(n)
+            flops = FAMILIES[family].flops(problem)
+            cands = [p for p in plans(problem, nprocs, cores, oversubscribe=True)
                      if "strassen" not in p.algorithm] + [Plan("local", 1, 1, 1, threads=cores)]
             total += sum(flops / (rate * min(p.p * p.threads, cores)) + run_seconds for p in cands)
     return (cal.reps + 1) * total

@@ -28,6 +28,8 @@ import autotune
 from autotune.db import load_sp, resolve
 from autotune.db.fitted import save_fitted
 from autotune.db.validation import save_validation
+from autotune.families import FAMILIES as FAMILY_DEFS
+from autotune.families import as_problem
 from autotune.models.fitted import EXTRAPOLATION, FittedEntry, eq410_terms
 from autotune.models.fitting import (
     METHODS,
@@ -38,12 +40,12 @@ from autotune.models.fitting import (
     select_terms,
 )
 from autotune.plans import Candidate
-from autotune.routines import CHECK_NRHS
 from autotune.select import clear_cache, rank
-from autotune.select.rank import COMPOSED_RISK, INCUMBENTS
+from autotune.select.rank import COMPOSED_RISK
 
 from .operands import spd_matrix
 
+# The families validated (an LU solve's series are the solve's getrs, checked there).
 FAMILIES = ("gemm", "cholesky", "lu", "solve")
 
 
@@ -136,27 +138,28 @@ def _from_mapping(data: dict) -> Spec:
 # ----------------------------------------------------------------------------- timing
 
 def _dims(family: str, n) -> tuple[int, ...]:
-    """The square problem of order n: (n, n, n) for gemm, (n,) for Cholesky and LU, (n, CHECK_NRHS)
-    for a solve (its series are checked, not refitted: a fitted polynomial in n would not know nrhs)."""
-    if family == "solve":
-        return int(n), CHECK_NRHS
-    return (int(n),) * (3 if family == "gemm" else 1)
+    """The square problem of order n (a solve: CHECK_NRHS right-hand sides; its series are checked,
+    not refitted: a fitted polynomial in n would not know nrhs)."""
+    return FAMILY_DEFS[family].square(int(n)).dims
 
 
 def candidate_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
-    """One timed call of ``cand`` on a fresh problem of ``dims`` ((m, k, n) or (n,)); Cholesky
-    factors a C-ordered copy in place so only the algorithm is timed (shared with autotune bench validate)."""
-    if family == "gemm":
-        m, k, n = dims
-        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        out = np.empty((m, n))
-        return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
-    if family in ("lu", "solve"):
-        return _lu_runner(family, dims, cand, rng)
+    """One timed call of ``cand`` on a fresh problem of ``dims`` (shared with autotune bench validate)."""
+    return RUNNERS[family](family, dims, cand, rng)
+
+
+def _gemm_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
+    m, k, n = dims
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    out = np.empty((m, n))
+    return lambda: _once(lambda: autotune.tuned_gemm(a, b, out=out, config=cand))
+
+
+def _cholesky_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Callable[[], float]:
+    """Cholesky factors a C-ordered copy in place so only the algorithm is timed: numpy's default
+    layout with scipy's default lower=False, so the drivers factor the lower triangle of the Fortran
+    view, the formulation the probe measures."""
     (n,) = dims
-    # numpy's default layout with scipy's default lower=False: the drivers factor the lower
-    # triangle of the Fortran view, the formulation the probe measures (Fortran-ordered upper
-    # input runs the upper formulation, which the probe does not time).
     spd = spd_matrix(rng, n, order="C")
     work = np.empty_like(spd)
 
@@ -182,6 +185,10 @@ def _lu_runner(family: str, dims: tuple[int, ...], cand: Candidate, rng) -> Call
         return _once(lambda: autotune.tuned_solve(work, x, overwrite_a=True, overwrite_b=True, check_finite=False,
                                                   assume_a="gen", config=cand))
     return run
+
+
+# How each validated family's candidate is timed.
+RUNNERS = {"gemm": _gemm_runner, "cholesky": _cholesky_runner, "lu": _lu_runner, "solve": _lu_runner}
 
 
 def _once(fn) -> float:
@@ -267,7 +274,7 @@ class Point:
 def _candidates(family: str, n: int, sp, spec: Spec) -> list[tuple[Candidate, float]]:
     """Candidates the selector ranks at size n, with predictions, minus those > max_ratio x the best of a budget."""
     dims = _dims(family, n)
-    ranking = rank(family, dims, sp, max(spec.budgets), allow_strassen=spec.strassen).ranking
+    ranking = rank(as_problem(family, dims), sp, max(spec.budgets), allow_strassen=spec.strassen).ranking
     keep: dict[Candidate, float] = {}
     for budget in spec.budgets:
         within = [r for r in ranking if r.candidate.threads <= budget]
@@ -548,7 +555,7 @@ def measured_risk(problems: dict[tuple[str, int], list[Point]]) -> dict[str, dic
                 ratios[p.family, p.cand.algorithm].append(p.measured / p.predicted)
     out: dict[str, dict[str, float]] = {}
     for (fam, alg), r in sorted(ratios.items()):
-        base = ratios.get((fam, INCUMBENTS[fam][0]), [])
+        base = ratios.get((fam, FAMILY_DEFS[fam].incumbent[0]), [])
         if alg in COMPOSED_RISK and len(r) >= 2 and len(base) >= 2:
             out.setdefault(fam, {})[alg] = round(max(1.0, float(np.median(r) / np.median(base))), 4)
     return out

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import autotune
 from autotune import Candidate, tuned_cholesky, tuned_gemm
 from autotune.db import load_sp
+from autotune.families import as_problem
 from autotune.select import ALGORITHMS, choose, clear_cache, rank
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -146,7 +147,7 @@ def test_gemm_every_candidate_is_correct(db):
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((96, 70)), rng.standard_normal((70, 80))
     with autotune.options(allow_strassen=True):
-        dec = rank("gemm", (96, 70, 80), load_sp(str(db)), 2, allow_strassen=True)
+        dec = rank(as_problem("gemm", (96, 70, 80)), load_sp(str(db)), 2, allow_strassen=True)
     assert {r.candidate.backend for r in dec.ranking} >= {"numpy-openblas", "scipy-openblas"}
     for r in dec.ranking:
         np.testing.assert_allclose(tuned_gemm(a, b, config=r.candidate), a @ b, rtol=1e-10, atol=1e-10)
@@ -179,7 +180,7 @@ def test_cholesky_every_candidate(db):
     for lower in (False, True):
         want = sl.cholesky(a, lower=lower)
         for order in ("C", "F"):
-            dec = rank("cholesky", (150,), load_sp(str(db)), 2)
+            dec = rank(as_problem("cholesky", (150,)), load_sp(str(db)), 2)
             algs = {r.candidate.algorithm for r in dec.ranking}
             assert algs >= {"potrf", "blocked", "gemv", "axpy"}, algs
             for r in dec.ranking:
@@ -237,10 +238,10 @@ def test_cholesky_empty_and_1x1(db):
 
 def test_decisions_are_cached_per_problem(db):
     sp = load_sp(str(db))
-    first = choose("cholesky", (500,), sp, 2)
-    assert choose("cholesky", (500,), sp, 2) is first
-    assert choose("cholesky", (500,), sp, 1) is not first
-    assert all(r.candidate.threads == 1 for r in choose("cholesky", (500,), sp, 1).ranking)
+    first = choose(as_problem("cholesky", (500,)), sp, 2)
+    assert choose(as_problem("cholesky", (500,)), sp, 2) is first
+    assert choose(as_problem("cholesky", (500,)), sp, 1) is not first
+    assert all(r.candidate.threads == 1 for r in choose(as_problem("cholesky", (500,)), sp, 1).ranking)
 
 
 def test_forced_config_errors(db):
@@ -327,8 +328,8 @@ def test_forced_strassen_within_its_bound(db, levels, ta, tb, alpha, beta):
 
 def test_strassen_only_when_allowed(db):
     sp = load_sp(str(db))
-    assert all(r.candidate.algorithm != "strassen" for r in rank("gemm", (512, 512, 512), sp, 2).ranking)
-    allowed = rank("gemm", (512, 512, 512), sp, 2, allow_strassen=True).ranking
+    assert all(r.candidate.algorithm != "strassen" for r in rank(as_problem("gemm", (512, 512, 512)), sp, 2).ranking)
+    allowed = rank(as_problem("gemm", (512, 512, 512)), sp, 2, allow_strassen=True).ranking
     assert {r.candidate.param for r in allowed if r.candidate.algorithm == "strassen"} == {1, 2, 3}
 
 
@@ -343,7 +344,7 @@ def test_gemm_fast_path_follows_options(db):
     with autotune.options(threads=1):
         assert not api._front.remembered(a.shape + a.shape)
         np.testing.assert_array_equal(tuned_gemm(a, a), a @ a)
-    chosen = choose("gemm", (64, 64, 64), load_sp(str(db)), autotune.get_options().thread_budget).chosen
+    chosen = choose(as_problem("gemm", (64, 64, 64)), load_sp(str(db)), autotune.get_options().thread_budget).chosen
     own = chosen.backend == "numpy-openblas" and backends.get(chosen.backend).get_threads() == chosen.threads
     assert remembered == own          # only numpy's own call, at the library's current threads, is remembered
 

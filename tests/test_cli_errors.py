@@ -35,7 +35,7 @@ def test_explain_rejects_non_positive_options(tiny_db, capsys, option, value):
 
 def test_explain_rejects_bad_sizes_and_run_with_np(capsys):
     _fails(["explain", "gemm", "100", "0", "5"], 2, capsys, "sizes must be positive")
-    _fails(["explain", "cholesky", "10", "20"], 2, capsys, "cholesky and lu take N")
+    _fails(["explain", "cholesky", "10", "20"], 2, capsys, "cholesky takes 1 size(s), got 2")
     _fails(["explain", "gemm", "100", "--np", "2", "--run"], 2, capsys, "does not combine with --np")
 
 

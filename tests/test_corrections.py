@@ -13,6 +13,7 @@ import pytest
 from autotune import assumptions
 from autotune.db.comm import CommParams
 from autotune.db.lookup import load_sp
+from autotune.families import GemmProblem, as_problem
 from autotune.models import cholesky as chol_models
 from autotune.models import movement
 from autotune.models.fitted import FittedEntry, save_fitted
@@ -64,7 +65,7 @@ def test_the_steps_run_in_the_documented_order():
 def test_every_ranking_records_its_steps_in_order(db):
     sp = load_sp(db, refresh=True)
     for family, dims in (("gemm", (64, 64, 64)), ("cholesky", (100,))):
-        dec = rank(family, dims, sp, 2)
+        dec = rank(as_problem(family, dims), sp, 2)
         for r in dec.ranking:
             assert _in_order([c.step for c in r.corrections])
             if r.corrections:
@@ -73,7 +74,7 @@ def test_every_ranking_records_its_steps_in_order(db):
 
 def test_a_forced_fitted_model_shows_as_the_fitted_step_in_explain(db):
     save_fitted(db, [_fitted_gemm()])
-    dec = rank("gemm", (64, 64, 64), load_sp(db, refresh=True), 1, explain=True)
+    dec = rank(as_problem("gemm", (64, 64, 64)), load_sp(db, refresh=True), 1, explain=True)
     r = next(r for r in dec.ranking if (r.candidate.backend, r.candidate.threads) == ("numpy-openblas", 1))
     assert r.corrections and r.corrections[0].step == "fitted"
     assert r.corrections[0].after == pytest.approx(1e-9 * 64 ** 3) and r.predicted == pytest.approx(1e-9 * 64 ** 3)
@@ -82,7 +83,7 @@ def test_a_forced_fitted_model_shows_as_the_fitted_step_in_explain(db):
 
 
 def test_explain_prints_each_sp_value_once(db):
-    dec = rank("cholesky", (100,), load_sp(db, refresh=True), 2, explain=True)
+    dec = rank(as_problem("cholesky", (100,)), load_sp(db, refresh=True), 2, explain=True)
     text = dec.describe(top=len(dec.ranking))
     terms = {t for r in dec.ranking for t in r.terms}
     assert terms
@@ -99,7 +100,7 @@ def test_local_and_distributed_use_the_same_step_names(db):
     save_phase_factors(path, "test-P4", [PhaseFactor("gemm", "summa", "compute", 3.0, 4, 0.1, 66.0, 3.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        dec = dist.rank_plans("gemm", (256, 256, 256), 2, sp, cp, cores=2)
+        dec = dist.rank_plans(GemmProblem(256, 256, 256), 2, sp, cp, cores=2)
     summa = [r for r in dec.ranking if r.plan.algorithm == "summa"]
     assert summa and all([c.step for c in r.corrections][-1] == "calibration" for r in summa)
     for r in dec.ranking:
@@ -130,7 +131,7 @@ def test_the_assumptions_module_lists_every_constant_with_its_meaning():
 
 def test_explain_splits_the_model_time_by_call_kind(db):
     sp = load_sp(db, refresh=True)
-    dec = rank("cholesky", (200,), sp, 1, explain=True)
+    dec = rank(as_problem("cholesky", (200,)), sp, 1, explain=True)
     blocked = [r for r in dec.ranking if r.candidate.algorithm == "blocked"]
     assert blocked and all({"potf2", "trsm", "syrk"} <= dict(r.split).keys() for r in blocked)
     for r in dec.ranking:
@@ -138,4 +139,4 @@ def test_explain_splits_the_model_time_by_call_kind(db):
             model = r.corrections[0].before if r.corrections else r.seconds
             assert sum(v for _, v in r.split) == pytest.approx(model, rel=1e-9)
     assert "model by call: potf2" in dec.describe(top=len(dec.ranking))
-    assert not any(r.split for r in rank("cholesky", (200,), sp, 1).ranking)    # only when explaining
+    assert not any(r.split for r in rank(as_problem("cholesky", (200,)), sp, 1).ranking)    # only when explaining

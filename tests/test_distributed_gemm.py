@@ -23,6 +23,7 @@ from autotune.distributed.gemm import ALGORITHMS, distributed_gemm
 from autotune.distributed.plan import Phases
 from autotune.plans import PHASES, Plan
 from autotune.kernels.strassen import effective_levels, strassen_error_bound
+from autotune.families import as_problem
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
 U = 2.0 ** -53
@@ -425,9 +426,10 @@ def test_cbsr_on_one_process_column_is_bsr_and_is_not_a_separate_candidate():
     """Same scatter, product and gather: one model, and the selector lists the plan once (as BSR)."""
     assert dg.cbsr(800, 600, 400, Plan("cbsr", 4, 4, 1), SP, CP) == dg.bsr(800, 600, 400, Plan("bsr", 4, 4, 1),
                                                                             SP, CP)
+    from autotune.families import GemmProblem
     from autotune.select.distributed import plans
 
-    listed = plans("gemm", (1024, 1024, 1024), 4, cores=4)
+    listed = plans(GemmProblem(1024, 1024, 1024), 4, cores=4)
     assert not [q for q in listed if q.algorithm == "cbsr" and q.c == 1]
     assert {(q.r, q.c) for q in listed if q.algorithm == "cbsr"} == {(1, 2), (1, 3), (1, 4), (2, 2)}
     assert {(q.r, q.c) for q in listed if q.algorithm == "bsr"} == {(2, 1), (3, 1), (4, 1)}

@@ -7,6 +7,7 @@ import pytest
 from mpi_helpers import run_mpi
 from test_distributed_cholesky import FakeCP, FakeSP
 
+from autotune.families import BLOCKS, LuProblem, SolveProblem
 from autotune.models.distributed_lu import model, solve_model
 from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans
@@ -19,6 +20,7 @@ from mpi4py import MPI
 from autotune.distributed.lu import ALGORITHMS, lu_factor, solve
 from autotune.distributed.plan import Phases
 from autotune.plans import PHASES, Plan
+from autotune.families import as_problem
 
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
@@ -214,12 +216,12 @@ def test_model_vectorised_over_blocks_matches_scalar_calls():
 
 
 def test_selector_plans_lu_on_every_grid_and_solves_on_one_row():
-    lu = plans("lu", (2048,), 4, 4, oversubscribe=True)
+    lu = plans(LuProblem(2048), 4, 4, oversubscribe=True)
     assert {(p.r, p.c) for p in lu} >= {(1, 2), (2, 1), (2, 2), (1, 4), (4, 1)}
     assert all(p.algorithm == "lu" and p.b >= 1 for p in lu)
-    sv = plans("solve", (2048, 16), 4, 4, oversubscribe=True)
+    sv = plans(SolveProblem(2048, 16), 4, 4, oversubscribe=True)
     assert sv and all(p.algorithm == "gesv" and p.r == 1 for p in sv)
-    assert {p.b for p in sv} == {64, 128, 256, 512}
+    assert {p.b for p in sv} == set(BLOCKS)         # the probe's measured blocks, all <= n / 2
 
 
 def test_efficiency_threshold_orders_plans_and_reaches_the_choice(tiny_db, monkeypatch, capsys):
@@ -236,10 +238,10 @@ def test_efficiency_threshold_orders_plans_and_reaches_the_choice(tiny_db, monke
     sp, cp = load_sp(str(tiny_db)), CommParams(None, "test", 2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        free = rank_plans("lu", (256,), 2, sp, cp, 2)
+        free = rank_plans(LuProblem(256), 2, sp, cp, 2)
         effs = [r.efficiency for r in free.ranking]
         assert all(e is not None and 0 < e for e in effs)
-        strict = rank_plans("lu", (256,), 2, sp, cp, 2, min_efficiency=0.999)
+        strict = rank_plans(LuProblem(256), 2, sp, cp, 2, min_efficiency=0.999)
     ok = [r for r in strict.ranking if r.efficiency >= 0.999]
     assert any(r.plan.algorithm == "local" for r in ok)      # one process on one core: T_seq itself
     assert strict.chosen == min(ok, key=lambda r: r.seconds).plan

@@ -11,6 +11,7 @@ import yaml
 from db_helpers import edited
 
 from autotune.db import load, load_sp
+from autotune.families import as_problem
 from autotune.models.fitted import FittedEntry, FittedModels, load_fitted, override, save_fitted
 from autotune.models.fitting import TermSet, fi_ls
 from autotune.select import Candidate
@@ -186,7 +187,7 @@ def test_selector_charges_the_measured_risk_in_place_of_the_prior(db):
     from autotune.select.rank import COMPOSED_RISK
 
     def blocked_charge(sp):
-        rows = [r for r in rank("cholesky", (200,), sp, 1).ranking
+        rows = [r for r in rank(as_problem("cholesky", (200,)), sp, 1).ranking
                 if r.candidate.algorithm == "blocked" and r.candidate.backend == "scipy-openblas"]
         assert rows
         return [r.seconds / r.predicted for r in rows]

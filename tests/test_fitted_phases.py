@@ -10,6 +10,7 @@ from db_helpers import edited
 
 from autotune.db.comm import CommParams
 from autotune.db.lookup import load_sp
+from autotune.families import as_problem
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -85,11 +86,11 @@ def test_stored_factors_change_the_prediction_and_the_ranking(tiny_db, tmp_path)
     plan = Plan("summa", 2, 1, 2, b=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        before = predict("gemm", (512, 512, 512), plan, sp, cp)
+        before = predict(as_problem("gemm", (512, 512, 512)), plan, sp, cp)
         save_phase_factors(path, "test-P4", [PhaseFactor("gemm", "summa", "compute", 3.0, 4, 0.1, 66.0, 3.0)])
-        after = predict("gemm", (512, 512, 512), plan, sp, cp)
-        analytical = predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False)
-        dec = rank_plans("gemm", (512, 512, 512), 4, sp, cp, cores=4)
+        after = predict(as_problem("gemm", (512, 512, 512)), plan, sp, cp)
+        analytical = predict(as_problem("gemm", (512, 512, 512)), plan, sp, cp, fitted=False)
+        dec = rank_plans(as_problem("gemm", (512, 512, 512)), 4, sp, cp, cores=4)
     assert after["compute"] == pytest.approx(3.0 * before["compute"])
     assert analytical == before
     summa = [r for r in dec.ranking if r.plan.algorithm == "summa"]
@@ -128,9 +129,9 @@ def test_ranks_sharing_a_core_compute_slowest_and_the_rank_alone_waits_for_them(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         plans = Plan("bsr", 3, 3, 1), Plan("summa", 3, 1, 3, b=64)
-        base = [predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False) for plan in plans]
+        base = [predict(as_problem("gemm", (512, 512, 512)), plan, sp, cp, fitted=False) for plan in plans]
         _save_three_rank_contention(path)
-        bsr, summa = (predict("gemm", (512, 512, 512), plan, sp, cp, fitted=False) for plan in plans)
+        bsr, summa = (predict(as_problem("gemm", (512, 512, 512)), plan, sp, cp, fitted=False) for plan in plans)
     assert bsr["compute"] == pytest.approx(2.0 * base[0]["compute"])
     assert bsr["collection"] - base[0]["collection"] == pytest.approx(base[0]["compute"])     # 2x - 1x
     assert bsr["total"] - base[0]["total"] == pytest.approx(base[0]["compute"])               # compute only
@@ -166,9 +167,9 @@ def test_the_roots_solo_phases_run_at_the_uncontended_k(tiny_db, tmp_path):
     plan = Plan("cholesky", 3, 1, 3, b=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        base = predict("cholesky", (768,), plan, sp, cp, fitted=False)
+        base = predict(as_problem("cholesky", (768,)), plan, sp, cp, fitted=False)
         _save_three_rank_contention(path)
-        chol = predict("cholesky", (768,), plan, sp, cp, fitted=False)
+        chol = predict(as_problem("cholesky", (768,)), plan, sp, cp, fitted=False)
         slow = ContendedSP(sp, load_contention(path, "test-P4"), 3, "max")
         contended = dc.model(768, plan, slow, cp)
         moves = dc._moves(768, 1, 3, 64, 3, slow, cp, plan.backend, plan.threads)   # at the contended k

@@ -15,6 +15,7 @@ from autotune import backends
 from autotune.benchmarks import multicore as bench_multicore
 from autotune.db import load_sp
 from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, load_threads, save_threads
+from autotune.families import as_problem
 from autotune.models import gemm as gemm_models
 from autotune.select import clear_cache, rank
 
@@ -42,7 +43,7 @@ def threaded_db(tiny_db, tmp_path_factory):
 
 def _ranking(path, n=512, budget=2):
     clear_cache()
-    return rank("gemm", (n, n, n), load_sp(path, refresh=True), budget, allow_strassen=True)
+    return rank(as_problem("gemm", (n, n, n)), load_sp(path, refresh=True), budget, allow_strassen=True)
 
 
 def _cands(dec, algorithm, variant=None):
@@ -66,7 +67,7 @@ def test_new_candidates_appear_only_with_thread_sps(tiny_db, threaded_db):
     assert all(r.seconds > 0 and np.isfinite(r.seconds) for r in threaded.ranking)
     # without allow_strassen none of them
     clear_cache()
-    strict = rank("gemm", (512, 512, 512), load_sp(threaded_db, refresh=True), 2)
+    strict = rank(as_problem("gemm", (512, 512, 512)), load_sp(threaded_db, refresh=True), 2)
     assert {r.candidate.algorithm for r in strict.ranking} == {"blas"}
 
 
@@ -80,7 +81,7 @@ def test_existing_choices_unchanged_without_thread_sps(tiny_db, threaded_db):
 
 def test_nested_not_offered_for_thin_shapes(threaded_db):
     clear_cache()
-    dec = rank("gemm", (1024, 256, 1024), load_sp(threaded_db, refresh=True), 2, allow_strassen=True)
+    dec = rank(as_problem("gemm", (1024, 256, 1024)), load_sp(threaded_db, refresh=True), 2, allow_strassen=True)
     assert not _cands(dec, "strassen_nested")
 
 

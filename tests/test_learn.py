@@ -12,6 +12,7 @@ import autotune
 from autotune import learn
 from autotune.db import load_sp
 from autotune.db.store import load
+from autotune.families import as_problem
 from autotune.select import Candidate, choose, rank
 
 CAND = Candidate("blas", "numpy-openblas", 1)
@@ -110,15 +111,15 @@ def test_distrust_expires(monkeypatch):
 
 def _slow_down_and_recover(family, dims, sp, threads):
     """Through the real selector (``choose``, cached decisions keyed on learn.version())."""
-    chosen = choose(family, dims, sp, threads).chosen
-    pred = next(r.predicted for r in choose(family, dims, sp, threads).ranking if r.candidate == chosen)
+    chosen = choose(as_problem(family, dims), sp, threads).chosen
+    pred = next(r.predicted for r in choose(as_problem(family, dims), sp, threads).ranking if r.candidate == chosen)
     for _ in range(4):                                     # the chosen candidate runs 5x slower
         learn.record(family, dims, chosen, pred, 5 * pred)
-    moved = choose(family, dims, sp, threads).chosen
+    moved = choose(as_problem(family, dims), sp, threads).chosen
     assert moved != chosen
     for _ in range(3):                                     # the slowdown ends
         learn.record(family, dims, chosen, pred, 1.02 * pred)
-    assert choose(family, dims, sp, threads).chosen == chosen
+    assert choose(as_problem(family, dims), sp, threads).chosen == chosen
     return chosen, moved
 
 
@@ -141,7 +142,7 @@ def test_tuned_calls_record_when_learning(tiny_db):
 
 
 def test_observe_uses_pure_model_time(tiny_db):
-    dec = rank("gemm", (256, 256, 256), load_sp(str(tiny_db)), 2)
+    dec = rank(as_problem("gemm", (256, 256, 256)), load_sp(str(tiny_db)), 2)
     learn.observe(dec, 1.0)
     (entry,) = learn.observations()
     pred = next(r.predicted for r in dec.ranking if r.candidate == dec.chosen)

@@ -18,6 +18,7 @@ import autotune
 from autotune import backends, options, tuned_lu_factor, tuned_lu_solve, tuned_solve
 from autotune.cli import main as cli_main
 from autotune.db import load_sp
+from autotune.families import as_problem
 from autotune.models import lu as lu_models
 from autotune.plans import Candidate
 from autotune.select import rank
@@ -256,11 +257,11 @@ def test_models_and_ranking(tiny_db):
     assert 0 < t_s < t_f
     assert lu_models.gesv(200, 4, "scipy-openblas", 1, sp) == pytest.approx(t_f + t_s)
     assert lu_models.getrs(200, 4, "scipy-openblas", 1, sp) > lu_models.getrs(200, 1, "scipy-openblas", 1, sp)
-    dec = rank("lu", (200,), sp, 2)
+    dec = rank(as_problem("lu", (200,)), sp, 2)
     algorithms = {r.candidate.algorithm for r in dec.ranking}
     assert "getrf" in algorithms and algorithms <= {"getrf", "getrf_blocked"}
     assert {r.candidate.threads for r in dec.ranking} == {1, 2}
-    dec = rank("solve", (200, 4), sp, 1, explain=True)
+    dec = rank(as_problem("solve", (200, 4)), sp, 1, explain=True)
     assert {r.candidate.algorithm for r in dec.ranking} == {"gesv"}
     assert "getrf" in str(dec) and "getrs" in str(dec)
     assert isinstance(autotune.explain("lu_solve", 200, 8, db=str(tiny_db)).chosen, Candidate)
@@ -295,7 +296,7 @@ def test_blocked_lu_model_sums_its_calls(tiny_db):
     assert set(parts) == {"getrf", "laswp", "trsm", "gemm"}
     np.testing.assert_allclose(sum(parts.values()), t)
     assert parts["gemm"][0] > parts["getrf"][0] * 0.1      # the trailing updates carry most flops
-    dec = rank("lu", (256,), sp, 1)
+    dec = rank(as_problem("lu", (256,)), sp, 1)
     assert any(r.candidate.algorithm == "getrf_blocked" for r in dec.ranking)
 
 

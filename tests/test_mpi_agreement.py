@@ -22,6 +22,7 @@ from autotune import tuned_cholesky, tuned_gemm
 from autotune.tuned_mpi import _checked, _decide, distributed_gemm
 from autotune.distributed.collective import gather_cores
 from autotune.distributed.plan import Plan
+from autotune.families import as_problem
 autotune.set_options(db=sys.argv[1])
 comm = MPI.COMM_WORLD
 P, rank, root = comm.size, comm.rank, comm.rank == 0
@@ -223,6 +224,7 @@ def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(tiny_db, t
 
 
 def test_a_forced_plan_names_an_algorithm_of_its_family():
+    from autotune.families import FAMILIES
     from autotune.plans import Plan
     from autotune.select.distributed import as_plan, predict
 
@@ -234,4 +236,4 @@ def test_a_forced_plan_names_an_algorithm_of_its_family():
         as_plan({"algorithm": "cholesky", "p": 1}, "gemm")
     for family in ("gemm", "cholesky", "lu", "solve"):   # the models' tables too (checked before sp, cp are read)
         with pytest.raises(ValueError, match=rf"'nonsense' is not a distributed {family} algorithm; choose from"):
-            predict(family, (64,), Plan("nonsense", 1), None, None)
+            predict(FAMILIES[family].square(64), Plan("nonsense", 1), None, None)

@@ -16,6 +16,7 @@ from mpi_helpers import mpi_env
 from autotune import cli
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
+from autotune.families import GemmProblem
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -64,7 +65,7 @@ def test_estimate_counts_the_phase_calibration():
 def _decision(calibration) -> DistDecision:
     plan = Plan("summa", 2, 1, 2, b=64)
     phases = dict.fromkeys(("distribution", "communication", "compute", "collection", "total"), 1e-3)
-    return DistDecision("gemm", (512, 512, 512), 2, [DistRanked(plan, phases)], calibration=calibration)
+    return DistDecision(GemmProblem(512, 512, 512), 2, [DistRanked(plan, phases)], calibration=calibration)
 
 
 def test_calibration_line_names_the_platform_runs_and_the_chosen_plans_factors():

@@ -17,6 +17,7 @@ from autotune.backends.pools import PoolState
 from autotune.cli import main as cli_main
 from autotune.db import load_sp
 from autotune.db.pools import COLD, ROW_DTYPE, Transitions, load_transitions, save_transitions
+from autotune.families import CholeskyProblem, as_problem
 from autotune.select import clear_cache, rank
 
 NP, SC = "numpy-openblas", "scipy-openblas"
@@ -68,7 +69,7 @@ def test_a_kernel_without_a_pool_pays_the_cold_machine_after_an_idle_spell(db):
     assert tr.measured(NP) and not tr.measured("numba-reference")
     assert tr.cold_machine(1e-2) == pytest.approx(1e-4)                  # the least one-thread cold extra
     save_transitions(db, r, {"hot_window": 0.1})
-    dec = rank("gemm", (64, 64, 64), load_sp(str(db)), 1, explain=True)
+    dec = rank(as_problem("gemm", (64, 64, 64)), load_sp(str(db)), 1, explain=True)
     numba = [x for x in dec.ranking if x.candidate.backend == "numba-reference"]
     assert numba and all(any("cold machine" in c.note for c in x.corrections) for x in numba)
 
@@ -113,7 +114,8 @@ def test_selection_follows_the_previous_pool(db):
     sp = load_sp(db, refresh=True)
     after_np, after_sc = PoolState(NP, 2, 0.0), PoolState(SC, 2, 0.0)
     for n in (64, 256):
-        a, b = rank("cholesky", (n,), sp, 2, after=after_np), rank("cholesky", (n,), sp, 2, after=after_sc)
+        prob = CholeskyProblem(n)
+        a, b = rank(prob, sp, 2, after=after_np), rank(prob, sp, 2, after=after_sc)
         assert a.chosen.backend == NP or a.chosen.threads == 1, a
         assert b.chosen.backend == SC or b.chosen.threads == 1, b
         charged = [r for r in a.ranking if r.candidate.backend == SC and r.candidate.threads == 2]

@@ -267,7 +267,7 @@ def test_standard_profiles_measure_every_block_the_distributed_selector_tries():
     """The distributed models look k up at the plan's block (Cholesky's ``panel`` calls, SUMMA's
     ``rankb`` updates); a block beyond the measured params is clamped to the largest one, which
     read trsm 40% slow at b = 512 (session 23)."""
-    from autotune.select.distributed import BLOCKS
+    from autotune.families import BLOCKS
 
     for name in ("standard", "full"):
         measured = {}

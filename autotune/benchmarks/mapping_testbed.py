@@ -30,18 +30,19 @@ from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError, measured_platform
+from autotune.families import FAMILIES, usable_blocks
 from autotune.models.fitted_phases import platform_factors
-from autotune.models.mapping import database_k, usable_blocks
+from autotune.models.mapping import database_k
 from autotune.plans import Plan, grids
 from autotune.select import mapping as sm
-from autotune.select.distributed import RANK_BACKEND
 from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
 
 HELP = "time every mapping/grid/block on a cluster (under mpiexec) against the mapping search's choices"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", nargs="+", default=["gemm", "cholesky", "lu"], choices=list(sm.FAMILY_ALGORITHM))
+    mapped = [name for name, f in FAMILIES.items() if f.mapping]
+    p.add_argument("--family", nargs="+", default=mapped, choices=mapped)
     p.add_argument("--n", type=int, nargs="+", default=[1024, 2048], help="matrix orders")
     p.add_argument("--blocks", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--reps", type=int, default=3, help="timed runs per plan (after one warm-up)")
@@ -98,7 +99,7 @@ def plans(family: str, p: int, blocks, weights: tuple[float, ...] | None) -> lis
     """(plan, layout) of every grid x block on p ranks, and where the ranks' ``weights`` differ
     the same with blocks by speed (HoHe; for gemm BSR with rows by ``weights``, equal rows for
     None); the library call on the root for p = 1."""
-    be = RANK_BACKEND[family]
+    be = FAMILIES[family].library
     if p == 1:
         return [(Plan("local", 1, threads=1, backend=be), "library")]
     if family == "gemm":
@@ -108,7 +109,7 @@ def plans(family: str, p: int, blocks, weights: tuple[float, ...] | None) -> lis
     layouts = [(None, "cyclic")]
     if weights is not None and max(weights) > min(weights):
         layouts.append((weights, "weighted"))
-    return [(Plan(sm.FAMILY_ALGORITHM[family], p, r, c, b=blk, threads=1, backend=be, weights=w), layout)
+    return [(Plan(FAMILIES[family].mapping, p, r, c, b=blk, threads=1, backend=be, weights=w), layout)
             for w, layout in layouts for (r, c), blk in itertools.product(grids(p), blocks)]
 
 

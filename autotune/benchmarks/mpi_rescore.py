@@ -15,6 +15,7 @@ from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.mpi_validate import summarise
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
+from autotune.families import as_problem
 from autotune.plans import Plan
 from autotune.select.distributed import predict
 
@@ -38,7 +39,7 @@ def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
         for row in res["rows"]:
             plan = parse(row["plan"])
             if plan is not None:
-                row["model"] = predict(family, dims, plan, sp, cp, fitted=False)
+                row["model"] = predict(as_problem(family, dims), plan, sp, cp, fitted=False)
     return results
 
 

@@ -28,6 +28,7 @@ from autotune.benchmarks._common import error, output_problem, timed, write_json
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
+from autotune.families import as_problem
 from autotune.plans import Plan
 from autotune.select.distributed import rank_plans
 from autotune.tuned_mpi import (
@@ -53,7 +54,7 @@ def best_plan(family: str, n: int, comm, db, nrhs: int = 16) -> Plan:
     cores, _ = gather_cores(comm)
     if comm.rank == 0:
         dims = {"gemm": (n, n, n), "solve": (n, nrhs)}.get(family, (n,))
-        dec = rank_plans(family, dims, comm.size, load_sp(db), load_comm(db, nprocs=comm.size), cores)
+        dec = rank_plans(as_problem(family, dims), comm.size, load_sp(db), load_comm(db, nprocs=comm.size), cores)
         plan = next(r.plan for r in dec.ranking if r.plan.p == comm.size and r.plan.threads == 1)
     return comm.bcast(plan, root=0)
 

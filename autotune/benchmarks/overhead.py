@@ -13,6 +13,7 @@ import numpy as np
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.config import options
 from autotune.db import load_sp
+from autotune.families import as_problem
 from autotune.select import choose, clear_cache
 from autotune.tuned_local import decide
 
@@ -28,7 +29,7 @@ def first_decisions(family: str, dims_list, sp, threads: int, strassen: bool, re
         for i, dims in enumerate(dims_list):
             clear_cache()
             t0 = time.perf_counter()
-            choose(family, dims, sp, threads, strassen)
+            choose(as_problem(family, dims), sp, threads, strassen)
             out[r, i] = time.perf_counter() - t0
     return np.median(out, axis=0) * 1e6
 
@@ -36,10 +37,11 @@ def first_decisions(family: str, dims_list, sp, threads: int, strassen: bool, re
 def cached_decision(family: str, dims, threads: int, strassen: bool, reps: int = 20000) -> float:
     """Per-call time of the tuned entry point's decision step on a cache hit (options, SP, cache)."""
     with options(threads=threads, allow_strassen=strassen):
-        decide(family, dims, None, False)
+        problem = as_problem(family, dims)
+        decide(problem, None, False)
         t0 = time.perf_counter()
         for _ in range(reps):
-            decide(family, dims, None, False)
+            decide(problem, None, False)
         return (time.perf_counter() - t0) / reps * 1e6
 
 

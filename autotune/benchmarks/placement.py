@@ -29,15 +29,17 @@ from autotune.benchmarks._common import error
 from autotune.benchmarks.mapping_testbed import CALLS, agrees, args_problem, operands, plans, reference
 from autotune.config import options
 from autotune.db.comm import load_comm
-from autotune.models.mapping import usable_blocks
+from autotune.families import FAMILIES, usable_blocks
 from autotune.plans import Plan
-from autotune.select.mapping import FAMILY_ALGORITHM
 
 HELP = "tuned calls with comm= (their own placement) against forced plans, under mpiexec on a cluster"
 
+# The families the mapping search places (``Family.mapping``).
+MAPPED = [name for name, f in FAMILIES.items() if f.mapping]
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", nargs="+", default=list(FAMILY_ALGORITHM), choices=list(FAMILY_ALGORITHM))
+    p.add_argument("--family", nargs="+", default=MAPPED, choices=MAPPED)
     p.add_argument("--n", type=int, nargs="+", default=[2048, 3072], help="matrix orders")
     p.add_argument("--blocks", type=int, nargs="+", default=[64, 128], help="blocks of the forced grids")
     p.add_argument("--reps", type=int, default=3, help="interleaved rounds after one warm-up")

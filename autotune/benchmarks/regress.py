@@ -34,6 +34,7 @@ from autotune.benchmarks._common import error, half_iqr, output_problem, quartil
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.fingerprint import machine_fingerprint, mismatches
+from autotune.families import as_problem
 from autotune.routines import CHECK_NRHS
 from autotune.select import choose
 
@@ -132,7 +133,7 @@ def _choice(case: Case, db: str | None) -> str:
     if sp.table is None:
         return "fallback (no database)"
     dims = case.dims + (CHECK_NRHS,) if case.routine == "solve" else case.dims
-    return str(choose(case.routine, dims, sp, case.threads, case.strassen).chosen)
+    return str(choose(as_problem(case.routine, dims), sp, case.threads, case.strassen).chosen)
 
 
 def _refresh(path: str) -> str:

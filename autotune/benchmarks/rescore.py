@@ -18,6 +18,7 @@ import numpy as np
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.validate import finish, summarise
 from autotune.db import load_sp
+from autotune.families import as_problem
 from autotune.select import rank
 
 HELP = "re-score a validate run against another database, without re-timing"
@@ -27,7 +28,7 @@ def rescore(results: list[dict], sp, strassen: bool = False) -> tuple[list[dict]
     """(results with new predictions, number of problems whose choice changed)."""
     changed = 0
     for r in results:
-        dec = rank(r["routine"], tuple(r["dims"]), sp, r["threads"], allow_strassen=strassen)
+        dec = rank(as_problem(r["routine"], tuple(r["dims"])), sp, r["threads"], allow_strassen=strassen)
         pred = {str(x.candidate): x.predicted for x in dec.ranking}
         for c in r["candidates"]:
             if c["candidate"] in pred:

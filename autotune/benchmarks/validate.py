@@ -21,6 +21,7 @@ import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json, write_text
 from autotune.db import load_sp
+from autotune.families import as_problem
 from autotune.routines import CHECK_NRHS
 from autotune.select import as_candidate, rank
 
@@ -55,7 +56,7 @@ def measure(fn, budget: float, reps: int) -> tuple[float, float]:
 
 def sweep(routine: str, dims, threads: int, args, rng) -> dict:
     """One problem, one pass: rank the candidates, time each one not skipped, score it."""
-    dec = rank(routine, dims, load_sp(args.db), threads, allow_strassen=args.strassen)
+    dec = rank(as_problem(routine, dims), load_sp(args.db), threads, allow_strassen=args.strassen)
     best_pred = min(r.predicted for r in dec.ranking)
     rows = []
     for r in dec.ranking:

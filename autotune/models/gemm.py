@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.db.threads import ThreadSPs, VersionSPs, driver_extra
-from autotune.routines import DISPATCH_ORDER, flops
+from autotune.routines import flops
 
 from . import multicore
 
@@ -43,16 +43,6 @@ def blas(m: int, k: int, n: int, backend: str, threads: int, sp, parts: dict | N
     if parts is not None:
         parts["gemm"] = t
     return t
-
-
-def dispatch(backend: str, threads: int, sp) -> float:
-    """Seconds a tuned call adds to the library's own gemm when it runs this backend (entry checks,
-    dispatch, thread switch): the probe's whole-call timing (pattern ``dispatch``) minus the
-    library's own time at the same order; never negative."""
-    fl = flops("gemm", {"m": DISPATCH_ORDER, "n": DISPATCH_ORDER, "k": DISPATCH_ORDER})
-    whole = sp.k("gemm", backend, threads, DISPATCH_ORDER, "dispatch")
-    own = sp.k("gemm", backend, threads, DISPATCH_ORDER)
-    return max(0.0, float(fl * (whole - own)))
 
 
 def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,

@@ -31,26 +31,23 @@ it at thousands of mappings.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.families import FAMILIES
 from autotune.layout import cycle, grid_weights
-from autotune.routines import flops
 
 from . import movement
 
 WORD = 8.0
-FAMILIES = ("gemm", "cholesky", "lu")
-BLOCKS = (32, 64, 128, 256)
 
 
 # The routine, access pattern and library behind each kernel of the cost.
 SERIES = {"gemm": ("gemm", "rankb", "numpy-openblas"), "trsm": ("trsm", "panel", "scipy-openblas"),
           "panel": ("getrf", "panel", "scipy-openblas"), "lib_gemm": ("gemm", "square", "numpy-openblas"),
           "lib_cholesky": ("potrf", "square", "scipy-openblas"), "lib_lu": ("getrf", "square", "scipy-openblas")}
-# Flops of each family's n x n problem over n^3 (the update's leading term).
-FLOPS = {"lu": 2.0 / 3.0, "cholesky": 1.0 / 3.0, "gemm": 2.0}
 
 
 def database_k(sp, size: float = 2048.0):
@@ -64,11 +61,6 @@ def database_k(sp, size: float = 2048.0):
             cache[kernel, b] = movement.k(sp, routine, backend, 1, size, pattern, b)
         return cache[kernel, b]
     return k
-
-
-def usable_blocks(n: int, blocks=BLOCKS) -> list[int]:
-    """The blocks a plan of order n may use: at most n/2 (at least the smallest)."""
-    return [b for b in blocks if b <= max(n // 2, min(blocks))]
 
 
 def _beta(q: np.ndarray) -> np.ndarray:
@@ -110,18 +102,11 @@ def _gemm(n, r, c, b, k, f, lk: Links):
     return compute, comm
 
 
-PHASES = {"lu": _lu, "cholesky": _cholesky, "gemm": _gemm}
-
-
 def phases(family: str, n: float, r: np.ndarray, c: np.ndarray, b: np.ndarray, k: dict[str, np.ndarray],
            f: float | np.ndarray, links: Links) -> tuple[np.ndarray, np.ndarray]:
     """(compute, communication) seconds over grids (r, c: (G, 1)) x blocks (b, k: (1, B)); ``f``: the
     mapping's k factor, one or per grid ((G, 1): ``weighted_slowdown``)."""
-    return PHASES[family](float(n), r, c, b, k, f, links)
-
-
-# Matrices the root sends out or gathers back in a call on root-held data.
-MOVES = {"lu": 2, "cholesky": 2, "gemm": 3}
+    return MODELS[family].phases(float(n), r, c, b, k, f, links)
 
 
 def root_moves(n: float, hosts: np.ndarray, shares: np.ndarray, host, net) -> float:
@@ -136,7 +121,7 @@ def root_moves(n: float, hosts: np.ndarray, shares: np.ndarray, host, net) -> fl
 
 def distribution(family: str, n: float, hosts: np.ndarray, host, net) -> float:
     """The root's scatter of the inputs and gather of the result, equal shares (root-held data)."""
-    return MOVES[family] * root_moves(n, hosts, np.full(len(hosts), 1.0 / len(hosts)), host, net)
+    return MODELS[family].moves * root_moves(n, hosts, np.full(len(hosts), 1.0 / len(hosts)), host, net)
 
 
 def weighted_gemm(n: float, hosts: np.ndarray, weights: np.ndarray, k_gemm: float, host, net) -> tuple[float, float]:
@@ -152,19 +137,15 @@ def weighted_gemm(n: float, hosts: np.ndarray, weights: np.ndarray, k_gemm: floa
 
 def leading_seconds(family: str, n: float, k_gemm: float) -> float:
     """The update's time on one process of speed 1 (the part every mapping divides): the LET_ari
-    numerator of 001 eq. 5.5."""
-    return FLOPS[family] * float(n) ** 3 * k_gemm
-
-
-# The library routine of each family's one-process plan and its dims for an n x n problem.
-LIBRARY = {"gemm": ("gemm", ("m", "k", "n")), "cholesky": ("potrf", ("n",)), "lu": ("getrf", ("m", "n"))}
+    numerator of 001 eq. 5.5 (the family's flops, ``families``, at gemm's k)."""
+    fam = FAMILIES[family]
+    return fam.flops(fam.square(int(n))) * k_gemm
 
 
 def library_seconds(family: str, n: float, k_lib: float, f: float) -> float:
-    """The one-process plan: the library routine (its flops, ``routines.flops``) at the mapping's
-    slowdown ``f``."""
-    routine, dims = LIBRARY[family]
-    return f * flops(routine, dict.fromkeys(dims, int(n))) * k_lib
+    """The one-process plan: the library routine (the family's flops) at the mapping's slowdown ``f``."""
+    fam = FAMILIES[family]
+    return f * fam.flops(fam.square(int(n))) * k_lib
 
 
 def rank_hosts(d: np.ndarray, host_of: np.ndarray) -> np.ndarray:
@@ -202,6 +183,25 @@ def slowdown(d: np.ndarray, speeds: np.ndarray) -> float:
     return float(np.max(d[used] / speeds[used]))
 
 
-__all__ = ["BLOCKS", "FAMILIES", "FLOPS", "LIBRARY", "MOVES", "SERIES", "Links", "database_k", "distribution",
-           "leading_seconds", "library_seconds", "phases", "rank_hosts", "root_moves", "slowdown", "spans",
-           "usable_blocks", "weighted_gemm", "weighted_slowdown"]
+@dataclass(frozen=True)
+class MappingModel:
+    """A family's mapping model: its (compute, communication) phases over grids x blocks, the
+    matrices the root moves on root-held data, and, where its HoHe plan is not its own algorithm
+    on a weighted block-cyclic layout, that plan's algorithm and model (gemm: BSR, rows by speed)."""
+
+    phases: Callable
+    moves: int
+    weighted_rows: tuple[str, Callable] | None = None
+
+
+# The families the mapping search prices (``Family.mapping``), registered once.
+MODELS: dict[str, MappingModel] = {
+    "gemm": MappingModel(_gemm, 3, ("bsr", weighted_gemm)),
+    "cholesky": MappingModel(_cholesky, 2),
+    "lu": MappingModel(_lu, 2),
+}
+
+
+__all__ = ["MODELS", "SERIES", "Links", "MappingModel", "database_k", "distribution", "leading_seconds",
+           "library_seconds", "phases", "rank_hosts", "root_moves", "slowdown", "spans", "weighted_gemm",
+           "weighted_slowdown"]

@@ -9,29 +9,20 @@ MPI here, so ``autotune explain gemm 4096 --np 4`` ranks plans without launching
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from autotune.db.contention import ContendedSP, load_contention
-from autotune.models import distributed_cholesky, distributed_gemm, distributed_lu, movement
+from autotune.families import DISTRIBUTED, FAMILIES, Problem, family, usable_blocks
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
+from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 from autotune.plans import PHASES, Plan, grids
 
 from . import corrections
 from .corrections import Correction
 from .rank import choose
 
-# Panel / block sizes considered for block-cyclic algorithms, and Strassen levels on SUMMA.
-BLOCKS = (64, 128, 256, 512)
+# Strassen levels on SUMMA.
 DIST_STRASSEN_LEVELS = (1, 2)
-# Per-rank BLAS library of each family (the single-process incumbents).
-RANK_BACKEND = {"gemm": "numpy-openblas", "cholesky": "scipy-openblas", "lu": "scipy-openblas",
-                "solve": "scipy-openblas"}
-# Each family's phase models (``MODELS`` by algorithm, ``WAIT_PHASE``).
-FAMILY_MODELS = {"gemm": distributed_gemm, "cholesky": distributed_cholesky, "lu": distributed_lu,
-                 "solve": distributed_lu}
-# The plans' algorithms of each family (besides "local", one process): what a forced config may name.
-PLAN_ALGORITHMS = {"gemm": tuple(distributed_gemm.MODELS), "cholesky": tuple(distributed_cholesky.MODELS),
-                   "lu": ("lu",), "solve": ("gesv",)}
 
 
 @dataclass
@@ -64,8 +55,7 @@ class Calibration:
 
 @dataclass
 class DistDecision:
-    family: str
-    dims: tuple[int, ...]
+    problem: Problem
     nprocs: int
     ranking: list[DistRanked]
     notes: list[str] = field(default_factory=list)
@@ -74,6 +64,14 @@ class DistDecision:
     @property
     def chosen(self) -> Plan:
         return self.ranking[0].plan
+
+    @property
+    def family(self) -> str:
+        return self.problem.family
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.problem.dims
 
 
 def thread_options(p: int, cores: int, hosts: int = 1, oversubscribe: bool = False) -> list[int]:
@@ -86,43 +84,50 @@ def thread_options(p: int, cores: int, hosts: int = 1, oversubscribe: bool = Fal
     return list(range(1, cores // per_host + 1))
 
 
-def plans(family: str, dims: tuple[int, ...], nprocs: int, cores: int, hosts: int = 1,
-          oversubscribe: bool = False) -> list[Plan]:
-    """All distributed plans for ``family`` on ``dims`` using 2..nprocs ranks (``thread_options``)."""
+def plans(problem: Problem, nprocs: int, cores: int, hosts: int = 1, oversubscribe: bool = False) -> list[Plan]:
+    """All distributed plans for ``problem`` using 2..nprocs ranks (``thread_options``)."""
+    fam = family(problem.family)
+    enumerate_grid = GRID_PLANS[fam.name]
+    blocks = usable_blocks(problem.order, fam.blocks)
     out: list[Plan] = []
-    be = RANK_BACKEND[family]
-    small = dims[0] if family == "solve" else min(dims)      # (n, nrhs): blocks of the matrix
     for p in range(2, nprocs + 1):
         for t in thread_options(p, cores, hosts, oversubscribe):
             for r, c in grids(p):
-                if family in ("cholesky", "lu"):
-                    out += [Plan(family, p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
-                    continue
-                if family == "solve":     # the back substitution's ring runs on 1 x c grids
-                    out += [Plan("gesv", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small) if r == 1]
-                    continue
-                if c > 1:     # on one process column CBSR runs BSR's scatter, product and gather
-                    out.append(Plan("cbsr", p, r, c, threads=t, backend=be))
-                out += [Plan("summa", p, r, c, b=b, threads=t, backend=be) for b in _blocks(small)]
-                out += [Plan("strassen_summa", p, r, c, b=b, level=lv, threads=t, backend=be)
-                        for lv in DIST_STRASSEN_LEVELS if small >> lv >= 64
-                        for b in _blocks(small >> lv)]
-                if c == 1:
-                    out.append(Plan("bsr", p, r, c, threads=t, backend=be))
-                if r == c:
-                    out.append(Plan("cannon", p, r, c, threads=t, backend=be))
-            if family == "gemm":
-                out.append(Plan("strassen_ms", p, p, 1, level=1, threads=t, backend=be))
+                out += enumerate_grid(problem, Plan(fam.distributed[0], p, r, c, threads=t, backend=fam.library),
+                                      blocks)
     return out
 
 
-def _blocks(n: int) -> list[int]:
-    return [b for b in BLOCKS if b <= max(n // 2, BLOCKS[0])]
+def _factor_plans(problem: Problem, base: Plan, blocks: list[int]) -> list[Plan]:
+    """Block-cyclic factorizations: every block on every grid."""
+    return [replace(base, b=b) for b in blocks]
 
 
-def _family_models(family: str):
-    """The family's model module: ``MODELS`` by algorithm and their ``WAIT_PHASE``."""
-    return FAMILY_MODELS[family]
+def _solve_plans(problem: Problem, base: Plan, blocks: list[int]) -> list[Plan]:
+    """The solve's back substitution's ring runs on 1 x c grids."""
+    return [replace(base, b=b) for b in blocks] if base.r == 1 else []
+
+
+def _gemm_plans(problem: Problem, base: Plan, blocks: list[int]) -> list[Plan]:
+    """SUMMA and Strassen-SUMMA at every block; CBSR off one process column (there it runs BSR's
+    scatter, product and gather), BSR on one, Cannon on square grids, Strassen master/slave on p x 1."""
+    p, r, c = base.p, base.r, base.c
+    out = [replace(base, algorithm="cbsr")] if c > 1 else []
+    out += [replace(base, algorithm="summa", b=b) for b in blocks]
+    out += [replace(base, algorithm="strassen_summa", b=b, level=lv)
+            for lv in DIST_STRASSEN_LEVELS if problem.order >> lv >= 64
+            for b in usable_blocks(problem.order >> lv, family(problem.family).blocks)]
+    if c == 1:
+        out.append(replace(base, algorithm="bsr"))
+    if r == c:
+        out.append(replace(base, algorithm="cannon"))
+    if (r, c) == (p, 1):
+        out.append(replace(base, algorithm="strassen_ms", level=1))
+    return out
+
+
+# How each family's plans are laid on one grid: (problem, the grid's plan, usable blocks) -> plans.
+GRID_PLANS = {"gemm": _gemm_plans, "cholesky": _factor_plans, "lu": _factor_plans, "solve": _solve_plans}
 
 
 @dataclass(frozen=True)
@@ -130,36 +135,38 @@ class _PlanContext:
     """What the correction steps know of one plan: the problem, the SP and comm parameters, the
     platform's measured contention and phase factors."""
 
-    family: str
-    dims: tuple[int, ...]
+    problem: Problem
     plan: Plan
     sp: object
     cp: object
-    problem: dict
     contention: object          # autotune.db.contention.Contention (factor 1 where not measured)
     factors: PhaseFactors
 
     @classmethod
-    def of(cls, family: str, dims: tuple[int, ...], plan: Plan, sp, cp, problem: dict,
-           contention=None, factors: PhaseFactors | None = None) -> _PlanContext:
+    def of(cls, problem: Problem, plan: Plan, sp, cp, contention=None,
+           factors: PhaseFactors | None = None) -> _PlanContext:
         path, key = getattr(sp, "path", None), cp.platform.get("key")
-        return cls(family, tuple(dims), plan, sp, cp, problem,
+        return cls(problem, plan, sp, cp,
                    load_contention(path, key) if contention is None else contention,
                    load_phase_factors(path, key) if factors is None else factors)
+
+    @property
+    def family(self) -> str:
+        return self.problem.family
 
     @property
     def contended(self) -> bool:
         return bool(self.contention.available and self.plan.p > 1)
 
 
-def predict(family: str, dims: tuple[int, ...], plan: Plan, sp, cp, fitted: bool = True, **problem) -> dict[str, float]:
+def predict(problem: Problem, plan: Plan, sp, cp, fitted: bool = True) -> dict[str, float]:
     """Phase times of one plan through the correction stack: the model of its algorithm, the
     per-call overhead, per-rank k slowed by the measured contention of ``p x threads`` busy cores
     (``autotune.db.contention``), then the platform's fitted phase factors (``models.fitted_phases``)
-    unless ``fitted`` is False. ``problem``: Cholesky's ``lower`` and input memory ``order``.
-    ValueError for a plan whose algorithm has no model in the family (one process included)."""
-    check_algorithm(plan.algorithm, family, PLAN_ALGORITHMS[family])
-    model, calibrated, _ = _stack(_PlanContext.of(family, dims, plan, sp, cp, problem))
+    unless ``fitted`` is False. ValueError for a plan whose algorithm has no model in the family
+    (one process included)."""
+    check_algorithm(plan.algorithm, problem.family, family(problem.family).distributed)
+    model, calibrated, _ = _stack(_PlanContext.of(problem, plan, sp, cp))
     return calibrated if fitted else model
 
 
@@ -177,9 +184,7 @@ def _total(phases: dict[str, float]) -> float:
 
 def _model(ctx: _PlanContext, sp) -> dict[str, float]:
     """The analytical model of the plan's algorithm on the SP view ``sp``."""
-    model = _family_models(ctx.family).MODELS[ctx.plan.algorithm]
-    kw = ctx.problem if ctx.family == "cholesky" else {}
-    return model(*ctx.dims, ctx.plan, sp, ctx.cp, **kw)
+    return PLAN_MODELS[ctx.family].phases(ctx.problem, ctx.plan, sp, ctx.cp)
 
 
 def _overhead_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
@@ -197,7 +202,7 @@ def _contention_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[
     if not ctx.contended:
         return phases, ""
     busy = ctx.plan.p * ctx.plan.threads
-    phase = _family_models(ctx.family).WAIT_PHASE.get(ctx.plan.algorithm)
+    phase = PLAN_MODELS[ctx.family].wait_phase.get(ctx.plan.algorithm)
     if phase is None:
         out = _model(ctx, ContendedSP(ctx.sp, ctx.contention, busy))
         note = f"k of {busy} busy cores (mean rank)"
@@ -245,50 +250,43 @@ def _calibration(family: str, sp, cp) -> Calibration | None:
                        tuple(int(n) for n in info.get("sizes", ())), factors)
 
 
-def local_phases(family: str, dims: tuple[int, ...], sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
+def local_phases(problem: Problem, sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
     """The one-process candidate: the single-process selector's choice on the cores the other
-    ``nprocs - 1`` ranks leave free (an idle MPI rank still polls, so it occupies a core)."""
-    dec = choose(family, dims, sp, max(1, cores - (nprocs - 1)))
+    ``nprocs - 1`` ranks leave free (an idle MPI rank still polls, so it occupies a core), with
+    what the family's one-process run over MPI adds (``models.plan_models``)."""
+    dec = choose(problem, sp, max(1, cores - (nprocs - 1)))
     best = next(r for r in dec.ranking if r.candidate == dec.chosen)
     plan = Plan("local", 1, 1, 1, threads=dec.chosen.threads, backend=dec.chosen.backend)
-    phases = dict.fromkeys(PHASES, 0.0)
-    phases["compute"] = best.predicted
-    if family == "cholesky":     # as run: the root's finiteness check, then the call's working copy
-        (n,) = dims
-        phases["distribution"] = movement.finite_check(sp, n, n, plan.backend, plan.threads)
-        phases["compute"] += movement.copy(sp, n * n)
-    phases["total"] = phases["compute"] + phases["distribution"]
-    return plan, phases
+    return plan, PLAN_MODELS[problem.family].local_phases(problem, plan, sp, best.predicted)
 
 
-def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: int,
-               allow_strassen: bool = False, oversubscribe: bool = False, min_efficiency: float | None = None,
-               **problem) -> DistDecision:
+def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen: bool = False,
+               oversubscribe: bool = False, min_efficiency: float | None = None) -> DistDecision:
     """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first: ranks x BLAS
     threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``.
     With ``min_efficiency`` the plans predicted below it come after those above (the chosen plan
-    is the fastest efficient one; 004's shared-cluster rule). ``problem``: Cholesky's ``lower``
-    and input ``order`` (default: scipy's upper, numpy's C)."""
-    if family not in RANK_BACKEND:
-        raise ValueError(f"unknown family {family!r}")
+    is the fastest efficient one; 004's shared-cluster rule)."""
+    fam = problem.family
+    if fam not in DISTRIBUTED:
+        raise ValueError(f"no distributed plans for {fam!r}; families with them: {', '.join(DISTRIBUTED)}")
     ranking = []
     path, key = getattr(sp, "path", None), cp.platform.get("key")
     cont, factors = load_contention(path, key), load_phase_factors(path, key)
     if sp.table is not None:
-        plan, phases = local_phases(family, dims, sp, cores, nprocs)
-        ctx = _PlanContext.of(family, dims, plan, sp, cp, problem, cont, factors)
+        plan, phases = local_phases(problem, sp, cores, nprocs)
+        ctx = _PlanContext.of(problem, plan, sp, cp, cont, factors)
         calibrated, done = corrections.apply(phases, ctx, _CALIBRATION, _total)
         ranking.append(DistRanked(plan, calibrated, phases, done))
     hosts = int(cp.platform.get("hosts", 1) or 1)
-    for plan in plans(family, dims, nprocs, cores, hosts, oversubscribe):
+    for plan in plans(problem, nprocs, cores, hosts, oversubscribe):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
-        model, calibrated, done = _stack(_PlanContext.of(family, dims, plan, sp, cp, problem, cont, factors))
+        model, calibrated, done = _stack(_PlanContext.of(problem, plan, sp, cp, cont, factors))
         if all(math.isfinite(v) for v in model.values()):
             ranking.append(DistRanked(plan, calibrated, model, done))
     if not ranking:
-        raise LookupError(f"no plan for {family} {dims} on {nprocs} ranks")
-    _set_efficiency(ranking, family, dims, sp)
+        raise LookupError(f"no plan for {problem} on {nprocs} ranks")
+    _set_efficiency(ranking, problem, sp)
     ranking.sort(key=lambda r: r.seconds)
     notes = []
     if min_efficiency is not None:
@@ -298,15 +296,15 @@ def rank_plans(family: str, dims: tuple[int, ...], nprocs: int, sp, cp, cores: i
             notes.append(f"{len(low)} plans predicted below efficiency {min_efficiency:g} ranked after the others")
     if not oversubscribe and not thread_options(nprocs, cores, hosts):
         notes.append(f"plans with more ranks than the {cores} cores per host left out (ranks x threads <= cores)")
-    return DistDecision(family, tuple(dims), nprocs, ranking, notes, _calibration(family, sp, cp))
+    return DistDecision(problem, nprocs, ranking, notes, _calibration(fam, sp, cp))
 
 
-def _set_efficiency(ranking: list[DistRanked], family: str, dims: tuple[int, ...], sp) -> None:
+def _set_efficiency(ranking: list[DistRanked], problem: Problem, sp) -> None:
     """Each plan's predicted efficiency against the single-process best on one core (T_seq)."""
     if sp.table is None:
         return
     try:
-        dec = choose(family, dims, sp, 1)
+        dec = choose(problem, sp, 1)
     except LookupError:
         return
     t_seq = next(r.predicted for r in dec.ranking if r.candidate == dec.chosen)
@@ -356,7 +354,7 @@ def as_plan(config, family: str | None = None) -> Plan:
     if not isinstance(config, Plan):
         raise TypeError(f"config must be a Plan or a dict of its fields, got {type(config).__name__}")
     if family is not None:
-        check_algorithm(config.algorithm, family, ("local", *PLAN_ALGORITHMS[family]))
+        check_algorithm(config.algorithm, family, ("local", *FAMILIES[family].distributed))
     return config
 
 
@@ -368,5 +366,5 @@ def check_algorithm(algorithm: str, family: str, known: tuple[str, ...]) -> None
                          f"choose from {list(known)}")
 
 
-__all__ = ["PLAN_ALGORITHMS", "DistDecision", "DistRanked", "as_plan", "check_algorithm", "describe", "grids", "plans",
+__all__ = ["GRID_PLANS", "DistDecision", "DistRanked", "as_plan", "check_algorithm", "describe", "grids", "plans",
            "predict", "rank_plans", "thread_options"]

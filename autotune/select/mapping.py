@@ -34,16 +34,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from autotune.db.platform import KERNELS, ClusterPlatform, measured_platform
+from autotune.families import FAMILIES, usable_blocks
 from autotune.models import mapping as mm
 from autotune.plans import Plan, grids
-
-from .distributed import RANK_BACKEND
 
 METHODS = ("exhaustive", "BTM", "BGRM", "GRM", "GCTM", "GPTM")
 USERS = ("greedy", "conservative", "expert")
 NODE_BUDGET = 50_000
-# The distributed algorithm a mapping's block-cyclic grid runs, per family (the mapping model's).
-FAMILY_ALGORITHM = {"gemm": "summa", "cholesky": "cholesky", "lu": "lu"}
 # The phase calibration's name for the mapping model's factors (``models.fitted_phases``).
 MAPPING_ALGORITHM = "mapping"
 # A tuned call places its processes by trying every count per host up to this many count
@@ -87,9 +84,9 @@ class Search:
     """The EET of mappings of one problem on one platform, memoised, and the tree's moves."""
 
     def __init__(self, family: str, n: int, platform: ClusterPlatform, max_level: int | None = None,
-                 blocks: tuple[int, ...] = mm.BLOCKS, hohe: bool = True):
-        if family not in mm.FAMILIES:
-            raise ValueError(f"unknown family {family!r}; known: {', '.join(mm.FAMILIES)}")
+                 blocks: tuple[int, ...] | None = None, hohe: bool = True):
+        if family not in mm.MODELS:
+            raise ValueError(f"unknown family {family!r}; known: {', '.join(mm.MODELS)}")
         if n < 1:
             raise ValueError(f"n must be positive, got {n}")
         self.family, self.n, self.platform, self.hohe = family, int(n), platform, hohe
@@ -100,7 +97,7 @@ class Search:
         self.P = platform.size
         self.most = platform.max_per_processor
         self.max_level = int(max_level or self.P * self.most)
-        bs = mm.usable_blocks(n, blocks)
+        bs = usable_blocks(n, FAMILIES[family].blocks if blocks is None else blocks)
         self.b = np.array(bs, float)[None, :]
         self.k = {kern: np.array([platform.k(kern, b) for b in bs], float)[None, :] for kern in KERNELS}
         self.lead = mm.leading_seconds(family, n, float(self.k["gemm"].min()))
@@ -150,10 +147,11 @@ class Search:
         w = self.weights(d)
         if np.ptp(w) <= 1e-12 * w.max():
             return None
-        if self.family != "gemm":
+        rows = mm.MODELS[self.family].weighted_rows
+        if rows is None:
             return self._best(d, *self._grid_arrays(int(d.sum())), self.b, self.k, "weighted")
         links = self.platform.links
-        compute, comm = mm.weighted_gemm(self.n, mm.rank_hosts(d, self.host_of), w,
+        compute, comm = rows[1](self.n, mm.rank_hosts(d, self.host_of), w,
                                          float(self.k["gemm"].min()), links["host"], links["net"])
         return self._fitted(compute, comm, int(d.sum()), 1, 0, "weighted")
 
@@ -196,7 +194,7 @@ class Search:
     def estimate(self, d: np.ndarray, r: int, c: int, b: int, layout: str = "cyclic") -> Estimate:
         """The model's time of one plan: mapping ``d`` on an r x c grid with block b (``layout``
         "weighted": HoHe; "library": the one-process library call)."""
-        if layout == "library" or (layout == "weighted" and self.family == "gemm"):
+        if layout == "library" or (layout == "weighted" and mm.MODELS[self.family].weighted_rows):
             return (self._weighted if layout == "weighted" else self._library)(np.asarray(d))
         k = {kern: np.array([[self.platform.k(kern, b)]]) for kern in KERNELS}
         return self._best(np.asarray(d), np.array([[float(r)]]), np.array([[float(c)]]), np.array([[float(b)]]), k,
@@ -364,7 +362,7 @@ def _user(search: Search, who: str) -> np.ndarray:
 
 
 def run_method(method: str, family: str, n: int, platform: ClusterPlatform, max_level: int | None = None,
-               budget: int = NODE_BUDGET, blocks: tuple[int, ...] = mm.BLOCKS) -> MappingChoice:
+               budget: int = NODE_BUDGET, blocks: tuple[int, ...] | None = None) -> MappingChoice:
     """One method's or user's choice on a fresh search (its own memo, so its time is its own)."""
     if method not in METHODS + USERS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(METHODS + USERS)}")
@@ -520,7 +518,7 @@ def communicator_platform(hosts: list[RankHost], cp, sp, factors=None) -> Cluste
 
 def model_factors(factors) -> dict[str, float]:
     """Each family's fitted mapping-model factor other than 1 (``factors``: PhaseFactors or None)."""
-    fitted = {f: factors.factor(f, MAPPING_ALGORITHM, "total") for f in mm.FAMILIES} if factors else {}
+    fitted = {f: factors.factor(f, MAPPING_ALGORITHM, "total") for f in mm.MODELS} if factors else {}
     return {f: x for f, x in fitted.items() if x != 1.0}
 
 
@@ -573,17 +571,19 @@ def placement(family: str, n: int, hosts: list[RankHost], platform: ClusterPlatf
 def _plan(family: str, est: Estimate, counts, d: np.ndarray, hosts: list[RankHost], search: Search) -> Plan:
     """The plan of a mapping's estimate on the hosts' first ranks (root first)."""
     ranks = tuple(r for k, h in zip(counts, hosts, strict=True) for r in h.ranks[:k])
-    be = RANK_BACKEND[family]
+    fam = FAMILIES[family]
+    be = fam.library
     if est.layout == "library":
         return Plan("local", 1, threads=1, backend=be)
     weights = tuple(float(w) for w in search.weights(d)) if est.layout == "weighted" else None
-    if est.layout == "weighted" and family == "gemm":
-        return Plan("bsr", len(ranks), len(ranks), 1, threads=1, backend=be, weights=weights, ranks=ranks)
-    return Plan(FAMILY_ALGORITHM[family], len(ranks), est.r, est.c, b=est.b, threads=1, backend=be,
+    rows = mm.MODELS[family].weighted_rows
+    if est.layout == "weighted" and rows is not None:
+        return Plan(rows[0], len(ranks), len(ranks), 1, threads=1, backend=be, weights=weights, ranks=ranks)
+    return Plan(fam.mapping, len(ranks), est.r, est.c, b=est.b, threads=1, backend=be,
                 weights=weights, ranks=ranks)
 
 
-__all__ = ["FAMILY_ALGORITHM", "MAPPING_ALGORITHM", "METHODS", "NODE_BUDGET", "PLACEMENT_EXHAUSTIVE", "USERS",
+__all__ = ["MAPPING_ALGORITHM", "METHODS", "NODE_BUDGET", "PLACEMENT_EXHAUSTIVE", "USERS",
            "Estimate", "MappingChoice", "MappingStudy", "Placement", "RankHost", "Search", "communicator_platform",
            "describe", "grid_label", "heterogeneous", "mapping_text", "model_factors", "placement", "plan_estimate",
            "rank_hosts", "run_method", "study"]

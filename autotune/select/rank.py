@@ -12,9 +12,11 @@ from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN
 from autotune.backends.pools import PoolState
 from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
+from autotune.families import FAMILIES, Problem
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models import lu as lu_models
+from autotune.models.dispatch import dispatch as dispatch_model
 from autotune.models.fitted import fitted_for, override
 from autotune.models.gemm import NESTED_MAX_ASPECT, STRASSEN_ADD_BACKEND, omp_add_sps
 from autotune.plans import Candidate
@@ -290,21 +292,19 @@ def _lu_solve_groups(dims, table, budget: int, allow_strassen: bool,
 
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups, "lu": _lu_groups, "solve": _solve_groups,
           "lu_solve": _lu_solve_groups}
-INCUMBENTS = {"gemm": ("blas", "numpy-openblas"), "cholesky": ("potrf", "scipy-openblas"),
-              "lu": ("getrf", "scipy-openblas"), "solve": ("gesv", "scipy-openblas"),
-              "lu_solve": ("getrs", "scipy-openblas")}
 
 
-def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
+def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
          explain: bool = False, prune: bool = False, after: PoolState | None = None) -> Decision:
-    """Evaluate every candidate for ``family`` on ``dims`` within a ``threads`` budget, as the call
-    that follows ``after`` (the previous library call while its pool counts; None: an idle spell).
+    """Evaluate every candidate for ``problem`` within a ``threads`` budget, as the call that
+    follows ``after`` (the previous library call while its pool counts; None: an idle spell).
 
     ``prune``: skip groups whose lower bound (with charges) already exceeds a ranked candidate
     (branch and bound: the choice is unchanged, the ranking shorter; ``choose`` prunes).
     """
     if sp.table is None:
         raise LookupError("no system parameters: nothing to rank")
+    family, dims = problem.family, problem.dims
     ranking: list[Ranked] = []
     groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen, _thread_sps(sp)))
     ev = _Evidence.of(sp, family, tuple(dims), after)
@@ -337,14 +337,15 @@ def rank(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: b
 
 
 def _dispatch(family: str, algorithm: str, backend: str, threads: int, budget: int, sp) -> float:
-    """What a tuned gemm call adds around the library's own time on this candidate's path (probe's
-    ``dispatch`` pattern); 0 for numpy's own call at the full budget, which the C entry hands
-    straight to ``np.matmul`` (as a plain ``a @ b`` would), and where nothing was measured."""
-    if family != "gemm" or ((algorithm, backend) == INCUMBENTS[family] and threads == budget):
+    """What a tuned call adds around the library's own time on this candidate's path (probe's
+    ``dispatch`` pattern, where measured for the family's routine); 0 for the incumbent at the full
+    budget, which the C entry hands straight to numpy/scipy (as a plain call would)."""
+    fam = FAMILIES[family]
+    if ((algorithm, backend) == fam.incumbent and threads == budget) or fam.routine is None:
         return 0.0
-    if not sp.has("gemm", backend, threads, "dispatch"):
+    if not sp.has(fam.routine, backend, threads, "dispatch"):
         return 0.0
-    return gemm_models.dispatch(backend, threads, sp)
+    return dispatch_model(fam.routine, backend, threads, sp)
 
 
 @dataclass(frozen=True)
@@ -479,7 +480,7 @@ def _charge(family: str, g: Evaluation, ev: _Evidence) -> float:
 
 def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
     """Best candidate, unless the library default is within INCUMBENT_MARGIN of it."""
-    alg, be = INCUMBENTS[family]
+    alg, be = FAMILIES[family].incumbent
     defaults = [r for r in ranking if r.candidate.algorithm == alg and r.candidate.backend == be]
     best = ranking[0]
     if not defaults:
@@ -495,15 +496,15 @@ def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candid
 _CACHE: dict[tuple, Decision] = {}
 
 
-def choose(family: str, dims: tuple[int, ...], sp, threads: int, allow_strassen: bool = False,
+def choose(problem: Problem, sp, threads: int, allow_strassen: bool = False,
            after: PoolState | None = None) -> Decision:
-    """``rank`` with the decision cached per (family, dims, budget, Strassen allowed, SP source, pool state)."""
-    key = (family, dims, threads, allow_strassen, id(sp), learn.version(), after)
+    """``rank`` with the decision cached per (problem, budget, Strassen allowed, SP source, pool state)."""
+    key = (problem, threads, allow_strassen, id(sp), learn.version(), after)
     dec = _CACHE.get(key)
     if dec is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
-        dec = _CACHE[key] = rank(family, dims, sp, threads, allow_strassen, prune=True, after=after)
+        dec = _CACHE[key] = rank(problem, sp, threads, allow_strassen, prune=True, after=after)
     return dec
 
 

@@ -1,0 +1,213 @@
+"""The one definition of each routine family (gemm, Cholesky, LU, solve, LU solve) and its typed problem.
+
+A ``Family`` says what every layer needs to know of a family and nothing layer-specific: how its
+dimensions are read, its flops (from ``routines``), the library routine it must beat, its
+distributed algorithms and its block candidates. A problem travels as a typed record
+(``GemmProblem``, ``CholeskyProblem``, ...) from the API through selection and models to
+execution. Each layer keeps one registry keyed by family name for what only it knows (models,
+candidate groups, runners); ``tests/test_families.py`` checks that every registry covers every
+family (docs/architecture.md#families).
+"""
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+from autotune.routines import CHECK_NRHS, flops
+
+# Blocks of the block-cyclic layouts and SUMMA panels: the panel and rank-b block parameters the
+# probe profiles measure (configs/standard.yaml: 32..512), so each candidate's k is measured, not
+# extrapolated; one set for the distributed selector and the mapping model alike.
+BLOCKS = (32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One call's problem: its dimensions (``dims``, the selector's key) and the flags that change
+    its cost (memory order, triangle, transposition)."""
+
+    family: ClassVar[str] = ""
+    dim_names: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return tuple(int(getattr(self, name)) for name in self.dim_names)
+
+    @property
+    def order(self) -> int:
+        """The matrix order blocks are cut from (the smallest dimension a block divides)."""
+        return min(self.dims)
+
+    @property
+    def flags(self) -> dict:
+        """The fields other than the dimensions (what a model may read beyond them)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self.dim_names}
+
+    @classmethod
+    def expand(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        """A user's short sizes as full dims: one size is a square problem of that order."""
+        return sizes * len(cls.dim_names) if len(sizes) == 1 else sizes
+
+    @classmethod
+    def square(cls, n: int) -> Problem:
+        """The problem of order ``n`` that checks, reports and benchmarks use."""
+        return cls(*cls.expand((int(n),)))
+
+    def __str__(self) -> str:
+        return f"{self.family} {'x'.join(map(str, self.dims))}"
+
+
+class _RightHandSides:
+    """Problems of an order-n matrix and ``nrhs`` right-hand sides: blocks cut the matrix; one size
+    is one right-hand side, and checks use CHECK_NRHS (off the probe's grid)."""
+
+    @property
+    def order(self) -> int:
+        return self.n
+
+    @classmethod
+    def expand(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        return sizes + (1,) if len(sizes) == 1 else sizes
+
+    @classmethod
+    def square(cls, n: int) -> Problem:
+        return cls(int(n), CHECK_NRHS)
+
+
+@dataclass(frozen=True)
+class GemmProblem(Problem):
+    """``op(a) op(b)`` with op(a) m x k and op(b) k x n."""
+
+    m: int
+    k: int
+    n: int
+    family: ClassVar[str] = "gemm"
+    dim_names: ClassVar[tuple[str, ...]] = ("m", "k", "n")
+
+
+@dataclass(frozen=True)
+class CholeskyProblem(Problem):
+    """The Cholesky factor of an n x n matrix: ``lower`` triangle, input ``memory`` order ("C"/"F")."""
+
+    n: int
+    lower: bool = False
+    memory: str = "C"
+    family: ClassVar[str] = "cholesky"
+    dim_names: ClassVar[tuple[str, ...]] = ("n",)
+
+
+@dataclass(frozen=True)
+class LuProblem(Problem):
+    """The LU factorization with partial pivoting of an n x n matrix."""
+
+    n: int
+    family: ClassVar[str] = "lu"
+    dim_names: ClassVar[tuple[str, ...]] = ("n",)
+
+
+@dataclass(frozen=True)
+class SolveProblem(_RightHandSides, Problem):
+    """``a x = b`` for a general n x n ``a`` and ``nrhs`` right-hand sides."""
+
+    n: int
+    nrhs: int = 1
+    family: ClassVar[str] = "solve"
+    dim_names: ClassVar[tuple[str, ...]] = ("n", "nrhs")
+
+
+@dataclass(frozen=True)
+class LuSolveProblem(_RightHandSides, Problem):
+    """The solution for ``nrhs`` right-hand sides from an order-n LU factor."""
+
+    n: int
+    nrhs: int = 1
+    family: ClassVar[str] = "lu_solve"
+    dim_names: ClassVar[tuple[str, ...]] = ("n", "nrhs")
+
+
+@dataclass(frozen=True)
+class Family:
+    """What every layer knows of a routine family."""
+
+    name: str
+    problem: type[Problem]
+    short: tuple[int, ...]       # how many sizes a user may give (``explain gemm 512`` or ``512 256 128``)
+    incumbent: tuple[str, str]   # (algorithm, library) the tuned call must beat: the numpy/scipy call
+    work: Callable[[Problem], float]            # flops, from routines
+    routine: str | None          # the one library routine it calls (None: several), as ``routines`` names it
+    distributed: tuple[str, ...] = ()           # its distributed algorithms (``Plan.algorithm``)
+    mapping: str | None = None   # the algorithm the mapping model prices (None: no mapping search)
+    blocks: tuple[int, ...] = BLOCKS
+
+    @property
+    def library(self) -> str:
+        """The per-rank BLAS library of its plans: the incumbent's."""
+        return self.incumbent[1]
+
+    def of(self, dims, **flags) -> Problem:
+        """The typed problem of ``dims`` (the selector's full dims) and ``flags``."""
+        dims = tuple(int(d) for d in dims)
+        if len(dims) != len(self.problem.dim_names):
+            raise ValueError(f"{self.name} takes dims {self.problem.dim_names}, got {dims!r}")
+        return self.problem(*dims, **flags)
+
+    def read(self, sizes) -> Problem:
+        """The problem a user's sizes name: ``short`` forms expanded (gemm n -> n x n x n; solve
+        n -> one right-hand side); ValueError for another count or a size that is not a positive int."""
+        sizes = tuple(sizes)
+        if len(sizes) not in self.short:
+            raise ValueError(f"{self.name} takes {' or '.join(map(str, self.short))} size(s), got {sizes!r}")
+        if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in sizes):
+            raise ValueError(f"sizes must be positive integers, got {sizes!r}")
+        return self.of(self.problem.expand(tuple(int(d) for d in sizes)))
+
+    def square(self, n: int) -> Problem:
+        """The problem of order ``n`` that checks, reports and benchmarks use."""
+        return self.problem.square(n)
+
+    def flops(self, problem: Problem) -> float:
+        return float(self.work(problem))
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("gemm", GemmProblem, (1, 3), ("blas", "numpy-openblas"),
+           lambda p: flops("gemm", {"m": p.m, "n": p.n, "k": p.k}), "gemm",
+           distributed=("bsr", "cbsr", "cannon", "summa", "strassen_summa", "strassen_ms"), mapping="summa"),
+    Family("cholesky", CholeskyProblem, (1,), ("potrf", "scipy-openblas"),
+           lambda p: flops("potrf", {"n": p.n}), "potrf",
+           distributed=("cholesky",), mapping="cholesky"),
+    Family("lu", LuProblem, (1,), ("getrf", "scipy-openblas"), lambda p: flops("getrf", {"n": p.n}), "getrf",
+           distributed=("lu",), mapping="lu"),
+    Family("solve", SolveProblem, (1, 2), ("gesv", "scipy-openblas"),
+           lambda p: flops("getrf", {"n": p.n}) + flops("getrs", {"n": p.n, "nrhs": p.nrhs}), None,
+           distributed=("gesv",)),
+    Family("lu_solve", LuSolveProblem, (1, 2), ("getrs", "scipy-openblas"),
+           lambda p: flops("getrs", {"n": p.n, "nrhs": p.nrhs}), "getrs"),
+)}
+
+# Families with distributed plans, in FAMILIES' order.
+DISTRIBUTED = tuple(name for name, f in FAMILIES.items() if f.distributed)
+
+
+def family(name: str) -> Family:
+    """The family called ``name``; ValueError listing them otherwise."""
+    try:
+        return FAMILIES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown routine family {name!r}; choose from {', '.join(FAMILIES)}") from None
+
+
+def as_problem(name: str, dims, **flags) -> Problem:
+    """The typed problem of family ``name`` on the selector's ``dims``."""
+    return family(name).of(dims, **flags)
+
+
+def usable_blocks(order: int, blocks: tuple[int, ...] = BLOCKS) -> list[int]:
+    """The blocks a plan of this order may use: at most order/2 (at least the smallest)."""
+    return [b for b in blocks if b <= max(order // 2, min(blocks))]
+
+
+__all__ = ["BLOCKS", "DISTRIBUTED", "FAMILIES", "CholeskyProblem", "Family", "GemmProblem", "LuProblem",
+           "LuSolveProblem", "Problem", "SolveProblem", "as_problem", "family", "usable_blocks"]

@@ -1,0 +1,14 @@
+"""What a tuned call adds around the library's own routine (entry checks, dispatch, thread switch)."""
+from __future__ import annotations
+
+from autotune.routines import DISPATCH_ORDER, dims_of, flops
+
+
+def dispatch(routine: str, backend: str, threads: int, sp) -> float:
+    """Seconds a tuned call adds to the library's own ``routine`` when it runs this backend: the
+    probe's whole-call timing (pattern ``dispatch``) minus the library's own time at the same
+    order; never negative."""
+    fl = flops(routine, dims_of(routine, "dispatch", DISPATCH_ORDER))
+    whole = sp.k(routine, backend, threads, DISPATCH_ORDER, "dispatch")
+    own = sp.k(routine, backend, threads, DISPATCH_ORDER)
+    return max(0.0, float(fl * (whole - own)))
