@@ -71,23 +71,27 @@ def describe(dec: Decision, top: int = 12) -> str:
 
 # ---------------------------------------------------------------------------------------------- gemm
 
-def _gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs=None):
+def _gemm(a, b, *, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs=None):
     """``tuned_gemm`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if type(out) is tuple and len(out) == 1:       # numpy's ufunc form out=(array,)
         out = out[0]
     if ufunc_kwargs:
-        return _numpy_matmul(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, ufunc_kwargs)
+        extras = {"alpha": alpha, "beta": beta, "c": c, "trans_a": trans_a, "trans_b": trans_b, "config": config,
+                  "explain": explain, "comm": comm}
+        return _numpy_matmul(a, b, out, ufunc_kwargs, extras)
     if comm is not None:
         return tuned_mpi.distributed_gemm(a, b, comm, root=root, config=config, explain=explain, alpha=alpha,
                                           beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out)
-    return tuned_local.gemm(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain)
+    return tuned_local.gemm(a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out,
+                            config=config, explain=explain)
 
 
-def _numpy_matmul(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, ufunc_kwargs: dict):
+def _numpy_matmul(a, b, out, ufunc_kwargs: dict, extras: dict):
     """numpy's own matmul for calls with its other keywords (``dtype=``, ``casting=``, ...), which
-    change its arithmetic; they do not combine with the BLAS-style extras or tuning options."""
-    if not (c is None and not trans_a and not trans_b and tuned_local.unit_scalars(alpha, beta)
-            and config is None and not explain and comm is None):
+    change its arithmetic; they do not combine with the BLAS-style ``extras`` or tuning options."""
+    x = extras
+    if not (x["c"] is None and not x["trans_a"] and not x["trans_b"] and tuned_local.unit_scalars(x["alpha"], x["beta"])
+            and x["config"] is None and not x["explain"] and x["comm"] is None):
         raise TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with "
                         "alpha/beta/c/trans_a/trans_b/config/explain/comm")
     return np.matmul(a, b, out=out, **ufunc_kwargs)
@@ -95,21 +99,22 @@ def _numpy_matmul(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, 
 
 # ------------------------------------------------------------------------------------------ cholesky
 
-def _cholesky(a, lower, overwrite_a, check_finite, config, explain, comm, root):
+def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm, root):
     """``tuned_cholesky`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return tuned_mpi.distributed_cholesky(a, comm, lower=lower, root=root, config=config, explain=explain)
-    return tuned_local.cholesky(a, lower, overwrite_a, check_finite, config, explain)
+    return tuned_local.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite, config=config,
+                                explain=explain)
 
 
 # ------------------------------------------------------------------------------------------------ LU
 
-def _lu_factor(a, overwrite_a, check_finite, config, explain, comm, root):
+def _lu_factor(a, *, overwrite_a, check_finite, config, explain, comm, root):
     """``tuned_lu_factor`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return tuned_mpi.distributed_lu_factor(a, comm, overwrite_a=overwrite_a, check_finite=check_finite, root=root,
                                                config=config, explain=explain)
-    return tuned_lu.lu_factor(a, overwrite_a, check_finite, config, explain)
+    return tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite, config=config, explain=explain)
 
 
 def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True, *,
@@ -121,21 +126,24 @@ def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, che
     fractions, another length) is a ValueError, where scipy's own call may crash the process.
     The result may live in a reused block (see ``tuned_gemm``): it does not own its memory, so
     ``x.resize`` raises ValueError; ``numpy.array(x)`` is a copy that owns its data."""
-    return tuned_lu.lu_solve(lu_and_piv, b, trans, overwrite_b, check_finite, config, explain)
+    return tuned_lu.lu_solve(lu_and_piv, b, trans=trans, overwrite_b=overwrite_b, check_finite=check_finite,
+                             config=config, explain=explain)
 
 
-def _solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain, comm, root):
+def _solve(a, b, *, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain, comm, root):
     """``tuned_solve`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return tuned_mpi.distributed_solve(a, b, comm, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                                            check_finite=check_finite, assume_a=assume_a, transposed=transposed,
                                            root=root, config=config, explain=explain)
-    return tuned_lu.solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config,
-                          explain)
+    return tuned_lu.solve(a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                          check_finite=check_finite, assume_a=assume_a, transposed=transposed, config=config,
+                          explain=explain)
 
 
-_front.configure(get_options, _gemm, _cholesky, np.matmul, FAST_PATH_SECONDS, pools.CODES["numpy-openblas"],
-                 _lu_factor, _solve)
+_front.configure(get_options=get_options, slow_gemm=_gemm, slow_cholesky=_cholesky, slow_lu=_lu_factor,
+                 slow_solve=_solve, matmul=np.matmul, seconds=FAST_PATH_SECONDS,
+                 numpy_lib=pools.CODES["numpy-openblas"])
 tuned_gemm = _front.tuned_gemm
 tuned_cholesky = _front.tuned_cholesky
 tuned_lu_factor = _front.tuned_lu_factor

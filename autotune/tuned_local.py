@@ -68,7 +68,7 @@ def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
     return dec.chosen, dec
 
 
-def gemm(a, b, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
+def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
          explain: bool = False):
     """``alpha op(a) op(b) + beta c`` into ``out`` (or a new array): numpy's result and errors."""
     # No extra in effect. ``is True``: a comparison that is not a Python bool (an array's, whose
@@ -199,7 +199,7 @@ def _keeps_float64(alpha, beta, c) -> bool:
     return np.result_type(_F64, *terms) == _F64
 
 
-def cholesky(a, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
+def cholesky(a, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
              explain: bool = False):
     """The Cholesky factor of ``a`` with scipy.linalg.cholesky's contract."""
     if config is not None:

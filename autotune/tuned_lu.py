@@ -55,7 +55,7 @@ def _factor(cand: Candidate, w: np.ndarray) -> tuple[np.ndarray, int]:
     return ipiv, info
 
 
-def lu_factor(a, overwrite_a: bool = False, check_finite: bool = True, config=None, explain: bool = False):
+def lu_factor(a, *, overwrite_a: bool = False, check_finite: bool = True, config=None, explain: bool = False):
     """``(lu, piv)`` with ``scipy.linalg.lu_factor``'s contract."""
     if config is not None:
         as_candidate(config, "lu")      # checked whatever the operand (an untuned call ignores it)
@@ -132,7 +132,7 @@ def _ipiv(piv, n: int, cand: Candidate) -> np.ndarray | None:
     return (p + 1).astype(int_dtype(cand))
 
 
-def lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True,
+def lu_solve(lu_and_piv, b, *, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True,
              config=None, explain: bool = False):
     """The solution of ``a x = b`` (``trans`` 1, 2: ``a^T x = b``) from ``lu_factor``'s output, with
     ``scipy.linalg.lu_solve``'s contract."""
@@ -176,7 +176,7 @@ def _structure(a1: np.ndarray) -> str:
     return "general"
 
 
-def solve(a, b, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
+def solve(a, b, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
           check_finite: bool = True, assume_a=None, transposed: bool = False, config=None, explain: bool = False):
     """The solution of ``a x = b`` with ``scipy.linalg.solve``'s contract: the tuned LU for a general
     matrix, the tuned Cholesky for ``assume_a="pos"``, scipy for other structures."""

@@ -54,7 +54,8 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
                               explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
-        return _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(a, b, *extras))
+        return _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(
+            a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out))
     from autotune.distributed.gemm import ALGORITHMS
 
     def run():
@@ -114,7 +115,8 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
     root = args["root"]
     if plan.algorithm == "local":
         return _run_local(comm, root, plan, phases, lambda: tuned_lu.solve(
-            a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed))
+            a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b, check_finite=check_finite,
+            assume_a=assume_a, transposed=transposed))
     from autotune.distributed.lu import solve
 
     def run():

@@ -244,8 +244,8 @@ cdef class _Memo:
         self.shapes, self.chol, self.lu, self.solve = {}, {}, {}, {}
 
 
-def configure(get_options, slow_gemm, slow_cholesky, matmul, double seconds, int numpy_lib=0, slow_lu=None,
-              slow_solve=None) -> None:
+def configure(*, get_options, slow_gemm, slow_cholesky, slow_lu, slow_solve, matmul, double seconds,
+              int numpy_lib=0) -> None:
     """Install the options getter, the full Python implementations, numpy's matmul and its library code."""
     global _get_options, _slow, _slow_chol, _matmul, _period, _numpy_lib, _slow_lu, _slow_solve
     _get_options, _slow, _slow_chol, _matmul = get_options, slow_gemm, slow_cholesky, matmul
@@ -538,7 +538,8 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
                         _note(_numpy_lib, threads)
                         _lease_give(_numpy_lib)
                     return result
-    return _slow(a, b, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs)
+    return _slow(a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out, config=config,
+                 explain=explain, comm=comm, root=root, ufunc_kwargs=ufunc_kwargs)
 
 
 cdef inline unsigned long long _nonfinite_bit(const double *x) noexcept nogil:
@@ -636,7 +637,8 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
             if kernel.call(w.T if c_order else w, lo) == 0:
                 return w                    # else: not positive definite, or the library busy at another count
     # Anything else, including a failed factorisation (the Python path raises the right error).
-    return _slow_chol(a, lower, overwrite_a, check_finite, config, explain, comm, root)
+    return _slow_chol(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite, config=config,
+                      explain=explain, comm=comm, root=root)
 
 
 cdef enum:
@@ -754,7 +756,8 @@ def tuned_lu_factor(a, overwrite_a=False, check_finite=True, *, config=None, exp
                 if kernel.call(w, ipiv) == 0:
                     return w, _zero_based_int32(ipiv)
     # Anything else, including a singular factor (the Python path warns as scipy does).
-    return _slow_lu(a, overwrite_a, check_finite, config, explain, comm, root)
+    return _slow_lu(a, overwrite_a=overwrite_a, check_finite=check_finite, config=config, explain=explain,
+                    comm=comm, root=root)
 
 
 cdef inline bint _general_corners(cnp.ndarray x, Py_ssize_t n):
@@ -806,5 +809,6 @@ def tuned_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_f
                 c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
                 if kernel.call(w.T if c_order else w, (xb, bool(transposed) != c_order)) == 0:
                     return xb if cnp.PyArray_NDIM(rhs) == 2 else xb.reshape(n)
-    return _slow_solve(a, b, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain,
-                       comm, root)
+    return _slow_solve(a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+                       check_finite=check_finite, assume_a=assume_a, transposed=transposed, config=config,
+                       explain=explain, comm=comm, root=root)
