@@ -101,6 +101,6 @@ def test_stacked_lu_factor_returns_what_scipy_returns(shape):
     a = np.random.default_rng(7).standard_normal(shape)
     want, got = sl.lu_factor(a), tuned_lu_factor(a)
     assert type(got) is type(want) and len(got) == len(want) == 2
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w)
