@@ -102,7 +102,8 @@ def _numpy_matmul(a, b, out, ufunc_kwargs: dict, extras: dict):
 def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm, root):
     """``tuned_cholesky`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
-        return tuned_mpi.distributed_cholesky(a, comm, lower=lower, root=root, config=config, explain=explain)
+        return tuned_mpi.distributed_cholesky(a, comm, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite,
+                                              root=root, config=config, explain=explain)
     return tuned_local.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite, config=config,
                                 explain=explain)
 

@@ -76,3 +76,39 @@ MEMORY_SHARE = _assume(
 
 __all__ = ["ASSUMPTIONS", "COMPOSED_RISK", "COPY_SHARE", "FILL_SHARE", "FLOOR_SLACK", "INCUMBENT_MARGIN",
            "LOOP_SHARE", "MEMORY_SHARE", "READ_SHARE", "Assumption"]
+
+# -- tuned calls in one process (tuned_local.py, tuned_lu.py) ----------------------------------------
+
+MIN_TUNED_SIZE = _assume(
+    "MIN_TUNED_SIZE", 32,
+    "smallest order a tuned call selects for; below it numpy/scipy's own call runs (call overhead dominates)",
+    SET_BY_HAND + " to the smallest order the probe profiles measure (configs/*.yaml)",
+    "tuned_local.py gemm, cholesky; tuned_lu.py")
+ALIGNED_OUTPUT_WORK = _assume(
+    "ALIGNED_OUTPUT_WORK", 128 ** 3,
+    "m*n*k from which numpy's own multi-threaded gemm writes into a cache-line-aligned output (an "
+    "unaligned output slows multi-threaded dgemm; below it the extra allocation costs more than it saves)",
+    SET_BY_HAND, "tuned_local.py gemm")
+
+# -- distributed buffers (distributed/workspace.py) ---------------------------------------------------
+
+HUGE_PAGE = _assume(
+    "HUGE_PAGE", 2 << 20,
+    "bytes of a transparent huge page, the alignment and granule of the huge-page buffers",
+    "x86-64's transparent huge page size (not read from the system)", "distributed/workspace.py huge_empty")
+HUGE_MIN_BYTES = _assume(
+    "HUGE_MIN_BYTES", 16 << 10,
+    "smallest reused buffer backed by huge pages (the shared-memory transport copies once from 4 KiB up)",
+    SET_BY_HAND, "distributed/workspace.py empty; install_probe comm buffers")
+WORKSPACE_SHARE = _assume(
+    "WORKSPACE_SHARE", 1 / 8,
+    "share of physical memory the reused distributed buffers of a thread may hold when "
+    "options(workspace_bytes=) is unset",
+    SET_BY_HAND, "distributed/workspace.py limit_bytes")
+WORKSPACE_FALLBACK_BYTES = _assume(
+    "WORKSPACE_FALLBACK_BYTES", 1 << 30,
+    "the reused buffers' limit where the physical memory cannot be read (non-POSIX)",
+    SET_BY_HAND, "distributed/workspace.py limit_bytes")
+
+__all__ += ["ALIGNED_OUTPUT_WORK", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES",
+            "WORKSPACE_SHARE"]

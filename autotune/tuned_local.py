@@ -8,6 +8,7 @@ import numpy as np
 from scipy import linalg
 
 from autotune import backends, learn
+from autotune.assumptions import ALIGNED_OUTPUT_WORK, MIN_TUNED_SIZE
 from autotune.backends import pools
 from autotune.config import Options, get_options
 from autotune.db import load_sp
@@ -22,13 +23,10 @@ from autotune.select import Decision, as_candidate, choose, rank
 _F64 = np.dtype(np.float64)
 # Scalar types compared directly for alpha == 1 and beta == 0 (anything else is checked first).
 _SCALARS = (int, float, complex, np.number, np.bool_)
-# Below this order the selector is skipped: the probe measures nothing smaller (and call overhead dominates).
-MIN_TUNED_SIZE = 32
-# numpy's own multi-threaded call writes into a cache-line-aligned output from this m*n*k up:
-# an unaligned output slows multi-threaded dgemm, while below it the extra allocation costs more
-# than it saves. Set by hand. Outputs of BLOCK_CACHE_MIN bytes and more come from the reused
-# blocks of kernels/_front.pyx whatever the thread count (no page faults in a loop of calls).
-ALIGNED_OUTPUT_WORK = 128 ** 3
+# MIN_TUNED_SIZE (below it the selector is skipped) and ALIGNED_OUTPUT_WORK (numpy's own
+# multi-threaded call writes into an aligned output from this m*n*k up) live in assumptions.py.
+# Outputs of BLOCK_CACHE_MIN bytes and more come from the reused blocks of kernels/_front.pyx
+# whatever the thread count (no page faults in a loop of calls).
 
 
 def lapack_float64(dtype: np.dtype) -> bool:

@@ -38,7 +38,10 @@ from autotune.select.mapping import (
     rank_hosts,
 )
 
-_DECISIONS: dict[tuple, Plan] = {}
+# The selector's plans, keyed as select.rank.choose keys its decisions: by the loaded database
+# objects (load_sp, load_comm: one object per file version) and cleared when full.
+_DECISIONS: dict[tuple, tuple[object, object, Plan]] = {}
+_CACHE_LIMIT = 4096
 MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built against your site\'s MPI, '
                "see the README)")
 
@@ -66,27 +69,32 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
     return _settled(comm, run)
 
 
-def distributed_cholesky(a, comm, *, lower: bool = False, root: int = 0, config=None, explain: bool = False,
-                         phases=None) -> np.ndarray | None:
-    """Collective Cholesky factor: the root passes a and gets the factor; others get None.
-    Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank)."""
+def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
+                         root: int = 0, config=None, explain: bool = False, phases=None) -> np.ndarray | None:
+    """Collective ``scipy.linalg.cholesky``: the root passes a and gets the factor; others get None.
+    Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank);
+    ``overwrite_a`` and ``check_finite`` are the root's, as in scipy (a distributed run never
+    writes into ``a``)."""
     _require_mpi4py()
     plan, args, _ = _decide("cholesky", lambda: _checked("cholesky", (a,)), comm, root, config, explain, phases,
-                            lower=lower)
+                            check_finite=check_finite, lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
         return _run_local(comm, root, plan, phases,   # checked in _root_plan where 2-D, else by scipy
-                          lambda: tuned_local.cholesky(a, lower=lower, check_finite=np.ndim(a) != 2))
+                          lambda: tuned_local.cholesky(a, lower=lower, overwrite_a=overwrite_a,
+                                                       check_finite=check_finite and np.ndim(a) != 2))
     from autotune.distributed.cholesky import ALGORITHMS
 
     return _settled(comm, lambda: ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan,
-                                                             lower=lower, root=root, phases=phases))
+                                                             lower=lower, root=root, phases=phases,
+                                                             check_finite=check_finite))
 
 
 def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
                           config=None, explain: bool = False, phases=None):
     """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
-    ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None."""
+    ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
+    and ``check_finite`` are the root's, as in scipy."""
     _require_mpi4py()
     plan, args, _ = _decide("lu", lambda: _checked("lu", (a,)), comm, root, config, explain, phases)
     root = args["root"]
@@ -95,7 +103,8 @@ def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: b
                           lambda: tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
     from autotune.distributed.lu import lu_factor
 
-    res = _settled(comm, lambda: lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases))
+    res = _settled(comm, lambda: lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases,
+                                           overwrite_a=overwrite_a, check_finite=check_finite))
     if res is None:
         return None
     lu, piv, info = res
@@ -108,7 +117,8 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
                       check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
                       config=None, explain: bool = False, phases=None):
     """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
-    singular matrix raises LinAlgError on every rank of the plan."""
+    singular matrix raises LinAlgError on every rank of the plan. ``overwrite_a``, ``overwrite_b``
+    and ``check_finite`` are the root's, as in scipy (a distributed run never writes into ``b``)."""
     _require_mpi4py()
     plan, args, ops = _decide("solve", lambda: _solve_operands(a, b, assume_a, transposed), comm, root, config,
                               explain, phases)
@@ -122,7 +132,7 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
     def run():
         a2, b2 = ops[:2] if comm.rank == root else (None, None)
         res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
-                    phases=phases)
+                    phases=phases, overwrite_a=overwrite_a, check_finite=check_finite)
         x, info = res if res is not None else (None, 0)
         if info:
             raise tuned_lu.singular()
@@ -139,11 +149,12 @@ def _require_mpi4py() -> None:
         raise ImportError(f"comm= {MPI_MISSING}")
 
 
-def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases,
-            **flags) -> tuple[Plan, dict, tuple | None]:
+def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases, *,
+            check_finite: bool = True, **flags) -> tuple[Plan, dict, tuple | None]:
     """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
     and its operands (``operands() -> (operands, dims, tuned)``, evaluated on the root), or the
-    same error on every rank: any exception on the root reaches the others."""
+    same error on every rank: any exception on the root reaches the others. ``check_finite``:
+    the root's (a local Cholesky's check runs in ``_root_plan``)."""
     from autotune.distributed.collective import agree_args, core_info, share
 
     args, err = _call_args(comm, root, family, **flags)
@@ -153,7 +164,8 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
         try:
             ops, dims, tuned = operands()
             problem = {k: args[k] for k in flags}
-            plan = _root_plan(family, ops, dims, tuned, infos, root, config, explain, phases, **problem)
+            plan = _root_plan(family, ops, dims, tuned, infos, root, config, explain, phases,
+                              check_finite=check_finite, **problem)
         except Exception as exc:
             err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
     return share(comm, root, err, plan), args, ops
@@ -180,10 +192,12 @@ def _call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None
 
 
 def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, infos: list[tuple[str, int]],
-               root: int, config, explain: bool, phases, **problem) -> Plan:
+               root: int, config, explain: bool, phases, *, check_finite: bool = True, **problem) -> Plan:
     """Root only: check the input and choose the plan for the root node's cores (a local
     Cholesky's finiteness check counts as its ``distribution`` phase, as the distributed runs'
-    check does); raises what no rank can compute."""
+    check does); raises what no rank can compute. A Strassen gemm plan on operands that are not
+    all finite becomes the local one: its additions would turn an inf into NaN where ``a @ b``
+    does not, so the distributed Strassen refuses them."""
     from autotune.distributed.checks import all_finite
     from autotune.distributed.collective import node_cores
     from autotune.distributed.plan import timed
@@ -197,12 +211,23 @@ def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, i
         plan = plan if config is not None else _fit_threads(plan, infos, root)
     # The distributed run checks its own input (on the root, agreed); the local one is checked
     # here, where the verdict still reaches every rank.
-    if family == "cholesky" and plan.algorithm == "local" and np.ndim(arrays[0]) == 2:
+    if family == "gemm" and plan.algorithm in _strassen_algorithms():
+        with timed(phases, "distribution"):
+            finite = all(all_finite(np.asarray(x), plan.backend, max(plan.threads, 1)) for x in arrays[:2])
+        if not finite:
+            return Plan("local", 1, threads=max(plan.threads, 1))
+    if family == "cholesky" and check_finite and plan.algorithm == "local" and np.ndim(arrays[0]) == 2:
         with timed(phases, "distribution"):
             finite = all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1))
         if not finite:
             raise ValueError("array must not contain infs or NaNs")
     return plan
+
+
+def _strassen_algorithms() -> tuple[str, ...]:
+    from autotune.distributed.gemm import STRASSEN
+
+    return STRASSEN
 
 
 def _checked(family: str, ops: tuple) -> tuple[tuple, tuple[int, ...], bool]:
@@ -248,7 +273,8 @@ def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, tuple[int, ...],
 
 def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int], root: int, config,
           explain: bool, **problem) -> Plan:
-    """Root only: the forced plan or the selector's choice (cached per problem and ranks' hosts).
+    """Root only: the forced plan or the selector's choice (cached per problem, ranks' hosts and
+    database contents).
     ``names``, ``cores``: each rank's host name and the cores of its node. Ranks on hosts of measured,
     different speeds are placed by the mapping search (select.mapping.placement); otherwise the
     distributed selector plans for the root node's cores. ``problem``: Cholesky's ``lower`` and
@@ -261,23 +287,31 @@ def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int]
             raise ValueError(f"plan needs {need} ranks, communicator has {nprocs}")
         return plan
     opts = get_options()
-    key = (family, dims, tuple(names), tuple(cores), root, opts.allow_strassen, opts.db, opts.min_efficiency,
-           tuple(sorted(problem.items())))
-    if key in _DECISIONS and not explain:
-        return _DECISIONS[key]
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
+    key = (family, dims, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency,
+           tuple(sorted(problem.items())), id(sp), id(cp))
+    hit = _DECISIONS.get(key)
+    if hit is not None and not explain:
+        return hit[2]
     placed = _placement(family, dims, names, cores, root, sp, cp)
     if placed is not None:
         if explain:
             print(placed.describe())
-        _DECISIONS[key] = placed.plan
-        return placed.plan
+        return _remember(key, sp, cp, placed.plan)
     dec = rank_plans(as_problem(family, dims, **problem), nprocs, sp, cp, cores[root], opts.allow_strassen,
                      min_efficiency=opts.min_efficiency)
     if explain:
         print(dec)
-    _DECISIONS[key] = dec.chosen
-    return dec.chosen
+    return _remember(key, sp, cp, dec.chosen)
+
+
+def _remember(key: tuple, sp, cp, plan: Plan) -> Plan:
+    """Cache ``plan`` under ``key`` (emptied first when full); the entry holds ``sp`` and ``cp``, so
+    the ids in its key stay theirs while it lives."""
+    if len(_DECISIONS) >= _CACHE_LIMIT:
+        _DECISIONS.clear()
+    _DECISIONS[key] = (sp, cp, plan)
+    return plan
 
 
 def _placement(family: str, dims: tuple[int, ...], names: list[str], cores: list[int], root: int, sp,

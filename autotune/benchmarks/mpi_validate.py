@@ -11,7 +11,8 @@ measured plan, the model's choice and the deviation t(choice) / t(best) - 1 (the
 tables 3.44-3.45). Output JSON and Markdown, only where ``--out``/``--markdown`` say. The plans
 are ranked, run and fitted by ``autotune.install_probe.phase_calibration``, the step
 ``autotune-install --mpi`` ends with; ``--fit`` stores phase factors from these runs,
-``--fit-from`` from earlier ``--out`` files (no runs, no mpiexec).
+``--fit-from`` from earlier ``--out`` files (no runs, no mpiexec), both only into the database
+named with ``--db`` (never the default one unasked).
 
     mpiexec -n 2 autotune bench mpi-validate --family gemm --sizes 1024 2048 4096 \
         --out mpi-validate-gemm-P2.json --markdown mpi-validate-gemm-P2.md
@@ -87,21 +88,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048], help="square sizes")
     p.add_argument("--reps", type=int, default=3, help="timed runs of each plan (median)")
     p.add_argument("--max-ratio", type=float, default=3.0, help="run plans predicted within this x the best")
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    p.add_argument("--db", default=None,
+                   help="database path (default: $AUTOTUNE_DB or user data dir); --fit and --fit-from store "
+                        "their factors here and need it named")
     p.add_argument("--out", metavar="FILE.json", help="write every run and the summary here (the root)")
     p.add_argument("--markdown", metavar="FILE.md", help="write the tables here (the root)")
     p.add_argument("--strassen", action="store_true", help="also rank the Strassen plans (opt-in, as in the API)")
     p.add_argument("--smoke", action="store_true", help="one tiny problem, one rep (harness check)")
     p.add_argument("--fit", action="store_true",
-                   help="fit phase factors (measured / analytical) from these runs and store them in the database")
+                   help="fit phase factors (measured / analytical) from these runs and store them in the "
+                        "database named by --db (required)")
     p.add_argument("--fit-from", nargs="+", metavar="JSON",
-                   help="fit phase factors from earlier --out files (no runs; no mpiexec needed)")
+                   help="fit phase factors from earlier --out files into the database named by --db (required; "
+                        "no runs, no mpiexec needed)")
 
 
 def run(args) -> int:
     """Time every plan collectively; the root prints the median APEs and writes what was asked."""
     from autotune.install_probe.phase_calibration import validate
 
+    if (args.fit or args.fit_from) and args.db is None:
+        return error("mpi-validate", f"{'--fit' if args.fit else '--fit-from'} stores phase factors in a database: "
+                                     "name it with --db (a benchmark writes only where it is told to)")
     if args.fit_from:
         loaded = []
         for name in args.fit_from:

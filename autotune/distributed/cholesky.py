@@ -426,27 +426,29 @@ def _factor_piece(local: np.ndarray, mem: str, layout: Layout, grid: ProcessGrid
     return info
 
 
-def _check_root_matrix(a, plan: Plan) -> np.ndarray:
-    """The root's matrix as float64 (scipy's errors for what no rank can factor)."""
+def _check_root_matrix(a, plan: Plan, check_finite: bool = True) -> np.ndarray:
+    """The root's matrix as float64 (scipy's errors for what no rank can factor), checked finite
+    when ``check_finite``."""
     arr = root_square(a, "Cholesky").astype(np.float64, copy=False)
-    if not all_finite(arr, plan.backend, plan.threads):
+    if check_finite and not all_finite(arr, plan.backend, plan.threads):
         raise ValueError("array must not contain infs or NaNs")
     return arr
 
 
 def cholesky(a: np.ndarray | None, comm, plan: Plan, *, lower: bool = False, root: int = 0,
-             phases: Phases | None = None, lookahead: bool = True) -> np.ndarray | None:
+             phases: Phases | None = None, lookahead: bool = True, check_finite: bool = True) -> np.ndarray | None:
     """Collective ``scipy.linalg.cholesky(a, lower=lower)`` on ranks 0..plan.p-1 (grid plan.r x plan.c,
     block plan.b): the root passes a and receives the factor; others get None. The factor may come
     back in the other memory order than scipy's (Fortran): the root moves a or its transpose,
     whichever needs no packing (1-D grids) or packs in memory order (2-D grids), see the module doc.
 
-    Bad input (root passing None, not square, not finite, a plan that does not fit): ValueError on
-    every rank of ``comm``. Not positive definite: LinAlgError on every rank of the plan (ranks
-    >= plan.p have already returned None).
+    Bad input (root passing None, not square, not finite with ``check_finite``, a plan that does not
+    fit): ValueError on every rank of ``comm``. Not positive definite: LinAlgError on every rank of
+    the plan (ranks >= plan.p have already returned None). ``a`` is only read.
     """
     t0 = time.perf_counter()
-    src, (n, flip) = agree_plan(comm, plan, "cholesky", root, _plan_problem, lambda: _root_source(a, plan))
+    src, (n, flip) = agree_plan(comm, plan, "cholesky", root, _plan_problem,
+                                lambda: _root_source(a, plan, check_finite))
     if n == 0:
         return np.empty((0, 0), order="F") if comm.rank == root else None
     with plan_run(comm, plan, root, phases) as run:
@@ -469,10 +471,10 @@ def _plan_problem(plan: Plan) -> str | None:
     return None if plan.b >= 1 else f"distributed Cholesky needs a block size b >= 1, plan has b={plan.b}"
 
 
-def _root_source(a, plan: Plan) -> tuple[np.ndarray, tuple[int, bool]]:
+def _root_source(a, plan: Plan, check_finite: bool = True) -> tuple[np.ndarray, tuple[int, bool]]:
     """Root only: (S, (n, flip)), S = a or a^T (flip) in the order the plan's grid moves without
     packing: Fortran for 1 x c and 2-D grids, C for r x 1 (lower factor of a = upper of a^T, transposed)."""
-    arr = _check_root_matrix(a, plan)
+    arr = _check_root_matrix(a, plan, check_finite)
     src, flip = arr, False
     order, want = memory_order(arr), wanted_order(plan.r, plan.c)
     if flipped(plan.r, plan.c, order):

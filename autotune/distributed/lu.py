@@ -378,14 +378,17 @@ def lu_dist(A: DistMatrix, grid, b: int, lookahead: bool = True, *, backend: str
     return DistMatrix(local, A.layout, A.comm), ipiv, info
 
 
-def _check_root(a, plan: Plan) -> np.ndarray:
-    """A Fortran-ordered float64 copy of the root's matrix, checked finite."""
+def _check_root(a, plan: Plan, check_finite: bool = True, overwrite_a: bool = False) -> np.ndarray:
+    """The root's matrix as Fortran-ordered float64 to scatter (only read), checked finite when
+    ``check_finite``: ``a`` itself when ``overwrite_a`` allows and it is so already, else a copy."""
     arr = root_square(a, "LU")
-    if arr.dtype == np.float64 and (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        work = _front.fortran_copy(arr, True)       # copied and checked in one pass
+    if overwrite_a and arr is a and arr.dtype == np.float64 and arr.flags.f_contiguous:
+        work = arr if not check_finite or all_finite(arr, plan.backend, plan.threads) else None
+    elif arr.dtype == np.float64 and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        work = _front.fortran_copy(arr, check_finite)       # copied and checked in one pass
     else:
         work = np.asfortranarray(arr, dtype=np.float64)
-        work = work if all_finite(work, plan.backend, plan.threads) else None
+        work = work if not check_finite or all_finite(work, plan.backend, plan.threads) else None
     if work is None:
         raise ValueError("array must not contain infs or NaNs")
     return work
@@ -427,13 +430,15 @@ def _factor(run: PlanRun, local: np.ndarray, n: int, lookahead: bool, xb=None) -
 
 
 def lu_factor(a: np.ndarray | None, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None,
-              lookahead: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
+              lookahead: bool = True, overwrite_a: bool = False,
+              check_finite: bool = True) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Collective LU of the root's square ``a`` on ranks 0..plan.p-1 (grid plan.r x plan.c, block
     plan.b): the root gets ``(lu, piv, info)`` (scipy's ``lu_factor`` pair, 0-based int32 pivots,
     and LAPACK's info: > 0 for an exactly zero pivot), others None. Bad input: ValueError on
-    every rank of ``comm``."""
+    every rank of ``comm``. ``overwrite_a``, ``check_finite``: scipy's, on the root's ``a``."""
     t0 = time.perf_counter()
-    src, n = agree_plan(comm, plan, "lu", root, _plan_problem, lambda: _root_source(a, plan))
+    src, n = agree_plan(comm, plan, "lu", root, _plan_problem,
+                        lambda: _root_source(a, plan, check_finite, overwrite_a))
     if n == 0:
         return (np.empty((0, 0), order="F"), np.empty(0, np.int32), 0) if comm.rank == root else None
     with plan_run(comm, plan, root, phases) as run:
@@ -449,18 +454,21 @@ def lu_factor(a: np.ndarray | None, comm, plan: Plan, *, root: int = 0, phases: 
         return lu, f.ipiv.astype(np.int32), f.info
 
 
-def _root_source(a, plan: Plan) -> tuple[np.ndarray, int]:
-    arr = _check_root(a, plan)
+def _root_source(a, plan: Plan, check_finite: bool, overwrite_a: bool) -> tuple[np.ndarray, int]:
+    arr = _check_root(a, plan, check_finite, overwrite_a)
     return arr, arr.shape[0]
 
 
 def solve(a: np.ndarray | None, b: np.ndarray | None, comm, plan: Plan, *, root: int = 0,
-          phases: Phases | None = None, lookahead: bool = True) -> tuple[np.ndarray, int] | None:
+          phases: Phases | None = None, lookahead: bool = True, overwrite_a: bool = False,
+          check_finite: bool = True) -> tuple[np.ndarray, int] | None:
     """Collective solution of ``a x = b`` (root's square ``a``, ``b`` n x nrhs) on a 1 x c plan:
     every rank of the plan gets ``(x, info)``, x on the root only (None elsewhere); info > 0: exactly
-    singular (x None), known to all of them. Ranks beyond the plan get None."""
+    singular (x None), known to all of them. Ranks beyond the plan get None. ``overwrite_a``,
+    ``check_finite``: scipy's, on the root's ``a`` and ``b`` (``b`` is never written)."""
     t0 = time.perf_counter()
-    src, (n, nrhs) = agree_plan(comm, plan, "gesv", root, _solve_problem, lambda: _root_rhs(a, b, plan))
+    src, (n, nrhs) = agree_plan(comm, plan, "gesv", root, _solve_problem,
+                                lambda: _root_rhs(a, b, plan, check_finite, overwrite_a))
     if n == 0 or nrhs == 0:
         return (np.zeros((n, nrhs), order="F") if comm.rank == root else None), 0
     with plan_run(comm, plan, root, phases) as run:
@@ -480,8 +488,9 @@ def solve(a: np.ndarray | None, b: np.ndarray | None, comm, plan: Plan, *, root:
         return x, 0
 
 
-def _root_rhs(a, b, plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray], tuple[int, int]]:
-    arr = _check_root(a, plan)
+def _root_rhs(a, b, plan: Plan, check_finite: bool,
+              overwrite_a: bool) -> tuple[tuple[np.ndarray, np.ndarray], tuple[int, int]]:
+    arr = _check_root(a, plan, check_finite, overwrite_a)
     if b is None:
         raise ValueError("the root rank must pass the right-hand sides")
     rhs = np.asarray(b)
@@ -490,7 +499,7 @@ def _root_rhs(a, b, plan: Plan) -> tuple[tuple[np.ndarray, np.ndarray], tuple[in
     if np.iscomplexobj(rhs):
         raise ValueError("distributed solve takes real right-hand sides")
     rhs = np.array(rhs, dtype=np.float64, order="F")
-    if not np.isfinite(rhs).all():
+    if check_finite and not np.isfinite(rhs).all():
         raise ValueError("array must not contain infs or NaNs")
     return (arr, rhs), rhs.shape
 

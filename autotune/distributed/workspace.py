@@ -14,8 +14,8 @@ pages, much faster on 2 MiB pages than on 4 KiB ones. numpy's own allocations ge
 where a 2 MiB boundary happens to fall inside them, so the time of a transfer would depend on
 where its buffer landed. The communication probe times its messages on buffers made the same way.
 
-The buffers held stay below ``options(workspace_bytes=...)`` (default: an eighth of physical
-memory); a request past it gets fresh memory. ``release()`` frees them all.
+The buffers held stay below ``options(workspace_bytes=...)`` (default: ``WORKSPACE_SHARE`` of
+physical memory); a request past it gets fresh memory. ``release()`` frees them all.
 """
 from __future__ import annotations
 
@@ -25,13 +25,12 @@ import threading
 
 import numpy as np
 
+from autotune.assumptions import HUGE_MIN_BYTES, HUGE_PAGE, WORKSPACE_FALLBACK_BYTES, WORKSPACE_SHARE
 from autotune.config import get_options
 from autotune.kernels._front import aligned_empty
 
 __all__ = ["HUGE_MIN_BYTES", "HUGE_PAGE", "empty", "held_bytes", "huge_empty", "limit_bytes", "release"]
 
-HUGE_PAGE = 2 << 20          # x86-64 transparent huge page
-HUGE_MIN_BYTES = 16 << 10    # the shared-memory transport copies once from 4 KiB up; set by hand
 
 _local = threading.local()
 
@@ -44,14 +43,15 @@ def _pool() -> dict[str, np.ndarray]:
 
 
 def limit_bytes() -> int:
-    """Most bytes this thread keeps: the ``workspace_bytes`` option, else physical memory / 8."""
+    """Most bytes this thread keeps: the ``workspace_bytes`` option, else a share of physical memory
+    (``WORKSPACE_SHARE``)."""
     limit = get_options().workspace_bytes
     if limit is not None:
         return int(limit)
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 8
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * WORKSPACE_SHARE)
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 1 << 30
+        return WORKSPACE_FALLBACK_BYTES
 
 
 def held_bytes() -> int:
