@@ -25,7 +25,7 @@ from autotune.config import get_options, options
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.db.platform import PlatformError
-from autotune.families import FAMILIES, as_problem
+from autotune.families import FAMILIES, CholeskyProblem, GemmProblem, LuProblem, Problem, SolveProblem
 from autotune.models.distributed_cholesky import memory_order
 from autotune.models.fitted_phases import platform_factors
 from autotune.plans import Plan
@@ -53,8 +53,8 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
     product (in ``out`` if given); others get None."""
     _require_mpi4py()
     extras = (alpha, beta, c, trans_a, trans_b, out)
-    plan, args, ops = _decide("gemm", lambda: _checked("gemm", _gemm_operands(a, b, *extras)), comm, root, config,
-                              explain, phases)
+    plan, args, ops = _decide("gemm", lambda: _gemm_problem(_gemm_operands(a, b, *extras)), comm, root, config,
+                              explain, phases, guard=_finite_for_strassen)
     root = args["root"]
     if plan.algorithm == "local":
         return _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(
@@ -76,8 +76,11 @@ def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = Fa
     ``overwrite_a`` and ``check_finite`` are the root's, as in scipy (a distributed run never
     writes into ``a``)."""
     _require_mpi4py()
-    plan, args, _ = _decide("cholesky", lambda: _checked("cholesky", (a,)), comm, root, config, explain, phases,
-                            check_finite=check_finite, lower=lower)
+    def problem():
+        return _square_problem(a, lambda n: CholeskyProblem(n, bool(lower), memory_order(a)))
+
+    guard = _checked_finite if check_finite else None
+    plan, args, _ = _decide("cholesky", problem, comm, root, config, explain, phases, guard=guard, lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
         return _run_local(comm, root, plan, phases,   # checked in _root_plan where 2-D, else by scipy
@@ -96,7 +99,8 @@ def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: b
     ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
     and ``check_finite`` are the root's, as in scipy."""
     _require_mpi4py()
-    plan, args, _ = _decide("lu", lambda: _checked("lu", (a,)), comm, root, config, explain, phases)
+    plan, args, _ = _decide("lu", lambda: _square_problem(a, LuProblem, rectangular=True), comm, root, config,
+                            explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
         return _run_local(comm, root, plan, phases,
@@ -150,11 +154,11 @@ def _require_mpi4py() -> None:
 
 
 def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases, *,
-            check_finite: bool = True, **flags) -> tuple[Plan, dict, tuple | None]:
+            guard: Callable | None = None, **flags) -> tuple[Plan, dict, tuple | None]:
     """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
-    and its operands (``operands() -> (operands, dims, tuned)``, evaluated on the root), or the
-    same error on every rank: any exception on the root reaches the others. ``check_finite``:
-    the root's (a local Cholesky's check runs in ``_root_plan``)."""
+    and its operands (``operands() -> (operands, typed problem or None where untuned)``, evaluated
+    on the root), or the same error on every rank: any exception on the root reaches the others.
+    ``guard(plan, operands, phases) -> plan``: the family's last word on the root's plan."""
     from autotune.distributed.collective import agree_args, core_info, share
 
     args, err = _call_args(comm, root, family, **flags)
@@ -162,10 +166,9 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
     root, plan, ops, err = args["root"], None, None, None
     if comm.rank == root:
         try:
-            ops, dims, tuned = operands()
-            problem = {k: args[k] for k in flags}
-            plan = _root_plan(family, ops, dims, tuned, infos, root, config, explain, phases,
-                              check_finite=check_finite, **problem)
+            ops, problem = operands()
+            plan = _root_plan(family, problem, infos, root, config, explain)
+            plan = plan if guard is None else guard(plan, ops, phases)
         except Exception as exc:
             err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
     return share(comm, root, err, plan), args, ops
@@ -191,76 +194,90 @@ def _call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None
     return args, err
 
 
-def _root_plan(family: str, arrays: tuple, dims: tuple[int, ...], tuned: bool, infos: list[tuple[str, int]],
-               root: int, config, explain: bool, phases, *, check_finite: bool = True, **problem) -> Plan:
-    """Root only: check the input and choose the plan for the root node's cores (a local
-    Cholesky's finiteness check counts as its ``distribution`` phase, as the distributed runs'
-    check does); raises what no rank can compute. A Strassen gemm plan on operands that are not
-    all finite becomes the local one: its additions would turn an inf into NaN where ``a @ b``
-    does not, so the distributed Strassen refuses them."""
-    from autotune.distributed.checks import all_finite
+def _root_plan(family: str, problem: Problem | None, infos: list[tuple[str, int]], root: int, config,
+               explain: bool) -> Plan:
+    """Root only: the plan for the root node's cores (one process where the call is untuned)."""
     from autotune.distributed.collective import node_cores
+
+    if problem is None:
+        return Plan("local", 1)
+    names, cores = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
+    plan = _plan(family, problem, names, cores, root, config, explain)
+    return plan if config is not None else _fit_threads(plan, infos, root)
+
+
+def _finite_for_strassen(plan: Plan, ops: tuple, phases) -> Plan:
+    """A Strassen gemm plan on operands that are not all finite becomes the local one: its
+    additions would turn an inf into NaN where ``a @ b`` does not, so the distributed Strassen
+    refuses them (the check counts as the ``distribution`` phase)."""
+    from autotune.distributed.checks import all_finite
+    from autotune.distributed.gemm import STRASSEN
     from autotune.distributed.plan import timed
 
-    plan = Plan("local", 1)
-    if tuned:
-        if family == "cholesky":
-            problem["memory"] = memory_order(arrays[0])
-        names, cores = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
-        plan = _plan(family, dims, names, cores, root, config, explain, **problem)
-        plan = plan if config is not None else _fit_threads(plan, infos, root)
-    # The distributed run checks its own input (on the root, agreed); the local one is checked
-    # here, where the verdict still reaches every rank.
-    if family == "gemm" and plan.algorithm in _strassen_algorithms():
+    if plan.algorithm not in STRASSEN:
+        return plan
+    with timed(phases, "distribution"):
+        finite = all(all_finite(np.asarray(x), plan.backend, max(plan.threads, 1)) for x in ops[:2])
+    return plan if finite else Plan("local", 1, threads=max(plan.threads, 1))
+
+
+def _checked_finite(plan: Plan, ops: tuple, phases) -> Plan:
+    """A local Cholesky's finiteness check, on the root before the run (its ``distribution``
+    phase, as the distributed runs' check and the model count it); the distributed run checks its
+    own input."""
+    from autotune.distributed.checks import all_finite
+    from autotune.distributed.plan import timed
+
+    if plan.algorithm == "local" and np.ndim(ops[0]) == 2:
         with timed(phases, "distribution"):
-            finite = all(all_finite(np.asarray(x), plan.backend, max(plan.threads, 1)) for x in arrays[:2])
-        if not finite:
-            return Plan("local", 1, threads=max(plan.threads, 1))
-    if family == "cholesky" and check_finite and plan.algorithm == "local" and np.ndim(arrays[0]) == 2:
-        with timed(phases, "distribution"):
-            finite = all_finite(np.asarray(arrays[0]), plan.backend, max(plan.threads, 1))
+            finite = all_finite(np.asarray(ops[0]), plan.backend, max(plan.threads, 1))
         if not finite:
             raise ValueError("array must not contain infs or NaNs")
     return plan
 
 
-def _strassen_algorithms() -> tuple[str, ...]:
-    from autotune.distributed.gemm import STRASSEN
+def _gemm_problem(ops: tuple) -> tuple[tuple, Problem | None]:
+    """(ops, GemmProblem or None) for the root's product operands; numpy's error for mismatched ones."""
+    arrs = _root_matrices(ops[:2])
+    if arrs is None:
+        return ops, None
+    (m, k), (k2, n) = arrs[0].shape, arrs[1].shape
+    if k != k2:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 (size {k2} is "
+                         f"different from {k})")
+    tuned = all(x.dtype == np.float64 for x in arrs) and 0 not in (m, k, n)
+    return ops, GemmProblem(m, k, n) if tuned else None
 
-    return STRASSEN
 
-
-def _checked(family: str, ops: tuple) -> tuple[tuple, tuple[int, ...], bool]:
-    """(ops, dims, tuned) for the root's operands; raises ValueError for what no rank can compute."""
-    if any(x is None for x in ops[:2 if family == "gemm" else 1]):
-        raise ValueError("the root rank must pass the matrices (other ranks pass None)")
-    arrs = [np.asarray(x) for x in ops[:2 if family == "gemm" else 1]]
-    if any(x.ndim != 2 for x in arrs):
-        return ops, (), False           # 1-D or stacked: the one-process call (numpy/scipy's) on the root
-    tuned = all(x.dtype == np.float64 for x in arrs)
-    if family == "lu":      # rectangular: scipy's lu_factor on the root
-        n, n2 = arrs[0].shape
-        return ops, (n,), tuned and n == n2 and n > 0
-    if family == "gemm":
-        (m, k), (k2, n) = arrs[0].shape, arrs[1].shape
-        if k != k2:
-            raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 (size {k2} is "
-                             f"different from {k})")
-        return ops, (m, k, n), tuned and 0 not in (m, k, n)
+def _square_problem(a, make: Callable[[int], Problem], rectangular: bool = False) -> tuple[tuple, Problem | None]:
+    """((a,), ``make(n)`` or None) for the root's square matrix; scipy's error for another shape,
+    unless ``rectangular`` (then scipy's own call on the root takes it)."""
+    arrs = _root_matrices((a,))
+    if arrs is None:
+        return (a,), None
     n, n2 = arrs[0].shape
-    if n != n2:
+    if n != n2 and not rectangular:
         raise ValueError(f"expected square matrix, got {arrs[0].shape}")
-    return ops, (n,), tuned and n > 0
+    return (a,), make(n) if n == n2 and n > 0 and arrs[0].dtype == np.float64 else None
 
 
-def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, tuple[int, ...], bool]:
-    """Root only: ``(op(a), b)``, (n, nrhs) and whether the distributed solve takes them (a general
-    square float64 system); scipy's errors for mismatched shapes."""
+def _root_matrices(ops: tuple) -> list[np.ndarray] | None:
+    """The root's operands as arrays, None when one is not 2-D (1-D or stacked: the one-process
+    call, numpy/scipy's, on the root); ValueError where the root passed None."""
+    if any(x is None for x in ops):
+        raise ValueError("the root rank must pass the matrices (other ranks pass None)")
+    arrs = [np.asarray(x) for x in ops]
+    return None if any(x.ndim != 2 for x in arrs) else arrs
+
+
+def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, Problem | None]:
+    """Root only: ``(op(a), b)`` and their SolveProblem where the distributed solve takes them (a
+    general square float64 system), else None; scipy's errors for mismatched shapes."""
     if a is None or b is None:
         raise ValueError("the root rank must pass a and b (other ranks pass None)")
     a1, b1 = np.asarray(a), np.asarray(b)
     if a1.ndim != 2 or b1.ndim not in (1, 2):
-        return (a1, b1), (0, 0), False          # stacked: scipy's own call decides
+        return (a1, b1), None          # stacked: scipy's own call decides
     if a1.shape[0] != a1.shape[1]:
         raise ValueError("Input a needs to be a square matrix.")
     if b1.shape[0] != a1.shape[0]:
@@ -268,17 +285,16 @@ def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, tuple[int, ...],
     n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
     tuned = (assume_a in tuned_lu.GENERAL and a1.dtype == np.float64 and b1.dtype.kind in "biuf"
              and n > 0 and nrhs > 0)
-    return ((a1.T if transposed else a1), b1), (n, nrhs), tuned
+    return ((a1.T if transposed else a1), b1), SolveProblem(n, nrhs) if tuned else None
 
 
-def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int], root: int, config,
-          explain: bool, **problem) -> Plan:
+def _plan(family: str, problem: Problem, names: list[str], cores: list[int], root: int, config,
+          explain: bool) -> Plan:
     """Root only: the forced plan or the selector's choice (cached per problem, ranks' hosts and
     database contents).
     ``names``, ``cores``: each rank's host name and the cores of its node. Ranks on hosts of measured,
     different speeds are placed by the mapping search (select.mapping.placement); otherwise the
-    distributed selector plans for the root node's cores. ``problem``: Cholesky's ``lower`` and
-    input memory ``order``."""
+    distributed selector plans for the root node's cores."""
     nprocs = len(names)
     if config is not None:
         plan = as_plan(config, family)
@@ -288,18 +304,16 @@ def _plan(family: str, dims: tuple[int, ...], names: list[str], cores: list[int]
         return plan
     opts = get_options()
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
-    key = (family, dims, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency,
-           tuple(sorted(problem.items())), id(sp), id(cp))
+    key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp))
     hit = _DECISIONS.get(key)
     if hit is not None and not explain:
         return hit[2]
-    placed = _placement(family, dims, names, cores, root, sp, cp)
+    placed = _placement(problem, names, cores, root, sp, cp)
     if placed is not None:
         if explain:
             print(placed.describe())
         return _remember(key, sp, cp, placed.plan)
-    dec = rank_plans(as_problem(family, dims, **problem), nprocs, sp, cp, cores[root], opts.allow_strassen,
-                     min_efficiency=opts.min_efficiency)
+    dec = rank_plans(problem, nprocs, sp, cp, cores[root], opts.allow_strassen, min_efficiency=opts.min_efficiency)
     if explain:
         print(dec)
     return _remember(key, sp, cp, dec.chosen)
@@ -314,17 +328,17 @@ def _remember(key: tuple, sp, cp, plan: Plan) -> Plan:
     return plan
 
 
-def _placement(family: str, dims: tuple[int, ...], names: list[str], cores: list[int], root: int, sp,
-               cp) -> Placement | None:
+def _placement(problem: Problem, names: list[str], cores: list[int], root: int, sp, cp) -> Placement | None:
     """The mapping search's placement when the ranks span hosts of measured, different speeds and
     the problem is one the mapping model covers (square orders of gemm, Cholesky, LU); else None."""
-    if not FAMILIES[family].mapping or len(set(dims)) != 1 or sp.table is None:
+    if not FAMILIES[problem.family].mapping or len(set(problem.dims)) != 1 or sp.table is None:
         return None
     hosts = rank_hosts(names, cores, root)
     if not heterogeneous(hosts, cp):
         return None
     try:
-        return placement(family, dims[0], hosts, communicator_platform(hosts, cp, sp, platform_factors(sp, cp)))
+        platform = communicator_platform(hosts, cp, sp, platform_factors(sp, cp))
+        return placement(problem.family, problem.order, hosts, platform)
     except (PlatformError, LookupError):
         return None
 

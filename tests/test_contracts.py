@@ -17,6 +17,7 @@ from autotune import assumptions, tuned_local, tuned_lu_factor, tuned_mpi
 from autotune.cli import main as cli_main
 from autotune.db import location, lookup
 from autotune.distributed import workspace
+from autotune.families import as_problem
 from autotune.plans import Plan
 
 # the stand-in databases below are unreadable on purpose: each load warns that it is unusable
@@ -40,7 +41,7 @@ def counted_plans(monkeypatch):
 
 
 def _choose(dims=(64, 64, 64)) -> Plan:
-    return tuned_mpi._plan("gemm", dims, ["host", "host"], [2, 2], 0, None, False)
+    return tuned_mpi._plan("gemm", as_problem("gemm", dims), ["host", "host"], [2, 2], 0, None, False)
 
 
 @unusable_db

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from autotune.db.platform import PlatformError, load_platform, parse_platform, simulated_platform
+from autotune.families import as_problem
 from autotune.models import mapping as mm
 from autotune.plans import Plan
 from autotune.routines import flops
@@ -324,15 +325,15 @@ def test_tuned_calls_place_ranks_only_on_measured_heterogeneous_hosts(tiny_db):
 
     sp = load_sp(tiny_db)
     het = FakeComm({"a": 10.0, "b": 4.0})
-    placed = tuned_mpi._placement("gemm", (3000, 3000, 3000), ["a", "a", "b"], [2, 2, 1], 0, sp, het)
+    placed = tuned_mpi._placement(as_problem("gemm", (3000, 3000, 3000)), ["a", "a", "b"], [2, 2, 1], 0, sp, het)
     assert placed is not None and placed.plan.used_ranks(3)[0] == 0 and "mapping" in placed.describe()
     assert placed.platform.hosts[0].name == "a" and placed.platform.hosts[0].processors == 2
-    assert tuned_mpi._placement("gemm", (3000, 3000, 3000), ["a", "a", "a"], [2, 2, 2], 0, sp, het) is None
-    assert tuned_mpi._placement("solve", (3000, 16), ["a", "b"], [2, 1], 0, sp, het) is None
-    assert tuned_mpi._placement("gemm", (3000, 30, 3000), ["a", "b"], [2, 1], 0, sp, het) is None
+    assert tuned_mpi._placement(as_problem("gemm", (3000, 3000, 3000)), ["a", "a", "a"], [2, 2, 2], 0, sp, het) is None
+    assert tuned_mpi._placement(as_problem("solve", (3000, 16)), ["a", "b"], [2, 1], 0, sp, het) is None
+    assert tuned_mpi._placement(as_problem("gemm", (3000, 30, 3000)), ["a", "b"], [2, 1], 0, sp, het) is None
     homo = FakeComm({"a": 10.0, "b": 9.9})
-    assert tuned_mpi._placement("lu", (3000,), ["a", "b"], [2, 1], 1, sp, homo) is None
-    lu = tuned_mpi._placement("lu", (3000,), ["a", "b"], [2, 1], 1, sp, het)
+    assert tuned_mpi._placement(as_problem("lu", (3000,)), ["a", "b"], [2, 1], 1, sp, homo) is None
+    lu = tuned_mpi._placement(as_problem("lu", (3000,)), ["a", "b"], [2, 1], 1, sp, het)
     assert lu.plan.used_ranks(2, 1)[0] == 1 and lu.platform.hosts[0].name == "b"
 
 

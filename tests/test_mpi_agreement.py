@@ -19,7 +19,7 @@ import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
 import autotune
 from autotune import tuned_cholesky, tuned_gemm
-from autotune.tuned_mpi import _checked, _decide, distributed_gemm
+from autotune.tuned_mpi import _decide, _gemm_problem, distributed_gemm
 from autotune.distributed.collective import gather_cores
 from autotune.distributed.plan import Plan
 from autotune.families import as_problem
@@ -93,7 +93,7 @@ cores, own = gather_cores(comm)
 assert cores == min(P, len(cpus)) and own == [1] * P, (cores, own)
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
-    plan, _, _ = _decide("gemm", lambda: _checked("gemm", (a, b)), comm, 0, None, True, None)
+    plan, _, _ = _decide("gemm", lambda: _gemm_problem((a, b)), comm, 0, None, True, None)
 assert plan.threads == 1, plan
 if root:
     assert f"p={P}" in out.getvalue(), out.getvalue()
