@@ -39,7 +39,7 @@ SETTLE_SECONDS = 0.3
 
 
 def _runner(routine: str, dims: tuple[int, ...], cand, rng):
-    from autotune.install_probe.validate import candidate_runner
+    from autotune.install_probe.validate_runs import candidate_runner
 
     return candidate_runner(routine, dims, cand, rng)
 
