@@ -546,4 +546,4 @@ def _strassen_parts(cand: Candidate, sp) -> Callable[[np.ndarray], tuple[np.ndar
 
 
 __all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "fit_strassen_series", "load_spec", "measured_risk",
-           "time_point", "validate"]
+           "validate"]
