@@ -211,7 +211,7 @@ def _finite_for_strassen(plan: Plan, ops: tuple, phases) -> Plan:
     additions would turn an inf into NaN where ``a @ b`` does not, so the distributed Strassen
     refuses them (the check counts as the ``distribution`` phase)."""
     from autotune.distributed.checks import all_finite
-    from autotune.distributed.gemm import STRASSEN
+    from autotune.distributed.gemm_run import STRASSEN
     from autotune.distributed.plan import timed
 
     if plan.algorithm not in STRASSEN:
