@@ -36,7 +36,8 @@ import numpy as np
 
 from autotune.db import DatabaseError, load, location
 from autotune.db.learned import read_learned, save_learned
-from autotune.models.fitting import TermSet, select_terms
+from autotune.models.fit_select import select_terms
+from autotune.models.fit_terms import TermSet
 from autotune.plans import Candidate
 
 ENV_VAR = "AUTOTUNE_LEARN"

@@ -29,15 +29,10 @@ from autotune.db.fitted import save_fitted
 from autotune.db.validation import save_validation
 from autotune.families import FAMILIES as FAMILY_DEFS
 from autotune.families import as_problem
+from autotune.models.fit_select import select_terms
+from autotune.models.fit_terms import METHODS, Samples, TermSet
 from autotune.models.fitted import EXTRAPOLATION, FittedEntry, eq410_terms
-from autotune.models.fitting import (
-    METHODS,
-    Samples,
-    TermSet,
-    first_nonpositive,
-    remodel,
-    select_terms,
-)
+from autotune.models.fitting import first_nonpositive, remodel
 from autotune.plans import Candidate
 from autotune.select import clear_cache, rank
 from autotune.select.rank import COMPOSED_RISK

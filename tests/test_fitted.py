@@ -12,8 +12,9 @@ from db_helpers import edited
 
 from autotune.db import load, load_sp
 from autotune.families import as_problem
+from autotune.models.fit_terms import TermSet
 from autotune.models.fitted import FittedEntry, FittedModels, load_fitted, override, save_fitted
-from autotune.models.fitting import TermSet, fi_ls
+from autotune.models.fitting import fi_ls
 from autotune.select import Candidate
 
 TINY_SPEC = {"name": "tiny", "check": {"gemm": [48, 80], "cholesky": [48, 80]},
@@ -211,7 +212,7 @@ def test_fitted_model_in_use_only_if_no_worse_at_its_worst_check_point(monkeypat
 
     from autotune.install_probe import validate as v
 
-    from autotune.models.fitting import Samples
+    from autotune.models.fit_terms import Samples
 
     check = Samples([200.0, 700.0, 1500.0, 3000.0], None, [1.0, 1.0, 1.0, 1.0])
     model = fi_ls(lambda n, a: 1.0, TermSet.polynomial([0]), (100.0, 4000.0))
@@ -248,7 +249,7 @@ def test_strassen_series_fits_eq_4_10_factors(db):
     terms weighted by fitted M, A; stored, read back and used by the selector with the SP at hand."""
     from autotune.install_probe.validate import fit_strassen_series
 
-    from autotune.models.fitting import Samples
+    from autotune.models.fit_terms import Samples
     from autotune.models.gemm import strassen_parts
 
     def parts(ns):
@@ -284,7 +285,7 @@ def test_fitted_model_negative_below_its_sizes_is_used_without_extrapolating_dow
 
     from autotune.install_probe import validate as v
 
-    from autotune.models.fitting import Samples
+    from autotune.models.fit_terms import Samples
 
     check = Samples([200.0, 700.0, 1500.0], None, [50.0, 550.0, 1350.0])
     model = SimpleNamespace(predict=lambda n, a=None: np.asarray(n, float) - 150.0,

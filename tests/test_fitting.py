@@ -8,23 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.models.fitting import (
-    METHODS,
-    Samples,
-    TermSet,
-    aicc,
-    fi_ls,
-    fi_me,
-    first_nonpositive,
-    fit_strassen,
-    median_ape,
-    phi_err,
-    remodel,
-    select_terms,
-    strassen_basis,
-    va_ls,
-    va_me,
-)
+from autotune.models.fit_select import aicc, select_terms
+from autotune.models.fit_strassen import fit_strassen, strassen_basis
+from autotune.models.fit_terms import METHODS, Samples, TermSet
+from autotune.models.fitting import fi_ls, fi_me, first_nonpositive, median_ape, phi_err, remodel, va_ls, va_me
 
 CUBIC = TermSet.polynomial(range(4))  # n^3, n^2, n, 1
 TENSOR = TermSet.polynomial(range(4), (-1, 0, 1), "b")  # DESIGN §5: sum beta_ij n^i b^j

@@ -3,7 +3,7 @@ docs/models.md#fitted.strassen) redone on this machine.
 
 Times sequential Strassen (leaves on numpy's OpenBLAS, one thread) at ``--levels`` on the
 ``--sizes`` grid (a level only where its leaves are at least 64), fits M(l), A(l)
-(``autotune.models.fitting.fit_strassen``, k3 and k2 from the database), then on ``--checks``
+(``autotune.models.fit_strassen.fit_strassen``, k3 and k2 from the database), then on ``--checks``
 sizes off the grid compares the analytical model (``autotune.models.gemm.strassen``) and the
 fitted one: prediction errors, and whether each picks the measured best level. Results only
 where ``--out``/``--markdown`` say.
@@ -23,7 +23,7 @@ from autotune.benchmarks._common import error, output_problem, timed, write_json
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.models import gemm as gemm_models
-from autotune.models.fitting import StrassenFit, fit_strassen
+from autotune.models.fit_strassen import StrassenFit, fit_strassen
 from autotune.models.gemm import STRASSEN_ADD_BACKEND
 from autotune.plans import Candidate
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from autotune.db.fitted import GROUP, FittedRecord, Key, read_fitted, save_fitted
 from autotune.db.store import kept_with
-from autotune.models.fitting import FittedModel, TermSet
+from autotune.models.fit_terms import FittedModel, TermSet
 from autotune.models.gemm import STRASSEN_ADD_BACKEND, strassen_parts
 
 # A fitted model is trusted from its smallest fitted size up to this ratio beyond its largest. Not
