@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from db_helpers import edited
 
-from autotune import cli
+from autotune import cli, cli_explain
 from autotune.db import RECORD_DTYPE, Database, save
 
 
@@ -56,17 +56,17 @@ def test_explain_run_checks_memory_from_the_size_up_front(capsys):
 
 
 def test_explain_run_memory_check_uses_the_available_memory(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "available_memory", lambda: 1 << 30)
+    monkeypatch.setattr(cli_explain, "available_memory", lambda: 1 << 30)
     _fails(["explain", "cholesky", "20000", "--run"], 1, capsys, "need 8.9 GiB, more than the 1.0 GiB")
-    monkeypatch.setattr(cli, "available_memory", lambda: None)     # unknown: no up-front refusal
-    assert cli._memory_problem("gemm", (10**7,) * 3) == ""
+    monkeypatch.setattr(cli_explain, "available_memory", lambda: None)     # unknown: no up-front refusal
+    assert cli_explain._memory_problem("gemm", (10**7,) * 3) == ""
 
 
 def test_explain_run_out_of_memory_anyway_is_one_line(tiny_db, monkeypatch, capsys):
     def no_memory(*args):
         raise MemoryError("Unable to allocate")
 
-    monkeypatch.setattr(cli, "_run_once", no_memory)
+    monkeypatch.setattr(cli_explain, "_run_once", no_memory)
     _fails(["explain", "gemm", "300", "--run", "--db", str(tiny_db)], 1, capsys, "out of memory")
 
 

@@ -13,7 +13,7 @@ from autotune.install_probe import phase_calibration as phcal
 from autotune.install_probe.comm import CommProfileError, estimate_seconds, load_comm_profile, parse_comm_profile
 from mpi_helpers import mpi_env
 
-from autotune import cli
+from autotune import cli, cli_show
 from autotune.db import load_sp
 from autotune.db.comm import load_comm
 from autotune.families import GemmProblem
@@ -82,9 +82,9 @@ def test_show_lists_stored_calibrations_and_legacy_ones(tmp_path):
     path = tmp_path / "db.h5"
     save_phase_factors(path, "k", [PhaseFactor("gemm", "bsr", "collection", 2.0, 3, 0.1, 50.0, 5.0)],
                        info={"sizes": [1536, 2560], "nprocs": 2})  # as `autotune bench mpi-validate` stores
-    lines = cli.phase_calibration_lines(path, "k")
+    lines = cli_show.phase_calibration_lines(path, "k")
     assert "n = 1536, 2560" in lines[0] and "bsr" in lines[1] and "collection x2.00" in lines[1]
-    assert "none" in cli.phase_calibration_lines(path, "other")[0]
+    assert "none" in cli_show.phase_calibration_lines(path, "other")[0]
 
 
 @pytest.fixture(scope="module")

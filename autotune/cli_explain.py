@@ -1,0 +1,190 @@
+"""``autotune explain``: the selector's ranking for a problem (one process, distributed plans or
+process mappings), optionally running the chosen call once."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune.api import (
+    describe,
+    problem_dims,
+    tuned_cholesky,
+    tuned_gemm,
+    tuned_lu_factor,
+    tuned_lu_solve,
+    tuned_solve,
+)
+from autotune.backends import pools
+from autotune.cli_common import error
+from autotune.config import available_cores, options
+from autotune.db import load_sp, resolve
+from autotune.db.comm import load_comm
+from autotune.db.platform import PlatformError, load_platform, measured_platform
+from autotune.families import DISTRIBUTED, FAMILIES, as_problem
+from autotune.models.mapping import database_k
+from autotune.select import mapping as sm
+from autotune.select import rank
+from autotune.select.distributed import describe as describe_plans
+from autotune.select.distributed import rank_plans
+
+
+def cmd_explain(args) -> int:
+    """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
+    problem = _explain_usage_problem(args, tuple(args.dims))
+    dims = () if problem else problem_dims(args.routine, tuple(args.dims))
+    if problem:
+        return error("explain", problem, 2)
+    problem = _memory_problem(args.routine, dims) if args.run else ""
+    if problem:
+        return error("explain", problem)
+    if args.platform is not None:
+        return _explain_mapping(args, dims)
+    with options(threads=args.threads, allow_strassen=args.strassen, db=args.db) as opts:
+        sp = load_sp(opts.db)
+        if sp.table is None:
+            return error("explain", f"no usable database ({sp.reason}); tuned calls fall back to numpy/scipy")
+        if args.np is not None:
+            return _explain_distributed(args, dims, sp, opts)
+        try:
+            after = None if args.after is None else pools.parse(args.after)
+        except ValueError as exc:
+            return error("explain", f"--{exc}", 2)
+        try:
+            dec = rank(as_problem(args.routine, dims), sp, opts.thread_budget, opts.allow_strassen, explain=True,
+                       after=after)
+        except LookupError as exc:
+            return error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
+        print(describe(dec, top=args.top))
+        if args.run:
+            try:
+                _run_once(args.routine, dims, dec.chosen)
+            except MemoryError as exc:
+                return error("explain", f"--run: out of memory for the operands ({exc})")
+    return 0
+
+
+def _explain_mapping(args, dims: tuple[int, ...]) -> int:
+    """The mapping search methods and users on a platform file, or the platform the comm probe
+    measured ("measured"): each one's mapping, grid, block, predicted time and time to solution."""
+    if args.routine not in ("gemm", "cholesky", "lu") or len(set(dims[:3])) != 1:
+        return error("explain", "--platform: square gemm, cholesky or lu", 2)
+    with options(db=args.db) as opts:
+        sp = load_sp(opts.db)
+        try:
+            k = database_k(sp) if sp.table is not None else None
+            if k is None and args.platform == "measured":
+                raise PlatformError(f"--platform measured needs the BLAS database ({sp.reason})")
+            platform = (measured_platform(load_comm(opts.db, nprocs=args.np), k) if args.platform == "measured"
+                        else load_platform(args.platform, k))
+        except PlatformError as exc:
+            return error("explain", str(exc), 2)
+        print(sm.describe(sm.study(args.routine, dims[0], platform)))
+    return 0
+
+
+def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
+    """What is wrong with the explain arguments ("" if nothing)."""
+    if len(dims) not in FAMILIES[args.routine].short:
+        return f"{args.routine} takes {' or '.join(map(str, FAMILIES[args.routine].short))} size(s), got {len(dims)}"
+    checks = [("sizes", min(dims)), ("--threads", args.threads), ("--top", args.top), ("--np", args.np)]
+    for name, value in checks:
+        if value is not None and value < 1:
+            return f"{name} must be positive, got {dims if name == 'sizes' else value}"
+    if args.np is not None and args.routine not in DISTRIBUTED:
+        return f"--np: distributed plans exist for {', '.join(DISTRIBUTED)}, not {args.routine}"
+    if args.run and args.np is not None:
+        return "--run runs on this process only; it does not combine with --np"
+    if args.min_efficiency is not None and (args.np is None or not 0.0 < args.min_efficiency <= 1.0):
+        return "--min-efficiency takes a value in (0, 1] and goes with --np"
+    return ""
+
+
+def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
+    """Why ``--run`` cannot allocate its operands ("" if it can or the free memory is unknown)."""
+    if routine == "gemm":
+        m, k, n = dims
+        need = 8 * (m * k + k * n + m * n)
+    elif routine in ("lu", "solve", "lu_solve"):
+        need = 8 * (2 * dims[0] ** 2 + 2 * dims[0] * (dims[1] if len(dims) > 1 else 0))
+    else:
+        need = 8 * 3 * dims[0] ** 2      # the SPD operand is built from two n x n temporaries
+    free = available_memory()
+    if free is None or need <= free:
+        return ""
+    shape = "x".join(map(str, dims))
+    return (f"--run: the operands of {routine} {shape} need {need / 2**30:,.1f} GiB, more than the "
+            f"{free / 2**30:,.1f} GiB of memory available")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to this process: the system's MemAvailable (else its free pages),
+    capped by a cgroup limit; None if unknown."""
+    free = _meminfo_available()
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            free = min(free if free is not None else np.inf, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return None if free is None else int(free)
+
+
+def _meminfo_available() -> int | None:
+    """MemAvailable from /proc/meminfo, else free pages times page size; None if neither is known."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
+    """Rank distributed plans on up to ``--np`` ranks (models only: nothing is launched)."""
+    cp = load_comm(opts.db, nprocs=args.np)
+    try:
+        dec = rank_plans(as_problem(args.routine, dims), args.np, sp, cp, args.threads or available_cores(),
+                         opts.allow_strassen, min_efficiency=args.min_efficiency)
+    except LookupError as exc:
+        return error("explain", f"{exc} in {resolve(opts.db)}")
+    print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")
+    print(describe_plans(dec, top=args.top))
+    return 0
+
+
+def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
+    """Time the tuned call on random operands (median of 3) against the prediction."""
+    rng = np.random.default_rng(0)
+    if routine == "gemm":
+        m, k, n = dims
+        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        call = lambda: tuned_gemm(a, b)  # noqa: E731
+    elif routine in ("lu", "solve", "lu_solve"):
+        n = dims[0]
+        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, dims[-1]))
+        factors = tuned_lu_factor(a) if routine == "lu_solve" else None
+        call = {"lu": lambda: tuned_lu_factor(a), "solve": lambda: tuned_solve(a, b),
+                "lu_solve": lambda: tuned_lu_solve(factors, b)}[routine]
+    else:
+        (n,) = dims
+        from autotune.install_probe.operands import spd_matrix
+
+        a = spd_matrix(rng, n, order="C")       # built without BLAS: no pool left spinning
+        call = lambda: tuned_cholesky(a)  # noqa: E731
+    call()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+    shape = "x".join(map(str, dims))
+    print(f"ran tuned_{routine} {shape} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
