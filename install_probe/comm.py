@@ -71,13 +71,14 @@ from autotune.install_probe.calibrate import LOOP_CASES
 from autotune.install_probe.profile import COMM_DEFAULT
 
 from autotune.db import comm as dbc
-from autotune.db import comm_scaling as scaling
 from autotune.db import resolve
 from autotune.db.comm import loggp_lines
 from autotune.distributed import workspace
 from autotune.distributed.collective import first_ranks, quiet_barrier
 from autotune.distributed.movement import scatter_columns
 from autotune.layout import Axis
+from autotune.models import comm_fit
+from autotune.models import comm_scaling as scaling
 from autotune.models.movement import PACK_BACKEND
 
 BUILTIN = ("quick", "standard")
@@ -1168,9 +1169,9 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
             points = np.array(run.best_rows(), dtype=dbc.POINT_DTYPE)
             info["heldout_sizes"] = list(profile.heldout_sizes)
             info["max_regimes"] = profile.max_regimes
-            fits = dbc.fit_points(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
+            fits = comm_fit.fit_points(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
             prtt = np.array(run.best_prtt(), dtype=dbc.PRTT_DTYPE)
-            loggp = dbc.fit_loggp(prtt, fits) if len(prtt) else None
+            loggp = comm_fit.fit_loggp(prtt, fits) if len(prtt) else None
             pmodels = scaling.fit_models(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
             info["p_heldout"] = scaling.heldout_errors(points, profile.heldout_sizes, max_regimes=profile.max_regimes)
             info.update({"profile": profile.name, "seconds": round(time.perf_counter() - t_start, 3),

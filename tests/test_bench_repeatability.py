@@ -13,6 +13,7 @@ from autotune import cli
 from autotune.benchmarks import comm_fit as crep
 from autotune.benchmarks import mpi_repeat as mrep
 from autotune.db import comm as dbc
+from autotune.models import comm_fit
 
 
 def test_best_line_is_exact_on_a_line_and_no_line_on_a_grid_beats_it():
@@ -47,7 +48,8 @@ def _platform(path, spike: float, scale: float = 1.0):
     info = {"library": "Open MPI v9.9.9, package: test", "P": 2, "oversubscribed": False, "hosts": 1,
             "dist": dbc.mpi_distributions(), "hardware": dbc.hardware(), "profile": "synthetic",
             "updated": "2026-01-01T00:00:00", "seconds": 1.0, "heldout_sizes": held}
-    dbc.write_platform(path, info, np.array(rows, dtype=dbc.POINT_DTYPE))
+    points = np.array(rows, dtype=dbc.POINT_DTYPE)
+    dbc.write_platform(path, info, points, comm_fit.fit_points(points, held))
     return dbc.read_platforms(path)[0]
 
 

@@ -18,6 +18,7 @@ from mpi_helpers import fake_launch, mpi_command, run_checked
 from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, load, load_sp, save
 from autotune.db import comm as dbc
 from autotune.db.comm import CommParams, load_comm
+from autotune.models import comm_fit
 
 STANDARD_SIZES = sorted({2 ** e for e in range(3, 25)} | {int(round(1024 * 2 ** (i / 4) / 64)) * 64 for i in range(25)})
 
@@ -33,7 +34,7 @@ def test_breakpoint_and_ts_tw_recovered_from_noisy_data():
     m = np.array(STANDARD_SIZES, dtype=float)
     truth = [(1.5e-6, 1 / 3e9), (4.0e-6, 1 / 12e9)]     # eager below 4 KiB, rendezvous above
     t = np.where(m < 4096, truth[0][0] + m * truth[0][1], truth[1][0] + m * truth[1][1])
-    fit = dbc.fit_hockney(m, noisy(t, 0.02))
+    fit = comm_fit.fit_hockney(m, noisy(t, 0.02))
     assert len(fit.regimes) == 2
     assert fit.breakpoints == (4096.0,)
     for reg, (ts, tw) in zip(fit.regimes, truth, strict=True):
@@ -45,11 +46,11 @@ def test_breakpoint_and_ts_tw_recovered_from_noisy_data():
 def test_three_regimes_and_one_regime_chosen_by_criterion():
     m = np.array(STANDARD_SIZES, dtype=float)
     t3 = np.select([m < 4096, m < 2 ** 20], [1.5e-6 + m / 3e9, 4e-6 + m / 15e9], 2e-5 + m / 6e9)
-    fit3 = dbc.fit_hockney(m, noisy(t3, 0.02, seed=1))
+    fit3 = comm_fit.fit_hockney(m, noisy(t3, 0.02, seed=1))
     assert len(fit3.regimes) == 3
     assert fit3.breakpoints[0] == 4096.0
     assert 2 ** 19 < fit3.breakpoints[1] <= 2 ** 20
-    one = dbc.fit_hockney(m, noisy(2e-6 + m / 10e9, 0.01, seed=2))
+    one = comm_fit.fit_hockney(m, noisy(2e-6 + m / 10e9, 0.01, seed=2))
     assert len(one.regimes) == 1
     assert one.regimes[0].ts == pytest.approx(2e-6, rel=0.05)
     assert one.regimes[0].tw == pytest.approx(1e-10, rel=0.05)
@@ -63,7 +64,7 @@ def test_criterion_does_not_split_a_regime_at_noise():
     curves = {1: 2e-6 + m / 10e9, 2: np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9),
               3: np.select([m < 4096, m < 2 ** 20], [1.5e-6 + m / 3e9, 4e-6 + m / 15e9], 2e-5 + m / 6e9)}
     for k, t in curves.items():
-        found = [len(dbc.fit_hockney(m, noisy(t, 0.02, seed=s)).regimes) for s in range(15)]
+        found = [len(comm_fit.fit_hockney(m, noisy(t, 0.02, seed=s)).regimes) for s in range(15)]
         assert found == [k] * 15, (k, found)
 
 
@@ -71,11 +72,11 @@ def test_protocol_break_at_the_power_of_two_in_the_middle_of_the_gap():
     """Between measured 384 and 1024 B a switch at 512 is as likely as at 1024: the boundary is
     the power of two nearest the middle of the gap in log size; a single one is taken as is.
     A power of two measured as the last size of its regime ends it (a limit admits L bytes)."""
-    assert dbc._boundary(384.0, 1024.0) == 512.0
-    assert dbc._boundary(256.0, 1024.0) == 257.0 and dbc._boundary(2048.0, 2432.0) == 2049.0
-    assert dbc._boundary(3456.0, 4864.0) == 4096.0
-    assert dbc._boundary(2880.0, 4096.0) == 4096.0
-    assert dbc._boundary(4096.0 * 1.1, 4096.0 * 1.3) == pytest.approx(4096.0 * math.sqrt(1.1 * 1.3))
+    assert comm_fit.regime_boundary(384.0, 1024.0) == 512.0
+    assert comm_fit.regime_boundary(256.0, 1024.0) == 257.0 and comm_fit.regime_boundary(2048.0, 2432.0) == 2049.0
+    assert comm_fit.regime_boundary(3456.0, 4864.0) == 4096.0
+    assert comm_fit.regime_boundary(2880.0, 4096.0) == 4096.0
+    assert comm_fit.regime_boundary(4096.0 * 1.1, 4096.0 * 1.3) == pytest.approx(4096.0 * math.sqrt(1.1 * 1.3))
 
 
 def test_past_the_caches_a_regime_line_may_have_a_negative_intercept():
@@ -83,7 +84,7 @@ def test_past_the_caches_a_regime_line_may_have_a_negative_intercept():
     (still positive from the size before it) and the lines meet inside the gap between them."""
     m = np.array([2.0 ** e for e in np.arange(12, 24.5, 0.5)])
     t = np.maximum(4e-6 + m / 50e9, -80e-6 + m / 25e9)      # continuous: the lines cross at 4.2e6 B
-    fit = dbc.fit_hockney(m, t)
+    fit = comm_fit.fit_hockney(m, t)
     last = fit.regimes[-1]
     assert last.ts < 0 and last.ts + last.tw * fit.regimes[-2].m_last > 0
     assert np.all(np.abs(fit.predict(m) / t - 1) < 0.02)
@@ -100,7 +101,7 @@ def test_points_fit_their_mean_and_old_points_take_the_median(tmp_path):
     rows = np.zeros(len(m), dtype=dbc.POINT_DTYPE)
     rows["primitive"], rows["p"], rows["nbytes"], rows["t_mean"] = b"bcast", 2, m, mean
     rows["t_median"] = np.where(np.arange(len(m)) % 3 == 0, 4 * mean, mean)   # the median flips modes
-    fits = dbc.fit_points(rows)
+    fits = comm_fit.fit_points(rows)
     assert len(fits) == 1 and fits["ts"][0] == pytest.approx(1.5e-6, rel=1e-6)
     old_dtype = np.dtype([(n, dbc.POINT_DTYPE[n]) for n in dbc.POINT_DTYPE.names if n != "t_mean"])
     old = np.zeros(3, dtype=old_dtype)
@@ -111,12 +112,12 @@ def test_points_fit_their_mean_and_old_points_take_the_median(tmp_path):
 def test_max_regimes_and_tiny_inputs():
     m = np.array(STANDARD_SIZES, dtype=float)
     t = np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
-    assert len(dbc.fit_hockney(m, t, max_regimes=1).regimes) == 1
-    two = dbc.fit_hockney([8, 64], [1e-6, 1.2e-6])
+    assert len(comm_fit.fit_hockney(m, t, max_regimes=1).regimes) == 1
+    two = comm_fit.fit_hockney([8, 64], [1e-6, 1.2e-6])
     assert len(two.regimes) == 1 and two.regimes[0].ts > 0
-    single = dbc.fit_hockney([1024], [3e-6])
+    single = comm_fit.fit_hockney([1024], [3e-6])
     assert single.predict(1024) == pytest.approx(3e-6)
-    flat = dbc.fit_hockney([8, 16, 32, 64, 128], [2e-6] * 5)   # no size dependence: tw = 0, never negative
+    flat = comm_fit.fit_hockney([8, 16, 32, 64, 128], [2e-6] * 5)   # no size dependence: tw = 0, never negative
     assert flat.regimes[0].tw >= 0 and flat.predict(64) == pytest.approx(2e-6, rel=1e-6)
 
 
@@ -125,20 +126,20 @@ def test_heldout_fits_every_other_size_and_checks_the_rest():
     t = 1e-6 + m * 1e-10
     t_bad = t.copy()
     t_bad[3] *= 1.2                          # a held-out size (index 3) off the line by 20%
-    half, hm, err = dbc.heldout(m, t_bad)
+    half, hm, err = comm_fit.heldout(m, t_bad)
     assert list(hm) == [16, 64, 256, 1024]   # odd indices; the largest (2048) is always fitted
     assert err[1] == pytest.approx(0.2 / 1.2, rel=1e-6)
     assert np.delete(err, 1) == pytest.approx(0, abs=1e-9)
     m10 = np.arange(1, 11) * 64.0
-    _, hm10, _ = dbc.heldout(m10, 1e-6 + m10 * 1e-10)
+    _, hm10, _ = comm_fit.heldout(m10, 1e-6 + m10 * 1e-10)
     assert 640 not in hm10 and list(hm10) == [128, 256, 384, 512]
-    assert dbc.heldout(m[:3], t[:3])[0] is None
+    assert comm_fit.heldout(m[:3], t[:3])[0] is None
 
 
 def test_fit_curve_groups_heldout_error_by_regime():
     m = np.array(STANDARD_SIZES, dtype=float)
     t = noisy(np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9), 0.02, seed=3)
-    cf = dbc.fit_curve(m, t)
+    cf = comm_fit.fit_curve(m, t)
     assert len(cf.err_med) == len(cf.fit.regimes) == 2
     assert sum(cf.n_heldout) == len(m) // 2 - (1 if len(m) % 2 == 0 else 0)
     assert max(cf.err_max) < 0.10 and all(e <= x for e, x in zip(cf.err_med, cf.err_max, strict=True))
@@ -153,12 +154,12 @@ def test_fit_curve_leaves_the_heldout_sizes_out_and_checks_the_fit_on_them():
     law = np.where(sizes < 4096, 1.5e-6 + sizes / 3e9, 4e-6 + sizes / 12e9)
     t = law.copy()
     t[len(m) + 20] *= 1.3                                   # one held-out size 30% slow
-    cf = dbc.fit_curve(sizes, t, mids)
+    cf = comm_fit.fit_curve(sizes, t, mids)
     assert cf.heldout_fit is None and sum(r.npts for r in cf.fit.regimes) == len(m)
     assert sum(cf.n_heldout) == len(mids)
     assert cf.fit.predict(sizes) == pytest.approx(law, rel=1e-6)
     assert max(x for x in cf.err_max if x == x) == pytest.approx(0.3 / 1.3, rel=1e-3)
-    fallback = dbc.fit_curve(m, law[:len(m)], mids)         # none of them measured: every other size
+    fallback = comm_fit.fit_curve(m, law[:len(m)], mids)         # none of them measured: every other size
     assert fallback.heldout_fit is not None and sum(fallback.n_heldout) == len(m) // 2 - 1
 
 
@@ -177,7 +178,7 @@ def test_loggp_from_prtt_recovers_o_O_g_G():
     rows["prttnd"] = prtt1 + (n - 1) * (delay + o_s)
     fits = np.zeros(2, dbc.FIT_DTYPE)
     fits["primitive"], fits["p"], fits["regime"], fits["lo"] = b"pingpong", 2, [0, 1], [0, 4096]
-    lg = dbc.fit_loggp(rows, fits)
+    lg = comm_fit.fit_loggp(rows, fits)
     assert lg["L"] == pytest.approx(prtt1[0] / 2) and lg["n"] == n
     assert [r["lo"] for r in lg["regimes"]] == [0, 4096]
     for r, want in zip(lg["regimes"], [(o, o_per_b, g, g_per_b), (o2, o2_per_b, g2, g2_per_b)], strict=True):
@@ -192,6 +193,11 @@ def curve_points(prim, p, r=0, c=0, scale=1.0, sizes=STANDARD_SIZES):
     t = scale * np.where(m < 4096, 1.5e-6 + m / 3e9, 4e-6 + m / 12e9)
     rows = [(prim, p, r, c, int(x), y, y, y, y, 5, 1, y) for x, y in zip(m, t, strict=True)]
     return rows
+
+
+def write_fitted(path, info: dict, points):
+    """Store ``points`` with their fits, as the probe does (it fits, the store stores)."""
+    return dbc.write_platform(path, info, points, comm_fit.fit_points(points, info.get("heldout_sizes", ())))
 
 
 def platform_info(P, oversubscribed=False, **extra):
@@ -214,7 +220,7 @@ def write_synthetic(path, P, prims=dbc.PRIMITIVES, scale=1.0, **extra):
         else:
             for p in range(2, P + 1):
                 rows += curve_points(prim, p, scale=scale * p / 2)
-    return dbc.write_platform(path, platform_info(P, **extra), np.array(rows, dtype=dbc.POINT_DTYPE))
+    return write_fitted(path, platform_info(P, **extra), np.array(rows, dtype=dbc.POINT_DTYPE))
 
 
 def as_schema_2(path) -> None:
@@ -861,7 +867,7 @@ def test_cold_curve_applies_from_its_first_size_warm_below_and_when_missing(tmp_
     path = tmp_path / "sp.h5"
     cold_sizes = [65536, 131072, 262144, 524288, 1 << 20, 1 << 21]
     rows = curve_points("scatterv", 2) + curve_points("scatterv_cold", 2, scale=3.0, sizes=cold_sizes)
-    dbc.write_platform(path, platform_info(2), np.array(rows, dtype=dbc.POINT_DTYPE))
+    write_fitted(path, platform_info(2), np.array(rows, dtype=dbc.POINT_DTYPE))
     cp = load_comm(path, nprocs=2)
     small, big = np.array([1024.0, 8192.0]), np.array([65536.0, 1 << 21, 1 << 24])
     np.testing.assert_allclose(cp.time("scatterv_cold", 2, small), cp.time("scatterv", 2, small))

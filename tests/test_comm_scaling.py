@@ -14,8 +14,9 @@ from test_comm import platform_info
 
 from autotune.cli import main as cli_main
 from autotune.db import comm as dbc
-from autotune.db import comm_scaling as cs
 from autotune.db.comm import load_comm
+from autotune.models import comm_fit
+from autotune.models import comm_scaling as cs
 
 SIZES = [2 ** e for e in range(3, 25)] + [1536, 3072, 6144, 12288]
 SAMPLE8 = [2, 3, 4, 6, 8]
@@ -42,7 +43,7 @@ def points(prim="bcast", ps=SAMPLE8, noise=0.0, seed=0, off=None, **forms):
 
 def store(path, pts, P=8, models=True):
     pm = cs.fit_models(pts) if models else None
-    return dbc.write_platform(path, platform_info(P), pts, pmodels=pm)
+    return dbc.write_platform(path, platform_info(P), pts, comm_fit.fit_points(pts), pmodels=pm)
 
 
 # -- sampling ------------------------------------------------------------------------------------

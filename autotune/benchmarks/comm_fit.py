@@ -13,7 +13,7 @@ For each regime whose held-out max error exceeds ``--tol``:
 - ``best line``: the smallest max error any single (ts, tw) line reaches on the regime's held-out
   points (a linear programme on those points themselves, so a floor for any line fitted on others).
 
-The (p, m) models (``autotune.db.comm_scaling``): their held-out error at each measured process
+The (p, m) models (``autotune.models.comm_scaling``): their held-out error at each measured process
 count left out in turn (but the two smallest), refitted from the stored points, median and max
 per primitive.
 
@@ -33,7 +33,8 @@ from scipy.optimize import linprog
 
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.db import comm as dbc
-from autotune.db import comm_scaling as scaling
+from autotune.models import comm_fit
+from autotune.models import comm_scaling as scaling
 
 HELP = "held-out check of a comm probe's (ts, tw) fits, and two probes' repeatability"
 BANDS = ((0, 4096, "< 4 KiB"), (4096, 1 << 18, "4-256 KiB"), (1 << 18, 1 << 22, "0.25-4 MiB"),
@@ -83,8 +84,8 @@ def regime_report(platform: dbc.Platform, tol: float, fits_from: dbc.Platform | 
     """
     held = np.asarray(platform.info.get("heldout_sizes", []), float)
     lines, counts = [], {"warm": [0, 0, 0, [], 0], "cold": [0, 0, 0, [], 0]}
-    other = dict(dbc.curves(fits_from.points)) if fits_from is not None else None
-    for key, q in dbc.curves(platform.points):
+    other = dict(comm_fit.curves(fits_from.points)) if fits_from is not None else None
+    for key, q in comm_fit.curves(platform.points):
         m, t = q["nbytes"].astype(float), q["t_mean"]
         mine = held if len(held) else m[every_other(len(m))]
         is_held = np.isin(m, mine)
@@ -94,15 +95,15 @@ def regime_report(platform: dbc.Platform, tol: float, fits_from: dbc.Platform | 
         if src is None:
             continue
         keep = ~np.isin(src["nbytes"].astype(float), mine)
-        fit = dbc.fit_hockney(src["nbytes"][keep].astype(float), src["t_mean"][keep])
+        fit = comm_fit.fit_hockney(src["nbytes"][keep].astype(float), src["t_mean"][keep])
         lines += _curve_report(key, fit, m, t, is_held, tol, counts["cold" if key[0].endswith("_cold") else "warm"])
     return lines, counts
 
 
-def _curve_report(key: tuple, fit: dbc.HockneyFit, m: np.ndarray, t: np.ndarray, is_held: np.ndarray,
+def _curve_report(key: tuple, fit: comm_fit.HockneyFit, m: np.ndarray, t: np.ndarray, is_held: np.ndarray,
                   tol: float, counts: list) -> list[str]:
     """Count one curve's regimes into ``counts`` (one kind's list); a line per failing regime."""
-    err = dbc.relative_errors(fit, m[is_held], t[is_held])
+    err = comm_fit.relative_errors(fit, m[is_held], t[is_held])
     noisy = off_neighbours(m[~is_held], t[~is_held], m[is_held], t[is_held], tol)
     where = fit.index(m[is_held])
     counts[3].extend(err)
@@ -127,9 +128,9 @@ def _curve_report(key: tuple, fit: dbc.HockneyFit, m: np.ndarray, t: np.ndarray,
 
 def retest(a: dbc.Platform, b: dbc.Platform) -> list[str]:
     """Median ratio and 10-90% range of two probes' times, per primitive and size band."""
-    times = {(*key, int(r["nbytes"])): float(r["t_mean"]) for key, q in dbc.curves(a.points) for r in q}
+    times = {(*key, int(r["nbytes"])): float(r["t_mean"]) for key, q in comm_fit.curves(a.points) for r in q}
     groups: dict = {}
-    for key, q in dbc.curves(b.points):
+    for key, q in comm_fit.curves(b.points):
         for r in q:
             mine = times.get((*key, int(r["nbytes"])))
             band = next(name for lo, hi, name in BANDS if lo <= r["nbytes"] < hi)

@@ -3,7 +3,7 @@ form chosen by AICc across the process counts the probe measured, so that a p it
 is predicted instead of given the nearest measured p's curve (docs/models.md, "Models in (p, m)").
 
 Regimes are shared by all the primitive's curves: one segmentation of every measured p at once
-(each curve its own line per regime, the cuts common, charged as ``comm.fit_hockney`` charges
+(each curve its own line per regime, the cuts common, charged as ``comm_fit.fit_hockney`` charges
 them). In each regime T(p, m) = ts_a + ts_b F(p) + (tw_a + tw_b G(p)) (m - m0), with F and G
 each one of FORMS (shifted to 0 at p = 2, so ts_a and tw_a are the costs there), every
 coefficient >= 0 (a collective does not get cheaper with more processes; m0, the last size below
@@ -22,8 +22,10 @@ from functools import reduce
 
 import numpy as np
 
-from . import comm as dbc
-from .comm_pmodel import FORM_TEXT, FORMS, PMODEL_DTYPE, PModel, form_values
+from autotune.db import comm as dbc
+from autotune.db.comm_pmodel import FORM_TEXT, FORMS, PMODEL_DTYPE, PModel, form_values
+
+from . import comm_fit
 
 SKIP = dbc.PAIR_PRIMITIVES + dbc.LINK_PRIMITIVES     # one pair of ranks: no p to model
 
@@ -81,21 +83,21 @@ def fit_forms(p, m, t, m0: float = 0.0, forms=FORMS) -> tuple[str, str, np.ndarr
 def shared_bounds(curves: list[tuple[np.ndarray, np.ndarray]], max_regimes: int = 8, min_points: int = 3) -> np.ndarray:
     """Interior regime boundaries (bytes) shared by ``curves`` ((sizes, times) each, sizes
     ascending): one segmentation of them all on their common sizes, each curve its own line per
-    regime, scored by ``comm._criterion``'s mbic with every curve's lines counted."""
+    regime, scored by ``comm_fit``'s mbic with every curve's lines counted."""
     common = reduce(np.intersect1d, [np.asarray(m, dtype=float) for m, _ in curves])
     if len(common) < 2:
         return np.zeros(0)
     min_seg = max(1, min(min_points, len(common)))
-    cost = sum(dbc._segment_costs(common, np.maximum(np.asarray(t, float)[np.isin(m, common)], 1e-12), min_seg)
+    cost = sum(comm_fit.segment_costs(common, np.maximum(np.asarray(t, float)[np.isin(m, common)], 1e-12), min_seg)
                for m, t in curves)
     k_curves, n = len(curves), len(curves) * len(common)
 
     def mbic(rss: float, k: int) -> float:
-        params = 2 * k * k_curves + dbc.BREAK_PARAMS * (k - 1) + 1
+        params = 2 * k * k_curves + comm_fit.BREAK_PARAMS * (k - 1) + 1
         return n * math.log(max(rss, n * 1e-14) / n) + params * math.log(n)
 
-    cuts, _, _ = dbc.best_cuts(cost, max_regimes, min_seg, mbic)
-    return np.array([dbc._boundary(common[i - 1], common[i]) for i in cuts], dtype=float)
+    cuts, _, _ = comm_fit.best_cuts(cost, max_regimes, min_seg, mbic)
+    return np.array([comm_fit.regime_boundary(common[i - 1], common[i]) for i in cuts], dtype=float)
 
 
 def _curves_of(m: np.ndarray, t: np.ndarray, keys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
