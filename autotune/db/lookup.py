@@ -18,22 +18,12 @@ from collections import defaultdict
 
 import numpy as np
 
+from autotune.assumptions import DEFAULT_RATE, DRIFT_PERCENTILE, MAX_DRIFT_CORRECTION, RECHECK_SECONDS
 from autotune.routines import ROUTINES
 
 from . import location
 from .fingerprint import stale_backends
 from .store import Database, DatabaseError, load, valid_mask
-
-# Nominal per-thread rates (flop/s) by BLAS level, used only when nothing was measured.
-DEFAULT_RATE = {3: 20e9, 2: 2e9, 1: 1e9}
-
-
-# Drift correction normalises each reference series to this low percentile of itself (the machine
-# at its least disturbed, robust to the reference's own timing noise).
-DRIFT_PERCENTILE = 10
-# ... by at most this factor either way: a reference re-timed inside a short burst says little about
-# the point measured seconds away, and uncapped it can push a k past the core's peak.
-MAX_DRIFT_CORRECTION = 1.15
 
 
 def drift_corrected_k(records: np.ndarray) -> np.ndarray:
@@ -262,8 +252,6 @@ class SystemParameters:
 
 _CACHE: dict[tuple, SystemParameters] = {}
 _RECENT: dict[tuple, tuple[float, SystemParameters]] = {}
-# A tuned call re-checks the database file's mtime at most this often (seconds).
-RECHECK_SECONDS = 1.0
 
 
 def _read(p) -> SystemParameters:
