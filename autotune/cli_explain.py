@@ -21,7 +21,7 @@ from autotune.backends import pools
 from autotune.cli_common import error
 from autotune.config import available_cores, options
 from autotune.db import load_sp, resolve
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, load_platform, measured_platform
 from autotune.families import DISTRIBUTED, FAMILIES, as_problem
 from autotune.models.mapping import database_k

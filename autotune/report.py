@@ -21,7 +21,7 @@ import numpy as np
 
 from autotune.config import available_cores
 from autotune.db import load_sp, location
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.db.validation import read_validation
 from autotune.families import DISTRIBUTED, FAMILIES
 from autotune.learn import load_learned

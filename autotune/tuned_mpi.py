@@ -23,7 +23,7 @@ import numpy as np
 from autotune import tuned_local, tuned_lu
 from autotune.config import get_options, options
 from autotune.db import load_sp
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError
 from autotune.families import FAMILIES, CholeskyProblem, GemmProblem, LuProblem, Problem, SolveProblem
 from autotune.models.distributed_cholesky import memory_order

@@ -36,7 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from autotune.db import load_sp
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.db.store import DatabaseError
 from autotune.distributed.plan import Phases
 from autotune.families import FAMILIES

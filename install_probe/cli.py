@@ -17,7 +17,8 @@ from pathlib import Path
 
 from autotune.db import DatabaseError, load, resolve
 from autotune.db import comm as dbc
-from autotune.db.comm import hardware, mpi_world_size_env
+from autotune.db.comm import hardware
+from autotune.db.comm_lookup import mpi_world_size_env
 from autotune.db.store import read_only
 from autotune.tuned_mpi import MPI_MISSING
 

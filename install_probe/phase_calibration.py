@@ -21,7 +21,7 @@ from autotune.install_probe.calibrate import CALLS, PLAN, problem
 
 from autotune.config import available_cores, options
 from autotune.db import load_sp, location
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError
 from autotune.db.store import DatabaseError
 from autotune.distributed.collective import quiet_barrier

@@ -15,9 +15,10 @@ import yaml
 from db_helpers import edited
 from mpi_helpers import fake_launch, mpi_command, run_checked
 
-from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, load, load_sp, save
+from autotune import assumptions
+from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, comm_lookup, load, load_sp, save
 from autotune.db import comm as dbc
-from autotune.db.comm import CommParams, load_comm
+from autotune.db.comm_lookup import CommParams, load_comm
 from autotune.models import comm_fit
 
 STANDARD_SIZES = sorted({2 ** e for e in range(3, 25)} | {int(round(1024 * 2 ** (i / 4) / 64)) * 64 for i in range(25)})
@@ -321,8 +322,9 @@ def assert_defaults_with_one_warning(cp: CommParams):
     msgs = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(msgs) == 1, msgs
     assert "autotune-install --mpi" in msgs[0]
-    np.testing.assert_allclose(a, [dbc.DEFAULT_TS + 8 * dbc.DEFAULT_TW, dbc.DEFAULT_TS + 2 ** 20 * dbc.DEFAULT_TW])
-    assert b == dbc.default_ts_tw("bcast", 4)
+    ts, tw = assumptions.DEFAULT_TS, assumptions.DEFAULT_TW
+    np.testing.assert_allclose(a, [ts + 8 * tw, ts + 2 ** 20 * tw])
+    assert b == comm_lookup.default_ts_tw("bcast", 4)
     assert float(c) > 0 and float(d) > 0
 
 
@@ -399,8 +401,8 @@ def test_comm_write_replaces_a_damaged_file(tmp_path):
 
 
 def test_import_does_not_load_mpi4py():
-    code = ("import autotune, autotune.db.comm, sys\n"
-            "cp = autotune.db.comm.load_comm(nprocs=2)\n"
+    code = ("import autotune, autotune.db.comm_lookup, sys\n"
+            "cp = autotune.db.comm_lookup.load_comm(nprocs=2)\n"
             "cp.platform\n"
             "assert 'mpi4py' not in sys.modules, 'mpi4py imported'\n"
             "import autotune.install_probe.comm, autotune.install_probe.cli\n"
@@ -631,7 +633,7 @@ def test_first_touch_series_loses_a_lone_outlier_and_keeps_steps(tmp_path):
     path = tmp_path / "ft.h5"
     sizes = [1 << 22, 1 << 23, 1 << 24, 1 << 25, 1 << 26, 1 << 27]
     write_synthetic(path, 2, first_touch={"bytes": sizes, "per_byte": [0.0, 9e-11, 0.0, 0.0, 1e-10, 1e-10]})
-    cp = dbc.load_comm(path, nprocs=2)
+    cp = comm_lookup.load_comm(path, nprocs=2)
     assert cp.first_touch_time(1 << 23) == 0.0
     assert cp.first_touch_time(1 << 26) == pytest.approx(1e-10 * (1 << 26))
     assert cp.first_touch_time(1 << 27) == pytest.approx(1e-10 * (1 << 27))
@@ -646,7 +648,7 @@ def test_finiteness_check_uses_the_probed_cold_timing(tmp_path):
     sp = load_sp(tmp_path / "sp.h5")
     path = tmp_path / "ck.h5"
     write_synthetic(path, 2, check={"sides": [1024, 4096], "scipy-openblas": [1e-9, 4e-9]})
-    cp = dbc.load_comm(path, nprocs=2)
+    cp = comm_lookup.load_comm(path, nprocs=2)
     assert cp.check_time("scipy-openblas", 2048.0 ** 2) == pytest.approx(2.5e-9 * 2048 ** 2)
     assert cp.check_time("mkl", 1e6) is None
     assert movement.finite_check(sp, 2048, 2048, "scipy-openblas", 1, cp) == pytest.approx(2.5e-9 * 2048 ** 2)
@@ -662,23 +664,24 @@ def test_first_touch_cost_comes_with_the_platform_by_size(tmp_path):
     every size; a platform without one, or none, gives the nominal value."""
     path = tmp_path / "ft.h5"
     write_synthetic(path, 2, first_touch={"bytes": [1 << 22, 1 << 24, 1 << 26], "per_byte": [0.0, 0.0, 4e-11]})
-    cp = dbc.load_comm(path, nprocs=2)
+    cp = comm_lookup.load_comm(path, nprocs=2)
     assert cp.first_touch_time(1 << 20) == 0.0 and cp.first_touch_time(1 << 24) == 0.0
     assert cp.first_touch_time(1 << 25) == pytest.approx(2e-11 * (1 << 25))
     assert cp.first_touch_time(1 << 28) == pytest.approx(4e-11 * (1 << 28))
     single = tmp_path / "single.h5"
     write_synthetic(single, 2, first_touch=3e-11)
     as_schema_2(single)                  # schema 2 stored one value for every size: migrated on read
-    assert dbc.load_comm(single, nprocs=2).first_touch_time(1000.0) == pytest.approx(3e-8)
-    nominal = 1000.0 * dbc.DEFAULT_FIRST_TOUCH
+    assert comm_lookup.load_comm(single, nprocs=2).first_touch_time(1000.0) == pytest.approx(3e-8)
+    nominal = 1000.0 * assumptions.DEFAULT_FIRST_TOUCH
     bads = (None, "x", {"bytes": [1, 2]}, {"bytes": [1, 2], "per_byte": [1.0, float("nan")]})
     for i, bad in enumerate(bads):
         old = tmp_path / f"old{i}.h5"
         write_synthetic(old, 2, **({} if bad is None else {"first_touch": bad}))
-        assert dbc.load_comm(old, nprocs=2).first_touch_time(1000.0) == pytest.approx(nominal), bad
+        assert comm_lookup.load_comm(old, nprocs=2).first_touch_time(1000.0) == pytest.approx(nominal), bad
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        assert dbc.load_comm(tmp_path / "missing.h5", nprocs=2).first_touch_time(1000.0) == pytest.approx(nominal)
+        cp = comm_lookup.load_comm(tmp_path / "missing.h5", nprocs=2)
+        assert cp.first_touch_time(1000.0) == pytest.approx(nominal)
 
 
 def test_first_touch_probe_measures_by_size_and_a_positive_cost_past_the_mmap_threshold():
@@ -711,13 +714,13 @@ def test_compute_skew_is_the_mean_relative_spread_and_comes_with_the_platform(tm
     write_synthetic(single, 2, compute_skew=0.012)
     as_schema_2(single)                                     # schema 2 stored one value for every p
     write_synthetic(old, 2)
-    cp = dbc.load_comm(path, nprocs=4)
+    cp = comm_lookup.load_comm(path, nprocs=4)
     assert (cp.compute_skew(2), cp.compute_skew(3), cp.compute_skew(4)) == (0.012, 0.1, 0.24)
-    assert dbc.load_comm(single, nprocs=2).compute_skew(2) == 0.012
-    assert dbc.load_comm(old, nprocs=2).compute_skew(2) == dbc.DEFAULT_COMPUTE_SKEW
+    assert comm_lookup.load_comm(single, nprocs=2).compute_skew(2) == 0.012
+    assert comm_lookup.load_comm(old, nprocs=2).compute_skew(2) == assumptions.DEFAULT_COMPUTE_SKEW
     for i, bad in enumerate(("x", -1.0, float("nan"), {"p": [2], "skew": ["x"]})):
         write_synthetic(tmp_path / f"bad{i}.h5", 2, compute_skew=bad)
-        assert dbc.load_comm(tmp_path / f"bad{i}.h5", nprocs=2).compute_skew(2) == dbc.DEFAULT_COMPUTE_SKEW
+        assert load_comm(tmp_path / f"bad{i}.h5", nprocs=2).compute_skew(2) == assumptions.DEFAULT_COMPUTE_SKEW
 
 
 class _Group:
@@ -747,18 +750,18 @@ def test_step_wait_reads_the_calibration_by_nearest_p_and_log_block_else_the_pro
     path, bare = tmp_path / "cal.h5", tmp_path / "bare.h5"
     table = {"p": [2, 4], "b": [64, 256], "wait": [[0.04, 0.02], [0.6, 0.2]]}
     write_synthetic(path, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]}, step_wait=table)
-    cp = dbc.load_comm(path, nprocs=4)
+    cp = comm_lookup.load_comm(path, nprocs=4)
     assert cp.step_wait(2, 64) == pytest.approx(0.04) and cp.step_wait(2, 128) == pytest.approx(0.03)
     assert cp.step_wait(2, 32) == pytest.approx(0.04) and cp.step_wait(2, 1024) == pytest.approx(0.02)
     assert cp.step_wait(3, 256) == pytest.approx(0.2) and cp.step_wait(4, 64) == pytest.approx(0.6)
     assert cp.end_wait(4, 64) == 0.0                       # an older calibration: no root's wait
     write_synthetic(path, 4, step_wait={**table, "end": [[0.1, 0.0], [1.5, 0.5]]})
-    cp = dbc.load_comm(path, nprocs=4)
+    cp = comm_lookup.load_comm(path, nprocs=4)
     assert cp.end_wait(2, 128) == pytest.approx(0.05) and cp.end_wait(3, 64) == pytest.approx(1.5)
     for bad in ({"p": [2], "b": [64], "wait": [[-1.0]]}, {"p": [2], "b": [64, 128], "wait": [[0.1]]}, "x",
                 {"p": [2], "wait": [[0.1]]}):
         write_synthetic(bare, 4, compute_skew={"p": [2, 3, 4], "skew": [0.012, 0.1, 0.24]}, step_wait=bad)
-        cp = dbc.load_comm(bare, nprocs=4)
+        cp = comm_lookup.load_comm(bare, nprocs=4)
         assert (cp.step_wait(2, 64), cp.step_wait(3, 64)) == (0.012, 0.1)
 
 
@@ -769,13 +772,13 @@ def test_step_wait_of_a_one_row_or_one_column_grid_is_its_own_orientations(tmp_p
              "wait_1xp": [[0.0, 0.0]], "wait_px1": [[0.04, 0.02]]}
     path = tmp_path / "sw.h5"
     write_synthetic(path, 2, step_wait=table)
-    cp = dbc.load_comm(path, nprocs=2)
+    cp = comm_lookup.load_comm(path, nprocs=2)
     assert cp.step_wait(2, 64, (1, 2)) == 0.0 and cp.step_wait(2, 64, (2, 1)) == pytest.approx(0.04)
     assert cp.step_wait(2, 256, (2, 1)) == pytest.approx(0.02) and cp.step_wait(2, 64) == pytest.approx(0.02)
     assert cp.step_wait(4, 64, (2, 2)) == pytest.approx(0.02)
     old = tmp_path / "old.h5"
     write_synthetic(old, 2, step_wait={k: table[k] for k in ("p", "b", "wait", "end")})
-    assert dbc.load_comm(old, nprocs=2).step_wait(2, 64, (2, 1)) == pytest.approx(0.02)
+    assert comm_lookup.load_comm(old, nprocs=2).step_wait(2, 64, (2, 1)) == pytest.approx(0.02)
 
 
 def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
@@ -879,7 +882,7 @@ def test_cold_curve_applies_from_its_first_size_warm_below_and_when_missing(tmp_
         warnings.simplefilter("error")
         np.testing.assert_allclose(warm_only.time("bcast_cold", 2, big), warm_only.time("bcast", 2, big))
     assert dbc.base_primitive("bcast_cold") == "bcast" and dbc.base_primitive("bcast") == "bcast"
-    assert dbc.default_ts_tw("scatterv_cold", 4) == dbc.default_ts_tw("scatterv", 4)
+    assert comm_lookup.default_ts_tw("scatterv_cold", 4) == comm_lookup.default_ts_tw("scatterv", 4)
 
 
 def test_profile_cold_sizes_and_buffers():
@@ -928,7 +931,7 @@ def test_cache_flush_sweeps_four_times_the_last_level_cache():
 def test_pack_time_interpolates_the_probes_costs_by_run_length(tmp_path):
     path = tmp_path / "sp.h5"
     write_synthetic(path, 2, pack={"runs": [8, 512, 2048], "take": [4e-9, 1e-9, 1e-9], "put": [6e-9, 2e-9, 1e-9]})
-    cp = dbc.load_comm(path, nprocs=2)
+    cp = comm_lookup.load_comm(path, nprocs=2)
     assert cp.pack_time("take", 100, 8) == pytest.approx(4e-7)
     assert cp.pack_time("take", 100, 64) == pytest.approx(100 * 2.5e-9)      # halfway in log run
     assert cp.pack_time("put", 100, 1 << 20) == pytest.approx(1e-7)         # past the last: clamped
@@ -936,7 +939,7 @@ def test_pack_time_interpolates_the_probes_costs_by_run_length(tmp_path):
     for bad in (None, {"runs": [8], "take": ["x"]}, {"runs": [8, 16], "take": [1e-9]}, {"take": [1e-9]}):
         other = tmp_path / f"bad{len(str(bad))}.h5"
         write_synthetic(other, 2, **({} if bad is None else {"pack": bad}))
-        assert dbc.load_comm(other, nprocs=2).pack_time("take", 100, 8) is None
+        assert comm_lookup.load_comm(other, nprocs=2).pack_time("take", 100, 8) is None
 
 
 def test_pack_costs_probe_measures_every_run_length():

@@ -14,7 +14,7 @@ from test_comm import platform_info
 
 from autotune.cli import main as cli_main
 from autotune.db import comm as dbc
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.models import comm_fit
 from autotune.models import comm_scaling as cs
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from autotune import assumptions
-from autotune.db.comm import CommParams
+from autotune.db.comm_lookup import CommParams
 from autotune.db.lookup import load_sp
 from autotune.families import GemmProblem, as_problem
 from autotune.models import cholesky as chol_models

@@ -12,8 +12,7 @@ from db_helpers import edited
 from test_comm import write_synthetic
 
 import autotune
-from autotune.db import RECORD_DTYPE, SCHEMA_VERSION, Database, SchemaMismatch, load, load_sp, save
-from autotune.db import comm as dbc
+from autotune.db import RECORD_DTYPE, SCHEMA_VERSION, Database, SchemaMismatch, comm_lookup, load, load_sp, save
 from autotune.db.fitted import FittedRecord, read_fitted, save_fitted
 from autotune.db.learned import read_learned, save_learned
 from autotune.db.store import MIGRATABLE
@@ -78,7 +77,7 @@ def readable_everything(path) -> None:
     assert read_learned(path)[0]["scale"] == 2.0
     assert load_phase_factors(path, "k").factor("gemm", "bsr", "compute") == pytest.approx(1.1)
     assert read_validation(path).points[0]["model"] == "fitted"
-    cp = dbc.load_comm(path, nprocs=2, refresh=True)
+    cp = comm_lookup.load_comm(path, nprocs=2, refresh=True)
     assert cp.available, cp.reason
 
 
@@ -95,7 +94,7 @@ def test_an_older_file_is_migrated_on_read_and_left_unchanged(full_db):
     as_written_by(full_db, SCHEMA_VERSION - 1)
     before = full_db.read_bytes()
     readable_everything(full_db)
-    cp = dbc.load_comm(full_db, nprocs=2, refresh=True)
+    cp = comm_lookup.load_comm(full_db, nprocs=2, refresh=True)
     assert cp.compute_skew(2) == 0.012                        # one value stored for every p
     assert cp.first_touch_time(1000.0) == pytest.approx(3e-8)   # one value stored for every size
     assert full_db.read_bytes() == before                     # reading wrote nothing
@@ -106,7 +105,7 @@ def test_a_group_the_migration_cannot_read_is_refused_the_rest_kept(full_db):
     with edited(full_db, "r+") as f:
         for g in f["comm"].values():
             g.attrs["comm_schema"] = 0
-    cp = dbc.load_comm(full_db, nprocs=2, refresh=True)
+    cp = comm_lookup.load_comm(full_db, nprocs=2, refresh=True)
     assert not cp.available and f"autotune-install --mpi --np P --db {full_db}" in cp.reason
     assert len(load(full_db, check_machine=False).records) == 7
     assert read_fitted(full_db).entries
@@ -127,7 +126,7 @@ def test_an_unreadable_version_is_refused_naming_the_rebuild(full_db, version):
         assert not read_fitted(full_db).entries
         assert not load_phase_factors(full_db, "k")
         assert not read_validation(full_db).points
-        cp = dbc.load_comm(full_db, nprocs=2, refresh=True)
+        cp = comm_lookup.load_comm(full_db, nprocs=2, refresh=True)
     assert not cp.available and "autotune-install --mpi --np P" in cp.reason
     assert any("schema version" in str(w.message) for w in caught)
     with pytest.raises(SchemaMismatch):

@@ -430,7 +430,7 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
 
     from test_comm import write_synthetic
 
-    from autotune.db.comm import load_comm
+    from autotune.db.comm_lookup import load_comm
 
     path, bare = tmp_path / "db.h5", tmp_path / "bare.h5"
     shutil.copy(tiny_db, path)

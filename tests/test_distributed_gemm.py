@@ -478,7 +478,7 @@ def test_invalid_plans_rejected():
 
 def test_models_accept_the_real_lookups(tmp_path):
     """The real SP and communication lookups (here without data: nominal defaults) plug in."""
-    from autotune.db.comm import CommParams
+    from autotune.db.comm_lookup import CommParams
     from autotune.db.lookup import load_sp
 
     sp, cp = load_sp(tmp_path / "absent.h5"), CommParams(None, "test", 4)

@@ -232,7 +232,7 @@ def test_efficiency_threshold_orders_plans_and_reaches_the_choice(tiny_db, monke
     import autotune
     from autotune.cli import main as cli_main
     from autotune.db import load_sp
-    from autotune.db.comm import CommParams
+    from autotune.db.comm_lookup import CommParams
     from autotune.select.distributed import rank_plans
 
     sp, cp = load_sp(str(tiny_db)), CommParams(None, "test", 2)

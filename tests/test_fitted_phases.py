@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from db_helpers import edited
 
-from autotune.db.comm import CommParams
+from autotune.db.comm_lookup import CommParams
 from autotune.db.lookup import load_sp
 from autotune.families import as_problem
 from autotune.models.fitted_phases import (

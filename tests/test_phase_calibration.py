@@ -15,7 +15,7 @@ from mpi_helpers import mpi_env
 
 from autotune import cli, cli_show
 from autotune.db import load_sp
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.families import GemmProblem
 from autotune.models.fitted_phases import (
     PhaseFactor,

@@ -114,7 +114,8 @@ def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
     network's large-message rate is the token bucket's (within 10%)."""
     import yaml
 
-    from autotune.db.comm import load_comm, read_platforms
+    from autotune.db.comm import read_platforms
+    from autotune.db.comm_lookup import load_comm
 
     _require_testbed()
     work, db, prof = tmp_path / "bed", tmp_path / "db.h5", tmp_path / "links.yaml"

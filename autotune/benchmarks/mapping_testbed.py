@@ -28,7 +28,7 @@ import numpy as np
 from autotune.benchmarks._common import error, output_problem
 from autotune.config import options
 from autotune.db import load_sp
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, measured_platform
 from autotune.families import FAMILIES, usable_blocks
 from autotune.models.fitted_phases import platform_factors

@@ -14,7 +14,7 @@ import re
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.mpi_validate import summarise
 from autotune.db import load_sp
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.families import as_problem
 from autotune.plans import Plan
 from autotune.select.distributed import predict

@@ -27,7 +27,7 @@ from threadpoolctl import threadpool_limits
 from autotune.benchmarks._common import error, output_problem, timed, write_json
 from autotune.config import options
 from autotune.db import load_sp
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.families import as_problem
 from autotune.plans import Plan
 from autotune.select.distributed import rank_plans

@@ -28,7 +28,7 @@ import numpy as np
 from autotune.benchmarks._common import error
 from autotune.benchmarks.mapping_testbed import CALLS, agrees, args_problem, operands, plans, reference
 from autotune.config import options
-from autotune.db.comm import load_comm
+from autotune.db.comm_lookup import load_comm
 from autotune.families import FAMILIES, usable_blocks
 from autotune.plans import Plan
 

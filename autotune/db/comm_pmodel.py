@@ -1,6 +1,6 @@
 """Evaluation of the communication models in (p, m) (``comm_scaling`` fits them): the candidate
 forms of ts(p) and tw(p), the stored rows (PMODEL_DTYPE) and one primitive's model as Hockney
-regimes at any p. Apart from the fits so that the lookup (``comm.CommParams``) needs no fitting code.
+regimes at any p. Apart from the fits so that the lookup (``comm_lookup.CommParams``) needs no fitting code.
 """
 from __future__ import annotations
 

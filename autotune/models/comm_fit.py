@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.db.comm import DEFAULT_TS, DEFAULT_TW, FIT_DTYPE, PRTT_DTYPE
+from autotune.assumptions import DEFAULT_TS, DEFAULT_TW
+from autotune.db.comm import FIT_DTYPE, PRTT_DTYPE
 
 
 @dataclass(frozen=True)
