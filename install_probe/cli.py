@@ -302,7 +302,7 @@ def main_mpi(args) -> int:
         argv = ["--profile", args.profile] + (["--db", args.db] if args.db else []) + (
             ["--quiet"] if args.no_progress else [])
         return comm_main(argv)
-    from .comm import CommProfileError, load_comm_profile
+    from .comm_profile import CommProfileError, load_comm_profile
 
     try:
         load_comm_profile(args.profile)      # fail here, not in P processes
@@ -421,9 +421,10 @@ def _signal_name(exc: BaseException) -> str:
 
 
 def estimate_line(profile: str, nprocs: int, db: Path | None = None) -> str:
-    """The run's expected wall time, from the profile's plan (``comm.estimate_seconds``) and, when
+    """The run's expected wall time, from the profile's plan (``comm_estimate.estimate_seconds``) and, when
     ``db`` holds BLAS records, this machine's one-thread dgemm rate."""
-    from .comm import estimate_seconds, load_comm_profile
+    from .comm_estimate import estimate_seconds
+    from .comm_profile import load_comm_profile
 
     try:
         low, high = estimate_seconds(load_comm_profile(profile), nprocs, _physical_cores(), gemm_rate(db))

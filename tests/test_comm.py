@@ -414,7 +414,7 @@ def test_import_does_not_load_mpi4py():
 # -- profiles ------------------------------------------------------------------------------------------
 
 def test_builtin_profiles_and_errors(tmp_path):
-    from autotune.install_probe.comm import BUILTIN, CommProfileError, load_comm_profile, parse_comm_profile
+    from autotune.install_probe.comm_profile import BUILTIN, CommProfileError, load_comm_profile, parse_comm_profile
     from autotune.install_probe.profile import read_profile_yaml
 
     quick, std = load_comm_profile("quick"), load_comm_profile("standard")
@@ -453,7 +453,7 @@ def test_builtin_profiles_and_errors(tmp_path):
 
 
 def test_each_point_keeps_the_lower_median_of_its_passes():
-    from autotune.install_probe.comm import _Run
+    from autotune.install_probe.comm_sweep import _Run
 
     def row(prim, m, mean):
         return (prim, 2, 0, 0, m, mean, mean, mean, mean, 5, 1, mean)
@@ -685,7 +685,7 @@ def test_first_touch_cost_comes_with_the_platform_by_size(tmp_path):
 
 
 def test_first_touch_probe_measures_by_size_and_a_positive_cost_past_the_mmap_threshold():
-    from autotune.install_probe.comm import first_touch_costs, first_touch_in_fresh_process
+    from autotune.install_probe.comm_root import first_touch_costs, first_touch_in_fresh_process
 
     for out in (first_touch_costs((1 << 22, 64 << 20), reps=3),     # 64 MiB > glibc's largest mmap threshold
                 first_touch_in_fresh_process((1 << 22, 64 << 20), reps=3)):
@@ -782,7 +782,7 @@ def test_step_wait_of_a_one_row_or_one_column_grid_is_its_own_orientations(tmp_p
 
 
 def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
-    from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
+    from autotune.install_probe.comm_profile import CommProfileError, load_comm_profile, parse_comm_profile
 
     base = {"name": "t", "sizes": [8, 64]}
     prof = parse_comm_profile({**base, "step_waits": {"order": 256, "blocks": [32, 64]}})
@@ -795,7 +795,7 @@ def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
 
 
 def test_profile_root_costs_take_sizes_and_reps_and_reject_bad_values():
-    from autotune.install_probe.comm import FIRST_TOUCH_SIZES, CommProfileError, parse_comm_profile
+    from autotune.install_probe.comm_profile import FIRST_TOUCH_SIZES, CommProfileError, parse_comm_profile
 
     base = {"name": "t", "sizes": [8, 64]}
     prof = parse_comm_profile({**base, "check_sides": [128], "first_touch_sizes": [4096, 8192], "pack_order": 256,
@@ -811,7 +811,7 @@ def test_profile_root_costs_take_sizes_and_reps_and_reject_bad_values():
 
 def test_profile_loop_costs_take_order_block_pairs_and_reject_bad_values():
     from autotune.install_probe.calibrate import LOOP_CASES
-    from autotune.install_probe.comm import CommProfileError, load_comm_profile, parse_comm_profile
+    from autotune.install_probe.comm_profile import CommProfileError, load_comm_profile, parse_comm_profile
 
     base = {"name": "t", "sizes": [8, 64]}
     assert parse_comm_profile({**base, "loop_costs": [[256, 32], [512, 64]]}).loop_cases == ((256, 32), (512, 64))
@@ -886,38 +886,39 @@ def test_cold_curve_applies_from_its_first_size_warm_below_and_when_missing(tmp_
 
 
 def test_profile_cold_sizes_and_buffers():
-    from autotune.install_probe import comm as pc
+    from autotune.install_probe import comm_ops, comm_profile
 
-    prof = pc.parse_comm_profile({"sizes": {"powers": [3, 20]}}, "t")
-    assert prof.sizes_for("bcast_cold") == tuple(s for s in prof.sizes if s >= pc.COLD_MIN_BYTES)
+    prof = comm_profile.parse_comm_profile({"sizes": {"powers": [3, 20]}}, "t")
+    assert prof.sizes_for("bcast_cold") == tuple(s for s in prof.sizes if s >= comm_profile.COLD_MIN_BYTES)
     assert prof.sizes_for("bcast") == prof.sizes
-    prof = pc.parse_comm_profile({"sizes": [8, 64], "cold_sizes": {"powers": [16, 26]}}, "t")
+    prof = comm_profile.parse_comm_profile({"sizes": [8, 64], "cold_sizes": {"powers": [16, 26]}}, "t")
     assert prof.sizes_for("scatterv_cold") == tuple(2 ** e for e in range(16, 27))
     # every send/receive buffer holds a whole p-block vector (the cold ones allocate their own)
-    prof = pc.parse_comm_profile({"sizes": [8, 1 << 20], "loggp": False}, "t")
-    assert pc.buffer_bytes(prof, ["scatterv", "bcast"], 4) == 4 << 20
-    assert pc.buffer_bytes(prof, ["bcast", "scatterv_cold"], 4) == 1 << 20
-    with pytest.raises(pc.CommProfileError):
-        pc.parse_comm_profile({"sizes": [8], "cold_sizes": [12]}, "t")
+    prof = comm_profile.parse_comm_profile({"sizes": [8, 1 << 20], "loggp": False}, "t")
+    assert comm_ops.buffer_bytes(prof, ["scatterv", "bcast"], 4) == 4 << 20
+    assert comm_ops.buffer_bytes(prof, ["bcast", "scatterv_cold"], 4) == 1 << 20
+    with pytest.raises(comm_profile.CommProfileError):
+        comm_profile.parse_comm_profile({"sizes": [8], "cold_sizes": [12]}, "t")
 
 
 def test_profile_cold_passes_time_the_cold_primitives_in_fewer_passes():
-    from autotune.install_probe import comm as pc
+    from autotune.install_probe import comm_estimate, comm_profile
 
     base = {"sizes": [8, 1 << 17], "cold_sizes": [1 << 16, 1 << 17], "procs": [2], "grids": "none", "passes": 2,
             "loggp": False}
-    two, one = pc.parse_comm_profile(base, "t"), pc.parse_comm_profile({**base, "cold_passes": 1}, "t")
+    parse = comm_profile.parse_comm_profile
+    two, one = parse(base, "t"), parse({**base, "cold_passes": 1}, "t")
     assert (two.rounds("bcast_cold"), one.rounds("bcast_cold"), one.rounds("bcast")) == (2, 1, 2)
-    assert pc.parse_comm_profile({**base, "cold_passes": 5}, "t").rounds("scatterv_cold") == 2   # never more
-    counts = {name: pc.count_points(prof, 2) for name, prof in (("two", two), ("one", one))}
+    assert comm_profile.parse_comm_profile({**base, "cold_passes": 5}, "t").rounds("scatterv_cold") == 2   # never more
+    counts = {name: comm_estimate.count_points(prof, 2) for name, prof in (("two", two), ("one", one))}
     assert counts["two"]["points"] == counts["one"]["points"]
-    cold = sum(len(s) for x, _, s in pc.plan_curves(one, 2) if x in pc.COLD)
+    cold = sum(len(s) for x, _, s in comm_estimate.plan_curves(one, 2) if x in comm_profile.COLD)
     assert counts["two"]["timed"] - counts["one"]["timed"] == cold > 0
-    assert pc.points_seconds(one, 2, 2) < pc.points_seconds(two, 2, 2)
+    assert comm_estimate.points_seconds(one, 2, 2) < comm_estimate.points_seconds(two, 2, 2)
 
 
 def test_cache_flush_sweeps_four_times_the_last_level_cache():
-    from autotune.install_probe.comm import CacheFlush, last_level_cache_bytes
+    from autotune.install_probe.comm_ops import CacheFlush, last_level_cache_bytes
 
     llc = last_level_cache_bytes()
     assert llc >= 1 << 20
@@ -943,7 +944,7 @@ def test_pack_time_interpolates_the_probes_costs_by_run_length(tmp_path):
 
 
 def test_pack_costs_probe_measures_every_run_length():
-    from autotune.install_probe.comm import PACK_RUNS, pack_costs
+    from autotune.install_probe.comm_root import PACK_RUNS, pack_costs
 
     out = pack_costs(n=256, reps=1)
     assert out["runs"] == [*PACK_RUNS, 256]
@@ -968,7 +969,8 @@ def test_only_short_operations_are_warmed_and_rewarmed_in_full(seconds, calls_pe
     its call timed alone is its first repetition: a slow link's large message is not sent over and over."""
     import time
 
-    from autotune.install_probe.comm import CommTiming, time_point
+    from autotune.install_probe.comm_ops import time_point
+    from autotune.install_probe.comm_profile import CommTiming
 
     calls = []
 

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from autotune.install_probe import comm as probe
+from autotune.install_probe import comm_estimate, comm_profile
 from db_helpers import edited
 from test_comm import platform_info
 
@@ -49,39 +49,41 @@ def store(path, pts, P=8, models=True):
 # -- sampling ------------------------------------------------------------------------------------
 
 def test_sampled_process_counts_are_2_3_4_then_powers_of_two_and_midpoints_and_P():
-    assert probe.sample_procs(1) == [] and probe.sample_procs(2) == [2] and probe.sample_procs(4) == [2, 3, 4]
-    assert probe.sample_procs(8) == SAMPLE8
-    assert probe.sample_procs(100) == [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100]
-    big = probe.sample_procs(1024)
+    sample = comm_profile.sample_procs
+    assert sample(1) == [] and sample(2) == [2] and sample(4) == [2, 3, 4]
+    assert comm_profile.sample_procs(8) == SAMPLE8
+    assert comm_profile.sample_procs(100) == [2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 100]
+    big = comm_profile.sample_procs(1024)
     assert big[-1] == 1024 and len(big) == 19
     assert {2 ** e for e in range(1, 11)} | {3 * 2 ** e for e in range(0, 9)} == set(big)
-    assert probe.sample_procs(64, per_octave=1) == [2, 3, 4, 8, 16, 32, 64]
-    assert probe.sample_procs(16, per_octave=4) == [2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16]
+    assert comm_profile.sample_procs(64, per_octave=1) == [2, 3, 4, 8, 16, 32, 64]
+    assert comm_profile.sample_procs(16, per_octave=4) == [2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16]
 
 
 def test_sampled_grids_are_one_row_one_column_and_the_most_square():
-    assert probe.sample_grids([2, 3, 4, 6, 12]) == [(1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1),
+    assert comm_profile.sample_grids([2, 3, 4, 6, 12]) == [(1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (2, 2), (4, 1),
                                                     (1, 6), (2, 3), (6, 1), (1, 12), (3, 4), (12, 1)]
 
 
 def test_profiles_sample_p_and_grids_and_reject_bad_sample_specs():
-    std, quick = probe.load_comm_profile("standard"), probe.load_comm_profile("quick")
+    std, quick = comm_profile.load_comm_profile("standard"), comm_profile.load_comm_profile("quick")
     assert std.procs == "sample" and std.grids == "sample"
-    assert std.p_values(4) == [2, 3, 4] and std.p_values(64) == probe.sample_procs(64)
-    assert std.grid_values(8) == probe.sample_grids(SAMPLE8)
+    assert std.p_values(4) == [2, 3, 4] and std.p_values(64) == comm_profile.sample_procs(64)
+    assert std.grid_values(8) == comm_profile.sample_grids(SAMPLE8)
     assert quick.p_values(64) == [2, 64]
-    one = probe.parse_comm_profile({"sizes": [8], "procs": {"sample": {"per_octave": 1}}, "grids": "sample"})
+    one = comm_profile.parse_comm_profile({"sizes": [8], "procs": {"sample": {"per_octave": 1}}, "grids": "sample"})
     assert one.p_values(32) == [2, 3, 4, 8, 16, 32]
     for bad in ({"sample": {"per_octave": 0}}, {"sample": {"every": 2}}, {"sample": "x"}, "some"):
-        with pytest.raises(probe.CommProfileError, match="procs"):
-            probe.parse_comm_profile({"sizes": [8], "procs": bad})
+        with pytest.raises(comm_profile.CommProfileError, match="procs"):
+            comm_profile.parse_comm_profile({"sizes": [8], "procs": bad})
 
 
 def test_count_points_and_comm_plan_table(capsys, tmp_path):
-    std = probe.load_comm_profile("standard")
-    full = probe.parse_comm_profile({**_yaml("standard"), "procs": "all", "grids": "all"})
-    assert probe.count_points(std, 4)["points"] == probe.count_points(full, 4)["points"]    # 2, 3, 4: all of them
-    s64, f64 = probe.count_points(std, 64), probe.count_points(full, 64)
+    std = comm_profile.load_comm_profile("standard")
+    full = comm_profile.parse_comm_profile({**_yaml("standard"), "procs": "all", "grids": "all"})
+    count = comm_estimate.count_points
+    assert count(std, 4)["points"] == count(full, 4)["points"]    # 2, 3, 4: all of them
+    s64, f64 = comm_estimate.count_points(std, 64), comm_estimate.count_points(full, 64)
     assert s64["p"] == 11 and f64["p"] == 63 and s64["points"] * 5 < f64["points"]
     out = tmp_path / "plan.json"
     assert cli_main(["bench", "comm-plan", "--np", "4", "64", "--out", str(out)]) == 0
@@ -96,7 +98,8 @@ def test_count_points_and_comm_plan_table(capsys, tmp_path):
 def _yaml(name):
     from autotune.install_probe.profile import read_profile_yaml
 
-    return read_profile_yaml(name, probe.BUILTIN, "comm-{}.yaml", "comm profile", probe.CommProfileError)[0]
+    prof = comm_profile
+    return read_profile_yaml(name, prof.BUILTIN, "comm-{}.yaml", "comm profile", prof.CommProfileError)[0]
 
 
 # -- models in (p, m) ----------------------------------------------------------------------------

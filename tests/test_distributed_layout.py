@@ -165,7 +165,7 @@ def test_workspace_backs_message_sized_buffers_with_huge_pages():
 
 
 def test_probe_message_buffers_are_made_like_the_workspace():
-    from autotune.install_probe.comm import Buffers
+    from autotune.install_probe.comm_ops import Buffers
 
     from autotune.distributed import workspace
 

@@ -17,7 +17,8 @@ import yaml
 from autotune.install_probe import cli
 from autotune.install_probe import runner as runner_mod
 from autotune.install_probe.cli import STOP_GRACE_SECONDS
-from autotune.install_probe.comm import estimate_seconds, load_comm_profile, points_seconds
+from autotune.install_probe.comm_estimate import estimate_seconds, points_seconds
+from autotune.install_probe.comm_profile import load_comm_profile
 from mpi_helpers import fake_launch, mpi_env
 
 from autotune import backends as bk

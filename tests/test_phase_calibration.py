@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 import yaml
 from autotune.install_probe import phase_calibration as phcal
-from autotune.install_probe.comm import CommProfileError, estimate_seconds, load_comm_profile, parse_comm_profile
+from autotune.install_probe.comm_estimate import estimate_seconds
+from autotune.install_probe.comm_profile import CommProfileError, load_comm_profile, parse_comm_profile
 from mpi_helpers import mpi_env
 
 from autotune import cli, cli_show

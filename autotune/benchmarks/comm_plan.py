@@ -1,7 +1,7 @@
 """``autotune bench comm-plan [--np P ...] [--profile NAME|FILE.yaml] [--cores N]``: how many
 points the communication probe would time at world sizes P, its sampled process counts and grids
 (the profile's) against the full sweep of every p = 2..P and every r x c grid, and the estimated
-time of those points and of the whole ``--mpi`` run (``install_probe.comm.estimate_seconds``'s
+time of those points and of the whole ``--mpi`` run (``install_probe.comm_estimate.estimate_seconds``'s
 rates; a core per rank unless ``--cores``). Nothing is timed: the plan and the estimate only.
 
     autotune bench comm-plan --np 4 64 256 1024 [--profile standard] [--out RESULTS/comm-plan.json]
@@ -19,7 +19,7 @@ HELP = "points (primitive x p x grid x size) and probe time of a comm profile at
 def plan_row(profile, nprocs: int, cores: int | None = None) -> dict:
     """One world size: process counts, grids, points per pass and estimated seconds of the points,
     for ``profile`` and for the same profile sweeping every p and grid."""
-    from autotune.install_probe.comm import count_points, estimate_seconds, points_seconds
+    from autotune.install_probe.comm_estimate import count_points, estimate_seconds, points_seconds
 
     full = dataclasses.replace(profile, procs="all", grids="all")
     use = cores or nprocs
@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """Print the table (and write --out)."""
-    from autotune.install_probe.comm import CommProfileError, load_comm_profile
+    from autotune.install_probe.comm_profile import CommProfileError, load_comm_profile
 
     problem = output_problem("--out", args.out)
     if not problem and (min(args.np) < 2 or (args.cores is not None and args.cores < 1)):
