@@ -51,9 +51,11 @@ Messages leave from and arrive in buffers made as the runs' workspace makes its 
 (``workspace.huge_empty``: 2 MiB pages): the shared-memory transport's single copy walks both
 processes' pages, much faster on huge pages than on 4 KiB ones, so a numpy buffer's time
 would depend on where its 2 MiB boundaries fell.
-Rank 0 fits and writes the database: per curve the Hockney regimes (``db.comm``), and per
-primitive the (p, m) models that predict the p not measured, with their error at each measured
-p left out of them (``db.comm_scaling``).
+Rank 0 fits and writes the database: per curve the Hockney regimes (``models.comm_fit``), and
+per primitive the (p, m) models that predict the p not measured, with their error at each
+measured p left out of them (``models.comm_scaling``); ``db.comm`` stores them. The modules:
+``comm_profile`` (what to time), ``comm_estimate`` (how long), ``comm_ops`` (one point, the
+operations), ``comm_sweep`` (the sweep, fit and store), ``comm_root`` (the root's own costs).
 """
 from __future__ import annotations
 
