@@ -69,8 +69,9 @@ def cmd_explain(args) -> int:
 def _explain_mapping(args, dims: tuple[int, ...]) -> int:
     """The mapping search methods and users on a platform file, or the platform the comm probe
     measured ("measured"): each one's mapping, grid, block, predicted time and time to solution."""
-    if args.routine not in ("gemm", "cholesky", "lu") or len(set(dims[:3])) != 1:
-        return error("explain", "--platform: square gemm, cholesky or lu", 2)
+    mapped = [name for name, f in FAMILIES.items() if f.mapping]
+    if args.routine not in mapped or len(set(dims[:3])) != 1:
+        return error("explain", f"--platform: a square problem of {', '.join(mapped)}", 2)
     with options(db=args.db) as opts:
         sp = load_sp(opts.db)
         try:
