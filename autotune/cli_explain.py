@@ -18,6 +18,7 @@ from autotune.api import (
     tuned_solve,
 )
 from autotune.backends import pools
+from autotune.calls import CALLS
 from autotune.cli_common import error
 from autotune.config import available_cores, options
 from autotune.db import load_sp, resolve
@@ -105,13 +106,7 @@ def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
 
 def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
     """Why ``--run`` cannot allocate its operands ("" if it can or the free memory is unknown)."""
-    if routine == "gemm":
-        m, k, n = dims
-        need = 8 * (m * k + k * n + m * n)
-    elif routine in ("lu", "solve", "lu_solve"):
-        need = 8 * (2 * dims[0] ** 2 + 2 * dims[0] * (dims[1] if len(dims) > 1 else 0))
-    else:
-        need = 8 * 3 * dims[0] ** 2      # the SPD operand is built from two n x n temporaries
+    need = CALLS[routine].nbytes(as_problem(routine, dims))
     free = available_memory()
     if free is None or need <= free:
         return ""

@@ -35,15 +35,14 @@ from dataclasses import replace
 
 import numpy as np
 
+from autotune.calls import CALLS
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.db.store import DatabaseError
 from autotune.distributed.plan import Phases
 from autotune.families import FAMILIES
 from autotune.plans import PHASES, Plan
-from autotune.routines import CHECK_NRHS
 from autotune.select.distributed import predict
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor, distributed_solve
 
 REPS = 25                            # median of 25 runs: stable for runs of a few ms
 BLOCK = 16
@@ -51,9 +50,6 @@ LOOP_CASES = tuple((n, b) for n in (1024, 2048) for b in (64, 128, 256))   # (or
 LOOP_STEPS = {"loop_overhead": 1e-5, "loop_share": 0.5}   # trial values the model's response is read at
 PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)   # the loop costs' runs (their blocks) and call overhead
 # One plan per algorithm on two ranks, and the order of the tiny problem they run.
-# Each family's collective call and the number of operands the root passes (others pass None).
-CALLS = {"gemm": (distributed_gemm, 2), "cholesky": (distributed_cholesky, 1), "lu": (distributed_lu_factor, 1),
-         "solve": (distributed_solve, 2)}
 CALL_PLANS = (("cholesky", PLAN), ("lu", Plan("lu", 2, 1, 2, b=BLOCK)), ("gemm", Plan("bsr", 2, 2, 1)),
               ("gemm", Plan("cbsr", 2, 2, 1)), ("gemm", Plan("summa", 2, 2, 1, b=BLOCK)))
 CALL_N = 64
@@ -61,17 +57,6 @@ CALL_PHASES = ("distribution", "collection")
 STEP_BLOCKS = (64, 128, 256, 512)   # SUMMA blocks the step waits are measured at
 STEP_N = 1536                       # about the order of those runs (raised to equal loads on p ranks)
 STEP_REPS = 9                       # median of 9 runs per plan (each about 0.1 s)
-
-
-def problem(family: str, n: int, rng) -> tuple:
-    """The root's operands of an order-n ``family`` problem (right-hand sides: ``CHECK_NRHS``)."""
-    from autotune.install_probe.operands import spd_matrix
-
-    if family == "cholesky":
-        return (spd_matrix(rng, n, order="C"),)   # no BLAS call: no pool left spinning
-    a = rng.standard_normal((n, n))
-    return {"gemm": (a, rng.standard_normal((n, n))), "lu": (a,),
-            "solve": (a, rng.standard_normal((n, CHECK_NRHS)))}[family]
 
 
 def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[str, float] | None:
@@ -87,14 +72,14 @@ def _measured_phases(world, family: str, plan: Plan, n: int, reps: int) -> dict[
             return None
         rng = np.random.default_rng(0)
         root = sub.rank == 0
-        run, count = CALLS[family]
-        args = problem(family, n, rng) if root else (None,) * count
+        calls, problem = CALLS[family], FAMILIES[family].square(n)
+        args = calls.operands(problem, rng) if root else (None,) * calls.count
         runs = []
         with threadpool_limits(plan.threads):
             for _ in range(reps + 1):                   # the first run warms up
                 phases = Phases()
                 sub.Barrier()
-                run(*args, sub, config=plan, phases=phases)
+                calls.collective(problem, *args, comm=sub, config=plan, phases=phases)
                 mine = np.array([phases.seconds.get(p, 0.0) for p in PHASES])
                 worst = np.empty_like(mine)
                 sub.Allreduce(mine, worst, op=MPI.MAX)

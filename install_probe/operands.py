@@ -16,6 +16,7 @@ from autotune.kernels._front import aligned_copy
 
 import autotune
 from autotune.backends import Backend
+from autotune.calls import spd_matrix
 from autotune.plans import Candidate
 from autotune.routines import dims_of
 
@@ -50,19 +51,6 @@ def _lower(rng: np.random.Generator, n: int) -> np.ndarray:
     a = np.tril(_mat(rng, n, n))
     a[np.diag_indices(n)] = n + 1.0
     return aligned_copy(a, "F")
-
-
-def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray:
-    """Symmetric positive definite n x n matrix (strictly diagonally dominant), built without BLAS.
-
-    ``g @ g.T`` would wake numpy's OpenBLAS thread pool, which then keeps spinning on the cores
-    the next timed call needs and slows it.
-    """
-    a = _mat(rng, n, n)
-    a = a + a.T
-    a[np.diag_indices(n)] = n + 1.0
-    return aligned_copy(a, order)
-
 
 
 def _restoring(target: np.ndarray, run: Callable[[], object]) -> Call:

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from autotune.install_probe.calibrate import CALLS, PLAN, problem
+from autotune.install_probe.calibrate import PLAN
 
+from autotune.calls import CALLS
 from autotune.config import available_cores, options
 from autotune.db import load_sp, location
 from autotune.db.comm_lookup import load_comm
@@ -26,7 +27,7 @@ from autotune.db.platform import PlatformError
 from autotune.db.store import DatabaseError
 from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import Phases
-from autotune.families import FAMILIES
+from autotune.families import FAMILIES, Problem
 from autotune.models.fitted_phases import (
     PhaseFactor,
     fit_phase_factors,
@@ -63,12 +64,12 @@ def _max():
     return MPI.MAX
 
 
-def _run_once(family: str, plan: Plan, args: tuple, comm) -> tuple[float, dict[str, float]]:
+def _run_once(problem: Problem, plan: Plan, args: tuple, comm) -> tuple[float, dict[str, float]]:
     """One collective run of ``plan``: root wall time and the per-phase max over ranks."""
     phases = Phases()
     comm.Barrier()
     t0 = time.perf_counter()
-    CALLS[family][0](*args, comm, config=plan, phases=phases)
+    CALLS[problem.family].collective(problem, *args, comm=comm, config=plan, phases=phases)
     wall = time.perf_counter() - t0
     quiet_barrier(comm)     # ranks the plan left out wait without taking a core from it (as the probe's)
     wall = comm.bcast(wall, root=0)
@@ -82,13 +83,14 @@ def measure(family: str, plan_list: list[Plan], n: int, comm, reps: int, rng) ->
     """Every plan's ``reps`` runs on one problem, interleaved: round k runs each plan once, in an
     order rotated by k, so a slow spell of the machine falls on every plan alike; each plan's
     first run warms up."""
-    args = problem(family, n, rng) if comm.rank == 0 else ((None,) * CALLS[family][1])
+    problem, calls = FAMILIES[family].square(n), CALLS[family]
+    args = calls.operands(problem, rng) if comm.rank == 0 else (None,) * calls.count
     runs: list[list] = [[] for _ in plan_list]
     for plan in plan_list:
-        _run_once(family, plan, args, comm)
+        _run_once(problem, plan, args, comm)
     for k in range(reps):
         for i in np.roll(np.arange(len(plan_list)), -k):
-            runs[i].append(_run_once(family, plan_list[i], args, comm))
+            runs[i].append(_run_once(problem, plan_list[i], args, comm))
     return [_summary(r) for r in runs]
 
 

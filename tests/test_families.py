@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from autotune import families
+from autotune.calls import CALLS
 from autotune.families import DISTRIBUTED, FAMILIES, as_problem, family, usable_blocks
 from autotune.models import mapping as mapping_models
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
@@ -48,11 +49,21 @@ def test_execution_runs_every_distributed_algorithm():
         assert set(FAMILIES[name].distributed) <= runnable, name
 
 
-def test_install_checks_and_calibration_cover_their_families():
-    from autotune.install_probe import calibrate, validate, validate_runs
+def test_calls_cover_every_family_and_collectives_the_distributed_ones():
+    assert set(CALLS) == set(FAMILIES)
+    assert {name for name, c in CALLS.items() if c.collective is not None} == set(DISTRIBUTED)
+    for name, calls in CALLS.items():
+        assert calls.name == name and calls.library in ("numpy", "scipy"), name
+        assert set(calls.overwrites) <= set(range(calls.count)), name
 
-    assert set(validate_runs.RUNNERS) == set(validate.FAMILIES) <= set(FAMILIES)
-    assert set(calibrate.CALLS) == set(DISTRIBUTED)
+
+def test_install_checks_and_benchmarks_cover_their_families():
+    from autotune.install_probe import validate, validate_runs
+
+    from autotune.benchmarks import mpi_speed
+
+    assert set(validate_runs.CHECKED_ORDER) == set(validate.FAMILIES) <= set(FAMILIES)
+    assert set(mpi_speed.DASK) == set(DISTRIBUTED)
 
 
 def test_problems_read_sizes_as_the_api_documents():

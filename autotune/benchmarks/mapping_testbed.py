@@ -26,16 +26,18 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem
+from autotune.calls import CALLS, agrees, square
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, measured_platform
-from autotune.families import FAMILIES, usable_blocks
+from autotune.families import FAMILIES, Problem, usable_blocks
 from autotune.models.fitted_phases import platform_factors
+from autotune.models.mapping import MODELS as MAPPING_MODELS
 from autotune.models.mapping import database_k
 from autotune.plans import Plan, grids
 from autotune.select import mapping as sm
-from autotune.tuned_mpi import MPI_MISSING, distributed_cholesky, distributed_gemm, distributed_lu_factor
+from autotune.tuned_mpi import MPI_MISSING
 
 HELP = "time every mapping/grid/block on a cluster (under mpiexec) against the mapping search's choices"
 
@@ -65,68 +67,44 @@ def mappings(per_host: list[int]) -> list[tuple[int, ...]]:
     return [d for d in itertools.product(*(range(k + 1) for k in per_host)) if sum(d)]
 
 
-def operands(family: str, n: int, rng):
-    from autotune.install_probe.operands import spd_matrix
-
-    if family == "cholesky":
-        return spd_matrix(rng, n, order="C"), None
-    return rng.standard_normal((n, n)), rng.standard_normal((n, n)) if family == "gemm" else None
-
-
-def reference(family: str, a, b):
-    import scipy.linalg as sl
-
-    if family == "gemm":
-        return a @ b
-    if family == "cholesky":
-        return sl.cholesky(a, lower=True)
-    return sl.lu_factor(a)
-
-
-def agrees(family: str, got, want) -> bool:
-    if family == "lu":
-        return bool(np.array_equal(got[1], want[1]) and np.allclose(got[0], want[0], rtol=1e-8, atol=1e-8))
-    return bool(np.allclose(got, want, rtol=1e-8, atol=1e-8 * float(np.abs(want).max())))
-
-
-# Each family's collective call on ``comm``: ``CALLS[family](a, b, comm, config=..., explain=...)``.
-CALLS = {"gemm": lambda a, b, comm, **kw: distributed_gemm(a, b, comm, **kw),
-         "cholesky": lambda a, b, comm, **kw: distributed_cholesky(a, comm, lower=True, **kw),
-         "lu": lambda a, b, comm, **kw: distributed_lu_factor(a, comm, **kw)}
+def cluster_problem(family: str, n: int) -> Problem:
+    """The order-n problem the cluster benchmarks time (Cholesky: the lower factor)."""
+    return square(family, n, lower=True)
 
 
 def plans(family: str, p: int, blocks, weights: tuple[float, ...] | None) -> list[tuple[Plan, str]]:
     """(plan, layout) of every grid x block on p ranks, and where the ranks' ``weights`` differ
     the same with blocks by speed (HoHe; for gemm BSR with rows by ``weights``, equal rows for
     None); the library call on the root for p = 1."""
-    be = FAMILIES[family].library
+    be, algorithm = FAMILIES[family].library, FAMILIES[family].mapping
     if p == 1:
         return [(Plan("local", 1, threads=1, backend=be), "library")]
-    if family == "gemm":
-        return [(Plan("summa", p, r, c, b=blk, threads=1, backend=be), "cyclic")
+    rows = MAPPING_MODELS[family].weighted_rows     # HoHe as another algorithm's rows by weight
+    if rows is not None:
+        return [(Plan(algorithm, p, r, c, b=blk, threads=1, backend=be), "cyclic")
                 for (r, c), blk in itertools.product(grids(p), blocks)] + \
-            [(Plan("bsr", p, p, 1, threads=1, backend=be, weights=weights), "weighted")]
+            [(Plan(rows[0], p, p, 1, threads=1, backend=be, weights=weights), "weighted")]
     layouts = [(None, "cyclic")]
     if weights is not None and max(weights) > min(weights):
         layouts.append((weights, "weighted"))
-    return [(Plan(FAMILIES[family].mapping, p, r, c, b=blk, threads=1, backend=be, weights=w), layout)
+    return [(Plan(algorithm, p, r, c, b=blk, threads=1, backend=be, weights=w), layout)
             for w, layout in layouts for (r, c), blk in itertools.product(grids(p), blocks)]
 
 
-def _time_plans(sub, family: str, n: int, a, b, d, args, weights: tuple[float, ...]) -> list[dict]:
+def _time_plans(sub, family: str, n: int, operands: tuple, d, args, weights: tuple[float, ...]) -> list[dict]:
     """Median root-to-root time of each plan on ``sub`` (the mapping's ranks), checked."""
-    out, p = [], sub.size
-    want = reference(family, a, b) if sub.rank == 0 else None
+    out, p, prob, calls = [], sub.size, cluster_problem(family, n), CALLS[family]
+    want = calls.reference(prob, *operands) if sub.rank == 0 else None
     for plan, layout in plans(family, p, usable_blocks(n, args.blocks), weights):
         times, ok = [], True
         for i in range(args.reps + 1):
             sub.Barrier()
             t0 = time.perf_counter()
-            res = CALLS[family](a, b, sub, config=plan)
+            res = calls.collective(prob, *operands, comm=sub, config=plan)
             if i:
                 times.append(time.perf_counter() - t0)
             if sub.rank == 0 and i == 1:
-                ok = agrees(family, res, want)
+                ok = agrees(res, want)
         if sub.rank == 0:
             out.append({"d": list(d), "p": p, "r": plan.r, "c": plan.c, "b": plan.b, "layout": layout,
                         "seconds": float(np.median(times)),
@@ -182,23 +160,25 @@ def _run_all(world, args, platform, hosts: list[list[int]], speeds: list[float])
 
     results = []
     for family, n in itertools.product(args.family, args.n):
-        a, b = operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
+        calls = CALLS[family]
+        none = (None,) * calls.count
+        ops = calls.operands(cluster_problem(family, n), np.random.default_rng(n)) if world.rank == 0 else none
         timed = []
         for d in mappings([len(h) for h in hosts]):
             ranks = [r for k, rs in zip(d, hosts, strict=True) for r in rs[:k]]
             weights = tuple(s / k for k, s in zip(d, speeds, strict=True) for _ in range(k))
             lead = ranks[0]                       # the sub-communicator's root: it needs the operands
             if lead != 0 and world.rank == 0:
-                world.send((a, b), dest=lead, tag=7)
+                world.send(ops, dest=lead, tag=7)
             elif lead != 0 and world.rank == lead:
-                a, b = world.recv(source=0, tag=7)
+                ops = world.recv(source=0, tag=7)
             sub, got = _split(world, ranks), []
             if sub != MPI.COMM_NULL:
-                got = _time_plans(sub, family, n, a, b, d, args, weights)
+                got = _time_plans(sub, family, n, ops, d, args, weights)
                 sub.Free()
             if lead != 0 and world.rank == lead:
                 world.send(got, dest=0, tag=8)
-                a = b = None
+                ops = none
             elif lead != 0 and world.rank == 0:
                 got = world.recv(source=lead, tag=8)
             timed += got if world.rank == 0 else []

@@ -15,7 +15,7 @@ from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.mpi_validate import summarise
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.families import as_problem
+from autotune.families import DISTRIBUTED, FAMILIES
 from autotune.plans import Plan
 from autotune.select.distributed import predict
 
@@ -35,11 +35,11 @@ def parse(text: str) -> Plan | None:
 def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
     """``results`` with every distributed row's ``model`` predicted by the current code."""
     for res in results:
-        dims = (res["n"],) if family == "cholesky" else (res["n"],) * 3
+        problem = FAMILIES[family].square(res["n"])
         for row in res["rows"]:
             plan = parse(row["plan"])
             if plan is not None:
-                row["model"] = predict(as_problem(family, dims), plan, sp, cp, fitted=False)
+                row["model"] = predict(problem, plan, sp, cp, fitted=False)
     return results
 
 
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN.json", help="outputs of `autotune bench mpi-validate --out`")
     p.add_argument("--db", required=True, help="database to re-predict with")
     p.add_argument("--np", type=int, required=True, help="the platform's world size P")
-    p.add_argument("--family", choices=["gemm", "cholesky"], required=True)
+    p.add_argument("--family", choices=list(DISTRIBUTED), required=True)
     p.add_argument("--out", metavar="FILE.json", help="write the re-scored runs and summary here")
 
 

@@ -25,19 +25,14 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.benchmarks._common import error, output_problem, timed, write_json
+from autotune.calls import CALLS, square
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.families import as_problem
+from autotune.families import DISTRIBUTED, Problem
 from autotune.plans import Plan
 from autotune.select.distributed import rank_plans
-from autotune.tuned_mpi import (
-    MPI_MISSING,
-    distributed_cholesky,
-    distributed_gemm,
-    distributed_lu_factor,
-    distributed_solve,
-)
+from autotune.tuned_mpi import MPI_MISSING
 
 HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P)"
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
@@ -45,7 +40,7 @@ HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P
 SETTLE_SECONDS = 0.5
 
 
-def best_plan(family: str, n: int, comm, db, nrhs: int = 16) -> Plan:
+def best_plan(problem: Problem, comm, db) -> Plan:
     """The model's best plan that uses every rank with one BLAS thread each, for the cores of the
     root's node (collective: a rank bound to one core does not see the node's count)."""
     from autotune.distributed.collective import gather_cores
@@ -53,57 +48,62 @@ def best_plan(family: str, n: int, comm, db, nrhs: int = 16) -> Plan:
     plan = None
     cores, _ = gather_cores(comm)
     if comm.rank == 0:
-        dims = {"gemm": (n, n, n), "solve": (n, nrhs)}.get(family, (n,))
-        dec = rank_plans(as_problem(family, dims), comm.size, load_sp(db), load_comm(db, nprocs=comm.size), cores)
+        dec = rank_plans(problem, comm.size, load_sp(db), load_comm(db, nprocs=comm.size), cores)
         plan = next(r.plan for r in dec.ranking if r.plan.p == comm.size and r.plan.threads == 1)
     return comm.bcast(plan, root=0)
 
 
-def baselines(family: str, a, b, P: int, chunks) -> dict[str, float]:
-    """One-process times on the root: numpy/scipy with P threads, dask per chunk size."""
-    import scipy.linalg as sl
+def _dask_matmul(p, ch, a, b):
+    import dask.array as da
 
-    out = {}
-    calls = {"gemm": lambda: a @ b, "cholesky": lambda: sl.cholesky(a, lower=True),
-             "lu": lambda: sl.lu_factor(a), "solve": lambda: sl.solve(a, b)}
-    with threadpool_limits(P):
-        out["numpy" if family == "gemm" else "scipy"] = timed(calls[family])
-    if not chunks:
-        return out
+    x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=ch)
+    return lambda: (x @ y).compute()
+
+
+def _dask_cholesky(p, ch, a):
+    import dask.array as da
+
+    x = da.from_array(a, chunks=ch)
+    return lambda: da.linalg.cholesky(x, lower=p.lower).compute()
+
+
+def _dask_lu(p, ch, a):
     import dask
     import dask.array as da
 
+    x = da.from_array(a, chunks=ch)
+    return lambda: dask.compute(*da.linalg.lu(x))
+
+
+def _dask_solve(p, ch, a, b):
+    import dask.array as da
+
+    x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=(ch, b.shape[1]))
+    return lambda: da.linalg.solve(x, y).compute()
+
+
+# Each family's dask.array counterpart: ``DASK[family](problem, chunk, *operands)`` -> the call to time.
+DASK = {"gemm": _dask_matmul, "cholesky": _dask_cholesky, "lu": _dask_lu, "solve": _dask_solve}
+
+
+def baselines(problem: Problem, operands: tuple, P: int, chunks) -> dict[str, float]:
+    """One-process times on the root: numpy/scipy with P threads, dask per chunk size."""
+    calls = CALLS[problem.family]
+    out = {}
+    with threadpool_limits(P):
+        out[calls.library] = timed(lambda: calls.reference(problem, *operands))
+    if not chunks:
+        return out
+    import dask
+
     with threadpool_limits(1), dask.config.set(scheduler="threads", num_workers=P):
         for ch in chunks:
-            if family == "gemm":
-                x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=ch)
-                out[f"dask{ch}"] = timed(lambda x=x, y=y: (x @ y).compute())
-            elif family == "lu":
-                x = da.from_array(a, chunks=ch)
-                out[f"dask{ch}"] = timed(lambda x=x: dask.compute(*da.linalg.lu(x)))
-            elif family == "solve":
-                x, y = da.from_array(a, chunks=ch), da.from_array(b, chunks=(ch, b.shape[1]))
-                out[f"dask{ch}"] = timed(lambda x=x, y=y: da.linalg.solve(x, y).compute())
-            else:
-                x = da.from_array(a, chunks=ch)
-                out[f"dask{ch}"] = timed(lambda x=x: da.linalg.cholesky(x, lower=True).compute())
+            out[f"dask{ch}"] = timed(DASK[problem.family](problem, ch, *operands))
     return out
 
 
-def run_family(family: str, a, b, comm, plan: Plan) -> None:
-    """One collective tuned call of ``family`` with the forced ``plan``."""
-    if family == "gemm":
-        distributed_gemm(a, b, comm, config=plan)
-    elif family == "cholesky":
-        distributed_cholesky(a, comm, lower=True, config=plan)
-    elif family == "lu":
-        distributed_lu_factor(a, comm, config=plan)
-    else:
-        distributed_solve(a, b, comm, config=plan)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", choices=["gemm", "cholesky", "lu", "solve"], default="gemm")
+    p.add_argument("--family", choices=list(DISTRIBUTED), default="gemm")
     p.add_argument("--nrhs", type=int, default=16, help="right-hand sides of the solve")
     p.add_argument("--n", type=int, default=4096, help="square size")
     p.add_argument("--rounds", type=int, default=3, help="timed runs per block (after one warm-up run)")
@@ -129,38 +129,30 @@ def run(args) -> int:
     from mpi4py import MPI
 
     from autotune.distributed.collective import quiet_barrier
-    from autotune.install_probe.operands import spd_matrix
 
     comm, P = MPI.COMM_WORLD, MPI.COMM_WORLD.size
-    rng = np.random.default_rng(0)
-    n = args.n
-    a = b = None
-    if comm.rank == 0:
-        if args.family == "gemm":
-            a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-        elif args.family in ("lu", "solve"):
-            a, b = rng.standard_normal((n, n)), rng.standard_normal((n, max(args.nrhs, 1)))
-        else:
-            a = spd_matrix(rng, n, order="C")    # no BLAS call: no pool left spinning
+    n, calls = args.n, CALLS[args.family]
+    problem = square(args.family, n, lower=True, nrhs=max(args.nrhs, 1))
+    ops = calls.operands(problem, np.random.default_rng(0)) if comm.rank == 0 else (None,) * calls.count
     with options(db=args.db):
-        plan = best_plan(args.family, n, comm, args.db, args.nrhs)
+        plan = best_plan(problem, comm, args.db)
         times: dict[str, list[float]] = {}
         for _ in range(args.blocks):
             for _ in range(args.rounds + 1):              # the first run of a block warms up
                 comm.Barrier()
                 t0 = time.perf_counter()
-                run_family(args.family, a, b, comm, plan)
+                calls.collective(problem, *ops, comm=comm, config=plan)
                 times.setdefault("autotune", []).append(time.perf_counter() - t0)
             if comm.rank == 0:
                 for _ in range(args.rounds + 1):
-                    for k, v in baselines(args.family, a, b, P, args.chunks).items():
+                    for k, v in baselines(problem, ops, P, args.chunks).items():
                         times.setdefault(k, []).append(v)
                 time.sleep(SETTLE_SECONDS)            # let the baselines' thread pools stop spinning
             quiet_barrier(comm)         # the root is timing one-process baselines
     if comm.rank == 0:
         times = {k: [x for i, x in enumerate(v) if i % (args.rounds + 1)] for k, v in times.items()}
         med = {k: float(np.median(v)) for k, v in times.items()}
-        base = "numpy" if args.family == "gemm" else "scipy"
+        base = calls.library
         report = {"family": args.family, "n": n, "P": P, "plan": str(plan), "median_s": med,
                   "quartiles_s": {k: np.percentile(v, [25, 75]).tolist() for k, v in times.items()},
                   f"speedup_vs_{base}": med[base] / med["autotune"]}

@@ -13,6 +13,7 @@ import numpy as np
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.config import options
 from autotune.db import load_sp
+from autotune.families import FAMILIES as FAMILY_DEFS
 from autotune.families import as_problem
 from autotune.select import choose, clear_cache
 from autotune.tuned_local import decide
@@ -64,7 +65,7 @@ def run(args) -> int:
         if sp.table is None:
             return error("overhead", f"no usable database ({sp.reason}): run `autotune-install` first", 1)
         for family, strassen in FAMILIES:
-            dims = [(n, n, n) if family == "gemm" else (n,) for n in args.sizes]
+            dims = [FAMILY_DEFS[family].square(n).dims for n in args.sizes]
             first = first_decisions(family, dims, sp, args.threads, strassen)
             name = family + ("+strassen" if strassen else "")
             res[name] = {"first_us_median": float(np.median(first)), "first_us_max": float(first.max()),

@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error
-from autotune.benchmarks.mapping_testbed import CALLS, agrees, args_problem, operands, plans, reference
+from autotune.benchmarks.mapping_testbed import args_problem, cluster_problem, plans
+from autotune.calls import CALLS, agrees
 from autotune.config import options
 from autotune.db.comm_lookup import load_comm
 from autotune.families import FAMILIES, usable_blocks
+from autotune.models.mapping import MODELS as MAPPING_MODELS
 from autotune.plans import Plan
 
 HELP = "tuned calls with comm= (their own placement) against forced plans, under mpiexec on a cluster"
@@ -55,7 +57,8 @@ def alternatives(family: str, p: int, blocks, speeds: tuple[float, ...] | None =
              "weighted": lambda q: f"{q.r}x{q.c}w b={q.b}" if q.b else "bsr equal rows"}
     out = {"root alone": plans(family, 1, blocks, None)[0][0]}
     if p > 1:
-        weights = None if family == "gemm" else speeds
+        # a HoHe plan of another algorithm's rows (gemm's BSR) runs with equal rows here
+        weights = None if MAPPING_MODELS[family].weighted_rows else speeds
         out.update((label[layout](plan), plan) for plan, layout in plans(family, p, blocks, weights))
     return out
 
@@ -69,25 +72,25 @@ def rank_speeds(world, db) -> tuple[float, ...] | None:
 
 def _problem(world, family: str, n: int, args, speeds: tuple[float, ...] | None) -> dict:
     """Time the tuned call and the alternatives on one problem; the root's record."""
-    a, b = operands(family, n, np.random.default_rng(n)) if world.rank == 0 else (None, None)
-    want = reference(family, a, b) if world.rank == 0 else None
-    call = CALLS[family]
+    prob, calls = cluster_problem(family, n), CALLS[family]
+    ops = calls.operands(prob, np.random.default_rng(n)) if world.rank == 0 else (None,) * calls.count
+    want = calls.reference(prob, *ops) if world.rank == 0 else None
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        first = call(a, b, world, explain=True)
+        first = calls.collective(prob, *ops, comm=world, explain=True)
     forced = alternatives(family, world.size, usable_blocks(n, args.blocks), speeds)
     runs = {"tuned": {}, **{k: {"config": v} for k, v in forced.items()}}
     times: dict[str, list[float]] = {k: [] for k in runs}
-    correct = {"tuned": agrees(family, first, want) if world.rank == 0 else None}
+    correct = {"tuned": agrees(first, want) if world.rank == 0 else None}
     for i in range(args.reps + 1):
         for name in (list(runs) if i % 2 else list(runs)[::-1]):
             world.Barrier()
             t0 = time.perf_counter()
-            res = call(a, b, world, **runs[name])
+            res = calls.collective(prob, *ops, comm=world, **runs[name])
             if i:
                 times[name].append(time.perf_counter() - t0)
             elif world.rank == 0 and name != "tuned":
-                correct[name] = agrees(family, res, want)
+                correct[name] = agrees(res, want)
     med = {k: float(np.median(v)) for k, v in times.items()}
     best = min((k for k in med if k != "tuned"), key=med.get)
     return {"family": family, "n": n, "explain": text.getvalue().strip(), "seconds": med, "best_alternative": best,

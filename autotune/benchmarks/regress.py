@@ -25,17 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.linalg as sl
 from threadpoolctl import threadpool_limits
 
 from autotune._version import __version__
-from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
 from autotune.benchmarks._common import error, half_iqr, output_problem, quartiles, timed, write_json
+from autotune.calls import CALLS
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.fingerprint import machine_fingerprint, mismatches
-from autotune.families import as_problem
-from autotune.routines import CHECK_NRHS
+from autotune.families import FAMILIES, Problem
+from autotune.plans import ALGORITHMS
 from autotune.select import choose
 
 HELP = "tuned calls vs numpy/scipy (A/B), regressions against a baseline"
@@ -43,6 +42,8 @@ SIZES = (64, 128, 256, 512, 1000, 1024, 2048, 3000, 4096)
 RECT = ((2000, 200, 2000), (4000, 1000, 500), (500, 3000, 500), (128, 4096, 128), (3000, 64, 3000))
 MAX_ROUNDS = 201
 REQUIRED = ("case", "speedup_median", "speedup_q1", "speedup_q3")
+# The families with Strassen candidates (``--strassen`` runs their sizes from 1000 up again).
+STRASSEN = {family for algorithm, (family, _) in ALGORITHMS.items() if algorithm.startswith("strassen")}
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class Case:
     strassen: bool = False
 
     @property
+    def problem(self) -> Problem:
+        """Its typed problem: one size is the family's square problem of that order."""
+        fam = FAMILIES[self.routine]
+        return fam.square(self.dims[0]) if len(self.dims) == 1 else fam.of(self.dims)
+
+    @property
     def key(self) -> str:
         s = "+strassen" if self.strassen else ""
         return f"{self.routine}{s} {'x'.join(map(str, self.dims))} t={self.threads}"
@@ -65,35 +72,32 @@ class BaselineError(ValueError):
 
 
 def cases(sizes, rect, budgets, routines, strassen: bool) -> list[Case]:
-    """Every case of the run, thread budget by thread budget."""
-    out = []
+    """Every case of the run, thread budget by thread budget, family by family: its square
+    problems, the ``rect`` shapes of as many dimensions as its problems, and with ``strassen`` the
+    sizes from 1000 up again with Strassen allowed where it has Strassen candidates."""
+    out, chosen = [], [r for r in FAMILIES if r in routines]      # in FAMILIES' order
     for t in budgets:
-        if "gemm" in routines:
-            out += [Case("gemm", (n, n, n), t) for n in sizes] + [Case("gemm", tuple(d), t) for d in rect]
-            if strassen:
-                out += [Case("gemm", (n, n, n), t, True) for n in sizes if n >= 1000]
-        if "cholesky" in routines:
-            out += [Case("cholesky", (n,), t) for n in sizes]
-        out += [Case(r, (n,), t) for r in ("lu", "solve") if r in routines for n in sizes]
+        for routine in chosen:
+            ndims = len(FAMILIES[routine].problem.dim_names)
+            out += [Case(routine, _square_dims(routine, n), t) for n in sizes]
+            out += [Case(routine, tuple(d), t) for d in rect if len(d) == ndims]
+            if strassen and routine in STRASSEN:
+                out += [Case(routine, _square_dims(routine, n), t, True) for n in sizes if n >= 1000]
     return out
 
 
-def _calls(case: Case, rng):
-    """(baseline, tuned) zero-argument callables on shared operands."""
-    if case.routine == "gemm":
-        m, k, n = case.dims
-        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        return (lambda: np.matmul(a, b)), (lambda: tuned_gemm(a, b))
-    if case.routine in ("lu", "solve"):
-        a = rng.standard_normal((case.dims[0], case.dims[0]))
-        if case.routine == "lu":
-            return (lambda: sl.lu_factor(a)), (lambda: tuned_lu_factor(a))
-        b = rng.standard_normal((case.dims[0], CHECK_NRHS))
-        return (lambda: sl.solve(a, b)), (lambda: tuned_solve(a, b))
-    from autotune.install_probe.operands import spd_matrix
+def _square_dims(routine: str, n: int) -> tuple[int, ...]:
+    """A square case's dims as its key shows them: the dims of the order-n problem that are its
+    order (a solve's right-hand sides are the checks' CHECK_NRHS, left out of the key)."""
+    return tuple(d for d in FAMILIES[routine].square(n).dims if d == n)
 
-    a = spd_matrix(rng, case.dims[0], order="C")   # no BLAS call: a spinning numpy pool would skew the first rounds
-    return (lambda: sl.cholesky(a)), (lambda: tuned_cholesky(a))
+
+def _calls(case: Case, rng):
+    """(baseline, tuned) zero-argument callables on shared operands (a Cholesky matrix built without
+    BLAS: a spinning numpy pool would skew the first rounds)."""
+    problem, calls = case.problem, CALLS[case.routine]
+    operands = calls.operands(problem, rng)
+    return (lambda: calls.reference(problem, *operands)), (lambda: calls.tuned(problem, *operands))
 
 
 def _rounds(base, tuned, rounds: int, seconds: float) -> tuple[list[float], list[float], list[float]]:
@@ -132,8 +136,7 @@ def _choice(case: Case, db: str | None) -> str:
     sp = load_sp(db)
     if sp.table is None:
         return "fallback (no database)"
-    dims = case.dims + (CHECK_NRHS,) if case.routine == "solve" else case.dims
-    return str(choose(as_problem(case.routine, dims), sp, case.threads, case.strassen).chosen)
+    return str(choose(case.problem, sp, case.threads, case.strassen).chosen)
 
 
 def _refresh(path: str) -> str:
@@ -207,7 +210,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="square sizes (default: 64..4096 plus rectangular gemm shapes)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread budgets")
-    p.add_argument("--routines", nargs="+", choices=["gemm", "cholesky", "lu", "solve"],
+    p.add_argument("--routines", nargs="+", choices=list(FAMILIES),
                    default=["gemm", "cholesky"], help="default: gemm cholesky (the baselines' cases)")
     p.add_argument("--strassen", action="store_true", help="also run gemm n >= 1000 with Strassen allowed")
     p.add_argument("--rounds", type=int, default=7, help="A/B rounds per case at least")

@@ -21,8 +21,7 @@ import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json, write_text
 from autotune.db import load_sp
-from autotune.families import as_problem
-from autotune.routines import CHECK_NRHS
+from autotune.families import FAMILIES, as_problem
 from autotune.select import as_candidate, rank
 
 HELP = "every candidate timed against its prediction: model error and regret"
@@ -162,7 +161,7 @@ def plot(results: list[dict], filename: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    for routine, colour in (("gemm", "C0"), ("cholesky", "C1"), ("lu", "C3"), ("solve", "C4")):
+    for routine, colour in zip(PROBLEMS, ("C0", "C1", "C3", "C4"), strict=True):   # C2: the regret bars
         pts = [(c["predicted"], c["measured"]) for r in results if r["routine"] == routine
                for c in r["candidates"] if "measured" in c]
         if pts:
@@ -205,8 +204,7 @@ def _problems(args) -> list[tuple[str, tuple[int, ...], int]]:
     if not args.sizes:
         sizes = PROBLEMS
     else:
-        sizes = {"gemm": [(n, n, n) for n in args.sizes], "cholesky": [(n,) for n in args.sizes],
-                 "lu": [(n,) for n in args.sizes], "solve": [(n, CHECK_NRHS) for n in args.sizes]}
+        sizes = {routine: [FAMILIES[routine].square(n).dims for n in args.sizes] for routine in PROBLEMS}
     return [(routine, dims, t) for t in args.threads for routine in args.routines for dims in sizes[routine]]
 
 
