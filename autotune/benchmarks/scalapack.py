@@ -9,7 +9,7 @@ own (``--own-block``). Rounds interleave the candidates (A/B), the pieces restor
 each call. One BLAS thread per rank on both sides (set OPENBLAS_NUM_THREADS=1 for ScaLAPACK's
 BLAS). ScaLAPACK and BLACS come from a shared library (``--lib``, default: the system's
 ``scalapack-openmpi``) called through ctypes; mpi4py must be built against the same MPI as that
-library (see the README). The first round also checks that both give the same factors.
+library (docs/benchmarks.md#scalapack). The first round also checks that both give the same factors.
 
     mpiexec -n 2 --bind-to none autotune bench scalapack --n 4096 --out FILE.json
 """
