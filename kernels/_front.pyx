@@ -509,7 +509,7 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
     processes, grid, block, threads per rank) is chosen from measured communication costs, or
     forced with ``config=`` (a ``Plan`` or dict of its fields).
 
-    A tuned result may live in a reused, cache-line-aligned block (README, "Thread pools"): like a
+    A tuned result may live in a reused, cache-line-aligned block (docs/usage.md#thread-pools): like a
     view, it does not own its memory, so ``ndarray.resize`` raises ValueError on it;
     ``numpy.array(x)`` (or ``x.copy()``) is an owning copy. The same holds for every tuned call.
     """
