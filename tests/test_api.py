@@ -210,9 +210,24 @@ def test_cholesky_value_errors_like_scipy(db, a):
     assert str(got.value) == str(want.value)
 
 
-def test_cholesky_check_finite_false_skips_the_check(db):
-    a = np.eye(40)
-    tuned_cholesky(a, check_finite=False)
+@pytest.mark.parametrize("n", [8, 64, 256])
+@pytest.mark.parametrize("lower", [False, True])
+def test_cholesky_check_finite_is_honoured(db, n, lower):
+    """A NaN in the triangle the factorisation never reads: check_finite=True refuses it as scipy
+    does, check_finite=False gives scipy's (finite) factor."""
+    a = _spd(np.random.default_rng(n), n)
+    unread = (0, n - 1) if lower else (n - 1, 0)
+    a[unread] = np.nan
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        sl.cholesky(a, lower=lower)
+    want = sl.cholesky(a, lower=lower, check_finite=False)
+    assert np.isfinite(want).all()
+    blocked = Candidate("blocked", "scipy-openblas", 1, 16)
+    for config in (None, None, blocked):        # deciding, the remembered decision's C path, forced
+        got = tuned_cholesky(a, lower=lower, check_finite=False, config=config)
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+        with pytest.raises(ValueError, match="infs or NaNs"):
+            tuned_cholesky(a, lower=lower, config=config)
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

@@ -963,22 +963,22 @@ class _OneRank:
 
 
 @pytest.mark.parametrize(("seconds", "calls_per_rep"), [(2e-5, 3), (2e-3, 1)])
-def test_only_short_operations_are_warmed_and_rewarmed_in_full(seconds, calls_per_rep):
+def test_only_short_operations_are_warmed_and_rewarmed_in_full(seconds, calls_per_rep, monkeypatch):
     """warmup=3, rewarm=2: a short call is warmed three times, then takes two untimed calls before
     each timed one; one longer than rewarm_below_seconds (1 ms) is warmed once, never re-warmed, and
-    its call timed alone is its first repetition: a slow link's large message is not sent over and over."""
-    import time
+    its call timed alone is its first repetition: a slow link's large message is not sent over and over.
+    The call advances a fake MPI clock by its cost, so the machine's load moves nothing."""
+    from mpi4py import MPI
 
     from autotune.install_probe.comm_ops import time_point
     from autotune.install_probe.comm_profile import CommTiming
 
-    calls = []
+    calls, clock = [], [0.0]
+    monkeypatch.setattr(MPI, "Wtime", lambda: clock[0])
 
     def op():
         calls.append(1)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            pass
+        clock[0] += seconds
 
     timing = CommTiming(warmup=3, warmup_seconds=0.0, rewarm=2, min_reps=4, max_reps=4, rel_tol=1.0, mean_tol=1.0,
                         min_sample_seconds=0.0, point_budget_seconds=10.0)

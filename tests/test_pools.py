@@ -100,7 +100,7 @@ def test_the_runtime_records_the_last_pool_and_its_state_code():
     pools.set_hot_window(0.0)
     pools.note(SC, 2)
     last = pools.last()
-    assert last.backend == SC and last.threads == 2 and 0 <= last.gap < 1.0
+    assert last.backend == SC and last.threads == 2 and 0 <= last.gap < 60.0   # the line before: seconds at most
     assert pools.hot() is None and pools.state_code() == 0           # no window: always cold
     pools.set_hot_window(60.0)
     assert pools.hot() == PoolState(SC, 2, 0.0)
@@ -124,6 +124,9 @@ def test_selection_follows_the_previous_pool(db):
 
 
 def test_tuned_calls_decide_for_the_state_they_find(db, monkeypatch):
+    # An hour's hot window: a thread descheduled between two calls on a loaded machine still finds
+    # the previous call's pool (with the fixture's 100 ms it could find the machine cold).
+    save_transitions(db, rows(), {"hot_window": 3600.0})
     monkeypatch.setenv("AUTOTUNE_DB", str(db))
     from autotune.config import options
 
@@ -192,17 +195,30 @@ def test_released_output_blocks_are_reused_without_new_memory():
 
 def test_long_work_of_its_own_ending_just_now_is_foreign_not_cold():
     """Working longer than the hot window since the last tuned call (a scipy call of 0.3 s, say)
-    leaves that work's pool spinning: FOREIGN, not cold; idle past the hot window after it: cold."""
+    leaves that work's pool spinning: FOREIGN, not cold; idle past the hot window after it: cold.
+
+    The state is read at query time from the wall-clock gap and the thread's CPU time, so the
+    window is set after the work, between the time the thread spent off the CPU (descheduled on a
+    loaded machine) and the whole gap: the gap exceeds the window by the work's CPU time, whatever
+    the load."""
     import time
 
-    pools.set_hot_window(0.05, 0.005)
+    work = 0.2                                             # CPU seconds, 4x the window's margin below
+    pools.set_hot_window(1e300, 0.005)
     try:
         pools.note(NP, 2)
-        end = time.thread_time() + 0.12
-        while time.thread_time() < end:                    # busy well past the hot window
+        end = time.thread_time() + work
+        while time.thread_time() < end:                    # busy, on the CPU, for ``work`` seconds
             pass
+        _, _, gap, worked, _ = _front.pool_state()
+        assert worked > 0.9 * work and gap >= worked       # CPU time cannot exceed the wall-clock gap
+        # Off the CPU for ``gap - worked`` so far; the query below follows within microseconds, so
+        # 50 ms more of margin holds unless this thread waits that long between two lines.
+        window = gap - worked + 0.05
+        pools.set_hot_window(window, 0.005)
+        assert gap > window                                # past the window: no longer the call's state
         assert pools.state_code() == _front.FOREIGN
-        time.sleep(0.08)                                   # then idle past it
+        time.sleep(window + 0.03)                          # then idle past it (off the CPU that long)
         assert pools.state_code() == 0
     finally:
         pools.set_hot_window(0.0)
@@ -210,16 +226,17 @@ def test_long_work_of_its_own_ending_just_now_is_foreign_not_cold():
 
 def test_work_of_the_calling_thread_between_calls_is_a_foreign_state_waiting_is_not():
     """After the foreign gap of the calling thread's own CPU time (it may have called numpy or scipy
-    itself) the state is FOREIGN; time spent waiting (sleeping, or descheduled) does not count."""
+    itself) the state is FOREIGN; time spent waiting (sleeping, or descheduled) does not count.
+    The hot window (an hour) is far beyond any wait here, so only CPU time decides."""
     import time
 
-    pools.set_hot_window(10.0, 0.005)
+    pools.set_hot_window(3600.0, 0.02)
     try:
         pools.note(NP, 2)
-        time.sleep(0.02)                                   # waiting: not a call of its own
-        assert pools.hot() == PoolState(NP, 2, 0.0)
-        end = time.thread_time() + 0.02
-        while time.thread_time() < end:                    # working: it may have been one
+        time.sleep(0.05)                                   # waiting past the foreign gap: no call of its own
+        assert pools.hot() == PoolState(NP, 2, 0.0)        # (the few lines here take microseconds of CPU)
+        end = time.thread_time() + 0.05
+        while time.thread_time() < end:                    # working past it: it may have been one
             pass
         assert pools.hot() == pools.FOREIGN and pools.state_code() == _front.FOREIGN
         pools.note(SC, 1)

@@ -452,32 +452,33 @@ def test_cli_sigint_then_resume(tmp_path):
 
 # -- timing ------------------------------------------------------------------------------------------
 
-def test_measure_samples_last_min_sample_seconds():
+def test_measure_samples_last_min_sample_seconds(monkeypatch):
     """measure(): "fast out-of-place calls are batched so each sample lasts at least
     min_sample_seconds". A cold first call (10x slower than the steady state, as real BLAS calls
-    are: caches, thread start-up) must not shrink the batches."""
+    are: caches, thread start-up) must not shrink the batches. The calls advance a fake clock by
+    their cost, so the machine's load moves nothing."""
+    from types import SimpleNamespace
+
+    from autotune.install_probe import timing as timing_mod
+
+    clock = [0.0]
+    monkeypatch.setattr(timing_mod, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     durations = []
     state = {"first": True}
 
-    def spin(seconds):
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            pass
-
     def run(repeat=1):
-        t0 = time.perf_counter()
         if state["first"]:
             state["first"] = False
-            spin(1e-3)  # cold warm-up call
+            clock[0] += 1e-3  # cold warm-up call
         else:
-            spin(1e-4 * repeat)  # steady state: 0.1 ms per call
-            durations.append(time.perf_counter() - t0)
+            clock[0] += 1e-4 * repeat  # steady state: 0.1 ms per call
+            durations.append(1e-4 * repeat)
 
     policy = Timing(min_reps=3, max_reps=3, rel_tol=1e-9, min_sample_seconds=0.02, point_budget_seconds=1.0)
     sample = measure(Call(run), policy)
     assert sample.reps == 3 and len(durations) >= 3  # calibration batches may precede the samples
-    assert 0.9e-4 <= sample.median <= 1e-3
-    short = [d for d in durations[-3:] if d < 0.8 * policy.min_sample_seconds]
+    assert sample.median == pytest.approx(1e-4)
+    short = [d for d in durations[-3:] if d < policy.min_sample_seconds]
     assert short == [], (f"samples of {[f'{d * 1e3:.2f} ms' for d in durations]} are shorter than "
                          f"min_sample_seconds = {policy.min_sample_seconds * 1e3:.0f} ms: the batch size is "
                          "derived from the cold warm-up call alone")
