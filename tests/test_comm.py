@@ -968,10 +968,9 @@ def test_only_short_operations_are_warmed_and_rewarmed_in_full(seconds, calls_pe
     each timed one; one longer than rewarm_below_seconds (1 ms) is warmed once, never re-warmed, and
     its call timed alone is its first repetition: a slow link's large message is not sent over and over.
     The call advances a fake MPI clock by its cost, so the machine's load moves nothing."""
-    from mpi4py import MPI
-
     from autotune.install_probe.comm_ops import time_point
     from autotune.install_probe.comm_profile import CommTiming
+    from mpi4py import MPI
 
     calls, clock = [], [0.0]
     monkeypatch.setattr(MPI, "Wtime", lambda: clock[0])
