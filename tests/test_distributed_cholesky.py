@@ -1,6 +1,7 @@
 """Distributed block-cyclic Cholesky: scipy's factor on every grid, errors agreed by all ranks; its model."""
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -450,7 +451,9 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     (loop, calls, waits), none = [json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("CAL ")]
     assert none == [None, None, None]
     assert waits["p"] == [2] and waits["b"] == [16, 32] and len(waits["wait"][0]) == len(waits["end"][0]) == 2
-    assert all(0.0 <= w < 10.0 for w in waits["wait"][0])          # a share of the compute, measured
+    # a measured share of the compute: under load a rank waits on a descheduled partner for any
+    # time, so only its sign and finiteness are fixed
+    assert all(math.isfinite(w) and w >= 0.0 for w in waits["wait"][0])
     assert all(0.0 <= w < 1000.0 for w in waits["end"][0])         # steps of the root's update
     assert set(loop) == {"loop_overhead", "loop_share"}
     assert 0.0 <= loop["loop_overhead"] < 0.01             # seconds per panel: measured, not absurd

@@ -340,7 +340,9 @@ def test_down_ends_a_running_job_which_then_fails(tmp_path, monkeypatch, capsys)
         err = capsys.readouterr().err
         assert f"running job {job.pid} (2 ranks: {os.path.basename(sys.executable)} -c import time" in err, err
         testbed.down(work)
-        _, err = job.communicate(timeout=30)
+        # Not stopped, the sleeper would end on its own after 60 s with status 0 and fail the
+        # assertion below; the wait only has to outlast a loaded machine's teardown.
+        _, err = job.communicate(timeout=MPI_TIMEOUT)
         assert job.returncode != 0 and "autotune testbed: error: the testbed was taken down" in err, err
     finally:
         if job is not None and job.poll() is None:
