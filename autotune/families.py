@@ -59,9 +59,14 @@ class Problem:
         return f"{self.family} {'x'.join(map(str, self.dims))}"
 
 
-class _RightHandSides:
+@dataclass(frozen=True)
+class _RightHandSides(Problem):
     """Problems of an order-n matrix and ``nrhs`` right-hand sides: blocks cut the matrix; one size
     is one right-hand side, and checks use CHECK_NRHS (off the probe's grid)."""
+
+    n: int
+    nrhs: int = 1
+    dim_names: ClassVar[tuple[str, ...]] = ("n", "nrhs")
 
     @property
     def order(self) -> int:
@@ -108,23 +113,17 @@ class LuProblem(Problem):
 
 
 @dataclass(frozen=True)
-class SolveProblem(_RightHandSides, Problem):
+class SolveProblem(_RightHandSides):
     """``a x = b`` for a general n x n ``a`` and ``nrhs`` right-hand sides."""
 
-    n: int
-    nrhs: int = 1
     family: ClassVar[str] = "solve"
-    dim_names: ClassVar[tuple[str, ...]] = ("n", "nrhs")
 
 
 @dataclass(frozen=True)
-class LuSolveProblem(_RightHandSides, Problem):
+class LuSolveProblem(_RightHandSides):
     """The solution for ``nrhs`` right-hand sides from an order-n LU factor."""
 
-    n: int
-    nrhs: int = 1
     family: ClassVar[str] = "lu_solve"
-    dim_names: ClassVar[tuple[str, ...]] = ("n", "nrhs")
 
 
 @dataclass(frozen=True)
