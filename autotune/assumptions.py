@@ -149,3 +149,18 @@ DEFAULT_COMPUTE_SKEW = _assume(
 
 __all__ += ["DEFAULT_COMPUTE_SKEW", "DEFAULT_FIRST_TOUCH", "DEFAULT_RATE", "DEFAULT_TS", "DEFAULT_TW",
             "DRIFT_PERCENTILE", "MAX_DRIFT_CORRECTION", "RECHECK_SECONDS"]
+
+# -- stencils (models/stencil.py) ---------------------------------------------------------------------
+
+HALO_REQUEST = _assume(
+    "HALO_REQUEST", 3e-6,
+    "seconds to start and complete one persistent halo request (Startall/Waitall share per message) "
+    "beyond its (ts, tw), what an overlapped schedule cannot hide",
+    SET_BY_HAND + " (Open MPI's persistent point-to-point, order of magnitude)", "models/stencil.py exchange")
+OVERLAP_POLLS = _assume(
+    "OVERLAP_POLLS", 8,
+    "Testall calls an overlapped interior sweep makes (between row chunks) to progress its messages",
+    SET_BY_HAND + " (enough to drive rendezvous messages, few enough to cost nothing)",
+    "distributed/stencil.py overlapped schedules")
+
+__all__ += ["HALO_REQUEST", "OVERLAP_POLLS"]

@@ -18,6 +18,8 @@ import scipy.linalg as sl
 from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_lu_solve, tuned_solve
 from autotune.families import FAMILIES, Problem
 from autotune.kernels._front import aligned_copy
+from autotune.kernels.stencil import heat_weights, reference
+from autotune.stencil import heat2d
 from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor, distributed_solve
 
 
@@ -63,6 +65,10 @@ class FamilyCalls:
     def library(self) -> str:
         """The reference call's library as reports name it ("numpy" or "scipy"): the incumbent's."""
         return FAMILIES[self.name].library.split("-")[0]
+
+
+# The heat step's alpha in checks and benchmarks (stable: at most 1/4).
+HEAT_ALPHA = 0.1
 
 
 def _keeps_operands(problem, *operands) -> dict:
@@ -115,6 +121,14 @@ CALLS: dict[str, FamilyCalls] = {c.name: c for c in (
         lambda p, a, b: sl.lu_solve(sl.lu_factor(a), b),
         lambda p, a, b: {"overwrite_b": True, "check_finite": False},
         overwrites=(1,), count=2, nbytes=lambda p: 8 * (2 * p.n ** 2 + 2 * p.n * p.nrhs)),
+    FamilyCalls(
+        "stencil",
+        lambda p, rng, order="C": (rng.random((p.rows, p.cols)),),
+        lambda p, u, **kw: heat2d(u, p.steps, HEAT_ALPHA, **kw),
+        lambda p, u: reference(u, p.steps, heat_weights(HEAT_ALPHA)),
+        _keeps_operands,
+        collective=lambda p, u, comm, **kw: heat2d(u, p.steps, HEAT_ALPHA, comm=comm, **kw),
+        nbytes=lambda p: 8 * 3 * p.rows * p.cols),
 )}
 
 

@@ -15,12 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from autotune.routines import CHECK_NRHS, flops
+from autotune.routines import CHECK_NRHS, STENCIL_FLOPS, flops
 
 # Blocks of the block-cyclic layouts and SUMMA panels: the panel and rank-b block parameters the
 # probe profiles measure (configs/standard.yaml: 32..512), so each candidate's k is measured, not
 # extrapolated; one set for the distributed selector and the mapping model alike.
 BLOCKS = (32, 64, 128, 256, 512)
+# A stencil plan's halo widths (multiples of the stencil's radius: one exchange per width/radius steps).
+HALOS = (1, 2, 4)
+# The stencil kernels' backends (autotune.backends.stencil): ours first.
+STENCIL_BACKENDS = ("numba-stencil", "numpy-stencil")
+# Steps of the stencil problems checks, reports and benchmarks use.
+CHECK_STEPS = 100
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,40 @@ class LuSolveProblem(_RightHandSides):
 
 
 @dataclass(frozen=True)
+class StencilProblem(Problem):
+    """``steps`` sweeps of a point stencil of ``radius`` over a rows x cols field whose outer
+    ``radius`` rings stay fixed; ``corners``: the stencil reads diagonal neighbours (a 9-point
+    box); ``cell_flops``: its flops per cell (9 for the 5-point stencil the probe times; a user
+    kernel's measured equivalent)."""
+
+    rows: int
+    cols: int
+    steps: int = 1
+    radius: int = 1
+    corners: bool = False
+    cell_flops: float = STENCIL_FLOPS
+    family: ClassVar[str] = "stencil"
+    dim_names: ClassVar[tuple[str, ...]] = ("rows", "cols", "steps")
+
+    @property
+    def order(self) -> int:
+        return min(self.rows, self.cols)
+
+    @property
+    def scale(self) -> float:
+        """Its cost per cell over the probed 5-point stencil's (what multiplies that k)."""
+        return self.cell_flops / STENCIL_FLOPS
+
+    @classmethod
+    def expand(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        return sizes + (1,) if len(sizes) == 2 else sizes * 2 + (1,) if len(sizes) == 1 else sizes
+
+    @classmethod
+    def square(cls, n: int) -> Problem:
+        return cls(int(n), int(n), CHECK_STEPS)
+
+
+@dataclass(frozen=True)
 class Family:
     """What every layer knows of a routine family."""
 
@@ -184,6 +224,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            distributed=("gesv",)),
     Family("lu_solve", LuSolveProblem, (1, 2), ("getrs", "scipy-openblas"),
            lambda p: flops("getrs", {"n": p.n, "nrhs": p.nrhs}), "getrs"),
+    Family("stencil", StencilProblem, (2, 3), ("sweep", "numpy-stencil"),
+           lambda p: p.steps * p.scale * flops("stencil", {"m": max(p.rows - 2 * p.radius, 0),
+                                                           "n": max(p.cols - 2 * p.radius, 0)}),
+           "stencil", distributed=("blocking", "overlap", "border_first"), blocks=HALOS),
 )}
 
 # Families with distributed plans, in FAMILIES' order.
@@ -208,5 +252,22 @@ def usable_blocks(order: int, blocks: tuple[int, ...] = BLOCKS) -> list[int]:
     return [b for b in blocks if b <= max(order // 2, min(blocks))]
 
 
-__all__ = ["BLOCKS", "DISTRIBUTED", "FAMILIES", "CholeskyProblem", "Family", "GemmProblem", "LuProblem",
-           "LuSolveProblem", "Problem", "SolveProblem", "as_problem", "family", "usable_blocks"]
+__all__ = [
+    "BLOCKS",
+    "CHECK_STEPS",
+    "CholeskyProblem",
+    "DISTRIBUTED",
+    "FAMILIES",
+    "Family",
+    "GemmProblem",
+    "HALOS",
+    "LuProblem",
+    "LuSolveProblem",
+    "Problem",
+    "STENCIL_BACKENDS",
+    "SolveProblem",
+    "StencilProblem",
+    "as_problem",
+    "family",
+    "usable_blocks",
+]

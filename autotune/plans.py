@@ -21,11 +21,12 @@ ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "getrf_blocked": ("lu", "block"),  # our right-looking blocked LU (Cython driver over the library)
     "gesv": ("solve", None),          # the library's dgetrf then dgetrs on the right-hand sides
     "getrs": ("lu_solve", None),      # the library's dgetrs from given factors
+    "sweep": ("stencil", None),       # the field swept step by step by the backend's stencil kernel
 }
 
 # Distributed algorithms whose data may follow the ranks' speeds (``Plan.weights``, HoHe): BSR's
 # rows; the block-cyclic factorizations' blocks per cycle (``layout.grid_weights``).
-WEIGHTED = ("bsr", "cholesky", "lu", "gesv")
+WEIGHTED = ("bsr", "cholesky", "lu", "gesv", "blocking", "overlap", "border_first")
 
 # Phase names shared by the distributed algorithms (measured) and their models (predicted).
 PHASES = ("distribution", "communication", "compute", "collection")
@@ -72,11 +73,12 @@ class Plan:
     """A distributed configuration: algorithm, processes used, grid, block, recursion level,
     BLAS threads per rank and the per-rank BLAS backend. Ranks >= p take no part."""
 
-    algorithm: str          # bsr | cbsr | cannon | summa | strassen_summa | strassen_ms | cholesky
+    algorithm: str          # bsr | cbsr | cannon | summa | strassen_summa | strassen_ms | cholesky | lu | gesv
+    #                         | blocking | overlap | border_first (stencil schedules)
     p: int
     r: int = 1
     c: int = 1
-    b: int = 0              # SUMMA panel / block-cyclic block (0: unused)
+    b: int = 0              # SUMMA panel / block-cyclic block / stencil halo width (0: unused)
     level: int = 0          # Strassen recursion level (0: unused)
     threads: int = 1
     backend: str = "numpy-openblas"

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 Dims = dict[str, int]
+# Flops per cell of the 5-point stencil the probe times (5 multiplies, 4 additions).
+STENCIL_FLOPS = 9.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ ROUTINES: dict[str, Routine] = {r.name: r for r in (
     Routine("getrf", 3, _lu_flops),
     Routine("laswp", 1, lambda n, k: float(n) * k),             # k row interchanges on n columns: elements
     Routine("getrs", 3, lambda n, nrhs: 2.0 * n * n * nrhs),  # unit-lower then upper solve of nrhs columns
+    # One sweep of the 5-point stencil over an m x n region: 5 multiplies and 4 adds per cell (004's
+    # Tn per cell is k x STENCIL_FLOPS); other stencils scale by their own count (families.StencilProblem).
+    Routine("stencil", 2, lambda m, n: STENCIL_FLOPS * m * n),
 )}
 
 
@@ -95,6 +100,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
         "getrf": lambda x, _: {"n": x},
         "getrs": lambda x, _: {"n": x, "nrhs": x},
         "laswp": lambda x, _: {"n": x, "k": x},
+        "stencil": lambda x, _: {"m": x, "n": x},
     }),
     Pattern("rhs", "solve from an LU factor of order x for param right-hand sides", {
         "getrs": lambda x, r: {"n": x, "nrhs": _i(r)},
@@ -125,6 +131,15 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
             "then axpys of lengths x-1..1 into its columns, streaming the triangle (x(x-1)/2 elements)", {
         "axpy": lambda x, _: {"n": max(1, x * (x - 1) // 2)},
     }, drivers={"axpy": "axpy_trail"}),
+    Pattern("interior", "a stencil sweep over the x-by-x interior block of a tile (004's interior cells)", {
+        "stencil": lambda x, _: {"m": x, "n": x},
+    }),
+    Pattern("rows", "a stencil sweep over param border rows of length x (contiguous: a tile's top/bottom)", {
+        "stencil": lambda x, h: {"m": _i(h), "n": x},
+    }, needs_param=True),
+    Pattern("cols", "a stencil sweep over param border columns of height x (strided: a tile's left/right)", {
+        "stencil": lambda x, h: {"m": x, "n": _i(h)},
+    }, needs_param=True),
     Pattern("dispatch", "a whole tuned call forcing this library's candidate on C-ordered x-by-x operands "
             "(entry checks, dispatch, library call): minus the library's own time, what a tuned call adds", {
         "gemm": lambda x, _: {"m": x, "n": x, "k": x},

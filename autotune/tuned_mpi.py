@@ -57,7 +57,7 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
                               explain, phases, guard=_finite_for_strassen)
     root = args["root"]
     if plan.algorithm == "local":
-        return _run_local(comm, root, plan, phases, lambda: tuned_local.gemm(
+        return run_local(comm, root, plan, phases, lambda: tuned_local.gemm(
             a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out))
     from autotune.distributed.gemm import ALGORITHMS
 
@@ -66,7 +66,7 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
         res = ALGORITHMS[plan.algorithm](a2, b2, comm, plan, root=root, phases=phases)
         return _gemm_finish(res, *extras) if comm.rank == root else res
 
-    return _settled(comm, run)
+    return settled(comm, run)
 
 
 def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
@@ -83,12 +83,12 @@ def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = Fa
     plan, args, _ = _decide("cholesky", problem, comm, root, config, explain, phases, guard=guard, lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
-        return _run_local(comm, root, plan, phases,   # checked in _root_plan where 2-D, else by scipy
+        return run_local(comm, root, plan, phases,   # checked in root_plan where 2-D, else by scipy
                           lambda: tuned_local.cholesky(a, lower=lower, overwrite_a=overwrite_a,
                                                        check_finite=check_finite and np.ndim(a) != 2))
     from autotune.distributed.cholesky import ALGORITHMS
 
-    return _settled(comm, lambda: ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan,
+    return settled(comm, lambda: ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan,
                                                              lower=lower, root=root, phases=phases,
                                                              check_finite=check_finite))
 
@@ -103,11 +103,11 @@ def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: b
                             explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
-        return _run_local(comm, root, plan, phases,
+        return run_local(comm, root, plan, phases,
                           lambda: tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
     from autotune.distributed.lu import lu_factor
 
-    res = _settled(comm, lambda: lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases,
+    res = settled(comm, lambda: lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases,
                                            overwrite_a=overwrite_a, check_finite=check_finite))
     if res is None:
         return None
@@ -128,7 +128,7 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
                               explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
-        return _run_local(comm, root, plan, phases, lambda: tuned_lu.solve(
+        return run_local(comm, root, plan, phases, lambda: tuned_lu.solve(
             a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b, check_finite=check_finite,
             assume_a=assume_a, transposed=transposed))
     from autotune.distributed.lu import solve
@@ -142,7 +142,7 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
             raise tuned_lu.singular()
         return x if x is None or b2.ndim == 2 else x[:, 0]
 
-    return _settled(comm, run)
+    return settled(comm, run)
 
 
 # ------------------------------------------------------------------------------ agreement and plan
@@ -167,7 +167,7 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
     if comm.rank == root:
         try:
             ops, problem = operands()
-            plan = _root_plan(family, problem, infos, root, config, explain)
+            plan = root_plan(family, problem, infos, root, config, explain)
             plan = plan if guard is None else guard(plan, ops, phases)
         except Exception as exc:
             err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
@@ -194,7 +194,7 @@ def _call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None
     return args, err
 
 
-def _root_plan(family: str, problem: Problem | None, infos: list[tuple[str, int]], root: int, config,
+def root_plan(family: str, problem: Problem | None, infos: list[tuple[str, int]], root: int, config,
                explain: bool) -> Plan:
     """Root only: the plan for the root node's cores (one process where the call is untuned)."""
     from autotune.distributed.collective import node_cores
@@ -353,7 +353,7 @@ def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
     return plan if plan.threads <= most else dataclasses.replace(plan, threads=most)
 
 
-def _run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray]) -> np.ndarray | None:
+def run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray]) -> np.ndarray | None:
     """Collective: ``work()`` on the root with the plan's threads, the others waiting quietly;
     its error is raised on every rank."""
     from autotune.distributed.plan import timed
@@ -364,10 +364,10 @@ def _run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarra
         with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
             return work()
 
-    return _settled(comm, run)
+    return settled(comm, run)
 
 
-def _settled(comm, work: Callable[[], object]):
+def settled(comm, work: Callable[[], object]):
     """Collective: ``work()`` on every rank (a plan may use only some of them), then an error any
     rank met is raised on every rank of ``comm`` (``collective.settle``), none left returning None."""
     from autotune.distributed.collective import settle

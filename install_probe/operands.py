@@ -205,6 +205,18 @@ def _getrs_rhs(be, d, rng):
     return _restoring(b, _op(be, "getrs", lu, ipiv, b))
 
 
+def _stencil(be, d, rng):
+    """One sweep of the 5-point heat step over a region placed as a tile's pass lies: an interior
+    block (m = n = x) with a one-cell ring around it, a strip of m border rows along a tile's top,
+    or of n border columns down its left side (strided), each inside its square tile of side x."""
+    m, n = d["m"], d["n"]
+    side = max(m, n)
+    src = rng.random((side + 2, side + 2))
+    dst = np.zeros_like(src)
+    w = np.array([0.6, 0.1, 0.1, 0.1, 0.1])
+    return Call(_op(be, "stencil", src, dst, w, 1, 1 + m, 1, 1 + n))
+
+
 _BUILDERS = {
     ("gemm", "square"): _gemm_square, ("gemm", "panel"): _gemm_panel,
     ("gemm", "stripe"): _gemm_square, ("gemm", "rankb"): _gemm_rankb, ("gemm", "dispatch"): _gemm_dispatch,
@@ -217,4 +229,6 @@ _BUILDERS = {
     ("getrf", "square"): _getrf, ("getrf", "panel"): _getrf_panel, ("laswp", "panel"): _laswp_panel,
     ("laswp", "square"): _laswp_panel,
     ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,
+    ("stencil", "square"): _stencil, ("stencil", "interior"): _stencil,
+    ("stencil", "rows"): _stencil, ("stencil", "cols"): _stencil,
 }

@@ -67,6 +67,12 @@ TINY_PROFILE = {
          "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["getrf", "laswp"], "pattern": "panel", "sizes": [64, 256], "params": [16, 64], "threads": [1],
          "backends": ["scipy-openblas"]},
+        {"routines": ["stencil"], "pattern": "interior", "sizes": [32, 128], "threads": [1],
+         "backends": ["numba-stencil", "numpy-stencil"]},
+        {"routines": ["stencil"], "pattern": "rows", "sizes": [32, 128], "params": [1, 2], "threads": [1],
+         "backends": ["numba-stencil", "numpy-stencil"]},
+        {"routines": ["stencil"], "pattern": "cols", "sizes": [32, 128], "params": [1, 2], "threads": [1],
+         "backends": ["numba-stencil", "numpy-stencil"]},
     ],
 }
 

@@ -42,9 +42,9 @@ def test_mapping_model_covers_the_families_it_places():
 
 def test_execution_runs_every_distributed_algorithm():
     pytest.importorskip("mpi4py")
-    from autotune.distributed import cholesky, gemm, lu
+    from autotune.distributed import cholesky, gemm, lu, stencil
 
-    runnable = set(gemm.ALGORITHMS) | set(cholesky.ALGORITHMS) | set(lu.ALGORITHMS)
+    runnable = set(gemm.ALGORITHMS) | set(cholesky.ALGORITHMS) | set(lu.ALGORITHMS) | set(stencil.ALGORITHMS)
     for name in DISTRIBUTED:
         assert set(FAMILIES[name].distributed) <= runnable, name
 
@@ -95,6 +95,6 @@ def test_blocks_are_one_set_cut_by_the_order():
     assert usable_blocks(100) == [32]                   # at least the smallest, at most n / 2 beyond it
     assert usable_blocks(256) == [32, 64, 128]
     for fam in FAMILIES.values():
-        assert fam.blocks == families.BLOCKS
+        assert fam.blocks == (families.HALOS if fam.name == "stencil" else families.BLOCKS)
     assert as_problem("solve", (4096, 2)).order == 4096 and as_problem("gemm", (300, 40, 500)).order == 40
     assert np.all(np.diff(families.BLOCKS) > 0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from .base import ALL_ROUTINES, Backend, BackendUnavailable
+from .base import ALL_ROUTINES, BLAS_ROUTINES, Backend, BackendUnavailable
 
-__all__ = ["ALL_ROUTINES", "BACKENDS", "Backend", "BackendUnavailable", "available", "get"]
+__all__ = ["ALL_ROUTINES", "BLAS_ROUTINES", "BACKENDS", "Backend", "BackendUnavailable", "available", "get"]
 
 
 def _factory(module: str, func: str) -> Callable[[], Backend]:
@@ -23,6 +23,8 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "mkl": _factory("mkl", "mkl"),
     "blis": _factory("blis", "blis"),
     "numba-reference": _factory("numba_ref", "numba_reference"),
+    "numba-stencil": _factory("stencil", "numba_stencil"),
+    "numpy-stencil": _factory("stencil", "numpy_stencil"),
 }
 
 

@@ -13,7 +13,9 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-ALL_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "add", "potrf", "potf2", "getrf", "getrs", "laswp")
+BLAS_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "add", "potrf", "potf2", "getrf", "getrs", "laswp")
+# Every routine a backend may offer: the BLAS/LAPACK ones and the stencil sweep (backends.stencil).
+ALL_ROUTINES = BLAS_ROUTINES + ("stencil",)
 
 
 def package_info(dist: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The Numba reference implementation: standing for an unoptimised BLAS/LAPACK."""
 from __future__ import annotations
 
-from .base import ALL_ROUTINES, Backend, BackendUnavailable, package_info
+from .base import BLAS_ROUTINES, Backend, BackendUnavailable, package_info
 
 
 def numba_reference() -> Backend:
@@ -12,7 +12,7 @@ def numba_reference() -> Backend:
         from autotune.kernels import reference as ref
     except ImportError as exc:
         raise BackendUnavailable(f"numba reference kernels unavailable: {exc}") from exc
-    ops = {r: getattr(ref, r) for r in ALL_ROUTINES}
+    ops = {r: getattr(ref, r) for r in BLAS_ROUTINES}
     info = {"name": "numba-reference", "library": ref.__file__, "version": numba.__version__,
             "corename": numba.config.THREADING_LAYER, **package_info("numba")}
     return Backend("numba-reference", ops, info, numba.set_num_threads, numba.get_num_threads,

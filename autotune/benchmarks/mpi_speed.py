@@ -25,11 +25,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.benchmarks._common import error, output_problem, timed, write_json
-from autotune.calls import CALLS, square
+from autotune.calls import CALLS, HEAT_ALPHA, square
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.families import DISTRIBUTED, Problem
+from autotune.kernels.stencil import heat_weights, reference
 from autotune.plans import Plan
 from autotune.select.distributed import rank_plans
 from autotune.tuned_mpi import MPI_MISSING
@@ -82,8 +83,24 @@ def _dask_solve(p, ch, a, b):
     return lambda: da.linalg.solve(x, y).compute()
 
 
+def _dask_stencil(p, ch, u):
+    """The heat steps as dask's overlapping blocks: each step one ``map_overlap`` of depth 1 that
+    sweeps a block's cells with all their neighbours (the field's edges stay fixed)."""
+    import dask.array as da
+
+    w = heat_weights(HEAT_ALPHA)
+
+    def run():
+        x = da.from_array(u, chunks=ch)
+        for _ in range(p.steps):
+            x = x.map_overlap(lambda b: reference(b, 1, w), depth=1, boundary="none")
+        return x.compute()
+    return run
+
+
 # Each family's dask.array counterpart: ``DASK[family](problem, chunk, *operands)`` -> the call to time.
-DASK = {"gemm": _dask_matmul, "cholesky": _dask_cholesky, "lu": _dask_lu, "solve": _dask_solve}
+DASK = {"gemm": _dask_matmul, "cholesky": _dask_cholesky, "lu": _dask_lu, "solve": _dask_solve,
+        "stencil": _dask_stencil}
 
 
 def baselines(problem: Problem, operands: tuple, P: int, chunks) -> dict[str, float]:

@@ -30,7 +30,7 @@ from .collective import raise_first, verdict_of
 from .grid import ProcessGrid
 from .plan import Phases, timed
 
-__all__ = ["PlanRun", "agree_plan", "check_plan", "cyclic_layout", "plan_run"]
+__all__ = ["PlanRun", "agree_plan", "check_plan", "cyclic_layout", "open_run", "plan_run"]
 
 
 def cyclic_layout(plan: Plan, n: int) -> Layout:
@@ -145,19 +145,25 @@ class PlanRun:
         self.comm.Free()
 
 
-@contextmanager
-def plan_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> Iterator[PlanRun | None]:
+def open_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> PlanRun | None:
     """Collective (one ``Split``): a ``PlanRun`` on the plan's ranks (``Plan.used_ranks``) in their
-    order, ``root`` first, None on the others, which take no part. Call after ``agree_plan``."""
+    order, ``root`` first, None on the others, which take no part; the caller closes it (a field
+    kept distributed between calls keeps its run open)."""
     from mpi4py import MPI
 
     order = plan.used_ranks(comm.size, root)
     used = comm.rank in order
     sub = comm.Split(0 if used else MPI.UNDEFINED, order.index(comm.rank) if used else 0)
-    if not used:
+    return PlanRun(sub, plan, _backend(plan), phases) if used else None
+
+
+@contextmanager
+def plan_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> Iterator[PlanRun | None]:
+    """``open_run`` for one call, at the plan's thread count, closed when it ends. Call after ``agree_plan``."""
+    run = open_run(comm, plan, root, phases)
+    if run is None:
         yield None
         return
-    run = PlanRun(sub, plan, _backend(plan), phases)
     try:
         with run.be.threads(plan.threads):
             yield run

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from autotune.families import Problem
 from autotune.plans import PHASES, Plan
 
-from . import distributed_cholesky, distributed_gemm, distributed_lu, movement
+from . import distributed_cholesky, distributed_gemm, distributed_lu, movement, stencil
 
 
 def _by_dims(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
@@ -16,6 +16,10 @@ def _by_dims(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str,
 
 def _cholesky(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
     return model(problem.n, plan, sp, cp, lower=problem.lower, order=problem.memory)
+
+
+def _whole(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
+    return model(problem, plan, sp, cp)
 
 
 def _nothing(problem: Problem, plan: Plan, sp) -> dict[str, float]:
@@ -60,4 +64,5 @@ REGISTRY: dict[str, PlanModels] = {
     "cholesky": PlanModels(distributed_cholesky.MODELS, distributed_cholesky.WAIT_PHASE, _cholesky, _cholesky_local),
     "lu": PlanModels({"lu": distributed_lu.model}, {"lu": distributed_lu.WAIT_PHASE["lu"]}),
     "solve": PlanModels({"gesv": distributed_lu.solve_model}, {"gesv": distributed_lu.WAIT_PHASE["gesv"]}),
+    "stencil": PlanModels(stencil.MODELS, call=_whole),
 }

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field, replace
 
 from autotune.db.contention import ContendedSP, load_contention
-from autotune.families import DISTRIBUTED, FAMILIES, Problem, family, usable_blocks
+from autotune.families import DISTRIBUTED, FAMILIES, STENCIL_BACKENDS, Problem, family, usable_blocks
+from autotune.halo import fits
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 from autotune.plans import PHASES, Plan, grids
@@ -126,8 +127,24 @@ def _gemm_plans(problem: Problem, base: Plan, blocks: list[int]) -> list[Plan]:
     return out
 
 
+def _stencil_plans(problem: Problem, base: Plan, halos: list[int]) -> list[Plan]:
+    """Every schedule and kernel backend at every halo width that is a multiple of the stencil's
+    radius and fits the tiles (004's border-first order at one step per exchange only)."""
+    out = []
+    for h in halos:
+        if h % problem.radius or fits(problem.rows, problem.cols, base.r, base.c, h):
+            continue
+        for backend in STENCIL_BACKENDS:
+            if backend != "numba-stencil" and base.threads > 1:
+                continue
+            out += [replace(base, algorithm=a, b=h, backend=backend) for a in family(problem.family).distributed
+                    if a != "border_first" or h == problem.radius]
+    return out
+
+
 # How each family's plans are laid on one grid: (problem, the grid's plan, usable blocks) -> plans.
-GRID_PLANS = {"gemm": _gemm_plans, "cholesky": _factor_plans, "lu": _factor_plans, "solve": _solve_plans}
+GRID_PLANS = {"gemm": _gemm_plans, "cholesky": _factor_plans, "lu": _factor_plans, "solve": _solve_plans,
+              "stencil": _stencil_plans}
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from autotune.families import FAMILIES, Problem
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models import lu as lu_models
+from autotune.models import stencil as stencil_models
 from autotune.models.dispatch import dispatch as dispatch_model
 from autotune.models.fitted import fitted_for, override
 from autotune.models.gemm import NESTED_MAX_ASPECT, STRASSEN_ADD_BACKEND, omp_add_sps
@@ -168,7 +169,9 @@ def _floor(table, flop: float, routines, backend: str, threads: int, upto: float
     return FLOOR_SLACK * flop * min(table.k_min(r, backend, threads, pat, upto=upto) for r, pat in routines)
 
 
-def _gemm_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+def _gemm_groups(problem: Problem, table, budget: int, allow_strassen: bool,
+                 tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    dims = problem.dims
     m, k, n = dims
     tsp = tsp or ThreadSPs()
     levels = tuple(lv for lv in STRASSEN_LEVELS if min(m, k, n) / 2**lv >= MIN_STRASSEN_LEAF)
@@ -219,8 +222,9 @@ def _thread_sps(sp) -> ThreadSPs:
     return ThreadSPs() if path is None else load_threads(path)
 
 
-def _cholesky_groups(dims, table, budget: int, allow_strassen: bool,
+def _cholesky_groups(problem: Problem, table, budget: int, allow_strassen: bool,
                      tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    dims = problem.dims
     (n,) = dims
     total = float(chol_models.chol_flops(n))
     for be in _backends(table):
@@ -260,7 +264,9 @@ def _library_calls(algorithm: str, table, budget: int, routine: str, model: Call
                                  lambda sp, p, v, parts=None, be=be, t=t: [model(be, t, sp, parts)])
 
 
-def _lu_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+def _lu_groups(problem: Problem, table, budget: int, allow_strassen: bool,
+               tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    dims = problem.dims
     (n,) = dims
     yield from _library_calls("getrf", table, budget, "getrf",
                               lambda be, t, sp, parts: lu_models.getrf(n, be, t, sp, parts))
@@ -276,22 +282,31 @@ def _lu_groups(dims, table, budget: int, allow_strassen: bool, tsp: ThreadSPs | 
                                  _floor(table, float(lu_models.lu_flops(n)), calls, be, t, n))
 
 
-def _solve_groups(dims, table, budget: int, allow_strassen: bool,
+def _solve_groups(problem: Problem, table, budget: int, allow_strassen: bool,
                   tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    dims = problem.dims
     n, nrhs = dims
     return _library_calls("gesv", table, budget, "getrf",
                           lambda be, t, sp, parts: lu_models.gesv(n, nrhs, be, t, sp, parts), also=(("getrs", "rhs"),))
 
 
-def _lu_solve_groups(dims, table, budget: int, allow_strassen: bool,
+def _lu_solve_groups(problem: Problem, table, budget: int, allow_strassen: bool,
                      tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    dims = problem.dims
     n, nrhs = dims
     return _library_calls("getrs", table, budget, "getrs",
                           lambda be, t, sp, parts: lu_models.getrs(n, nrhs, be, t, sp, parts), "rhs")
 
 
+def _stencil_groups(problem: Problem, table, budget: int, allow_strassen: bool,
+                    tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    """The field swept by each stencil backend and thread count measured."""
+    return _library_calls("sweep", table, budget, "stencil",
+                          lambda be, t, sp, parts: stencil_models.single(problem, be, t, sp), "interior")
+
+
 GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups, "lu": _lu_groups, "solve": _solve_groups,
-          "lu_solve": _lu_solve_groups}
+          "lu_solve": _lu_solve_groups, "stencil": _stencil_groups}
 
 
 def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
@@ -306,7 +321,7 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
         raise LookupError("no system parameters: nothing to rank")
     family, dims = problem.family, problem.dims
     ranking: list[Ranked] = []
-    groups = list(GROUPS[family](dims, sp.table, threads, allow_strassen, _thread_sps(sp)))
+    groups = list(GROUPS[family](problem, sp.table, threads, allow_strassen, _thread_sps(sp)))
     ev = _Evidence.of(sp, family, tuple(dims), after)
     prune = prune and not ev.any       # measured corrections may undercut the analytical floors
     if prune:

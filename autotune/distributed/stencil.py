@@ -1,0 +1,213 @@
+"""Stencil schedules over MPI: a field kept in halo tiles, swept step by step (004 §3.2.3).
+
+``HaloField`` holds this rank's tile in two buffers with a halo of the plan's width ``b``, and
+one set of persistent requests per buffer (``Send_init``/``Recv_init`` on subarray datatypes of
+the buffer itself: no packing in Python, no collective). A step runs the plan's schedule on the
+regions ``autotune.halo`` defines and ``models.stencil`` prices:
+
+- ``blocking``: exchange, then sweep the whole region;
+- ``overlap``: start the exchange, sweep the interior (testing the requests between row chunks so
+  large messages progress), wait, sweep the border pieces;
+- ``border_first``: sweep the border pieces into the new buffer (corners, then edges), start its
+  exchange, sweep the interior, wait (one step per exchange; the halos are filled when the field
+  is built).
+
+A halo of b = s·R serves s steps per exchange. The field stays distributed between calls
+(``advance``) and is gathered on request (``gather``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.assumptions import OVERLAP_POLLS
+from autotune.families import StencilProblem
+from autotune.halo import CORNERS, EDGES, Rect, Tile
+from autotune.kernels.stencil import Sweeper
+from autotune.layout import Axis, Layout
+from autotune.plans import Plan
+
+from . import movement
+from .plan import timed
+
+_DIRS = EDGES + CORNERS
+TAG = 31000          # + the sender's direction index
+
+
+def layout_of(problem: StencilProblem, plan: Plan) -> Layout:
+    """The field's block layout on the plan's grid (rows and columns by the ranks' speeds, if given)."""
+    rw = cw = None
+    if plan.weights is not None:
+        w = np.asarray(plan.weights).reshape(plan.r, plan.c)
+        rw, cw = tuple(w.sum(axis=1)), tuple(w.sum(axis=0))
+    return Layout(Axis(problem.rows, plan.r, weights=rw), Axis(problem.cols, plan.c, weights=cw))
+
+
+class HaloField:
+    """This rank's part of a distributed field (collective to build: every rank of ``comm``, the
+    plan's ranks with the root as rank 0, in grid order)."""
+
+    def __init__(self, comm, problem: StencilProblem, plan: Plan, sweeper: Sweeper, local: np.ndarray, phases=None):
+        self.comm, self.problem, self.plan, self.sweeper, self.phases = comm, problem, plan, sweeper, phases
+        lay = layout_of(problem, plan)
+        pr, pc = divmod(comm.rank, plan.c)
+        self.tile = Tile(problem.rows, problem.cols, plan.r, plan.c, pr, pc, plan.b, problem.radius,
+                         (lay.rows.weights, lay.cols.weights))
+        self.layout = lay
+        self.substeps = max(plan.b // problem.radius, 1)
+        self.corners = problem.corners or self.substeps > 1
+        t = self.tile.tile
+        self.bufs = [np.zeros(self.tile.local_shape), np.zeros(self.tile.local_shape)]
+        for buf in self.bufs:
+            buf[t.r0:t.r1, t.c0:t.c1] = local
+        self._types: list = []
+        self.requests = [self._requests(buf) for buf in self.bufs]
+        self.cur = 0
+        self._prime()
+
+    def _prime(self) -> None:
+        """Fill both buffers' halos once: the field's fixed edge cells that lie in a halo are read
+        from either buffer by the sub-steps that sweep into the halo (and border_first starts
+        from a filled halo)."""
+        from mpi4py import MPI
+
+        with timed(self.phases, "distribution"):
+            for reqs in self.requests:
+                MPI.Prequest.Startall(reqs)
+                MPI.Request.Waitall(reqs)
+
+    def _subarray(self, rect: Rect):
+        from mpi4py import MPI
+
+        dt = MPI.DOUBLE.Create_subarray(list(self.tile.local_shape), list(rect.shape), [rect.r0, rect.c0]).Commit()
+        self._types.append(dt)
+        return dt
+
+    def _requests(self, buf: np.ndarray) -> list:
+        out = []
+        for d in self.tile.directions(self.corners):
+            npr, npc = self.tile.neighbour(d)
+            other = npr * self.plan.c + npc
+            back = _DIRS.index((-d[0], -d[1]))
+            out.append(self.comm.Recv_init([buf, 1, self._subarray(self.tile.recv(d))], source=other, tag=TAG + back))
+            out.append(self.comm.Send_init([buf, 1, self._subarray(self.tile.send(d))], dest=other,
+                                           tag=TAG + _DIRS.index(d)))
+        return out
+
+    # ------------------------------------------------------------------------------- steps
+
+    def advance(self, steps: int) -> None:
+        """Run ``steps`` steps of the plan's schedule (collective over the plan's ranks)."""
+        if self.plan.algorithm == "border_first":
+            self._border_first(steps)
+            return
+        done = 0
+        while done < steps:
+            n = min(self.substeps, steps - done)
+            self._period(n, overlap=self.plan.algorithm == "overlap")
+            done += n
+
+    def _sweep(self, rect: Rect) -> None:
+        self.sweeper(self.bufs[self.cur], self.bufs[1 - self.cur], rect)
+
+    def _period(self, n: int, overlap: bool) -> None:
+        """One exchange, then ``n`` sub-steps (the first overlapped with it when ``overlap``)."""
+        from mpi4py import MPI
+
+        reqs = self.requests[self.cur]
+        rad = self.problem.radius
+        first = self.tile.sweep((n - 1) * rad)
+        with timed(self.phases, "communication"):
+            MPI.Prequest.Startall(reqs)
+        if overlap:
+            with timed(self.phases, "compute"):
+                self._polled(first.interior, reqs)
+            with timed(self.phases, "communication"):
+                MPI.Request.Waitall(reqs)
+            with timed(self.phases, "compute"):
+                for piece in first.border:
+                    self._sweep(piece)
+        else:
+            with timed(self.phases, "communication"):
+                MPI.Request.Waitall(reqs)
+            with timed(self.phases, "compute"):
+                self._sweep(first.whole)
+        self.cur = 1 - self.cur
+        with timed(self.phases, "compute"):
+            for k in range(1, n):
+                self._sweep(self.tile.sweep((n - 1 - k) * rad).whole)
+                self.cur = 1 - self.cur
+
+    def _polled(self, rect: Rect, reqs: list) -> None:
+        """Sweep ``rect`` in row chunks, testing ``reqs`` between them (progress for messages the
+        MPI library moves only inside its calls)."""
+        from mpi4py import MPI
+
+        if rect.empty or not reqs:
+            self._sweep(rect)
+            return
+        edges = np.linspace(rect.r0, rect.r1, min(OVERLAP_POLLS, rect.shape[0]) + 1).astype(int)
+        for a, b in zip(edges[:-1], edges[1:], strict=True):
+            self._sweep(Rect(int(a), int(b), rect.c0, rect.c1))
+            MPI.Request.Testall(reqs)
+
+    def _border_first(self, steps: int) -> None:
+        from mpi4py import MPI
+
+        sweep = self.tile.sweep(0)
+        for _ in range(steps):
+            reqs = self.requests[1 - self.cur]
+            with timed(self.phases, "compute"):
+                for piece in sweep.border:
+                    self._sweep(piece)
+            with timed(self.phases, "communication"):
+                MPI.Prequest.Startall(reqs)
+            with timed(self.phases, "compute"):
+                self._polled(sweep.interior, reqs)
+            with timed(self.phases, "communication"):
+                MPI.Request.Waitall(reqs)
+            self.cur = 1 - self.cur
+
+    # ------------------------------------------------------------------------------- data
+
+    @property
+    def local(self) -> np.ndarray:
+        """A view of this rank's tile (current values)."""
+        t = self.tile.tile
+        return self.bufs[self.cur][t.r0:t.r1, t.c0:t.c1]
+
+    def gather(self) -> np.ndarray | None:
+        """Collective: the whole field on the plan's root (rank 0 of ``comm``), None elsewhere."""
+        with timed(self.phases, "collection"):
+            return movement.gather(np.asfortranarray(self.local), self.layout, self.comm, 0, order="C")
+
+    def free(self) -> None:
+        for reqs in self.requests:
+            for r in reqs:
+                r.Free()
+        for dt in self._types:
+            dt.Free()
+        self.requests, self._types = [[], []], []
+
+
+def scatter_field(comm, problem: StencilProblem, plan: Plan, u: np.ndarray | None, sweeper: Sweeper,
+                  phases=None) -> HaloField:
+    """Collective over the plan's ranks: the root's field ``u`` cut into halo tiles."""
+    with timed(phases, "distribution"):
+        local = movement.scatter(u, layout_of(problem, plan), comm, root=0)
+        return HaloField(comm, problem, plan, sweeper, local, phases)
+
+
+def _run(u, comm, plan: Plan, *, problem: StencilProblem, sweeper: Sweeper, steps: int, phases=None):
+    """A whole call on the plan's ranks (``comm``: the root is rank 0): scatter, ``steps`` steps, gather."""
+    field = scatter_field(comm, problem, plan, u, sweeper, phases)
+    try:
+        field.advance(steps)
+        return field.gather()
+    finally:
+        field.free()
+
+
+# The schedules this module runs (``Plan.algorithm``); one runner, the schedule is the plan's.
+ALGORITHMS = dict.fromkeys(("blocking", "overlap", "border_first"), _run)
+
+__all__ = ["ALGORITHMS", "HaloField", "layout_of", "scatter_field"]

@@ -1,0 +1,212 @@
+"""Cost of stencil sweeps: one process sweeping the field, and each schedule of a halo plan on a
+process grid (004 §3.2.2, eq. 8: T = Tcomp + Tcomm + Toverlap + Tidle).
+
+A sweep costs k x flops of its rectangle, k looked up under the pattern the pass has
+(``interior`` block, border ``rows``, strided border ``cols``; ``routines.PATTERNS``) at the
+rectangle's size, times the problem's cost per cell over the probed 5-point stencil's. A halo
+exchange costs each message's (ts + m tw) on its link (eq. 11: ``link_host`` within a host,
+``link_net`` between hosts; strided column messages also pay their packing), plus a request's
+start and completion (``HALO_REQUEST``). Schedules (``halo.Tile.sweep`` gives the regions):
+
+- ``blocking``: exchange, then sweep the whole region (Tcomm + Tcomp);
+- ``overlap``: start the exchange, sweep the interior, wait, sweep the border cells: the
+  network messages hide behind the interior (max(Tint, Tnet)); copies between ranks of one host
+  do not (004 §3.2.2: in-node messages cannot overlap, the CPU moves them);
+- ``border_first``: sweep the border cells (corners, then edges), start the exchange, sweep the
+  interior (004 §3.2.3); the same overlap, the border pieces as separate calls.
+
+A halo of width h = s·R serves s steps per exchange, sub-step k sweeping (s - 1 - k)·R more
+cells into the halo. The iteration takes the slowest rank's time (its neighbours wait: Tidle).
+Vectorised over the plan's tiles; the overlap condition (eq. 12) and the crossover tile it
+implies are functions of their own.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from autotune.assumptions import HALO_REQUEST
+from autotune.families import StencilProblem
+from autotune.halo import Tile, border_cells, interior_cells, tiles
+from autotune.plans import PHASES, Plan
+from autotune.routines import STENCIL_FLOPS
+
+from . import movement
+
+ITEM = 8
+SCHEDULES = ("blocking", "overlap", "border_first")
+
+
+def sweep(sp, backend: str, threads: int, shape: tuple[int, int], pattern: str, scale: float = 1.0) -> float:
+    """Seconds of one sweep over an m x n rectangle accessed as ``pattern``: interior blocks are
+    looked up at their square-equivalent side, row strips at their length (param: their height),
+    column strips at their height (param: their width)."""
+    m, n = shape
+    if m <= 0 or n <= 0:
+        return 0.0
+    if pattern == "rows":
+        x, param = n, m
+    elif pattern == "cols":
+        x, param = m, n
+    else:
+        x, param = math.sqrt(m * n), 0.0
+    return scale * STENCIL_FLOPS * m * n * movement.k(sp, "stencil", backend, threads, x, pattern, param)
+
+
+def single(problem: StencilProblem, backend: str, threads: int, sp) -> float:
+    """One process: ``steps`` sweeps of the field's interior in one call each, plus the copy of the
+    field into the two working buffers."""
+    rad = problem.radius
+    shape = (problem.rows - 2 * rad, problem.cols - 2 * rad)
+    return (problem.steps * sweep(sp, backend, threads, shape, "interior", problem.scale)
+            + movement.copy(sp, 2.0 * problem.rows * problem.cols))
+
+
+def hosts_of(p: int, cp) -> np.ndarray:
+    """Each rank's host: the platform's hosts filled in rank order (mpiexec's default by-slot mapping)."""
+    hosts = max(1, int(cp.platform.get("hosts", 1) or 1)) if cp is not None else 1
+    per = -(-p // hosts)
+    return np.arange(p) // per
+
+
+def link_time(cp, net: bool, nbytes: float) -> float:
+    """One message of ``nbytes`` between two ranks on one host or on two (the comm probe's link
+    ping-pong; the plain ping-pong where it measured no link of that kind)."""
+    name = "link_net" if net else "link_host"
+    prim = name if name in cp.primitives() else "pingpong"
+    return float(cp.time(prim, 2, nbytes))
+
+
+def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -> tuple[float, float]:
+    """(seconds of the messages within the host, seconds of those to other hosts) of one halo
+    exchange of ``tile``: each message's link time, column messages' packing and unpacking, and the
+    requests' own cost (counted with the in-host part: the CPU spends it)."""
+    here = rank_host[tile.pr * c + tile.pc]
+    local, net = 0.0, 0.0
+    for d in tile.directions(corners):
+        cells = tile.send(d).cells
+        npr, npc = tile.neighbour(d)
+        other = rank_host[npr * c + npc] != here
+        t = link_time(cp, bool(other), cells * ITEM)
+        if d[1] != 0:
+            t_pack = 2.0 * movement.copy(sp, cells)
+            local += t_pack
+        local += HALO_REQUEST
+        if other:
+            net += t
+        else:
+            local += t
+    return local, net
+
+
+def _pieces(sp, backend: str, threads: int, rects, rows, scale: float) -> float:
+    """The border pieces, each swept on its own: row strips contiguous, column strips strided."""
+    return sum(sweep(sp, backend, threads, r.shape, "rows" if row else "cols", scale)
+               for r, row in zip(rects, rows, strict=True))
+
+
+def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.ndarray, sp, cp) -> dict[str, float]:
+    """One rank's seconds per step of ``plan.algorithm``: {"compute", "communication", "hidden"
+    (network time the interior covered), "interior", "net"}."""
+    be, t, scale = plan.backend, plan.threads, problem.scale
+    s = max(plan.b // problem.radius, 1)
+    corners = problem.corners or s > 1
+    local, net = exchange(tile, rank_host, plan.c, corners, sp, cp)
+    later = sum(sweep(sp, be, t, tile.sweep((s - 1 - k) * problem.radius).whole.shape, "interior", scale)
+                for k in range(1, s))
+    first = tile.sweep((s - 1) * problem.radius)
+    if plan.algorithm == "blocking":
+        compute = sweep(sp, be, t, first.whole.shape, "interior", scale) + later
+        return {"compute": compute / s, "communication": (local + net) / s, "hidden": 0.0,
+                "interior": compute / s, "net": net / s}
+    interior = sweep(sp, be, t, first.interior.shape, "interior", scale)
+    border = _pieces(sp, be, t, first.border, first.rows, scale)
+    exposed = max(net - interior, 0.0)
+    return {"compute": (interior + border + later) / s, "communication": (local + exposed) / s,
+            "hidden": (net - exposed) / s, "interior": interior / s, "net": net / s}
+
+
+def plan_tiles(problem: StencilProblem, plan: Plan) -> list[Tile]:
+    """The plan's tiles in rank order (halo ``plan.b``, weighted by its ranks' speeds if given)."""
+    weights = (None, None)
+    if plan.weights is not None:
+        w = np.asarray(plan.weights).reshape(plan.r, plan.c)
+        weights = (tuple(w.sum(axis=1)), tuple(w.sum(axis=0)))
+    return tiles(problem.rows, problem.cols, plan.r, plan.c, plan.b, problem.radius, weights)
+
+
+def per_step(problem: StencilProblem, plan: Plan, sp, cp) -> dict[str, float]:
+    """The slowest rank's step (every rank waits for its neighbours each exchange): its terms, and
+    "idle", what the fastest rank waits per step."""
+    rank_host = hosts_of(plan.p, cp)
+    steps = [iteration(problem, plan, t, rank_host, sp, cp) for t in plan_tiles(problem, plan)]
+    totals = [s["compute"] + s["communication"] for s in steps]
+    worst = steps[int(np.argmax(totals))]
+    return {**worst, "idle": max(totals) - min(totals), "total": max(totals)}
+
+
+def _moves(problem: StencilProblem, plan: Plan, sp, cp) -> tuple[float, float]:
+    """(distribution, collection): the root's Scatterv / Gatherv of the tiles, the copies into
+    and out of the halo arrays (two buffers per rank) and the two exchanges that fill both
+    buffers' halos once."""
+    tls = plan_tiles(problem, plan)
+    biggest = max(t.shape[0] * t.shape[1] for t in tls)
+    cells = problem.rows * problem.cols
+    rank_host = hosts_of(plan.p, cp)
+    corners = problem.corners or plan.b > problem.radius
+    prime = 2.0 * max(sum(exchange(t, rank_host, plan.c, corners, sp, cp)) for t in tls)
+    scatter = float(cp.time("scatterv", plan.p, biggest * ITEM)) + movement.copy(sp, 3.0 * cells) + prime
+    gather = float(cp.time("gatherv", plan.p, biggest * ITEM)) + movement.copy(sp, 2.0 * cells)
+    return scatter, gather
+
+
+def model(problem: StencilProblem, plan: Plan, sp, cp) -> dict[str, float]:
+    """Predicted seconds per phase of ``plan`` (a schedule on its grid) for ``problem.steps`` steps."""
+    step = per_step(problem, plan, sp, cp)
+    dist, coll = _moves(problem, plan, sp, cp)
+    phases = {"distribution": dist, "communication": problem.steps * (step["communication"] + step["idle"]),
+              "compute": problem.steps * step["compute"], "collection": coll}
+    phases["total"] = sum(phases[k] for k in PHASES)
+    return phases
+
+
+MODELS = dict.fromkeys(SCHEDULES, model)
+
+
+def overlap_pays(interior: float, net: float) -> bool:
+    """004 eq. 12: Tn·CI >= LMPI + m/BW + Lr: the interior sweep covers the network messages."""
+    return interior >= net
+
+
+def crossover(problem: StencilProblem, plan: Plan, sp, cp, sides=None) -> int | None:
+    """The smallest square tile side (of ``sides``) at which the interior of the plan's busiest
+    tile covers its network messages (eq. 12), None where none does; the field is the plan's
+    grid of such tiles."""
+    sides = sides if sides is not None else np.unique(np.geomspace(8, 8192, 120).astype(int))
+    for n in sides:
+        trial = StencilProblem(int(n) * plan.r, int(n) * plan.c, 1, problem.radius, problem.corners,
+                               problem.cell_flops)
+        step = per_step(trial, Plan("overlap", plan.p, plan.r, plan.c, plan.b, threads=plan.threads,
+                                    backend=plan.backend), sp, cp)
+        if step["net"] > 0 and overlap_pays(step["interior"], step["net"]):
+            return int(n)
+    return None
+
+
+def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
+    """explain's lines: the busiest tile's cells (004 eqs. 5-6) and its step's terms (eq. 8)."""
+    step = per_step(problem, plan, sp, cp)
+    busiest = max(plan_tiles(problem, plan), key=lambda t: t.shape[0] * t.shape[1] + sum(t.borders))
+    (nr, nc), (p, p1) = busiest.shape, busiest.borders
+    lines = [f"busiest tile {nr}x{nc}: border cells CF = {border_cells(nc, nr, p, p1)}, "
+             f"interior CI = {interior_cells(nc, nr, p, p1)} (004 eqs. 5-6)",
+             f"per step: compute {step['compute'] * 1e6:.1f} us (interior {step['interior'] * 1e6:.1f} us), "
+             f"communication {step['communication'] * 1e6:.1f} us exposed, {step['hidden'] * 1e6:.1f} us hidden, "
+             f"network {step['net'] * 1e6:.1f} us, idle {step['idle'] * 1e6:.1f} us",
+             f"overlap pays (eq. 12: interior >= network): {overlap_pays(step['interior'], step['net'])}"]
+    return lines
+
+
+__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "link_time", "model", "overlap_pays",
+           "per_step", "plan_tiles", "single", "sweep", "terms"]

@@ -1,0 +1,129 @@
+"""Tuned stencils: ``steps`` sweeps of a point stencil over a 2-D field, in one process or over MPI.
+
+``heat2d(u0, steps, alpha)`` runs the explicit heat step u + alpha (N + S + W + E - 4u) (004's
+heat-diffusion program); ``apply`` any point stencil given by its weights or by a Numba kernel
+``kernel(src, dst, r0, r1, c0, c1)`` of a given ``radius``. The field's outer ``radius`` rings
+stay fixed (Dirichlet edges). Without ``comm`` the selector picks the kernel backend and threads;
+with ``comm`` it also picks the processes, grid, halo width and schedule (blocking, overlapped,
+border-first) from the models, the root gets the field and the other ranks None. ``distribute``
+keeps the field distributed between calls (``DistributedField.advance``, ``gather``).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from autotune import tuned_mpi, tuned_stencil
+from autotune.families import CHECK_STEPS, StencilProblem
+from autotune.kernels.stencil import heat_weights
+from autotune.plans import Plan
+
+
+def _heat(alpha) -> np.ndarray:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(alpha):
+        raise ValueError(f"alpha must be a finite real number, got {alpha!r}")
+    return heat_weights(float(alpha))
+
+
+def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, check_finite: bool = True,
+           config=None, explain: bool = False, phases=None) -> np.ndarray | None:
+    """``steps`` explicit heat steps of the field ``u0`` (edges fixed): a new float64 array (on the
+    root under ``comm``; None on the other ranks)."""
+    return apply(u0, steps, _heat(alpha), comm=comm, root=root, check_finite=check_finite, config=config,
+                 explain=explain, phases=phases)
+
+
+def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm=None,
+          root: int = 0, check_finite: bool = True, config=None, explain: bool = False,
+          phases=None) -> np.ndarray | None:
+    """``steps`` sweeps of the stencil ``weights`` ((2R+1) x (2R+1): new[i, j] = sum w[a, b]
+    u[i + a - R, j + b - R]) or of ``kernel`` over ``u0``, its outer R rings fixed."""
+    if comm is None:
+        return tuned_stencil.local(u0, steps, tuned_stencil.stencil_of(weights, kernel, radius),
+                                   check_finite=check_finite, config=config, explain=explain)
+    return tuned_stencil.collective(u0, steps, (weights, kernel, radius), comm, root=root,
+                                    check_finite=check_finite, config=config, explain=explain, phases=phases)
+
+
+class DistributedField:
+    """A field kept in halo tiles over a plan's ranks between calls (collective to build, advance,
+    gather and free). Under a one-process plan the root holds it whole."""
+
+    def __init__(self, comm, plan: Plan, stencil, root: int, a: np.ndarray | None, phases=None):
+        from autotune.distributed.runs import open_run
+        from autotune.distributed.stencil import scatter_field
+        self.comm, self.plan, self.stencil, self.root, self.phases = comm, plan, stencil, root, phases
+        self.whole, self.run, self.field = None, None, None
+        if plan.algorithm == "local":
+            self.whole = None if comm.rank != root else np.array(a, dtype=np.float64)
+            return
+
+        def build():
+            self.run = open_run(comm, plan, root, phases)
+            if self.run is None:
+                return
+            shape = self.run.comm.bcast(None if a is None else a.shape, root=0)
+            prob = StencilProblem(shape[0], shape[1], 1, stencil.radius, stencil.corners)
+            with self.run.be.threads(plan.threads):
+                self.field = scatter_field(self.run.comm, prob, plan, a, stencil.sweeper(plan.backend, plan.threads),
+                                           phases)
+
+        tuned_mpi.settled(comm, build)
+
+    def advance(self, steps: int) -> None:
+        """Collective: ``steps`` more steps."""
+        steps = tuned_stencil.check_steps(steps)
+        if self.plan.algorithm == "local":
+            def work():
+                if self.comm.rank == self.root:
+                    self.whole = tuned_stencil.local(self.whole, steps, self.stencil, check_finite=False,
+                                                     config=None)
+            tuned_mpi.settled(self.comm, work)
+            return
+
+        def work():
+            if self.field is not None:
+                with self.run.be.threads(self.plan.threads):
+                    self.field.advance(steps)
+        tuned_mpi.settled(self.comm, work)
+
+    def gather(self) -> np.ndarray | None:
+        """Collective: a copy of the whole field on the root, None elsewhere."""
+        if self.plan.algorithm == "local":
+            return None if self.whole is None else self.whole.copy()
+        return tuned_mpi.settled(self.comm, lambda: None if self.field is None else self.field.gather())
+
+    @property
+    def local(self) -> np.ndarray | None:
+        """This rank's tile (a view; the whole field on the root under a one-process plan)."""
+        return self.whole if self.field is None else self.field.local
+
+    def free(self) -> None:
+        if self.field is not None:
+            self.field.free()
+            self.field = None
+        if self.run is not None:
+            self.run.close()
+            self.run = None
+
+    def __enter__(self) -> DistributedField:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.free()
+
+
+def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm,
+               steps: int = CHECK_STEPS, root: int = 0, check_finite: bool = True, config=None,
+               explain: bool = False, phases=None) -> DistributedField:
+    """Collective: the root's ``u0`` cut into halo tiles on the plan chosen for ``steps`` steps
+    per call (or ``config``); advance it with ``DistributedField.advance``, fetch it with ``gather``."""
+    plan, stencil, _, root, a, _ = tuned_stencil.agreed_plan(u0, 0, (weights, kernel, radius), comm, root,
+                                                            check_finite, config, explain, plan_steps=steps)
+    return DistributedField(comm, plan, stencil, root, a, phases)
+
+
+__all__ = ["DistributedField", "apply", "distribute", "heat2d"]

@@ -1,0 +1,242 @@
+"""Tuned stencil runs: the checks every rank agrees on, the plan (one process or a schedule on a
+grid), and its run, in this process or collectively over ``comm=``.
+
+As the other families' collective calls (``tuned_mpi``): every rank checks its own arguments and
+one allgather agrees on them (``steps``, the stencil, ``root``, and the field's shape where a rank
+passes one: different shapes raise the same ValueError everywhere); the root checks the field
+(2-D, real, finite under ``check_finite``) and picks the plan, which reaches the others with its
+verdict in one broadcast, so all ranks raise together or run the same plan.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.db import load_sp
+from autotune.families import CHECK_STEPS, StencilProblem
+from autotune.halo import fits
+from autotune.kernels import stencil as kernels
+from autotune.kernels.stencil import Sweeper, run_local
+from autotune.plans import Candidate, Plan
+from autotune.routines import STENCIL_FLOPS
+from autotune.select.rank import choose
+
+from . import tuned_local, tuned_mpi
+from .config import get_options
+
+UNTUNED = Candidate("sweep", "numpy-stencil", 1)     # no usable database: numpy's slices, as by hand
+_KERNEL_FLOPS: dict[int, float] = {}
+
+
+@dataclass(frozen=True)
+class Stencil:
+    """A stencil as the user gave it: weights or a kernel function, and its radius."""
+
+    weights: np.ndarray | None
+    kernel: Callable | None
+    radius: int
+
+    @property
+    def corners(self) -> bool:
+        if self.kernel is not None:
+            return True
+        w = self.weights
+        rad = self.radius
+        ii, jj = np.nonzero(w)
+        return bool(np.any((ii != rad) & (jj != rad)))
+
+    def cell_flops(self) -> float:
+        """Flops per cell: 2·points - 1 for weights; a kernel's time per cell against the probed
+        5-point kernel's, measured once per kernel on a 128 x 128 region."""
+        if self.kernel is None:
+            return 2.0 * np.count_nonzero(self.weights) - 1.0
+        key = id(self.kernel)
+        if key not in _KERNEL_FLOPS:
+            _KERNEL_FLOPS[key] = STENCIL_FLOPS * _time(self.kernel, self.radius) / _time(None, 1)
+        return _KERNEL_FLOPS[key]
+
+    def key(self) -> str:
+        """What every rank must pass alike (compared in the agreement)."""
+        if self.kernel is not None:
+            return f"kernel {getattr(self.kernel, '__qualname__', type(self.kernel).__name__)} radius {self.radius}"
+        return f"weights {self.weights.tolist()!r}"
+
+    def sweeper(self, backend: str, threads: int) -> Sweeper:
+        return Sweeper(self.weights, self.kernel, backend, threads)
+
+
+def _time(kernel: Callable | None, radius: int, n: int = 128) -> float:
+    """Best of five sweeps of an n x n region (the 5-point kernel when ``kernel`` is None)."""
+    src = np.random.default_rng(0).random((n + 2 * radius, n + 2 * radius))
+    dst = np.zeros_like(src)
+    w = np.array([0.6, 0.1, 0.1, 0.1, 0.1])
+    run = (lambda: kernels.cross5(src, dst, w, 1, n + 1, 1, n + 1)) if kernel is None else (
+        lambda: kernel(src, dst, radius, n + radius, radius, n + radius))
+    run()
+    best = np.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return max(best, 1e-9)
+
+
+def stencil_of(weights, kernel, radius) -> Stencil:
+    """The checked stencil: a square, odd-sided, finite 2-D weight matrix, or a callable kernel with
+    a positive int ``radius``; ValueError / TypeError otherwise."""
+    if kernel is not None:
+        if not callable(kernel):
+            raise TypeError(f"kernel must be callable, got {type(kernel).__name__}")
+        if weights is not None:
+            raise ValueError("pass weights or kernel, not both")
+        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 1:
+            raise ValueError(f"a kernel needs its radius: a positive int, got {radius!r}")
+        return Stencil(None, kernel, int(radius))
+    if weights is None:
+        raise ValueError("pass the stencil's weights or a kernel")
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] % 2 == 0:
+        raise ValueError(f"weights must be a square 2-D array of odd side, got shape {w.shape}")
+    if not np.isfinite(w).all():
+        raise ValueError("weights must be finite")
+    rad = w.shape[0] // 2
+    if radius is not None and radius != rad:
+        raise ValueError(f"radius {radius!r} does not match weights of side {w.shape[0]}")
+    return Stencil(np.ascontiguousarray(w), None, max(rad, 1) if rad else 1)
+
+
+def check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
+        raise ValueError(f"steps must be an int, got {type(steps).__name__}")
+    if steps < 0:
+        raise ValueError(f"steps must be non-negative, got {steps}")
+    return int(steps)
+
+
+def check_field(u, check_finite: bool) -> np.ndarray:
+    """The field as a 2-D real array; ValueError for another shape, a complex or non-numeric
+    dtype, or (``check_finite``) an inf or NaN."""
+    if u is None:
+        raise ValueError("the root rank must pass the field (other ranks may pass None)")
+    a = np.asarray(u)
+    if a.ndim != 2:
+        raise ValueError(f"the field must be 2-D, got {a.ndim}-D")
+    if np.iscomplexobj(a) or a.dtype.kind not in "biuf":
+        raise ValueError(f"the field must be real, got dtype {a.dtype}")
+    if check_finite and not np.isfinite(a).all():
+        raise ValueError("array must not contain infs or NaNs")
+    return a
+
+
+def problem_of(shape: tuple[int, int], steps: int, stencil: Stencil) -> StencilProblem:
+    return StencilProblem(int(shape[0]), int(shape[1]), max(steps, 1), stencil.radius, stencil.corners,
+                          stencil.cell_flops())
+
+
+# ------------------------------------------------------------------------------ one process
+
+def local(u, steps, stencil: Stencil, *, check_finite: bool = True, config=None, explain: bool = False) -> np.ndarray:
+    """``steps`` sweeps in this process with the candidate the selector picks (numpy's slices
+    when no database is usable: the computation never depends on it)."""
+    steps = check_steps(steps)
+    a = check_field(u, check_finite)
+    if steps == 0 or min(a.shape) <= 2 * stencil.radius:
+        return np.array(a, dtype=np.float64)
+    cand, _ = tuned_local.decide(problem_of(a.shape, steps, stencil), config, explain)
+    cand = UNTUNED if cand is None else cand
+    if cand.backend != "numba-stencil" and cand.threads > 1:
+        raise ValueError(f"backend {cand.backend!r} runs one thread, got {cand.threads}")
+    from autotune import backends
+
+    be = backends.get(cand.backend)
+    with be.threads(min(cand.threads, be.max_threads)):
+        return run_local(a, steps, stencil.radius, stencil.sweeper(cand.backend, cand.threads))
+
+
+# ------------------------------------------------------------------------------ over MPI
+
+def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, config, explain: bool,
+                plan_steps: int | None = None):
+    """Collective: (plan, stencil, steps, root, the root's field or None, problem on the root) after
+    every rank agreed on the arguments and the root checked the field and chose the plan."""
+    from autotune.distributed.collective import agree_args, core_info, share
+
+    tuned_mpi._require_mpi4py()
+    err, stencil, steps_ok = None, None, 0
+    args, err = tuned_mpi._call_args(comm, root, "stencil")
+    try:
+        stencil = stencil_of(*stencil_args)
+        steps_ok = check_steps(steps)
+        args.update(steps=steps_ok, stencil=stencil.key())
+        if u is not None and comm.rank != args.get("root"):
+            args["shape"] = tuple(np.shape(u))
+    except (ValueError, TypeError) as exc:
+        err = err or exc
+    if u is not None and comm.rank == args.get("root"):
+        args["shape"] = tuple(np.shape(u))
+    infos = agree_args(comm, err, args, core_info())
+    root = args["root"]
+    plan = a = problem = None
+    err = None
+    if comm.rank == root:
+        try:
+            a = check_field(u, check_finite)
+            problem = problem_of(a.shape, plan_steps if plan_steps is not None else steps_ok, stencil)
+            small = min(a.shape) <= 2 * stencil.radius or steps_ok == 0
+            plan = Plan("local", 1) if small and config is None else tuned_mpi.root_plan(
+                "stencil", problem, infos, root, config, explain)
+            if plan.algorithm != "local":
+                _check_plan(plan, problem)
+        except Exception as exc:
+            err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
+    plan = share(comm, root, err, plan)
+    return plan, stencil, steps_ok, root, a, problem
+
+
+def _check_plan(plan: Plan, problem: StencilProblem) -> None:
+    why = fits(problem.rows, problem.cols, plan.r, plan.c, plan.b)
+    if why:
+        raise ValueError(why)
+    if plan.b < problem.radius or plan.b % problem.radius:
+        raise ValueError(f"halo width {plan.b} must be a positive multiple of the stencil's radius {problem.radius}")
+    if plan.algorithm == "border_first" and plan.b != problem.radius:
+        raise ValueError("border_first runs one step per exchange: halo width = the stencil's radius")
+
+
+def collective(u, steps, stencil_args: tuple, comm, *, root=0, check_finite: bool = True, config=None,
+               explain: bool = False, phases=None) -> np.ndarray | None:
+    """Collective ``steps`` sweeps: the field on the root, None elsewhere."""
+    plan, stencil, steps, root, a, problem = agreed_plan(u, steps, stencil_args, comm, root, check_finite,
+                                                         config, explain)
+    if plan.algorithm == "local":
+        return tuned_mpi.run_local(comm, root, plan, phases, lambda: local(a, steps, stencil, check_finite=False))
+    from autotune.distributed.runs import plan_run
+    from autotune.distributed.stencil import ALGORITHMS
+
+    def run():
+        with plan_run(comm, plan, root, phases) as pr:
+            if pr is None:
+                return None
+            shape = pr.comm.bcast(a.shape if pr.is_root else None, root=0)
+            prob = StencilProblem(shape[0], shape[1], max(steps, 1), stencil.radius, stencil.corners)
+            return ALGORITHMS[plan.algorithm](a if pr.is_root else None, pr.comm, plan, problem=prob,
+                                              sweeper=stencil.sweeper(plan.backend, plan.threads), steps=steps,
+                                              phases=phases)
+
+    return tuned_mpi.settled(comm, run)
+
+
+def sequential_estimate(problem: StencilProblem) -> float | None:
+    """T_seq: the single-process best on one core, predicted (None without a database)."""
+    sp = load_sp(get_options().db)
+    if sp.table is None:
+        return None
+    dec = choose(problem, sp, 1)
+    return next(r.predicted for r in dec.ranking if r.candidate == dec.chosen)
+
+
+__all__ = ["CHECK_STEPS", "Stencil", "agreed_plan", "check_field", "check_steps", "collective", "local",
+           "problem_of", "sequential_estimate", "stencil_of"]
