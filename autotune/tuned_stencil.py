@@ -52,10 +52,10 @@ class Stencil:
         """Flops per cell: 2·points - 1 for weights; a kernel's time per cell against the probed
         5-point kernel's, measured once per kernel on a 128 x 128 region."""
         if self.kernel is None:
-            return 2.0 * np.count_nonzero(self.weights) - 1.0
+            return 2.0 * float(np.count_nonzero(self.weights)) - 1.0
         key = id(self.kernel)
         if key not in _KERNEL_FLOPS:
-            _KERNEL_FLOPS[key] = STENCIL_FLOPS * _time(self.kernel, self.radius) / _time(None, 1)
+            _KERNEL_FLOPS[key] = float(STENCIL_FLOPS * _time(self.kernel, self.radius) / _time(None, 1))
         return _KERNEL_FLOPS[key]
 
     def key(self) -> str:

@@ -26,6 +26,10 @@ def _nothing(problem: Problem, plan: Plan, sp) -> dict[str, float]:
     return {}
 
 
+def _no_terms(problem: Problem, plan: Plan, sp, cp) -> list[str]:
+    return []
+
+
 def _cholesky_local(problem: Problem, plan: Plan, sp) -> dict[str, float]:
     """A one-process Cholesky as run over MPI: the root's finiteness check (its ``distribution``),
     then the call's working copy."""
@@ -37,13 +41,14 @@ def _cholesky_local(problem: Problem, plan: Plan, sp) -> dict[str, float]:
 @dataclass(frozen=True)
 class PlanModels:
     """A family's plan models by algorithm, the phase in which a faster rank waits (per algorithm
-    that has one), how the problem's fields reach a model, and what a one-process plan adds to
-    the single-process prediction when run over MPI."""
+    that has one), how the problem's fields reach a model, what a one-process plan adds to the
+    single-process prediction when run over MPI, and the model's terms explain shows."""
 
     models: dict[str, Callable]
     wait_phase: dict[str, str] = field(default_factory=dict)
     call: Callable = _by_dims
     local: Callable = _nothing
+    explain: Callable = _no_terms      # (problem, plan, sp, cp) -> lines explain prints for a chosen plan
 
     def phases(self, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
         """Predicted seconds per phase (and "total") of ``plan`` on ``problem``."""
@@ -64,5 +69,5 @@ REGISTRY: dict[str, PlanModels] = {
     "cholesky": PlanModels(distributed_cholesky.MODELS, distributed_cholesky.WAIT_PHASE, _cholesky, _cholesky_local),
     "lu": PlanModels({"lu": distributed_lu.model}, {"lu": distributed_lu.WAIT_PHASE["lu"]}),
     "solve": PlanModels({"gesv": distributed_lu.solve_model}, {"gesv": distributed_lu.WAIT_PHASE["gesv"]}),
-    "stencil": PlanModels(stencil.MODELS, call=_whole),
+    "stencil": PlanModels(stencil.MODELS, call=_whole, explain=stencil.terms),
 }

@@ -180,18 +180,27 @@ def overlap_pays(interior: float, net: float) -> bool:
 
 
 def crossover(problem: StencilProblem, plan: Plan, sp, cp, sides=None) -> int | None:
-    """The smallest square tile side (of ``sides``) at which the interior of the plan's busiest
-    tile covers its network messages (eq. 12), None where none does; the field is the plan's
-    grid of such tiles."""
-    sides = sides if sides is not None else np.unique(np.geomspace(8, 8192, 120).astype(int))
-    for n in sides:
+    """The smallest square tile side at which the interior of the plan's busiest tile covers its
+    network messages (eq. 12; the field is the plan's grid of such tiles), None where no side of
+    ``sides`` (default 8..8192) does. Interior work grows as n^2 and messages as n: one crossing,
+    found on ``sides`` and then to the cell by bisection."""
+    sides = sides if sides is not None else np.unique(np.geomspace(8, 8192, 60).astype(int))
+
+    def pays(n: int) -> bool:
         trial = StencilProblem(int(n) * plan.r, int(n) * plan.c, 1, problem.radius, problem.corners,
                                problem.cell_flops)
         step = per_step(trial, Plan("overlap", plan.p, plan.r, plan.c, plan.b, threads=plan.threads,
                                     backend=plan.backend), sp, cp)
-        if step["net"] > 0 and overlap_pays(step["interior"], step["net"]):
-            return int(n)
-    return None
+        return step["net"] > 0 and overlap_pays(step["interior"], step["net"])
+
+    first = next((i for i, n in enumerate(sides) if pays(int(n))), None)
+    if first is None:
+        return None
+    lo, hi = (int(sides[first - 1]) if first else max(int(sides[0]) - 1, 0)), int(sides[first])
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if pays(mid) else (mid, hi)
+    return hi
 
 
 def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
@@ -205,6 +214,10 @@ def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
              f"communication {step['communication'] * 1e6:.1f} us exposed, {step['hidden'] * 1e6:.1f} us hidden, "
              f"network {step['net'] * 1e6:.1f} us, idle {step['idle'] * 1e6:.1f} us",
              f"overlap pays (eq. 12: interior >= network): {overlap_pays(step['interior'], step['net'])}"]
+    if step["net"] > 0:
+        side = crossover(problem, plan, sp, cp)
+        lines.append(f"crossover: overlap pays from square tiles of {side} cells a side" if side else
+                     "crossover: the interior covers the network at no tile side up to 8192")
     return lines
 
 

@@ -9,6 +9,7 @@ MPI here, so ``autotune explain gemm 4096 --np 4`` ranks plans without launching
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from autotune.db.contention import ContendedSP, load_contention
@@ -61,6 +62,8 @@ class DistDecision:
     ranking: list[DistRanked]
     notes: list[str] = field(default_factory=list)
     calibration: Calibration | None = None     # None: the analytical models only
+    # the family model's own account of the chosen plan, computed when shown
+    terms: Callable[[], list[str]] = field(default=lambda: [])
 
     @property
     def chosen(self) -> Plan:
@@ -73,6 +76,9 @@ class DistDecision:
     @property
     def dims(self) -> tuple[int, ...]:
         return self.problem.dims
+
+    def __str__(self) -> str:
+        return describe(self)
 
 
 def thread_options(p: int, cores: int, hosts: int = 1, oversubscribe: bool = False) -> list[int]:
@@ -313,7 +319,11 @@ def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen
             notes.append(f"{len(low)} plans predicted below efficiency {min_efficiency:g} ranked after the others")
     if not oversubscribe and not thread_options(nprocs, cores, hosts):
         notes.append(f"plans with more ranks than the {cores} cores per host left out (ranks x threads <= cores)")
-    return DistDecision(problem, nprocs, ranking, notes, _calibration(fam, sp, cp))
+    chosen = ranking[0].plan
+
+    def terms() -> list[str]:
+        return [] if chosen.algorithm == "local" else PLAN_MODELS[fam].explain(problem, chosen, sp, cp)
+    return DistDecision(problem, nprocs, ranking, notes, _calibration(fam, sp, cp), terms)
 
 
 def _set_efficiency(ranking: list[DistRanked], problem: Problem, sp) -> None:
@@ -334,6 +344,7 @@ def describe(dec: DistDecision, top: int = 12) -> str:
     """Text ranking: plan, predicted total and phases."""
     lines = [f"{dec.family} {'x'.join(map(str, dec.dims))} on up to {dec.nprocs} ranks: chose {dec.chosen}",
              calibration_line(dec)]
+    lines += [f"  {t}" for t in dec.terms()]
     lines += [f"  note: {n}" for n in dec.notes]
     best = dec.ranking[0].seconds
     for i, r in enumerate(dec.ranking[:top], 1):
