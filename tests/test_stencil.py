@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from autotune.kernels.stencil import Sweeper, heat_weights, reference, run_local
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
@@ -12,7 +13,6 @@ import autotune
 from autotune import stencil
 from autotune.families import FAMILIES, StencilProblem, family
 from autotune.halo import Tile, border_cells, fits, interior_cells, tiles
-from autotune.kernels.stencil import Sweeper, heat_weights, reference, run_local
 from autotune.models import stencil as model
 from autotune.plans import Plan
 from autotune.select.distributed import plans, predict, rank_plans
