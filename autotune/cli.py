@@ -13,7 +13,7 @@ from autotune.benchmarks import add_parser as add_bench_parser
 from autotune.cli_common import error
 from autotune.cli_explain import cmd_explain
 from autotune.cli_show import cmd_show
-from autotune.families import FAMILIES
+from autotune.families import CHECK_STEPS, FAMILIES
 from autotune.learn import refit
 from autotune.report import load_validation, write_report
 
@@ -70,7 +70,10 @@ def parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_show)
     exp = sub.add_parser("explain", help="rank the candidate configurations for a problem")
     exp.add_argument("routine", choices=list(FAMILIES))
-    exp.add_argument("dims", type=int, nargs="+", help="gemm: N or M K N; cholesky, lu: N; solve, lu_solve: N [NRHS]")
+    exp.add_argument("dims", type=int, nargs="+",
+                     help="gemm: N or M K N; cholesky, lu: N; solve, lu_solve: N [NRHS]; stencil: ROWS COLS")
+    exp.add_argument("--steps", type=int, default=None,
+                     help=f"stencil: steps per call (default {CHECK_STEPS})")
     exp.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
     exp.add_argument("--strassen", action="store_true", help="allow Strassen (changes rounding error)")
     exp.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")

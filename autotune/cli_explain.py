@@ -18,24 +18,26 @@ from autotune.api import (
     tuned_solve,
 )
 from autotune.backends import pools
-from autotune.calls import CALLS
+from autotune.calls import CALLS, HEAT_ALPHA
 from autotune.cli_common import error
 from autotune.config import available_cores, options
 from autotune.db import load_sp, resolve
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, load_platform, measured_platform
-from autotune.families import DISTRIBUTED, FAMILIES, as_problem
+from autotune.families import CHECK_STEPS, DISTRIBUTED, FAMILIES, as_problem
 from autotune.models.mapping import database_k
 from autotune.select import mapping as sm
 from autotune.select import rank
 from autotune.select.distributed import describe as describe_plans
 from autotune.select.distributed import rank_plans
+from autotune.stencil import heat2d
 
 
 def cmd_explain(args) -> int:
     """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
     problem = _explain_usage_problem(args, tuple(args.dims))
-    dims = () if problem else problem_dims(args.routine, tuple(args.dims))
+    sizes = tuple(args.dims) + ((args.steps or CHECK_STEPS,) if args.routine == "stencil" else ())
+    dims = () if problem else problem_dims(args.routine, sizes)
     if problem:
         return error("explain", problem, 2)
     problem = _memory_problem(args.routine, dims) if args.run else ""
@@ -89,12 +91,15 @@ def _explain_mapping(args, dims: tuple[int, ...]) -> int:
 
 def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
     """What is wrong with the explain arguments ("" if nothing)."""
-    if len(dims) not in FAMILIES[args.routine].short:
-        return f"{args.routine} takes {' or '.join(map(str, FAMILIES[args.routine].short))} size(s), got {len(dims)}"
+    counts = (2,) if args.routine == "stencil" else FAMILIES[args.routine].short    # a stencil's steps: --steps
+    if len(dims) not in counts:
+        return f"{args.routine} takes {' or '.join(map(str, counts))} size(s), got {len(dims)}"
     checks = [("sizes", min(dims)), ("--threads", args.threads), ("--top", args.top), ("--np", args.np)]
     for name, value in checks:
         if value is not None and value < 1:
             return f"{name} must be positive, got {dims if name == 'sizes' else value}"
+    if args.steps is not None and (args.routine != "stencil" or args.steps < 1):
+        return "--steps goes with stencil and must be positive"
     if args.np is not None and args.routine not in DISTRIBUTED:
         return f"--np: distributed plans exist for {', '.join(DISTRIBUTED)}, not {args.routine}"
     if args.run and args.np is not None:
@@ -164,6 +169,9 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
         m, k, n = dims
         a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         call = lambda: tuned_gemm(a, b)  # noqa: E731
+    elif routine == "stencil":
+        u = rng.random(dims[:2])
+        call = lambda: heat2d(u, dims[2], HEAT_ALPHA)  # noqa: E731
     elif routine in ("lu", "solve", "lu_solve"):
         n = dims[0]
         a, b = rng.standard_normal((n, n)), rng.standard_normal((n, dims[-1]))

@@ -75,3 +75,21 @@ def test_mpi_speed_tiny(tiny_db, tmp_path):
     assert report["P"] == 2 and report["n"] == 64 and set(report["median_s"]) == {"autotune", "scipy"}
     assert report["speedup_vs_scipy"] > 0 and "speedup_vs_scipy" in proc.stdout
     assert not list(run_dir.iterdir())
+
+
+def test_stencil_bench_tiny(tiny_db, tmp_path):
+    """bench stencil on 2 ranks: the schedule sweep and the plan comparison report predicted and
+    measured figures, every run checked against numpy, and write only --out."""
+    run_dir, out = tmp_path / "run", tmp_path / "stencil.json"
+    run_dir.mkdir()
+    _bench_mpi(2, ["stencil", "--sides", "16", "32", "--rounds", "1", "--field", "64", "--steps", "3", "--top", "2",
+                   "--sweep-seconds", "0.01", "--db", str(tiny_db), "--out", str(out)], run_dir)
+    report = json.loads(out.read_text())
+    sweep, plans = report["sweep"], report["plans"]
+    assert [row["side"] for row in sweep["rows"]] == [16, 32]
+    for row in sweep["rows"]:
+        assert set(row["measured"]) == set(row["predicted"]) == {"blocking", "overlap", "border_first"}
+        assert row["measured"]["overlap"]["median"] > 0 and row["predicted"]["overlap"] > 0
+    assert plans["chosen_over_best"] >= 1.0 and plans["chosen_vs_handwritten"] > 0
+    assert {"mpi4py by hand", "numpy one process", "T_seq (numba, 1 core)"} == set(plans["baselines"])
+    assert not list(run_dir.iterdir())

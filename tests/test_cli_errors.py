@@ -37,6 +37,8 @@ def test_explain_rejects_bad_sizes_and_run_with_np(capsys):
     _fails(["explain", "gemm", "100", "0", "5"], 2, capsys, "sizes must be positive")
     _fails(["explain", "cholesky", "10", "20"], 2, capsys, "cholesky takes 1 size(s), got 2")
     _fails(["explain", "gemm", "100", "--np", "2", "--run"], 2, capsys, "does not combine with --np")
+    _fails(["explain", "stencil", "100"], 2, capsys, "stencil takes 2 size(s), got 1")
+    _fails(["explain", "gemm", "100", "--steps", "3"], 2, capsys, "--steps goes with stencil")
 
 
 @pytest.mark.parametrize("kind", ["new-hdf5-file", "probe-measured-nothing"])

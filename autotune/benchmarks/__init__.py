@@ -1,7 +1,7 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate``, ``scalapack``,
-``mapping-testbed`` and ``placement`` run under ``mpiexec -n P`` (mpi4py imported inside ``run``;
+``mapping-testbed``, ``placement`` and ``stencil`` run under ``mpiexec -n P`` (mpi4py imported inside ``run``;
 without it one line naming the ``mpi`` extra, exit 2); the other ``mpi-*`` ones and ``comm-fit``
 read saved results and re-time nothing, ``comm-plan`` only plans."""
 from __future__ import annotations
@@ -27,6 +27,7 @@ from autotune.benchmarks import (
     regress,
     rescore,
     scalapack,
+    stencil,
     strassen_remodel,
     validate,
 )
@@ -36,7 +37,7 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
             "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
-            "mapping-testbed": mapping_testbed, "placement": placement}
+            "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,293 @@
+"""``autotune bench stencil`` (under ``mpiexec -n P``; on the emulated cluster under ``autotune
+testbed mpiexec P``): the stencil schedules measured against their model.
+
+1. **Schedules by tile size**: on one grid (``--grid``, default P x 1), square tiles of each
+   ``--sides`` side: blocking, overlapped and border-first steps, interleaved round by round
+   (``--rounds``), median seconds per step and spread (quartiles over median) against the model's
+   prediction; the overlap benefit (blocking / overlapped) measured and predicted, its sign, and the
+   crossover tile side: predicted (eq. 12) and measured (the smallest side whose blocking run spent
+   no less time sweeping than exchanging, from the run's own phases).
+2. **Plans on a field** of ``--field`` cells a side, ``--steps`` steps per call: every plan the
+   selector ranks (``--top`` of them, and the local one) timed as whole calls, interleaved; the
+   chosen plan (and the one chosen under ``--min-efficiency``) against the best timed; each p's
+   measured efficiency T_seq / (p x threads x T_p), T_seq the one-process numba sweep on one core;
+   the hand-written mpi4py stencil (row bands, ``Sendrecv`` then a numpy slice update) on the same
+   ranks and single-process numpy.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import time
+
+import numpy as np
+
+from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.calls import HEAT_ALPHA
+from autotune.config import options
+from autotune.db import load_sp
+from autotune.db.comm_lookup import load_comm
+from autotune.distributed.plan import Phases
+from autotune.families import StencilProblem
+from autotune.kernels.stencil import heat_weights, reference
+from autotune.models import stencil as model
+from autotune.plans import Plan
+from autotune.select.distributed import predict, rank_plans
+from autotune.stencil import distribute, heat2d
+from autotune.tuned_mpi import MPI_MISSING
+
+HELP = "stencil schedules and plans, measured against their model (under mpiexec / testbed mpiexec)"
+SCHEDULES = ("blocking", "overlap", "border_first")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sides", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048],
+                   help="square tile sides of the schedule sweep")
+    p.add_argument("--grid", type=int, nargs=2, default=None, metavar=("R", "C"), help="sweep grid (default P x 1)")
+    p.add_argument("--sweep-seconds", type=float, default=0.3, help="about this long per timed run of the sweep")
+    p.add_argument("--field", type=int, default=2048, help="field side of the plan comparison")
+    p.add_argument("--steps", type=int, default=50, help="steps per call of the plan comparison")
+    p.add_argument("--top", type=int, default=8, help="ranked plans timed besides the chosen and local ones")
+    p.add_argument("--min-efficiency", type=float, default=0.8)
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
+    p.add_argument("--skip", nargs="*", default=[], choices=["sweep", "plans"], help="parts to leave out")
+    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
+
+
+def run(args) -> int:
+    """Time collectively; the root prints the report (and writes it to --out)."""
+    problem = output_problem("--out", args.out) or (
+        "" if min(args.sides) >= 4 and args.field >= 8 and args.steps >= 1 and args.rounds >= 1 and args.top >= 0
+        else "--sides, --field, --steps, --rounds must be positive")
+    if problem:
+        return error("stencil", problem)
+    if importlib.util.find_spec("mpi4py") is None:
+        return error("stencil", MPI_MISSING)
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    report: dict = {"P": comm.size}
+    with options(db=args.db):
+        sp, cp = load_sp(args.db), load_comm(args.db, nprocs=comm.size)
+        report["platform"] = cp.platform.get("key") if cp.available else "nominal defaults"
+        if "sweep" not in args.skip:
+            report["sweep"] = sweep(comm, args, sp, cp)
+        if "plans" not in args.skip:
+            report["plans"] = compare_plans(comm, args, sp, cp)
+    if comm.rank == 0:
+        print(json.dumps(report, indent=1, default=str), flush=True)
+        if args.out:
+            write_json(args.out, report)
+    return 0
+
+
+def _stats(times: list[float]) -> dict[str, float]:
+    med = float(np.median(times))
+    q1, q3 = np.percentile(times, [25, 75])
+    return {"median": med, "spread": float((q3 - q1) / med) if med > 0 else 0.0, "runs": len(times)}
+
+
+# ------------------------------------------------------------------------------ 1. schedules by tile
+
+def _step_time(comm, u, plan: Plan, steps: int) -> tuple[float, dict[str, float]]:
+    """Seconds per step of ``plan`` on a field kept distributed (the root's wall time between
+    barriers), and this rank's phase seconds per step."""
+    phases = Phases()
+    with distribute(u, heat_weights(HEAT_ALPHA), comm=comm, config=plan, phases=phases) as field:
+        field.advance(1)
+        phases.seconds.clear()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        field.advance(steps)
+        comm.Barrier()
+        t = (time.perf_counter() - t0) / steps
+    return t, {k: v / steps for k, v in phases.seconds.items()}
+
+
+def sweep(comm, args, sp, cp) -> dict:
+    """Every schedule at every tile side, interleaved; predicted and measured per step."""
+    P = comm.size
+    r, c = args.grid or (P, 1)
+    rows = []
+    for side in args.sides:
+        prob = StencilProblem(side * r, side * c, 1)
+        plans = {s: Plan(s, P, r, c, 1, backend="numba-stencil") for s in SCHEDULES}
+        pred = {s: model.per_step(prob, p, sp, cp) for s, p in plans.items()}
+        steps = max(3, int(args.sweep_seconds / max(pred["blocking"]["total"], 1e-6)))
+        steps = int(comm.bcast(steps, root=0))
+        u = np.random.default_rng(side).random((prob.rows, prob.cols)) if comm.rank == 0 else None
+        times: dict[str, list[float]] = {s: [] for s in SCHEDULES}
+        blocking_phases = []
+        for _ in range(args.rounds):
+            for s, plan in plans.items():
+                t, ph = _step_time(comm, u, plan, steps)
+                times[s].append(t)
+                if s == "blocking":
+                    mine = np.array([ph.get("compute", 0.0), ph.get("communication", 0.0)])
+                    slowest = np.empty(2)
+                    comm.Allreduce(mine, slowest, op=_max())
+                    blocking_phases.append(slowest)
+        sweep_exchange = np.median(np.array(blocking_phases), axis=0)
+        row = {"side": side, "field": [prob.rows, prob.cols], "steps": steps,
+               "measured": {s: _stats(v) for s, v in times.items()},
+               "predicted": {s: pred[s]["total"] for s in SCHEDULES},
+               "predicted_terms": {k: pred["blocking"][k] for k in ("interior", "net", "communication")},
+               "measured_blocking_sweep_s": float(sweep_exchange[0]),
+               "measured_blocking_exchange_s": float(sweep_exchange[1])}
+        m, pr = row["measured"], row["predicted"]
+        row["benefit_measured"] = m["blocking"]["median"] / m["overlap"]["median"]
+        row["benefit_predicted"] = pr["blocking"] / pr["overlap"]
+        row["sign_agrees"] = (row["benefit_measured"] > 1.0) == (row["benefit_predicted"] > 1.0)
+        rows.append(row)
+        if comm.rank == 0:
+            timings = ", ".join(f"{s} {m[s]['median'] * 1e3:.3f} ms (pred {pr[s] * 1e3:.3f}, spread "
+                                f"{m[s]['spread']:.0%})" for s in SCHEDULES)
+            print(f"side {side}: {timings}; overlap x{row['benefit_measured']:.2f} "
+                  f"(pred x{row['benefit_predicted']:.2f})", flush=True)
+    base = Plan("overlap", P, r, c, 1, backend="numba-stencil")
+    predicted = model.crossover(StencilProblem(r, c), base, sp, cp)
+    covered = [row["side"] for row in rows if row["measured_blocking_sweep_s"] >= row["measured_blocking_exchange_s"]]
+    measured = min(covered) if covered else None
+    at = _nearest(rows, predicted)
+    return {"grid": [r, c], "rows": rows, "crossover_predicted": predicted, "crossover_measured": measured,
+            "crossover_steps_apart": _steps_apart(args.sides, predicted, measured),
+            "benefit_at_predicted_crossover": None if at is None else at["benefit_measured"],
+            "side_at_predicted_crossover": None if at is None else at["side"],
+            "sign_agrees_everywhere": all(row["sign_agrees"] for row in rows)}
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def _nearest(rows: list[dict], side: int | None) -> dict | None:
+    if side is None or not rows:
+        return None
+    return min(rows, key=lambda row: abs(np.log(row["side"] / side)))
+
+
+def _steps_apart(sides: list[int], a: int | None, b: int | None) -> float | None:
+    """How many sweep steps (in log of the side) lie between two sides."""
+    if a is None or b is None or len(sides) < 2:
+        return None
+    step = float(np.median(np.diff(np.log(sorted(sides)))))
+    return abs(float(np.log(a / b))) / step if step > 0 else None
+
+
+# ------------------------------------------------------------------------------ 2. plans on a field
+
+def handwritten(u, steps: int, comm) -> np.ndarray | None:
+    """The stencil a user writes with mpi4py: row bands, ``Sendrecv`` of the edge rows with each
+    neighbour, then a numpy slice update; gathered on rank 0."""
+    from mpi4py import MPI
+
+    P, me = comm.size, comm.rank
+    shape = comm.bcast(None if u is None else u.shape, root=0)
+    n0, n1 = shape
+    counts = [n0 // P + (i < n0 % P) for i in range(P)]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    band = np.empty((counts[me] + 2, n1))
+    comm.Scatterv([u, np.array(counts) * n1, starts * n1, MPI.DOUBLE] if me == 0 else None, band[1:-1], root=0)
+    up, down = (me - 1 if me > 0 else MPI.PROC_NULL), (me + 1 if me < P - 1 else MPI.PROC_NULL)
+    lo = 1 + (me == 0)                      # the field's first and last rows stay fixed
+    hi = counts[me] + 1 - (me == P - 1)
+    a = HEAT_ALPHA
+    new = band.copy()
+    for _ in range(steps):
+        comm.Sendrecv(band[1], dest=up, recvbuf=band[-1], source=down)
+        comm.Sendrecv(band[-2], dest=down, recvbuf=band[0], source=up)
+        new[lo:hi, 1:-1] = band[lo:hi, 1:-1] + a * (band[lo - 1:hi - 1, 1:-1] + band[lo + 1:hi + 1, 1:-1]
+                                                    + band[lo:hi, :-2] + band[lo:hi, 2:] - 4 * band[lo:hi, 1:-1])
+        band, new = new, band
+    out = np.empty(shape) if me == 0 else None
+    comm.Gatherv(np.ascontiguousarray(band[1:-1]), [out, np.array(counts) * n1, starts * n1, MPI.DOUBLE]
+                 if me == 0 else None, root=0)
+    return out
+
+
+def _timed_call(comm, fn) -> float:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    comm.Barrier()
+    return time.perf_counter() - t0
+
+
+def compare_plans(comm, args, sp, cp) -> dict:
+    """The ranked plans, the chosen ones, each p's efficiency, the hand-written and numpy stencils."""
+    P, n, steps = comm.size, args.field, args.steps
+    prob = StencilProblem(n, n, steps)
+    u = np.random.default_rng(0).random((n, n)) if comm.rank == 0 else None
+    cores = _cores(comm)
+    dec = rank_plans(prob, P, sp, cp, cores) if comm.rank == 0 else None
+    eff = rank_plans(prob, P, sp, cp, cores, min_efficiency=args.min_efficiency) if comm.rank == 0 else None
+    todo = None
+    if comm.rank == 0:
+        todo = [dec.chosen, eff.chosen, Plan("local", 1)] + [r.plan for r in dec.ranking[:args.top]]
+        todo += [next(r.plan for r in dec.ranking if r.plan.p == p) for p in range(2, P + 1)
+                 if any(r.plan.p == p for r in dec.ranking)]
+        todo = list(dict.fromkeys(todo))
+    todo = comm.bcast(todo, root=0)
+    want = reference(u, steps, heat_weights(HEAT_ALPHA)) if comm.rank == 0 else None
+    times: dict[str, list[float]] = {}
+    for _ in range(args.rounds):
+        for plan in todo:
+            times.setdefault(str(plan), []).append(_timed_call(comm, lambda plan=plan: _check(
+                heat2d(u, steps, HEAT_ALPHA, comm=comm, config=plan), want)))
+        times.setdefault("mpi4py by hand", []).append(_timed_call(comm, lambda: _check(handwritten(u, steps, comm),
+                                                                                     want)))
+        if comm.rank == 0:
+            times.setdefault("numpy one process", []).append(_once(lambda: reference(u, steps,
+                                                                                     heat_weights(HEAT_ALPHA))))
+            times.setdefault("T_seq (numba, 1 core)", []).append(_once(lambda: heat2d(
+                u, steps, HEAT_ALPHA, config={"algorithm": "sweep", "backend": "numba-stencil", "threads": 1})))
+        comm.Barrier()
+    if comm.rank != 0:
+        return {}
+    med = {k: _stats(v) for k, v in times.items()}
+    t_seq = med["T_seq (numba, 1 core)"]["median"]
+    rows = []
+    for plan in todo:
+        m = med[str(plan)]["median"]
+        pred = predict(prob, plan, sp, cp)["total"] if plan.algorithm != "local" else next(
+            (r.seconds for r in dec.ranking if r.plan.algorithm == "local"), float("nan"))
+        used = max(plan.p * plan.threads, 1)
+        rows.append({"plan": str(plan), "p": plan.p, "measured": med[str(plan)], "predicted": pred,
+                     "model_error": pred / m - 1.0, "efficiency_measured": t_seq / (used * m)})
+    best = min(rows, key=lambda row: row["measured"]["median"])
+    chosen = next(row for row in rows if row["plan"] == str(dec.chosen))
+    efficient = next(row for row in rows if row["plan"] == str(eff.chosen))
+    hand = med["mpi4py by hand"]["median"]
+    return {"field": n, "steps": steps, "cores": cores, "chosen": str(dec.chosen),
+            "chosen_min_efficiency": str(eff.chosen), "rows": rows, "baselines": {k: med[k] for k in (
+                "mpi4py by hand", "numpy one process", "T_seq (numba, 1 core)")},
+            "chosen_over_best": chosen["measured"]["median"] / best["measured"]["median"], "best": best["plan"],
+            "chosen_vs_handwritten": hand / chosen["measured"]["median"],
+            "min_efficiency_plan_measured_efficiency": efficient["efficiency_measured"],
+            "efficiency_by_p": {p: max((row["efficiency_measured"] for row in rows if row["p"] == p), default=None)
+                                for p in range(1, P + 1)}}
+
+
+def _check(got, want) -> None:
+    if want is not None and not np.allclose(got, want, rtol=1e-10, atol=1e-12):
+        raise AssertionError("a stencil run differs from numpy's")
+
+
+def _once(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _cores(comm) -> int:
+    from autotune.distributed.collective import core_info, node_cores
+
+    infos = comm.allgather(core_info())
+    return node_cores(infos, 0)
+
+
+__all__ = ["HELP", "add_arguments", "compare_plans", "handwritten", "run", "sweep"]
