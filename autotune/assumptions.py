@@ -158,7 +158,7 @@ HALO_REQUEST = _assume(
     "beyond its (ts, tw), what an overlapped schedule cannot hide",
     SET_BY_HAND + " (Open MPI's persistent point-to-point, order of magnitude)", "models/stencil.py exchange")
 OVERLAP_POLLS = _assume(
-    "OVERLAP_POLLS", 8,
+    "OVERLAP_POLLS", 1,
     "Testall calls an overlapped interior sweep makes (between row chunks) to progress its messages",
     SET_BY_HAND + " (enough to drive rendezvous messages, few enough to cost nothing)",
     "distributed/stencil.py overlapped schedules")

@@ -66,6 +66,7 @@ class Host:
     rate: str | None = None       # tc rate of its link, e.g. "1gbit" (None: the veth's own speed)
     cpu: int | None = None        # percent of one core (None: no cap)
     slots: int = 1
+    burst: int | None = None      # bytes the link may send at once above its rate (None: 1 ms of it, >= 32 KiB)
 
     @property
     def ns(self) -> str:
@@ -157,24 +158,29 @@ def _check(hosts: list[Host]) -> None:
             raise ArgumentError(f"{h.name}: rate {h.rate!r} is not like 1gbit, 500mbit")
         if h.cpu is not None and not 1 <= h.cpu <= 100 * (os.cpu_count() or 1):
             raise ArgumentError(f"{h.name}: cpu share {h.cpu}% outside 1..{100 * (os.cpu_count() or 1)}")
+        if h.burst is not None and h.burst < 1600:
+            raise ArgumentError(f"{h.name}: burst {h.burst} B is below one frame (1600 B)")
         if h.slots < 1:
             raise ArgumentError(f"{h.name}: slots must be >= 1")
 
 
 def hosts_from(count: int, rates: list[str] | None = None, cpus: list[int] | None = None,
-               slots: int = 1) -> list[Host]:
+               slots: int = 1, burst: int | None = None) -> list[Host]:
     """``count`` hosts h0.., the i-th with ``rates[i]`` / ``cpus[i]`` (the last value repeats)."""
     def pick(values, i):
         return None if not values else values[min(i, len(values) - 1)]
 
-    return [Host(f"h{i}", f"{SUBNET}.{i + 1}", pick(rates, i), pick(cpus, i), slots) for i in range(count)]
+    return [Host(f"h{i}", f"{SUBNET}.{i + 1}", pick(rates, i), pick(cpus, i), slots, burst) for i in range(count)]
 
 
-def _shape(dev: str, rate: str, ns: str | None = None) -> None:
-    """A token bucket of ``rate`` on ``dev``'s egress (burst: 1 ms of the rate, at least 32 KiB)."""
+def _shape(dev: str, rate: str, ns: str | None = None, burst: int | None = None) -> None:
+    """A token bucket of ``rate`` on ``dev``'s egress. Its burst (default: 1 ms of the rate, at least
+    32 KiB) is what passes at the veth's speed after a quiet spell: with a large one, sparse messages
+    pay latency only and the rate caps the average; a burst of a few frames makes each message take
+    its size over the rate, as on a wire."""
     bits = float(re.sub(r"[a-z]+$", "", rate)) * {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}[
         re.sub(r"^[\d.]+", "", rate)]
-    burst = max(32768, int(bits / 8 / 1000))
+    burst = burst or max(32768, int(bits / 8 / 1000))
     cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
            "latency", "50ms"]
     _run(*(["ip", "netns", "exec", ns] if ns else []), *cmd)
@@ -254,8 +260,8 @@ def up(hosts: list[Host], workdir: Path | None = None, replace: bool = False) ->
                     ["ip", "link", "set", "lo", "up"]):
             _run("ip", "netns", "exec", h.ns, *cmd)
         if h.rate:
-            _shape(h.veth, h.rate)
-            _shape("eth0", h.rate, h.ns)
+            _shape(h.veth, h.rate, burst=h.burst)
+            _shape("eth0", h.rate, h.ns, h.burst)
         cg = _cgroup(h)
         if cg:
             Path(cg).mkdir(exist_ok=True)
@@ -387,6 +393,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--rate", nargs="+", help="link rate per host (tc syntax: 1gbit, 500mbit; the last repeats)")
     u.add_argument("--cpu", type=int, nargs="+", help="CPU share per host, percent of one core (the last repeats)")
     u.add_argument("--slots", type=int, default=1, help="MPI slots per host")
+    u.add_argument("--burst", type=int, default=None, metavar="BYTES",
+                   help="token-bucket burst of the shaped links (default: 1 ms of the rate, at least 32 KiB; "
+                        "a few frames, e.g. 3000, make each message take its size over the rate, as on a wire)")
     u.add_argument("--replace", action="store_true",
                    help="replace a testbed that is up (stopping its jobs) rather than fail")
     sub.add_parser("down", help="remove the emulated hosts, stopping the jobs running on them")
@@ -407,7 +416,7 @@ def run(args) -> int:
 
 def _command(args) -> int:
     if args.testbed_command == "up":
-        tb = up(hosts_from(args.hosts, args.rate, args.cpu, args.slots), replace=args.replace)
+        tb = up(hosts_from(args.hosts, args.rate, args.cpu, args.slots, args.burst), replace=args.replace)
         print(f"testbed up: {len(tb.hosts)} hosts " + ", ".join(
             f"{h.name} {h.ip} rate={h.rate or 'veth'} cpu={h.cpu or 100}%" for h in tb.hosts))
         return 0

@@ -21,6 +21,7 @@ from .comm_profile import (
     DARRAY_BLOCK,
     FOOTPRINT,
     LINK,
+    SWAP,
     VECTOR_STRIDE,
     VECTOR_WIDTH,
     CommProfile,
@@ -180,6 +181,9 @@ def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
     counts = np.full(p, m, dtype=np.int64)
     displs = np.arange(p, dtype=np.int64) * m
     nothing = lambda: None  # noqa: E731
+    if prim in SWAP:                          # both ranks send and receive at once
+        sb, rb = [s[:m], B], [r[:m], B]
+        return (lambda: comm.Sendrecv(sb, 1 - rank, 6, rb, 1 - rank, 6)), m, nothing
     if prim == "pingpong" or prim in LINK:
         sb, rb = [s[:m], B], [r[:m], B]
         if rank == 0:

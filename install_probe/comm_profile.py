@@ -17,8 +17,9 @@ COLD = dbc.COLD_PRIMITIVES     # a run's distribution: new arrays, caches flushe
 PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
 GROUP = ("bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce", "scatterv", "gatherv",
          "alltoallv", *COLD)                                         # on each p-rank sub-communicator
-LINK = dbc.LINK_PRIMITIVES      # a ping-pong on one pair of each link type the ranks have
-ROUND_TRIP = ("pingpong", "send_vector", "send_subarray", *LINK)    # one-way time = round trip / 2
+LINK = dbc.LINK_PRIMITIVES      # a ping-pong or a swap on one pair of each link type the ranks have
+SWAP = dbc.SWAP_PRIMITIVES
+ROUND_TRIP = ("pingpong", "send_vector", "send_subarray", *(x for x in LINK if x not in SWAP))  # one way: half
 # Per-process buffer bytes as a multiple of nbytes (send + receive) for the memory cap.
 FOOTPRINT = {"allgather": lambda p: 1 + p, "allgatherv": lambda p: 1 + p, "scatterv": lambda p: 1 + p,
              "gatherv": lambda p: 1 + p, "alltoallv": lambda p: 2 * p}     # cold ones: their operation's

@@ -137,7 +137,7 @@ class _Run:
         world = self.world
         hosts = world.allgather(MPI.Get_processor_name())
         for prim in (x for x in LINK if x in self.profile.primitives):
-            pair = link_pair(hosts, same=prim == "link_host")
+            pair = link_pair(hosts, same=prim.endswith("_host"))
             if pair is None:
                 continue
             sub = world.Split(0 if world.Get_rank() in pair else MPI.UNDEFINED, pair.index(world.Get_rank())

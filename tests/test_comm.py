@@ -487,7 +487,7 @@ MPI_TIMEOUT = 120   # a whole tiny probe: 22 s at P = 2 on 2 cores (session 29; 
 
 def expected_curves(P: int) -> set[tuple]:
     """(primitive, p, r, c) the tiny profile measures at world size P."""
-    out = {(x, 2, 0, 0) for x in (*dbc.PAIR_PRIMITIVES, "link_host")}      # one host: no network link
+    out = {(x, 2, 0, 0) for x in (*dbc.PAIR_PRIMITIVES, "link_host", "swap_host")}   # one host: no network link
     out |= {(x, p, 0, 0) for x in dbc.PRIMITIVES
             if x not in dbc.PAIR_PRIMITIVES + dbc.GRID_PRIMITIVES + dbc.LINK_PRIMITIVES for p in range(2, P + 1)}
     for r in range(1, P + 1):
@@ -550,7 +550,7 @@ def test_probed_database_loads_and_keeps_blas_records(probed):
     for nprocs, P in ((2, 2), (3, 3), (4, 3), (None, 2)):
         cp = load_comm(path, nprocs=nprocs)
         assert cp.available and cp.platform["P"] == P
-        assert set(cp.primitives()) == set(dbc.PRIMITIVES) - {"link_net"}     # one host: no network link
+        assert set(cp.primitives()) == set(dbc.PRIMITIVES) - {"link_net", "swap_net"}   # one host: no network link
         for prim in dbc.PRIMITIVES:
             grid = (1, 2) if prim == "bcast_row" else (2, 1) if prim == "bcast_col" else None
             t = cp.time(prim, 2, [8, 4096, 1 << 20], grid=grid)

@@ -28,6 +28,7 @@ from autotune.calls import HEAT_ALPHA
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
+from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import Phases
 from autotune.families import StencilProblem
 from autotune.kernels.stencil import heat_weights, reference
@@ -50,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=50, help="steps per call of the plan comparison")
     p.add_argument("--top", type=int, default=8, help="ranked plans timed besides the chosen and local ones")
     p.add_argument("--min-efficiency", type=float, default=0.8)
+    p.add_argument("--cores", type=int, default=None,
+                   help="cores per host the plans may use (default: the root node's, as the ranks see them; "
+                        "on an emulated cluster whose hosts share this machine's cores, say so here)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     p.add_argument("--skip", nargs="*", default=[], choices=["sweep", "plans"], help="parts to leave out")
     p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
@@ -91,18 +95,15 @@ def _stats(times: list[float]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------ 1. schedules by tile
 
-def _step_time(comm, u, plan: Plan, steps: int) -> tuple[float, dict[str, float]]:
-    """Seconds per step of ``plan`` on a field kept distributed (the root's wall time between
-    barriers), and this rank's phase seconds per step."""
-    phases = Phases()
-    with distribute(u, heat_weights(HEAT_ALPHA), comm=comm, config=plan, phases=phases) as field:
-        field.advance(1)
-        phases.seconds.clear()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        field.advance(steps)
-        comm.Barrier()
-        t = (time.perf_counter() - t0) / steps
+def _step_time(comm, field, phases: Phases, steps: int) -> tuple[float, dict[str, float]]:
+    """Seconds per step of a field kept distributed (the root's wall time between barriers), and
+    this rank's phase seconds per step."""
+    phases.seconds.clear()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    field.advance(steps)
+    comm.Barrier()
+    t = (time.perf_counter() - t0) / steps
     return t, {k: v / steps for k, v in phases.seconds.items()}
 
 
@@ -120,15 +121,22 @@ def sweep(comm, args, sp, cp) -> dict:
         u = np.random.default_rng(side).random((prob.rows, prob.cols)) if comm.rank == 0 else None
         times: dict[str, list[float]] = {s: [] for s in SCHEDULES}
         blocking_phases = []
+        phases = {s: Phases() for s in SCHEDULES}
+        fields = {s: distribute(u, heat_weights(HEAT_ALPHA), comm=comm, config=plan, phases=phases[s])
+                  for s, plan in plans.items()}
+        for field in fields.values():
+            field.advance(1)                          # warm-up
         for _ in range(args.rounds):
-            for s, plan in plans.items():
-                t, ph = _step_time(comm, u, plan, steps)
+            for s in SCHEDULES:
+                t, ph = _step_time(comm, fields[s], phases[s], steps)
                 times[s].append(t)
                 if s == "blocking":
                     mine = np.array([ph.get("compute", 0.0), ph.get("communication", 0.0)])
                     slowest = np.empty(2)
                     comm.Allreduce(mine, slowest, op=_max())
                     blocking_phases.append(slowest)
+        for field in fields.values():
+            field.free()
         sweep_exchange = np.median(np.array(blocking_phases), axis=0)
         row = {"side": side, "field": [prob.rows, prob.cols], "steps": steps,
                "measured": {s: _stats(v) for s, v in times.items()},
@@ -222,12 +230,13 @@ def compare_plans(comm, args, sp, cp) -> dict:
     P, n, steps = comm.size, args.field, args.steps
     prob = StencilProblem(n, n, steps)
     u = np.random.default_rng(0).random((n, n)) if comm.rank == 0 else None
-    cores = _cores(comm)
+    cores = args.cores or _cores(comm)
     dec = rank_plans(prob, P, sp, cp, cores) if comm.rank == 0 else None
     eff = rank_plans(prob, P, sp, cp, cores, min_efficiency=args.min_efficiency) if comm.rank == 0 else None
     todo = None
     if comm.rank == 0:
-        todo = [dec.chosen, eff.chosen, Plan("local", 1)] + [r.plan for r in dec.ranking[:args.top]]
+        local = next((r.plan for r in dec.ranking if r.plan.algorithm == "local"), Plan("local", 1))
+        todo = [dec.chosen, eff.chosen, local] + [r.plan for r in dec.ranking[:args.top]]
         todo += [next(r.plan for r in dec.ranking if r.plan.p == p) for p in range(2, P + 1)
                  if any(r.plan.p == p for r in dec.ranking)]
         todo = list(dict.fromkeys(todo))
@@ -245,7 +254,7 @@ def compare_plans(comm, args, sp, cp) -> dict:
                                                                                      heat_weights(HEAT_ALPHA))))
             times.setdefault("T_seq (numba, 1 core)", []).append(_once(lambda: heat2d(
                 u, steps, HEAT_ALPHA, config={"algorithm": "sweep", "backend": "numba-stencil", "threads": 1})))
-        comm.Barrier()
+        quiet_barrier(comm)           # the others wait without taking a core from the root's runs
     if comm.rank != 0:
         return {}
     med = {k: _stats(v) for k, v in times.items()}

@@ -59,7 +59,9 @@ COLD_PRIMITIVES = ("scatterv_cold", "bcast_cold", "colscatter_cold")
 _WARM = {"colscatter_cold": "scatterv"}
 # A ping-pong between two ranks on one host (shared memory) and between two on different hosts (the
 # network): the platform's link types, each timed on one pair of that kind where the ranks have one.
-LINK_PRIMITIVES = ("link_host", "link_net")
+# The swaps time the same pairs exchanging (Sendrecv, both directions at once: a halo exchange).
+SWAP_PRIMITIVES = ("swap_host", "swap_net")
+LINK_PRIMITIVES = ("link_host", "link_net") + SWAP_PRIMITIVES
 PRIMITIVES = ("pingpong", "bcast", "sendrecv", "allgather", "allgatherv", "reduce", "allreduce",
               "scatterv", "gatherv", "alltoallv", "bcast_row", "bcast_col", "send_vector",
               "send_subarray") + COLD_PRIMITIVES + LINK_PRIMITIVES
@@ -256,6 +258,6 @@ def base_primitive(primitive: str) -> str:
 
 
 __all__ = ["COLD_PRIMITIVES", "FIT_DTYPE", "GRID_PRIMITIVES", "LINK_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES",
-           "PRTT_DTYPE",
+           "PRTT_DTYPE", "SWAP_PRIMITIVES",
            "UNREADABLE", "Platform", "as_points", "base_primitive", "hardware", "library_id", "loggp_lines",
            "mpi_distributions", "platform_key", "read_platforms", "write_platform"]

@@ -55,6 +55,8 @@ class HaloField:
         self.layout = lay
         self.substeps = max(plan.b // problem.radius, 1)
         self.corners = problem.corners or self.substeps > 1
+        # each sub-step's regions, by how far they reach into the halo (computed once: a step is short)
+        self.sweeps = {g: self.tile.sweep(g) for g in range(0, self.substeps * problem.radius, problem.radius)}
         t = self.tile.tile
         self.bufs = [np.zeros(self.tile.local_shape), np.zeros(self.tile.local_shape)]
         for buf in self.bufs:
@@ -115,7 +117,7 @@ class HaloField:
 
         reqs = self.requests[self.cur]
         rad = self.problem.radius
-        first = self.tile.sweep((n - 1) * rad)
+        first = self.sweeps[(n - 1) * rad]
         with timed(self.phases, "communication"):
             MPI.Prequest.Startall(reqs)
         if overlap:
@@ -134,7 +136,7 @@ class HaloField:
         self.cur = 1 - self.cur
         with timed(self.phases, "compute"):
             for k in range(1, n):
-                self._sweep(self.tile.sweep((n - 1 - k) * rad).whole)
+                self._sweep(self.sweeps[(n - 1 - k) * rad].whole)
                 self.cur = 1 - self.cur
 
     def _polled(self, rect: Rect, reqs: list) -> None:
@@ -153,7 +155,7 @@ class HaloField:
     def _border_first(self, steps: int) -> None:
         from mpi4py import MPI
 
-        sweep = self.tile.sweep(0)
+        sweep = self.sweeps[0]
         for _ in range(steps):
             reqs = self.requests[1 - self.cur]
             with timed(self.phases, "compute"):

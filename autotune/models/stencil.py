@@ -4,8 +4,8 @@ process grid (004 §3.2.2, eq. 8: T = Tcomp + Tcomm + Toverlap + Tidle).
 A sweep costs k x flops of its rectangle, k looked up under the pattern the pass has
 (``interior`` block, border ``rows``, strided border ``cols``; ``routines.PATTERNS``) at the
 rectangle's size, times the problem's cost per cell over the probed 5-point stencil's. A halo
-exchange costs each message's (ts + m tw) on its link (eq. 11: ``link_host`` within a host,
-``link_net`` between hosts; strided column messages also pay their packing), plus a request's
+exchange costs each message's (ts + m tw) on its link (eq. 11: the probe's ``swap_host`` within a
+host, ``swap_net`` between hosts; strided column messages also pay their packing), plus a request's
 start and completion (``HALO_REQUEST``). Schedules (``halo.Tile.sweep`` gives the regions):
 
 - ``blocking``: exchange, then sweep the whole region (Tcomm + Tcomp);
@@ -71,10 +71,12 @@ def hosts_of(p: int, cp) -> np.ndarray:
 
 
 def link_time(cp, net: bool, nbytes: float) -> float:
-    """One message of ``nbytes`` between two ranks on one host or on two (the comm probe's link
-    ping-pong; the plain ping-pong where it measured no link of that kind)."""
-    name = "link_net" if net else "link_host"
-    prim = name if name in cp.primitives() else "pingpong"
+    """One halo message of ``nbytes`` between two ranks on one host or on two while its neighbour's
+    travels the other way: the comm probe's swap (Sendrecv) on a pair of that link kind, else its
+    link ping-pong, else the plain ping-pong (a one-way time: on a loaded link it undercounts)."""
+    kind = "net" if net else "host"
+    have = cp.primitives()
+    prim = next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
     return float(cp.time(prim, 2, nbytes))
 
 
