@@ -23,3 +23,12 @@ from .select import Decision
 __all__ = ["Candidate", "DatabaseUnavailable", "Decision", "__version__", "describe", "explain", "get_options",
            "load_sp", "options", "set_options", "tuned_cholesky", "tuned_gemm", "tuned_lu_factor", "tuned_lu_solve",
            "tuned_solve"]
+
+
+def __getattr__(name: str):
+    """``autotune.stencil`` on first use (it loads the Numba kernels, which ``import autotune`` does not)."""
+    if name == "stencil":
+        import importlib
+
+        return importlib.import_module(".stencil", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -123,7 +123,7 @@ CALLS: dict[str, FamilyCalls] = {c.name: c for c in (
         overwrites=(1,), count=2, nbytes=lambda p: 8 * (2 * p.n ** 2 + 2 * p.n * p.nrhs)),
     FamilyCalls(
         "stencil",
-        lambda p, rng, order="C": (rng.random((p.rows, p.cols)),),
+        lambda p, rng, order="C": (np.asarray(rng.random((p.rows, p.cols)), order=order),),
         lambda p, u, **kw: heat2d(u, p.steps, HEAT_ALPHA, **kw),
         lambda p, u: reference(u, p.steps, heat_weights(HEAT_ALPHA)),
         _keeps_operands,

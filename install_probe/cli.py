@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     mpi = p.add_argument_group("MPI communication probe (ts, tw per primitive, p and message size)")
     mpi.add_argument("--mpi", action="store_true",
                      help="measure MPI communication instead of BLAS: run collectively under mpiexec, "
-                          "or give --np P to have mpiexec started for you (profiles: quick, standard, FILE)")
+                          "or give --np P to have mpiexec started for you (profiles: quick, standard, links, FILE)")
     mpi.add_argument("--np", type=int, default=None, metavar="P",
                      help="with --mpi outside mpiexec: number of processes to launch (default: physical cores, "
                           "at least 2); P above the core count is probed as its own, oversubscribed platform")

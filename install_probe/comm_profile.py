@@ -11,7 +11,7 @@ from autotune.install_probe.calibrate import LOOP_CASES
 
 from autotune.db import comm as dbc
 
-BUILTIN = ("quick", "standard")
+BUILTIN = ("quick", "standard", "links")
 ALL_PRIMITIVES = dbc.PRIMITIVES
 COLD = dbc.COLD_PRIMITIVES     # a run's distribution: new arrays, caches flushed (ColdOp)
 PAIR = ("pingpong", "send_vector", "send_subarray")           # ranks 0 and 1, p = 2 only
@@ -341,7 +341,7 @@ def _heldout(value, source: str) -> bool:
 
 
 def load_comm_profile(name_or_path: str) -> CommProfile:
-    """``quick``/``standard`` (configs/comm-NAME.yaml) or a YAML file."""
+    """``quick``/``standard``/``links`` (configs/comm-NAME.yaml) or a YAML file."""
     from .profile import read_profile_yaml
 
     data, source = read_profile_yaml(name_or_path, BUILTIN, "comm-{}.yaml", "comm profile", CommProfileError)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg as sl
+from autotune.kernels.stencil import heat_weights, reference
 
 from autotune import calls as calls_mod
-from autotune.calls import CALLS, agrees, spd_matrix, square
+from autotune.calls import CALLS, HEAT_ALPHA, agrees, spd_matrix, square
 from autotune.families import DISTRIBUTED, FAMILIES, CholeskyProblem, GemmProblem
 from autotune.routines import CHECK_NRHS
 
@@ -79,8 +80,10 @@ def test_references_are_numpys_and_scipys_calls():
     assert np.array_equal(CALLS["lu_solve"].reference(problem, a, b), sl.lu_solve(sl.lu_factor(a), b))
     problem, (a, b) = _operands("gemm")
     assert np.array_equal(CALLS["gemm"].reference(problem, a, b), a @ b)
+    problem, (u,) = _operands("stencil")
+    assert np.array_equal(CALLS["stencil"].reference(problem, u), reference(u, problem.steps, heat_weights(HEAT_ALPHA)))
     assert {n: c.library for n, c in CALLS.items()} == {"gemm": "numpy", "cholesky": "scipy", "lu": "scipy",
-                                                         "solve": "scipy", "lu_solve": "scipy"}
+                                                         "solve": "scipy", "lu_solve": "scipy", "stencil": "numpy"}
 
 
 def test_in_place_keywords_let_the_tuned_call_overwrite_only_what_they_say():
@@ -97,11 +100,14 @@ def test_in_place_keywords_let_the_tuned_call_overwrite_only_what_they_say():
 def test_collective_calls_pass_operands_comm_and_the_problems_flags(name, monkeypatch):
     seen = {}
     target = {"gemm": "distributed_gemm", "cholesky": "distributed_cholesky", "lu": "distributed_lu_factor",
-              "solve": "distributed_solve"}[name]
+              "solve": "distributed_solve", "stencil": "heat2d"}[name]
     monkeypatch.setattr(calls_mod, target, lambda *args, **kw: seen.update(args=args, kw=kw))
     problem = square(name, 8, lower=True)
     none = (None,) * CALLS[name].count
     CALLS[name].collective(problem, *none, comm="COMM", config="PLAN")
+    if name == "stencil":        # heat2d(u, steps, alpha, comm=...): the problem's steps, the checks' alpha
+        assert seen["args"] == (None, problem.steps, HEAT_ALPHA) and seen["kw"] == {"comm": "COMM", "config": "PLAN"}
+        return
     assert seen["args"] == (*none, "COMM")
     assert seen["kw"] == ({"lower": True, "config": "PLAN"} if name == "cholesky" else {"config": "PLAN"})
     assert CALLS["lu_solve"].collective is None

@@ -211,6 +211,6 @@ def test_weighted_balanced_axis():
     for bad in (dict(weights=(1.0,)), dict(weights=(1.0, -1.0)), dict(block=4, weights=(1.0, float("nan")))):
         with pytest.raises(ValueError):
             Axis(10, 2, **bad)
-    with pytest.raises(ValueError, match="bsr, cholesky, lu, gesv only"):
+    with pytest.raises(ValueError, match="bsr, cholesky, lu, gesv, blocking, overlap, border_first only"):
         Plan("summa", 2, 1, 2, b=4, weights=(1.0, 2.0))
     assert "w=1,0.5" in str(Plan("bsr", 2, 2, 1, weights=(1, 0.5)))
