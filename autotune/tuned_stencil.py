@@ -145,15 +145,19 @@ def local(u, steps, stencil: Stencil, *, check_finite: bool = True, config=None,
     a = check_field(u, check_finite)
     if steps == 0 or min(a.shape) <= 2 * stencil.radius:
         return np.array(a, dtype=np.float64)
-    cand, _ = tuned_local.decide(problem_of(a.shape, steps, stencil), config, explain)
+    cand, dec = tuned_local.decide(problem_of(a.shape, steps, stencil), config, explain)
     cand = UNTUNED if cand is None else cand
     if cand.backend != "numba-stencil" and cand.threads > 1:
         raise ValueError(f"backend {cand.backend!r} runs one thread, got {cand.threads}")
     from autotune import backends
 
     be = backends.get(cand.backend)
+    t0 = time.perf_counter()
     with be.threads(min(cand.threads, be.max_threads)):
-        return run_local(a, steps, stencil.radius, stencil.sweeper(cand.backend, cand.threads))
+        out = run_local(a, steps, stencil.radius, stencil.sweeper(cand.backend, cand.threads))
+    if explain and dec is not None:
+        print(f"ran {cand}: {time.perf_counter() - t0:.3g} s measured, {dec.predicted(cand):.3g} s predicted")
+    return out
 
 
 # ------------------------------------------------------------------------------ over MPI
@@ -211,6 +215,23 @@ def collective(u, steps, stencil_args: tuple, comm, *, root=0, check_finite: boo
     """Collective ``steps`` sweeps: the field on the root, None elsewhere."""
     plan, stencil, steps, root, a, problem = agreed_plan(u, steps, stencil_args, comm, root, check_finite,
                                                          config, explain)
+    t0 = time.perf_counter()
+    out = _run(plan, stencil, steps, root, a, comm, phases)
+    if explain and comm.rank == root and problem is not None:
+        print(measured_efficiency(problem, plan, time.perf_counter() - t0))
+    return out
+
+
+def measured_efficiency(problem: StencilProblem, plan: Plan, seconds: float) -> str:
+    """explain's line after a run: its wall time and efficiency T_seq / (cores x T), T_seq the
+    single-process best on one core as predicted (measuring it would take the run again)."""
+    t_seq = sequential_estimate(problem)
+    used = max(plan.p * plan.threads, 1)
+    eff = "" if t_seq is None else f"; efficiency {t_seq / (used * seconds):.2f} (T_seq predicted {t_seq:.3g} s)"
+    return f"ran {plan}: {seconds:.3g} s measured on {used} core(s){eff}"
+
+
+def _run(plan: Plan, stencil: Stencil, steps: int, root: int, a, comm, phases):
     if plan.algorithm == "local":
         return tuned_mpi.run_local(comm, root, plan, phases, lambda: local(a, steps, stencil, check_finite=False))
     from autotune.distributed.runs import plan_run

@@ -97,7 +97,8 @@ def test_tuned_plan_equals_numpy(tmp_path, nprocs, tiny_db, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
     proc = run_mpi(TUNED, nprocs, tmp_path)
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
-    assert "chose" in proc.stdout
+    assert "chose" in proc.stdout and "efficiency" in proc.stdout and "s measured on" in proc.stdout
+
 
 
 ERRORS = """

@@ -215,7 +215,8 @@ def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
              f"per step: compute {step['compute'] * 1e6:.1f} us (interior {step['interior'] * 1e6:.1f} us), "
              f"communication {step['communication'] * 1e6:.1f} us exposed, {step['hidden'] * 1e6:.1f} us hidden, "
              f"network {step['net'] * 1e6:.1f} us, idle {step['idle'] * 1e6:.1f} us",
-             f"overlap pays (eq. 12: interior >= network): {overlap_pays(step['interior'], step['net'])}"]
+             f"overlap pays (eq. 12: interior >= network): {overlap_pays(step['interior'], step['net'])}"
+             if step["net"] > 0 else "no message crosses hosts: an overlap has nothing to hide (004 §3.2.2)"]
     if step["net"] > 0:
         side = crossover(problem, plan, sp, cp)
         lines.append(f"crossover: overlap pays from square tiles of {side} cells a side" if side else
