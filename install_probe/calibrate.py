@@ -51,7 +51,9 @@ LOOP_STEPS = {"loop_overhead": 1e-5, "loop_share": 0.5}   # trial values the mod
 PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)   # the loop costs' runs (their blocks) and call overhead
 # One plan per algorithm on two ranks, and the order of the tiny problem they run.
 CALL_PLANS = (("cholesky", PLAN), ("lu", Plan("lu", 2, 1, 2, b=BLOCK)), ("gemm", Plan("bsr", 2, 2, 1)),
-              ("gemm", Plan("cbsr", 2, 2, 1)), ("gemm", Plan("summa", 2, 2, 1, b=BLOCK)))
+              ("gemm", Plan("cbsr", 2, 2, 1)), ("gemm", Plan("summa", 2, 2, 1, b=BLOCK)),
+              *(("stencil", Plan(s, 2, 2, 1, b=1, backend="numba-stencil"))
+                for s in FAMILIES["stencil"].distributed))
 CALL_N = 64
 CALL_PHASES = ("distribution", "collection")
 STEP_BLOCKS = (64, 128, 256, 512)   # SUMMA blocks the step waits are measured at

@@ -458,7 +458,7 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     assert set(loop) == {"loop_overhead", "loop_share"}
     assert 0.0 <= loop["loop_overhead"] < 0.01             # seconds per panel: measured, not absurd
     assert 0.0 <= loop["loop_share"] < 100.0               # out-of-cache passes per element moved
-    assert set(calls) == {"cholesky", "lu", "bsr", "cbsr", "summa"}
+    assert set(calls) == {"cholesky", "lu", "bsr", "cbsr", "summa", "blocking", "overlap", "border_first"}
     assert all(set(c) == {"distribution", "collection"} and all(0 <= t < 0.1 for t in c.values())
                for c in calls.values())
     write_synthetic(path, 2, **loop, call_overhead=calls, step_wait=waits)
