@@ -98,17 +98,18 @@ def stencil_of(weights, kernel, radius) -> Stencil:
     if weights is None:
         raise ValueError("pass the stencil's weights or a kernel")
     w = np.asarray(weights, dtype=np.float64)
-    if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] % 2 == 0:
-        raise ValueError(f"weights must be a square 2-D array of odd side, got shape {w.shape}")
+    if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] % 2 == 0 or w.shape[0] < 3:
+        raise ValueError(f"weights must be a square 2-D array of odd side >= 3, got shape {w.shape}")
     if not np.isfinite(w).all():
         raise ValueError("weights must be finite")
     rad = w.shape[0] // 2
     if radius is not None and radius != rad:
         raise ValueError(f"radius {radius!r} does not match weights of side {w.shape[0]}")
-    return Stencil(np.ascontiguousarray(w), None, max(rad, 1) if rad else 1)
+    return Stencil(np.ascontiguousarray(w), None, rad)
 
 
 def check_steps(steps) -> int:
+    """``steps`` as an int; ValueError for a negative count or a non-integer (as numpy's ``repeat``)."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)):
         raise ValueError(f"steps must be an int, got {type(steps).__name__}")
     if steps < 0:

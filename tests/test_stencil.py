@@ -135,8 +135,9 @@ def test_bad_input_raises_value_error(args, kwargs, match):
 
 def test_bad_stencils():
     u = np.ones((6, 6))
-    with pytest.raises(ValueError, match="odd side"):
-        stencil.apply(u, 1, np.ones((2, 2)))
+    for bad in (np.ones((2, 2)), np.ones((1, 1)), np.ones(3)):
+        with pytest.raises(ValueError, match="odd side >= 3"):
+            stencil.apply(u, 1, bad)
     with pytest.raises(ValueError, match="radius"):
         stencil.apply(u, 1, kernel=laplace_kernel)
     with pytest.raises(ValueError, match="not both"):
