@@ -11,6 +11,7 @@ DMDA or Devito let users write their own point update).
 """
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 
 import numpy as np
@@ -21,44 +22,35 @@ from autotune.halo import Rect
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 
 
-@njit(**_JIT)
-def cross5(src, dst, w, r0, r1, c0, c1):
+def _cross5(src, dst, w, r0, r1, c0, c1):
     """5-point sweep: w = (centre, north, south, west, east)."""
     wc, wn, ws, ww, we = w[0], w[1], w[2], w[3], w[4]
-    for i in range(r0, r1):
-        for j in range(c0, c1):
-            dst[i, j] = (wc * src[i, j] + wn * src[i - 1, j] + ws * src[i + 1, j]
-                         + ww * src[i, j - 1] + we * src[i, j + 1])
-
-
-@njit(parallel=True, **_JIT)
-def cross5_par(src, dst, w, r0, r1, c0, c1):
-    wc, wn, ws, ww, we = w[0], w[1], w[2], w[3], w[4]
     for i in prange(r0, r1):
         for j in range(c0, c1):
             dst[i, j] = (wc * src[i, j] + wn * src[i - 1, j] + ws * src[i + 1, j]
                          + ww * src[i, j - 1] + we * src[i, j + 1])
 
 
-@njit(**_JIT)
-def points(src, dst, di, dj, w, r0, r1, c0, c1):
+def _points(src, dst, di, dj, w, r0, r1, c0, c1):
     """General point stencil over the rectangle."""
-    for i in range(r0, r1):
-        for j in range(c0, c1):
-            acc = 0.0
-            for k in range(w.size):
-                acc += w[k] * src[i + di[k], j + dj[k]]
-            dst[i, j] = acc
-
-
-@njit(parallel=True, **_JIT)
-def points_par(src, dst, di, dj, w, r0, r1, c0, c1):
     for i in prange(r0, r1):
         for j in range(c0, c1):
             acc = 0.0
             for k in range(w.size):
                 acc += w[k] * src[i + di[k], j + dj[k]]
             dst[i, j] = acc
+
+
+def _builds(fn):
+    """``fn`` compiled serial (``prange`` runs as ``range``) and with its rows over Numba's threads;
+    the parallel build compiles a renamed copy, so Numba's cache keeps the two apart."""
+    name = fn.__name__.lstrip("_") + "_par"
+    twin = types.FunctionType(fn.__code__.replace(co_name=name, co_qualname=name), fn.__globals__, name)
+    return njit(**_JIT)(fn), njit(parallel=True, **_JIT)(twin)
+
+
+cross5, cross5_par = _builds(_cross5)
+points, points_par = _builds(_points)
 
 
 def numpy_sweep(src, dst, di, dj, w, r0, r1, c0, c1) -> None:

@@ -44,8 +44,10 @@ for weights, kernel, rad in cases:
                         else:
                             assert out is None
 # the numpy kernel backend on a plan, a one-process plan, and a root other than 0
+speeds = tuple(1.0 + i for i in range(P))      # tiles cut by the ranks' speeds (HoHe)
 for plan, root in ((Plan("overlap", P, 1, P, 1, backend="numpy-stencil"), 0), (Plan("local", 1), P - 1),
-                   (Plan("blocking", P, P, 1, 2, backend="numba-stencil"), P - 1)):
+                   (Plan("blocking", P, P, 1, 2, backend="numba-stencil"), P - 1),
+                   (Plan("overlap", P, P, 1, 1, backend="numba-stencil", weights=speeds), 0)):
     out = stencil.heat2d(u if me == root else None, 5, 0.2, comm=comm, config=plan, root=root)
     if me == root:
         np.testing.assert_allclose(out, reference(u, 5, heat_weights(0.2)), rtol=1e-12)

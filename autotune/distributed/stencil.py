@@ -23,7 +23,7 @@ from autotune.assumptions import OVERLAP_POLLS
 from autotune.families import StencilProblem
 from autotune.halo import CORNERS, EDGES, Rect, Tile
 from autotune.kernels.stencil import Sweeper
-from autotune.layout import Axis, Layout
+from autotune.layout import Axis, Layout, grid_weights
 from autotune.plans import Plan
 
 from . import movement
@@ -35,10 +35,7 @@ TAG = 31000          # + the sender's direction index
 
 def layout_of(problem: StencilProblem, plan: Plan) -> Layout:
     """The field's block layout on the plan's grid (rows and columns by the ranks' speeds, if given)."""
-    rw = cw = None
-    if plan.weights is not None:
-        w = np.asarray(plan.weights).reshape(plan.r, plan.c)
-        rw, cw = tuple(w.sum(axis=1)), tuple(w.sum(axis=0))
+    rw, cw = grid_weights(plan.weights, plan.r, plan.c) or (None, None)
     return Layout(Axis(problem.rows, plan.r, weights=rw), Axis(problem.cols, plan.c, weights=cw))
 
 

@@ -29,6 +29,7 @@ import numpy as np
 from autotune.assumptions import HALO_REQUEST
 from autotune.families import StencilProblem
 from autotune.halo import Tile, border_cells, interior_cells, tiles
+from autotune.layout import grid_weights
 from autotune.plans import PHASES, Plan
 from autotune.routines import STENCIL_FLOPS
 
@@ -131,10 +132,7 @@ def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.nda
 
 def plan_tiles(problem: StencilProblem, plan: Plan) -> list[Tile]:
     """The plan's tiles in rank order (halo ``plan.b``, weighted by its ranks' speeds if given)."""
-    weights = (None, None)
-    if plan.weights is not None:
-        w = np.asarray(plan.weights).reshape(plan.r, plan.c)
-        weights = (tuple(w.sum(axis=1)), tuple(w.sum(axis=0)))
+    weights = grid_weights(plan.weights, plan.r, plan.c) or (None, None)
     return tiles(problem.rows, problem.cols, plan.r, plan.c, plan.b, problem.radius, weights)
 
 
