@@ -51,7 +51,7 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
                      out=None) -> np.ndarray | None:
     """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the
     product (in ``out`` if given); others get None."""
-    _require_mpi4py()
+    require_mpi4py()
     extras = (alpha, beta, c, trans_a, trans_b, out)
     plan, args, ops = _decide("gemm", lambda: _gemm_problem(_gemm_operands(a, b, *extras)), comm, root, config,
                               explain, phases, guard=_finite_for_strassen)
@@ -75,7 +75,7 @@ def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = Fa
     Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank);
     ``overwrite_a`` and ``check_finite`` are the root's, as in scipy (a distributed run never
     writes into ``a``)."""
-    _require_mpi4py()
+    require_mpi4py()
     def problem():
         return _square_problem(a, lambda n: CholeskyProblem(n, bool(lower), memory_order(a)))
 
@@ -98,7 +98,7 @@ def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: b
     """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
     ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
     and ``check_finite`` are the root's, as in scipy."""
-    _require_mpi4py()
+    require_mpi4py()
     plan, args, _ = _decide("lu", lambda: _square_problem(a, LuProblem, rectangular=True), comm, root, config,
                             explain, phases)
     root = args["root"]
@@ -123,7 +123,7 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
     """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
     singular matrix raises LinAlgError on every rank of the plan. ``overwrite_a``, ``overwrite_b``
     and ``check_finite`` are the root's, as in scipy (a distributed run never writes into ``b``)."""
-    _require_mpi4py()
+    require_mpi4py()
     plan, args, ops = _decide("solve", lambda: _solve_operands(a, b, assume_a, transposed), comm, root, config,
                               explain, phases)
     root = args["root"]
@@ -147,7 +147,7 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
 
 # ------------------------------------------------------------------------------ agreement and plan
 
-def _require_mpi4py() -> None:
+def require_mpi4py() -> None:
     """ImportError naming the extra when mpi4py is missing (every rank raises it alone: no collective)."""
     if importlib.util.find_spec("mpi4py") is None:
         raise ImportError(f"comm= {MPI_MISSING}")
@@ -161,7 +161,7 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
     ``guard(plan, operands, phases) -> plan``: the family's last word on the root's plan."""
     from autotune.distributed.collective import agree_args, core_info, share
 
-    args, err = _call_args(comm, root, family, **flags)
+    args, err = call_args(comm, root, family, **flags)
     infos = agree_args(comm, err, args, core_info())
     root, plan, ops, err = args["root"], None, None, None
     if comm.rank == root:
@@ -174,7 +174,7 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
     return share(comm, root, err, plan), args, ops
 
 
-def _call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None]:
+def call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None]:
     """This rank's arguments every rank must pass alike, as comparable values, and what is wrong
     with them (``root`` must be an int in range(comm.size): every rank knows without asking)."""
     args: dict = {"family": family, "root": f"<{type(root).__name__}>"}

@@ -169,19 +169,17 @@ def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, c
     every rank agreed on the arguments and the root checked the field and chose the plan."""
     from autotune.distributed.collective import agree_args, core_info, share
 
-    tuned_mpi._require_mpi4py()
-    err, stencil, steps_ok = None, None, 0
-    args, err = tuned_mpi._call_args(comm, root, "stencil")
+    tuned_mpi.require_mpi4py()
+    args, err = tuned_mpi.call_args(comm, root, "stencil")
+    stencil, steps_ok = None, 0
     try:
         stencil = stencil_of(*stencil_args)
         steps_ok = check_steps(steps)
         args.update(steps=steps_ok, stencil=stencil.key())
-        if u is not None and comm.rank != args.get("root"):
+        if u is not None:                       # every rank that passes a field passes the same shape
             args["shape"] = tuple(np.shape(u))
     except (ValueError, TypeError) as exc:
         err = err or exc
-    if u is not None and comm.rank == args.get("root"):
-        args["shape"] = tuple(np.shape(u))
     infos = agree_args(comm, err, args, core_info())
     root = args["root"]
     plan = a = problem = None
@@ -189,8 +187,9 @@ def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, c
     if comm.rank == root:
         try:
             a = check_field(u, check_finite)
-            problem = problem_of(a.shape, plan_steps if plan_steps is not None else steps_ok, stencil)
-            small = min(a.shape) <= 2 * stencil.radius or steps_ok == 0
+            planned = plan_steps if plan_steps is not None else steps_ok
+            problem = problem_of(a.shape, planned, stencil)
+            small = min(a.shape) <= 2 * stencil.radius or planned == 0
             plan = Plan("local", 1) if small and config is None else tuned_mpi.root_plan(
                 "stencil", problem, infos, root, config, explain)
             if plan.algorithm != "local":
