@@ -23,12 +23,12 @@ import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import error, output_problem, quartiles, timed, write_json
 from autotune.calls import HEAT_ALPHA
 from autotune.config import options
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.distributed.collective import quiet_barrier
+from autotune.distributed.collective import gather_cores, quiet_barrier
 from autotune.distributed.plan import Phases
 from autotune.families import StencilProblem
 from autotune.kernels.stencil import heat_weights, reference
@@ -88,9 +88,9 @@ def run(args) -> int:
 
 
 def _stats(times: list[float]) -> dict[str, float]:
-    med = float(np.median(times))
-    q1, q3 = np.percentile(times, [25, 75])
-    return {"median": med, "spread": float((q3 - q1) / med) if med > 0 else 0.0, "runs": len(times)}
+    """Median, interquartile spread over the median, and count of repeated timings."""
+    q1, med, q3 = quartiles(times)
+    return {"median": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "runs": len(times)}
 
 
 # ------------------------------------------------------------------------------ 1. schedules by tile
@@ -109,6 +109,8 @@ def _step_time(comm, field, phases: Phases, steps: int) -> tuple[float, dict[str
 
 def sweep(comm, args, sp, cp) -> dict:
     """Every schedule at every tile side, interleaved; predicted and measured per step."""
+    from mpi4py import MPI
+
     P = comm.size
     r, c = args.grid or (P, 1)
     rows = []
@@ -133,7 +135,7 @@ def sweep(comm, args, sp, cp) -> dict:
                 if s == "blocking":
                     mine = np.array([ph.get("compute", 0.0), ph.get("communication", 0.0)])
                     slowest = np.empty(2)
-                    comm.Allreduce(mine, slowest, op=_max())
+                    comm.Allreduce(mine, slowest, op=MPI.MAX)
                     blocking_phases.append(slowest)
         for field in fields.values():
             field.free()
@@ -165,11 +167,6 @@ def sweep(comm, args, sp, cp) -> dict:
             "side_at_predicted_crossover": None if at is None else at["side"],
             "sign_agrees_everywhere": all(row["sign_agrees"] for row in rows)}
 
-
-def _max():
-    from mpi4py import MPI
-
-    return MPI.MAX
 
 
 def _nearest(rows: list[dict], side: int | None) -> dict | None:
@@ -230,7 +227,7 @@ def compare_plans(comm, args, sp, cp) -> dict:
     P, n, steps = comm.size, args.field, args.steps
     prob = StencilProblem(n, n, steps)
     u = np.random.default_rng(0).random((n, n)) if comm.rank == 0 else None
-    cores = args.cores or _cores(comm)
+    cores = args.cores or gather_cores(comm)[0]
     dec = rank_plans(prob, P, sp, cp, cores) if comm.rank == 0 else None
     eff = rank_plans(prob, P, sp, cp, cores, min_efficiency=args.min_efficiency) if comm.rank == 0 else None
     todo = None
@@ -250,9 +247,9 @@ def compare_plans(comm, args, sp, cp) -> dict:
         times.setdefault("mpi4py by hand", []).append(_timed_call(comm, lambda: _check(handwritten(u, steps, comm),
                                                                                      want)))
         if comm.rank == 0:
-            times.setdefault("numpy one process", []).append(_once(lambda: reference(u, steps,
+            times.setdefault("numpy one process", []).append(timed(lambda: reference(u, steps,
                                                                                      heat_weights(HEAT_ALPHA))))
-            times.setdefault("T_seq (numba, 1 core)", []).append(_once(lambda: heat2d(
+            times.setdefault("T_seq (numba, 1 core)", []).append(timed(lambda: heat2d(
                 u, steps, HEAT_ALPHA, config={"algorithm": "sweep", "backend": "numba-stencil", "threads": 1})))
         quiet_barrier(comm)           # the others wait without taking a core from the root's runs
     if comm.rank != 0:
@@ -286,17 +283,7 @@ def _check(got, want) -> None:
         raise AssertionError("a stencil run differs from numpy's")
 
 
-def _once(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
-
-def _cores(comm) -> int:
-    from autotune.distributed.collective import core_info, node_cores
-
-    infos = comm.allgather(core_info())
-    return node_cores(infos, 0)
 
 
 __all__ = ["HELP", "add_arguments", "compare_plans", "handwritten", "run", "sweep"]
