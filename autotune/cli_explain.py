@@ -2,6 +2,7 @@
 process mappings), optionally running the chosen call once."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -11,33 +12,29 @@ import numpy as np
 from autotune.api import (
     describe,
     problem_dims,
-    tuned_cholesky,
-    tuned_gemm,
     tuned_lu_factor,
     tuned_lu_solve,
-    tuned_solve,
 )
 from autotune.backends import pools
-from autotune.calls import CALLS, HEAT_ALPHA
+from autotune.calls import CALLS
 from autotune.cli_common import error
 from autotune.config import available_cores, options
 from autotune.db import load_sp, resolve
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, load_platform, measured_platform
-from autotune.families import CHECK_STEPS, DISTRIBUTED, FAMILIES, as_problem
+from autotune.families import DISTRIBUTED, FAMILIES, as_problem
 from autotune.models.mapping import database_k
 from autotune.select import mapping as sm
 from autotune.select import rank
 from autotune.select.distributed import describe as describe_plans
 from autotune.select.distributed import rank_plans
-from autotune.stencil import heat2d
 
 
 def cmd_explain(args) -> int:
     """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
     problem = _explain_usage_problem(args, tuple(args.dims))
-    sizes = tuple(args.dims) + ((args.steps or CHECK_STEPS,) if args.routine == "stencil" else ())
-    dims = () if problem else problem_dims(args.routine, sizes)
+    dims = () if problem else _with_steps(as_problem(args.routine, problem_dims(args.routine, tuple(args.dims))),
+                                          args.steps).dims
     if problem:
         return error("explain", problem, 2)
     problem = _memory_problem(args.routine, dims) if args.run else ""
@@ -69,6 +66,11 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def _with_steps(problem, steps: int | None):
+    """``problem`` with ``--steps`` in place of its default steps, where given."""
+    return problem if steps is None else dataclasses.replace(problem, steps=steps)
+
+
 def _explain_mapping(args, dims: tuple[int, ...]) -> int:
     """The mapping search methods and users on a platform file, or the platform the comm probe
     measured ("measured"): each one's mapping, grid, block, predicted time and time to solution."""
@@ -91,15 +93,16 @@ def _explain_mapping(args, dims: tuple[int, ...]) -> int:
 
 def _explain_usage_problem(args, dims: tuple[int, ...]) -> str:
     """What is wrong with the explain arguments ("" if nothing)."""
-    counts = (2,) if args.routine == "stencil" else FAMILIES[args.routine].short    # a stencil's steps: --steps
+    counts = FAMILIES[args.routine].short
     if len(dims) not in counts:
         return f"{args.routine} takes {' or '.join(map(str, counts))} size(s), got {len(dims)}"
     checks = [("sizes", min(dims)), ("--threads", args.threads), ("--top", args.top), ("--np", args.np)]
     for name, value in checks:
         if value is not None and value < 1:
             return f"{name} must be positive, got {dims if name == 'sizes' else value}"
-    if args.steps is not None and (args.routine != "stencil" or args.steps < 1):
-        return "--steps goes with stencil and must be positive"
+    stepped = [name for name, f in FAMILIES.items() if "steps" in f.problem.dim_names]
+    if args.steps is not None and (args.routine not in stepped or args.steps < 1):
+        return f"--steps goes with {', '.join(stepped)} and must be positive"
     if args.np is not None and args.routine not in DISTRIBUTED:
         return f"--np: distributed plans exist for {', '.join(DISTRIBUTED)}, not {args.routine}"
     if args.run and args.np is not None:
@@ -163,27 +166,14 @@ def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
 
 
 def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
-    """Time the tuned call on random operands (median of 3) against the prediction."""
-    rng = np.random.default_rng(0)
-    if routine == "gemm":
-        m, k, n = dims
-        a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
-        call = lambda: tuned_gemm(a, b)  # noqa: E731
-    elif routine == "stencil":
-        u = rng.random(dims[:2])
-        call = lambda: heat2d(u, dims[2], HEAT_ALPHA)  # noqa: E731
-    elif routine in ("lu", "solve", "lu_solve"):
-        n = dims[0]
-        a, b = rng.standard_normal((n, n)), rng.standard_normal((n, dims[-1]))
-        factors = tuned_lu_factor(a) if routine == "lu_solve" else None
-        call = {"lu": lambda: tuned_lu_factor(a), "solve": lambda: tuned_solve(a, b),
-                "lu_solve": lambda: tuned_lu_solve(factors, b)}[routine]
+    """Time the tuned call on the family's operands (``calls.CALLS``, median of 3) against the prediction."""
+    problem, calls = as_problem(routine, dims), CALLS[routine]
+    ops = calls.operands(problem, np.random.default_rng(0))      # built without BLAS: no pool left spinning
+    if routine == "lu_solve":            # the factors are the call's input, made outside the timed call
+        factors = tuned_lu_factor(ops[0])
+        call = lambda: tuned_lu_solve(factors, ops[1])  # noqa: E731
     else:
-        (n,) = dims
-        from autotune.install_probe.operands import spd_matrix
-
-        a = spd_matrix(rng, n, order="C")       # built without BLAS: no pool left spinning
-        call = lambda: tuned_cholesky(a)  # noqa: E731
+        call = lambda: calls.tuned(problem, *ops)  # noqa: E731
     call()
     times = []
     for _ in range(3):
