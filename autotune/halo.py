@@ -109,10 +109,15 @@ class Tile:
         pr, pc = self.pr + d[0], self.pc + d[1]
         return (pr, pc) if 0 <= pr < self.r and 0 <= pc < self.c else None
 
+    @property
+    def substeps(self) -> int:
+        """Steps one halo exchange serves: h / R."""
+        return max(self.h // self.radius, 1)
+
     def directions(self, corners: bool) -> tuple[tuple[int, int], ...]:
         """The directions this tile exchanges with: its edges' neighbours, and its corners' when
-        the stencil or a multi-step halo reads diagonal cells."""
-        dirs = EDGES + (CORNERS if corners else ())
+        the stencil reads diagonal cells (``corners``) or a multi-step halo does."""
+        dirs = EDGES + (CORNERS if corners or self.substeps > 1 else ())
         return tuple(d for d in dirs if self.neighbour(d) is not None)
 
     def send(self, d: tuple[int, int]) -> Rect:

@@ -50,8 +50,7 @@ class HaloField:
         self.tile = Tile(problem.rows, problem.cols, plan.r, plan.c, pr, pc, plan.b, problem.radius,
                          (lay.rows.weights, lay.cols.weights))
         self.layout = lay
-        self.substeps = max(plan.b // problem.radius, 1)
-        self.corners = problem.corners or self.substeps > 1
+        self.substeps = self.tile.substeps
         # each sub-step's regions, by how far they reach into the halo (computed once: a step is short)
         self.sweeps = {g: self.tile.sweep(g) for g in range(0, self.substeps * problem.radius, problem.radius)}
         t = self.tile.tile
@@ -83,7 +82,7 @@ class HaloField:
 
     def _requests(self, buf: np.ndarray) -> list:
         out = []
-        for d in self.tile.directions(self.corners):
+        for d in self.tile.directions(self.problem.corners):
             npr, npc = self.tile.neighbour(d)
             other = npr * self.plan.c + npc
             back = _DIRS.index((-d[0], -d[1]))

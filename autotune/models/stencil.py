@@ -113,9 +113,8 @@ def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.nda
     """One rank's seconds per step of ``plan.algorithm``: {"compute", "communication", "hidden"
     (network time the interior covered), "interior", "net"}."""
     be, t, scale = plan.backend, plan.threads, problem.scale
-    s = max(plan.b // problem.radius, 1)
-    corners = problem.corners or s > 1
-    local, net = exchange(tile, rank_host, plan.c, corners, sp, cp)
+    s = tile.substeps
+    local, net = exchange(tile, rank_host, plan.c, problem.corners, sp, cp)
     later = sum(sweep(sp, be, t, tile.sweep((s - 1 - k) * problem.radius).whole.shape, "interior", scale)
                 for k in range(1, s))
     first = tile.sweep((s - 1) * problem.radius)
@@ -154,8 +153,7 @@ def _moves(problem: StencilProblem, plan: Plan, sp, cp) -> tuple[float, float]:
     biggest = max(t.shape[0] * t.shape[1] for t in tls)
     cells = problem.rows * problem.cols
     rank_host = hosts_of(plan.p, cp)
-    corners = problem.corners or plan.b > problem.radius
-    prime = 2.0 * max(sum(exchange(t, rank_host, plan.c, corners, sp, cp)) for t in tls)
+    prime = 2.0 * max(sum(exchange(t, rank_host, plan.c, problem.corners, sp, cp)) for t in tls)
     scatter = float(cp.time("scatterv", plan.p, biggest * ITEM)) + movement.copy(sp, 3.0 * cells) + prime
     gather = float(cp.time("gatherv", plan.p, biggest * ITEM)) + movement.copy(sp, 2.0 * cells)
     return scatter, gather
