@@ -35,7 +35,6 @@ from autotune.routines import STENCIL_FLOPS
 
 from . import movement
 
-ITEM = 8
 SCHEDULES = ("blocking", "overlap", "border_first")
 
 
@@ -91,7 +90,7 @@ def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -
         cells = tile.send(d).cells
         npr, npc = tile.neighbour(d)
         other = rank_host[npr * c + npc] != here
-        t = link_time(cp, bool(other), cells * ITEM)
+        t = link_time(cp, bool(other), cells * movement.ITEM)
         if d[1] != 0:
             t_pack = 2.0 * movement.copy(sp, cells)
             local += t_pack
@@ -154,8 +153,8 @@ def _moves(problem: StencilProblem, plan: Plan, sp, cp) -> tuple[float, float]:
     cells = problem.rows * problem.cols
     rank_host = hosts_of(plan.p, cp)
     prime = 2.0 * max(sum(exchange(t, rank_host, plan.c, problem.corners, sp, cp)) for t in tls)
-    scatter = float(cp.time("scatterv", plan.p, biggest * ITEM)) + movement.copy(sp, 3.0 * cells) + prime
-    gather = float(cp.time("gatherv", plan.p, biggest * ITEM)) + movement.copy(sp, 2.0 * cells)
+    scatter = float(cp.time("scatterv", plan.p, biggest * movement.ITEM)) + movement.copy(sp, 3.0 * cells) + prime
+    gather = float(cp.time("gatherv", plan.p, biggest * movement.ITEM)) + movement.copy(sp, 2.0 * cells)
     return scatter, gather
 
 
