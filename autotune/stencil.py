@@ -18,7 +18,6 @@ import numpy as np
 from autotune import tuned_mpi, tuned_stencil
 from autotune.families import CHECK_STEPS, StencilProblem
 from autotune.kernels.stencil import heat_weights
-from autotune.plans import Plan
 
 
 def _heat(alpha) -> np.ndarray:
@@ -29,34 +28,38 @@ def _heat(alpha) -> np.ndarray:
 
 
 def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, check_finite: bool = True,
-           config=None, explain: bool = False, phases=None) -> np.ndarray | None:
+           config=None, explain: bool = False, phases=None, balance=None) -> np.ndarray | None:
     """``steps`` explicit heat steps of the field ``u0`` (edges fixed): a new float64 array (on the
     root under ``comm``; None on the other ranks)."""
     return apply(u0, steps, _heat(alpha), comm=comm, root=root, check_finite=check_finite, config=config,
-                 explain=explain, phases=phases)
+                 explain=explain, phases=phases, balance=balance)
 
 
 def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm=None,
           root: int = 0, check_finite: bool = True, config=None, explain: bool = False,
-          phases=None) -> np.ndarray | None:
+          phases=None, balance=None) -> np.ndarray | None:
     """``steps`` sweeps of the stencil ``weights`` ((2R+1) x (2R+1): new[i, j] = sum w[a, b]
-    u[i + a - R, j + b - R]) or of ``kernel`` over ``u0``, its outer R rings fixed."""
+    u[i + a - R, j + b - R]) or of ``kernel`` over ``u0``, its outer R rings fixed. Under ``comm``,
+    ``balance`` (True, an average's name or a ``balance.Policy``) moves rows and columns between
+    ranks as their measured speeds change (002)."""
     if comm is None:
         return tuned_stencil.local(u0, steps, tuned_stencil.stencil_of(weights, kernel, radius),
                                    check_finite=check_finite, config=config, explain=explain)
     return tuned_stencil.collective(u0, steps, (weights, kernel, radius), comm, root=root,
-                                    check_finite=check_finite, config=config, explain=explain, phases=phases)
+                                    check_finite=check_finite, config=config, explain=explain, phases=phases,
+                                    balance=balance)
 
 
 class DistributedField:
     """A field kept in halo tiles over a plan's ranks between calls (collective to build, advance,
     gather and free). Under a one-process plan the root holds it whole."""
 
-    def __init__(self, comm, plan: Plan, stencil, root: int, a: np.ndarray | None, phases=None):
+    def __init__(self, comm, agreed: tuned_stencil.Agreed, phases=None):
         from autotune.distributed.runs import open_run
         from autotune.distributed.stencil import scatter_field
+        plan, stencil, root, a = agreed.plan, agreed.stencil, agreed.root, agreed.field
         self.comm, self.plan, self.stencil, self.root, self.phases = comm, plan, stencil, root, phases
-        self.whole, self.run, self.field = None, None, None
+        self.whole, self.run, self.field, self.rebalancer = None, None, None, None
         if plan.algorithm == "local":
             self.whole = None if comm.rank != root else np.array(a, dtype=np.float64)
             return
@@ -70,6 +73,7 @@ class DistributedField:
             with self.run.be.threads(plan.threads):
                 self.field = scatter_field(self.run.comm, prob, plan, a, stencil.sweeper(plan.backend, plan.threads),
                                            phases)
+            self.rebalancer = tuned_stencil.rebalancer_of(agreed, self.run.comm)
 
         tuned_mpi.settled(comm, build)
 
@@ -87,7 +91,7 @@ class DistributedField:
         def work():
             if self.field is not None:
                 with self.run.be.threads(self.plan.threads):
-                    self.field.advance(steps)
+                    self.field.advance(steps, self.rebalancer)
         tuned_mpi.settled(self.comm, work)
 
     def gather(self) -> np.ndarray | None:
@@ -102,6 +106,9 @@ class DistributedField:
         return self.whole if self.field is None else self.field.local
 
     def free(self) -> None:
+        if self.rebalancer is not None:
+            self.rebalancer.finish()
+            self.rebalancer = None
         if self.field is not None:
             self.field.free()
             self.field = None
@@ -118,12 +125,13 @@ class DistributedField:
 
 def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm,
                steps: int = CHECK_STEPS, root: int = 0, check_finite: bool = True, config=None,
-               explain: bool = False, phases=None) -> DistributedField:
+               explain: bool = False, phases=None, balance=None) -> DistributedField:
     """Collective: the root's ``u0`` cut into halo tiles on the plan chosen for ``steps`` steps
-    per call (or ``config``); advance it with ``DistributedField.advance``, fetch it with ``gather``."""
-    plan, stencil, _, root, a, _ = tuned_stencil.agreed_plan(u0, 0, (weights, kernel, radius), comm, root,
-                                                            check_finite, config, explain, plan_steps=steps)
-    return DistributedField(comm, plan, stencil, root, a, phases)
+    per call (or ``config``); advance it with ``DistributedField.advance``, fetch it with ``gather``;
+    with ``balance``, it rebalances while it advances (``DistributedField.rebalancer.events``)."""
+    agreed = tuned_stencil.agreed_plan(u0, 0, (weights, kernel, radius), comm, root, check_finite, config, explain,
+                                       plan_steps=steps, balance=balance)
+    return DistributedField(comm, agreed, phases)
 
 
 __all__ = ["DistributedField", "apply", "distribute", "heat2d"]

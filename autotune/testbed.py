@@ -203,7 +203,31 @@ exec ip netns exec "$ns" unshare --uts sh -c 'hostname "$1"; shift; exec sh -c "
 
 
 def _cgroup(h: Host) -> str | None:
-    return str(CGROUP_CPU / f"{PREFIX}{h.name}") if h.cpu is not None else None
+    """The host's CPU cgroup (every host has one where cgroup v1 is mounted: ``set_cpu`` may cap it later)."""
+    return str(CGROUP_CPU / f"{PREFIX}{h.name}") if CGROUP_CPU.is_dir() else None
+
+
+def _quota(cg: str, cpu: int | None) -> None:
+    Path(cg, "cpu.cfs_period_us").write_text(str(PERIOD_US))
+    Path(cg, "cpu.cfs_quota_us").write_text(str(-1 if cpu is None else PERIOD_US * cpu // 100))
+
+
+def set_cpu(name: str, cpu: int | None, workdir: Path | None = None) -> Testbed:
+    """Change host ``name``'s CPU share (percent of one core; None: no cap) while jobs run on it."""
+    tb = live(workdir)
+    if tb is None:
+        raise TestbedError("no testbed is up (autotune testbed up)")
+    host = next((h for h in tb.hosts if h.name == name), None)
+    if host is None:
+        raise ArgumentError(f"no host {name!r} (hosts: {', '.join(h.name for h in tb.hosts)})")
+    host.cpu = cpu
+    _check([host])
+    cg = _cgroup(host)
+    if cg is None or not Path(cg).is_dir():
+        raise TestbedError(f"{name} has no CPU cgroup (cgroup v1 cpu controller at {CGROUP_CPU})")
+    _quota(cg, cpu)
+    tb.save()
+    return tb
 
 
 def _namespaces() -> set[str]:
@@ -265,8 +289,7 @@ def up(hosts: list[Host], workdir: Path | None = None, replace: bool = False) ->
         cg = _cgroup(h)
         if cg:
             Path(cg).mkdir(exist_ok=True)
-            Path(cg, "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            Path(cg, "cpu.cfs_quota_us").write_text(str(PERIOD_US * h.cpu // 100))
+            _quota(cg, h.cpu)
     Path(tb.hostfile).write_text("".join(f"{h.name} slots={h.slots}\n" for h in hosts))
     agent = Path(tb.agent)
     agent.write_text(_agent_script(tb))
@@ -386,6 +409,13 @@ def _instance(workdir: str) -> str | None:
         return None
 
 
+def _percent(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ArgumentError(f"cpu share must be an integer percent or 'none', got {text!r}") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="testbed_command", required=True)
     u = sub.add_parser("up", help="start the emulated hosts")
@@ -399,6 +429,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--replace", action="store_true",
                    help="replace a testbed that is up (stopping its jobs) rather than fail")
     sub.add_parser("down", help="remove the emulated hosts, stopping the jobs running on them")
+    c = sub.add_parser("cpu", help="change a host's CPU share while jobs run: autotune testbed cpu HOST PCT")
+    c.add_argument("host")
+    c.add_argument("pct", help="percent of one core, or 'none' for no cap")
     sub.add_parser("show", help="print the testbed and the mpiexec options that use it")
     r = sub.add_parser("mpiexec", help="run mpiexec on the testbed: autotune testbed mpiexec NP CMD...")
     r.add_argument("np", type=int)
@@ -423,6 +456,11 @@ def _command(args) -> int:
     if args.testbed_command == "down":
         stopped = down()
         print("testbed down" + "".join(f"; stopped job {j['pid']} ({_brief(j['argv'])})" for j in stopped))
+        return 0
+    if args.testbed_command == "cpu":
+        pct = None if args.pct.lower() == "none" else _percent(args.pct)
+        set_cpu(args.host, pct)
+        print(f"testbed: {args.host} cpu={'no cap' if pct is None else f'{pct}%'}")
         return 0
     tb = Testbed.load()
     if args.testbed_command == "show":

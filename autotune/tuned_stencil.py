@@ -15,11 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.balance import LinkCost, Policy, policy_of
 from autotune.db import load_sp
+from autotune.db.comm_lookup import load_comm
 from autotune.families import CHECK_STEPS, StencilProblem
 from autotune.halo import fits
 from autotune.kernels import stencil as kernels
 from autotune.kernels.stencil import Sweeper, run_local
+from autotune.models.stencil import link_cost
 from autotune.plans import Candidate, Plan
 from autotune.routines import STENCIL_FLOPS
 from autotune.select.rank import choose
@@ -163,26 +166,42 @@ def local(u, steps, stencil: Stencil, *, check_finite: bool = True, config=None,
 
 # ------------------------------------------------------------------------------ over MPI
 
+@dataclass(frozen=True)
+class Agreed:
+    """What every rank holds after the agreement: the plan and the checked arguments (the field and
+    problem on the root only), and with ``balance=`` the policy and the root's link costs."""
+
+    plan: Plan
+    stencil: Stencil
+    steps: int
+    root: int
+    field: np.ndarray | None = None
+    problem: StencilProblem | None = None
+    policy: Policy | None = None
+    link: LinkCost | None = None
+
+
 def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, config, explain: bool,
-                plan_steps: int | None = None):
-    """Collective: (plan, stencil, steps, root, the root's field or None, problem on the root) after
-    every rank agreed on the arguments and the root checked the field and chose the plan."""
+                plan_steps: int | None = None, balance=None) -> Agreed:
+    """Collective: every rank agrees on the arguments, then the root checks the field and chooses
+    the plan (and prices moving cells for ``balance``), shared in one broadcast."""
     from autotune.distributed.collective import agree_args, core_info, share
 
     tuned_mpi.require_mpi4py()
     args, err = tuned_mpi.call_args(comm, root, "stencil")
-    stencil, steps_ok = None, 0
+    stencil, steps_ok, policy = None, 0, None
     try:
         stencil = stencil_of(*stencil_args)
         steps_ok = check_steps(steps)
-        args.update(steps=steps_ok, stencil=stencil.key())
+        policy = policy_of(balance)
+        args.update(steps=steps_ok, stencil=stencil.key(), balance=policy)
         if u is not None:                       # every rank that passes a field passes the same shape
             args["shape"] = tuple(np.shape(u))
     except (ValueError, TypeError) as exc:
         err = err or exc
     infos = agree_args(comm, err, args, core_info())
     root = args["root"]
-    plan = a = problem = None
+    plan = a = problem = link = None
     err = None
     if comm.rank == root:
         try:
@@ -194,10 +213,11 @@ def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, c
                 "stencil", problem, infos, root, config, explain)
             if plan.algorithm != "local":
                 _check_plan(plan, problem)
+            link = None if policy is None else link_cost(load_comm(get_options().db, nprocs=comm.size))
         except Exception as exc:
             err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
-    plan = share(comm, root, err, plan)
-    return plan, stencil, steps_ok, root, a, problem
+    plan, link = share(comm, root, err, (plan, link))
+    return Agreed(plan, stencil, steps_ok, root, a, problem, policy, link)
 
 
 def _check_plan(plan: Plan, problem: StencilProblem) -> None:
@@ -211,14 +231,13 @@ def _check_plan(plan: Plan, problem: StencilProblem) -> None:
 
 
 def collective(u, steps, stencil_args: tuple, comm, *, root=0, check_finite: bool = True, config=None,
-               explain: bool = False, phases=None) -> np.ndarray | None:
+               explain: bool = False, phases=None, balance=None) -> np.ndarray | None:
     """Collective ``steps`` sweeps: the field on the root, None elsewhere."""
-    plan, stencil, steps, root, a, problem = agreed_plan(u, steps, stencil_args, comm, root, check_finite,
-                                                         config, explain)
+    ag = agreed_plan(u, steps, stencil_args, comm, root, check_finite, config, explain, balance=balance)
     t0 = time.perf_counter()
-    out = _run(plan, stencil, steps, root, a, comm, phases)
-    if explain and comm.rank == root and problem is not None:
-        print(measured_efficiency(problem, plan, time.perf_counter() - t0))
+    out = _run(ag, comm, phases)
+    if explain and comm.rank == ag.root and ag.problem is not None:
+        print(measured_efficiency(ag.problem, ag.plan, time.perf_counter() - t0))
     return out
 
 
@@ -231,23 +250,39 @@ def measured_efficiency(problem: StencilProblem, plan: Plan, seconds: float) -> 
     return f"ran {plan}: {seconds:.3g} s measured on {used} core(s){eff}"
 
 
-def _run(plan: Plan, stencil: Stencil, steps: int, root: int, a, comm, phases):
+def _run(ag: Agreed, comm, phases):
+    plan, stencil, steps = ag.plan, ag.stencil, ag.steps
     if plan.algorithm == "local":
-        return tuned_mpi.run_local(comm, root, plan, phases, lambda: local(a, steps, stencil, check_finite=False))
+        return tuned_mpi.run_local(comm, ag.root, plan, phases,
+                                   lambda: local(ag.field, steps, stencil, check_finite=False))
     from autotune.distributed.runs import plan_run
     from autotune.distributed.stencil import ALGORITHMS
 
     def run():
-        with plan_run(comm, plan, root, phases) as pr:
+        with plan_run(comm, plan, ag.root, phases) as pr:
             if pr is None:
                 return None
-            shape = pr.comm.bcast(a.shape if pr.is_root else None, root=0)
+            shape = pr.comm.bcast(ag.field.shape if pr.is_root else None, root=0)
             prob = StencilProblem(shape[0], shape[1], max(steps, 1), stencil.radius, stencil.corners)
-            return ALGORITHMS[plan.algorithm](a if pr.is_root else None, pr.comm, plan, problem=prob,
-                                              sweeper=stencil.sweeper(plan.backend, plan.threads), steps=steps,
-                                              phases=phases)
+            rebalancer = rebalancer_of(ag, pr.comm)
+            try:
+                return ALGORITHMS[plan.algorithm](ag.field if pr.is_root else None, pr.comm, plan, problem=prob,
+                                                  sweeper=stencil.sweeper(plan.backend, plan.threads),
+                                                  steps=steps, phases=phases, rebalancer=rebalancer)
+            finally:
+                if rebalancer is not None:
+                    rebalancer.finish()
 
     return tuned_mpi.settled(comm, run)
+
+
+def rebalancer_of(ag: Agreed, comm):
+    """Collective over the plan's ranks: the run's ``Rebalancer`` (None without ``balance=``)."""
+    if ag.policy is None:
+        return None
+    from autotune.distributed.balance import Rebalancer
+
+    return Rebalancer(comm, ag.policy, ag.link, ag.plan.b)
 
 
 def sequential_estimate(problem: StencilProblem) -> float | None:
@@ -259,5 +294,5 @@ def sequential_estimate(problem: StencilProblem) -> float | None:
     return next(r.predicted for r in dec.ranking if r.candidate == dec.chosen)
 
 
-__all__ = ["CHECK_STEPS", "Stencil", "agreed_plan", "check_field", "check_steps", "collective", "local",
+__all__ = ["CHECK_STEPS", "Agreed", "Stencil", "agreed_plan", "check_field", "check_steps", "collective", "local",
            "problem_of", "sequential_estimate", "stencil_of"]

@@ -216,6 +216,26 @@ def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):
     assert 0.15 < float(words[9]) < 0.6, line
 
 
+def test_cpu_share_changes_while_up(tmp_path):
+    _require_testbed()
+    work = tmp_path / "bed"
+    testbed.up(testbed.hosts_from(2), work)
+    try:
+        quota = testbed.CGROUP_CPU / f"{testbed.PREFIX}h1" / "cpu.cfs_quota_us"
+        assert int(quota.read_text()) == -1                  # uncapped hosts have a cgroup too
+        tb = testbed.set_cpu("h1", 30, work)
+        assert int(quota.read_text()) == testbed.PERIOD_US * 30 // 100 and tb.hosts[1].cpu == 30
+        assert testbed.Testbed.load(work).hosts[1].cpu == 30
+        testbed.set_cpu("h1", None, work)
+        assert int(quota.read_text()) == -1
+        with pytest.raises(testbed.ArgumentError):
+            testbed.set_cpu("h9", 50, work)
+        with pytest.raises(testbed.ArgumentError):
+            testbed.set_cpu("h1", 0, work)
+    finally:
+        testbed.down(work)
+
+
 def test_down_removes_everything(tmp_path):
     _require_testbed()
     work = tmp_path / "bed"

@@ -81,8 +81,25 @@ def _overlap(mine: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return as_index(pm), as_index(pt)
 
 
-def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm) -> np.ndarray:
-    """This rank's piece of ``src`` -> its piece of ``dst`` (same global matrix), via Alltoallv."""
+def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm, agreed: bool = False) -> np.ndarray:
+    """This rank's piece of ``src`` -> its piece of ``dst`` (same global matrix), via Alltoallv.
+    ``agreed``: the ranks agree on any error of their local preparation before the Alltoallv, so a
+    rank that fails there raises the same error on every rank instead of leaving them waiting."""
+    if not agreed:
+        return _moved(local, *_prepare(local, src, dst, comm), dst, comm)
+    from .collective import agree
+
+    prepared, err = None, None
+    try:
+        prepared = _prepare(local, src, dst, comm)
+    except Exception as exc:
+        err = exc
+    agree(comm, err)
+    return _moved(local, *prepared, dst, comm)
+
+
+def _prepare(local: np.ndarray, src: Layout, dst: Layout, comm):
+    """The send buffer (packed) and the receive buffer's parts of one redistribution."""
     _check_fits(src, comm)
     _check_fits(dst, comm)
     if src.shape != dst.shape:
@@ -104,6 +121,12 @@ def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm) -> np.ndarra
     for d, (r, c) in enumerate(send_parts):
         take_flat(local, r, c, sbuf, int(sdispl[d]))
     rbuf = np.empty(int(rcounts.sum()), dtype=local.dtype)
+    return sbuf, (scounts, sdispl), rbuf, (rcounts, rdispl), recv_parts
+
+
+def _moved(local: np.ndarray, sbuf, sends, rbuf, recvs, recv_parts, dst: Layout, comm) -> np.ndarray:
+    (scounts, sdispl), (rcounts, rdispl) = sends, recvs
+    me = comm.rank
     mtype = _mpi_type(local.dtype)
     comm.Alltoallv([sbuf, (scounts, sdispl), mtype], [rbuf, (rcounts, rdispl), mtype])
     out = dst.empty_local(me, local.dtype)

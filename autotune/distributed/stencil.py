@@ -17,6 +17,8 @@ A halo of b = s·R serves s steps per exchange. The field stays distributed betw
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from autotune.assumptions import OVERLAP_POLLS
@@ -27,7 +29,7 @@ from autotune.layout import Axis, Layout, grid_weights
 from autotune.plans import Plan
 
 from . import movement
-from .plan import timed
+from .plan import Phases, timed
 
 _DIRS = EDGES + CORNERS
 TAG = 31000          # + the sender's direction index
@@ -43,21 +45,26 @@ class HaloField:
     """This rank's part of a distributed field (collective to build: every rank of ``comm``, the
     plan's ranks with the root as rank 0, in grid order)."""
 
-    def __init__(self, comm, problem: StencilProblem, plan: Plan, sweeper: Sweeper, local: np.ndarray, phases=None):
+    def __init__(self, comm, problem: StencilProblem, plan: Plan, sweeper: Sweeper, local: np.ndarray, phases=None,
+                 layout: Layout | None = None):
         self.comm, self.problem, self.plan, self.sweeper, self.phases = comm, problem, plan, sweeper, phases
-        lay = layout_of(problem, plan)
-        pr, pc = divmod(comm.rank, plan.c)
-        self.tile = Tile(problem.rows, problem.cols, plan.r, plan.c, pr, pc, plan.b, problem.radius,
-                         (lay.rows.weights, lay.cols.weights))
+        self._types: list = []
+        self._build(layout if layout is not None else layout_of(problem, plan), local)
+
+    def _build(self, lay: Layout, local: np.ndarray) -> None:
+        """Tile, buffers, requests and filled halos for this rank's ``local`` piece of ``lay``."""
+        pr, pc = divmod(self.comm.rank, self.plan.c)
+        self.tile = Tile(self.problem.rows, self.problem.cols, self.plan.r, self.plan.c, pr, pc, self.plan.b,
+                         self.problem.radius, (lay.rows.weights, lay.cols.weights))
         self.layout = lay
         self.substeps = self.tile.substeps
         # each sub-step's regions, by how far they reach into the halo (computed once: a step is short)
-        self.sweeps = {g: self.tile.sweep(g) for g in range(0, self.substeps * problem.radius, problem.radius)}
+        rad = self.problem.radius
+        self.sweeps = {g: self.tile.sweep(g) for g in range(0, self.substeps * rad, rad)}
         t = self.tile.tile
         self.bufs = [np.zeros(self.tile.local_shape), np.zeros(self.tile.local_shape)]
         for buf in self.bufs:
             buf[t.r0:t.r1, t.c0:t.c1] = local
-        self._types: list = []
         self.requests = [self._requests(buf) for buf in self.bufs]
         self.cur = 0
         self._prime()
@@ -93,16 +100,27 @@ class HaloField:
 
     # ------------------------------------------------------------------------------- steps
 
-    def advance(self, steps: int) -> None:
-        """Run ``steps`` steps of the plan's schedule (collective over the plan's ranks)."""
-        if self.plan.algorithm == "border_first":
-            self._border_first(steps)
-            return
+    def advance(self, steps: int, rebalancer=None) -> None:
+        """Run ``steps`` steps of the plan's schedule (collective over the plan's ranks); with a
+        ``Rebalancer`` (``distributed.balance``), each exchange period's times feed it and it may
+        move the field to new shares between periods."""
+        if rebalancer is not None and self.phases is None:
+            self.phases = Phases()
         done = 0
         while done < steps:
-            n = min(self.substeps, steps - done)
-            self._period(n, overlap=self.plan.algorithm == "overlap")
+            n = 1 if self.plan.algorithm == "border_first" else min(self.substeps, steps - done)
+            t0, c0 = time.perf_counter(), self.compute_seconds()
+            if self.plan.algorithm == "border_first":
+                self._border_step()
+            else:
+                self._period(n, overlap=self.plan.algorithm == "overlap")
             done += n
+            if rebalancer is not None:
+                rebalancer.period(self, self.compute_seconds() - c0, time.perf_counter() - t0, n, steps - done)
+
+    def compute_seconds(self) -> float:
+        """This rank's sweep time so far (0 when nobody times the phases)."""
+        return self.phases.seconds.get("compute", 0.0) if self.phases is not None else 0.0
 
     def _sweep(self, rect: Rect) -> None:
         self.sweeper(self.bufs[self.cur], self.bufs[1 - self.cur], rect)
@@ -117,8 +135,7 @@ class HaloField:
         with timed(self.phases, "communication"):
             MPI.Prequest.Startall(reqs)
         if overlap:
-            with timed(self.phases, "compute"):
-                self._polled(first.interior, reqs)
+            self._polled(first.interior, reqs)
             with timed(self.phases, "communication"):
                 MPI.Request.Waitall(reqs)
             with timed(self.phases, "compute"):
@@ -136,34 +153,35 @@ class HaloField:
                 self.cur = 1 - self.cur
 
     def _polled(self, rect: Rect, reqs: list) -> None:
-        """Sweep ``rect`` in row chunks, testing ``reqs`` between them (progress for messages the
-        MPI library moves only inside its calls)."""
+        """Sweep ``rect`` in row chunks (the ``compute`` phase), testing ``reqs`` between them (the
+        ``communication`` phase: progress for messages the MPI library moves only inside its calls)."""
         from mpi4py import MPI
 
         if rect.empty or not reqs:
-            self._sweep(rect)
+            with timed(self.phases, "compute"):
+                self._sweep(rect)
             return
         edges = np.linspace(rect.r0, rect.r1, min(OVERLAP_POLLS, rect.shape[0]) + 1).astype(int)
         for a, b in zip(edges[:-1], edges[1:], strict=True):
-            self._sweep(Rect(int(a), int(b), rect.c0, rect.c1))
-            MPI.Request.Testall(reqs)
+            with timed(self.phases, "compute"):
+                self._sweep(Rect(int(a), int(b), rect.c0, rect.c1))
+            with timed(self.phases, "communication"):
+                MPI.Request.Testall(reqs)
 
-    def _border_first(self, steps: int) -> None:
+    def _border_step(self) -> None:
         from mpi4py import MPI
 
         sweep = self.sweeps[0]
-        for _ in range(steps):
-            reqs = self.requests[1 - self.cur]
-            with timed(self.phases, "compute"):
-                for piece in sweep.border:
-                    self._sweep(piece)
-            with timed(self.phases, "communication"):
-                MPI.Prequest.Startall(reqs)
-            with timed(self.phases, "compute"):
-                self._polled(sweep.interior, reqs)
-            with timed(self.phases, "communication"):
-                MPI.Request.Waitall(reqs)
-            self.cur = 1 - self.cur
+        reqs = self.requests[1 - self.cur]
+        with timed(self.phases, "compute"):
+            for piece in sweep.border:
+                self._sweep(piece)
+        with timed(self.phases, "communication"):
+            MPI.Prequest.Startall(reqs)
+        self._polled(sweep.interior, reqs)
+        with timed(self.phases, "communication"):
+            MPI.Request.Waitall(reqs)
+        self.cur = 1 - self.cur
 
     # ------------------------------------------------------------------------------- data
 
@@ -177,6 +195,25 @@ class HaloField:
         """Collective: the whole field on the plan's root (rank 0 of ``comm``), None elsewhere."""
         with timed(self.phases, "collection"):
             return movement.gather(np.asfortranarray(self.local), self.layout, self.comm, 0, order="C")
+
+    @property
+    def cells(self) -> int:
+        """Cells this rank owns."""
+        return self.tile.tile.cells
+
+    def shares(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of each process row and columns of each process column."""
+        return np.diff(self.layout.rows.bounds()), np.diff(self.layout.cols.bounds())
+
+    def relayout(self, rows, cols) -> None:
+        """Collective: move the owned cells to the layout with these row and column shares and
+        refill the halos (002 §4.3.1-4: only owned data moves; halos are exchanged afterwards)."""
+        new = Layout(Axis(self.problem.rows, self.plan.r, weights=tuple(float(x) for x in rows)),
+                     Axis(self.problem.cols, self.plan.c, weights=tuple(float(x) for x in cols)))
+        with timed(self.phases, "rebalance"):
+            local = movement.redistribute(np.asfortranarray(self.local), self.layout, new, self.comm, agreed=True)
+            self.free()
+            self._build(new, local)
 
     def free(self) -> None:
         for reqs in self.requests:
@@ -195,11 +232,13 @@ def scatter_field(comm, problem: StencilProblem, plan: Plan, u: np.ndarray | Non
         return HaloField(comm, problem, plan, sweeper, local, phases)
 
 
-def _run(u, comm, plan: Plan, *, problem: StencilProblem, sweeper: Sweeper, steps: int, phases=None):
-    """A whole call on the plan's ranks (``comm``: the root is rank 0): scatter, ``steps`` steps, gather."""
+def _run(u, comm, plan: Plan, *, problem: StencilProblem, sweeper: Sweeper, steps: int, phases=None,
+         rebalancer=None):
+    """A whole call on the plan's ranks (``comm``: the root is rank 0): scatter, ``steps`` steps
+    (rebalanced by ``rebalancer`` if given), gather."""
     field = scatter_field(comm, problem, plan, u, sweeper, phases)
     try:
-        field.advance(steps)
+        field.advance(steps, rebalancer)
         return field.gather()
     finally:
         field.free()

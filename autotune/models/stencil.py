@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from autotune.assumptions import HALO_REQUEST
+from autotune.balance import LinkCost
 from autotune.families import StencilProblem
 from autotune.halo import Tile, border_cells, interior_cells, tiles
 from autotune.layout import grid_weights
@@ -78,6 +79,17 @@ def link_time(cp, net: bool, nbytes: float) -> float:
     have = cp.primitives()
     prim = next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
     return float(cp.time(prim, 2, nbytes))
+
+
+def link_cost(cp, nbytes: float = 1 << 20) -> LinkCost:
+    """(ts, tw) within a host and between hosts for moving a field's cells in a rebalance (messages
+    of about ``nbytes``), from the same primitives as ``link_time``."""
+    have = cp.primitives()
+
+    def pair(kind: str) -> tuple[float, float]:
+        prim = next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
+        return cp.ts_tw(prim, 2, nbytes)
+    return LinkCost(*pair("host"), *pair("net"))
 
 
 def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -> tuple[float, float]:
@@ -219,5 +231,5 @@ def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
     return lines
 
 
-__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "link_time", "model", "overlap_pays",
-           "per_step", "plan_tiles", "single", "sweep", "terms"]
+__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "link_cost", "link_time", "model",
+           "overlap_pays", "per_step", "plan_tiles", "single", "sweep", "terms"]

@@ -1,0 +1,132 @@
+"""Dynamic load balancing over MPI (002): a field with one slow rank moves rows (and, on a 2 x 2
+grid, columns) away from it and still equals the numpy program; whole-step times leave the shares
+near equal (002 §4.3.5's failure); a rank raising or dying during a move ends the job on every
+rank, never a hang."""
+from __future__ import annotations
+
+import pytest
+from mpi_helpers import run_mpi
+
+FIELD = """
+import sys
+import numpy as np
+from mpi4py import MPI
+from autotune import stencil
+from autotune.balance import LinkCost, Policy
+from autotune.distributed import movement
+from autotune.distributed.balance import Rebalancer
+from autotune.distributed.stencil import scatter_field
+from autotune.families import StencilProblem
+from autotune.kernels.stencil import Sweeper, heat_weights, reference
+from autotune.plans import Plan
+
+comm = MPI.COMM_WORLD
+me, P = comm.rank, comm.size
+SLOW = P - 1                                   # this rank sweeps every region three times over
+
+
+class Slow:
+    def __init__(self):
+        self.base = Sweeper(heat_weights(0.2), None, "numba-stencil", 1)
+
+    def __call__(self, src, dst, rect):
+        for _ in range(3 if me == SLOW else 1):
+            self.base(src, dst, rect)
+
+
+def run(n, steps, grid, timing, window=5, confidence=2.0):
+    prob = StencilProblem(n, n, steps, 1, False)
+    plan = Plan("overlap", P, grid[0], grid[1], 1, backend="numba-stencil")
+    u = np.random.default_rng(5).random((n, n)) if me == 0 else None
+    field = scatter_field(comm, prob, plan, u, Slow())
+    rb = Rebalancer(comm, Policy(window=window, interval="fixed", timing=timing,
+                                     confidence=confidence), LinkCost(0, 0, 0, 0), plan.b)
+    field.advance(steps, rb)
+    rb.finish()
+    out = field.gather()
+    rows, cols = field.shares()
+    field.free()
+    if me == 0:
+        np.testing.assert_allclose(out, reference(u, steps, heat_weights(0.2)), rtol=1e-12, atol=1e-14)
+    return rows, cols, rb
+
+
+def ratio(rb):                                 # the slow rank's rate over rank 0's, median over the decisions
+    return float(np.median([e.rates[SLOW] / e.rates[0] for e in rb.events]))
+
+
+mode = sys.argv[1]
+if mode == "shares":
+    grid = (P, 1) if P == 2 else (2, 2)
+    # a shared machine's samples spread widely (4 ranks on 2 cores even more): count every difference
+    rows, cols, rb = run(96, 150, grid, "compute", confidence=0.0)
+    assert rb.moves >= 1, [e.reason for e in rb.events]
+    slow_rows = rows[SLOW // grid[1]] / rows.sum()
+    slow_cols = cols[SLOW % grid[1]] / cols.sum()
+    if me == 0:
+        print("COMPUTE", rows.tolist(), cols.tolist(), rb.moves)
+    if P == 2:
+        assert slow_rows < 0.42, rows               # ideal 0.25: a third of the other's speed
+        assert ratio(rb) > 2, [e.rates for e in rb.events]      # the rates the weights come from
+        rows, cols, rb = run(96, 150, grid, "iteration")
+        if me == 0:
+            print("ITERATION", rows.tolist(), ratio(rb))
+        assert ratio(rb) < 1.6, [e.rates for e in rb.events]   # whole steps: halo waits even the times out
+    else:
+        assert slow_rows * slow_cols < 0.25 and rb.events[-1].rows != (48, 48), (rows, cols)   # its tile shrank
+    # the API: a balanced heat run equals the numpy program
+    u = np.random.default_rng(1).random((40, 33))
+    out = stencil.heat2d(u if me == 0 else None, 30, 0.2, comm=comm, balance=Policy(window=3, gate=False),
+                         config=Plan("blocking", P, P, 1, 1, backend="numba-stencil"))
+    if me == 0:
+        np.testing.assert_allclose(out, reference(u, 30, heat_weights(0.2)), rtol=1e-12)
+    with stencil.distribute(u if me == 0 else None, heat_weights(0.2), comm=comm, balance="sma",
+                            config=Plan("overlap", P, P, 1, 1, backend="numba-stencil")) as field:
+        field.advance(12)
+        last = field.gather()
+        assert field.rebalancer is not None
+    if me == 0:
+        np.testing.assert_allclose(last, reference(u, 12, heat_weights(0.2)), rtol=1e-12)
+    try:
+        stencil.heat2d(u if me == 0 else None, 3, comm=comm, balance="cma")
+    except ValueError as exc:
+        assert "balance" in str(exc), exc
+    else:
+        raise AssertionError("a bad balance= passed")
+elif mode == "raise":
+    def broken(*a, **k):
+        raise MemoryError("no room for the moved rows")
+    if me == 1:
+        movement.take_flat = broken
+    try:
+        run(64, 60, (P, 1), "compute", window=3)
+    except MemoryError as exc:
+        print("RAISED", me, exc, flush=True)
+    comm.Barrier()                             # still in step after the error
+elif mode == "die":
+    import os
+
+    def dead(*a, **k):
+        os._exit(7)
+    if me == 1:
+        movement.take_flat = dead
+    run(64, 60, (P, 1), "compute", window=3)
+print("OK", me)
+"""
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_a_slow_rank_loses_rows_and_results_stay_equal(tmp_path, nprocs):
+    proc = run_mpi(FIELD, nprocs, tmp_path, args=["shares"])
+    assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
+
+
+def test_a_rank_raising_during_a_move_raises_on_every_rank(tmp_path):
+    proc = run_mpi(FIELD, 3, tmp_path, args=["raise"])
+    assert proc.stdout.count("RAISED") == 3 and proc.stdout.count("OK") == 3, proc.stdout + proc.stderr
+    assert "no room for the moved rows" in proc.stdout
+
+
+def test_a_rank_dying_during_a_move_ends_the_job(tmp_path):
+    proc = run_mpi(FIELD, 3, tmp_path, args=["die"], timeout=90, check=False)
+    assert proc.returncode != 0 and "OK" not in proc.stdout, proc.stdout + proc.stderr
