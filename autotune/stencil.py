@@ -54,7 +54,7 @@ class DistributedField:
     """A field kept in halo tiles over a plan's ranks between calls (collective to build, advance,
     gather and free). Under a one-process plan the root holds it whole."""
 
-    def __init__(self, comm, agreed: tuned_stencil.Agreed, phases=None):
+    def __init__(self, comm, agreed: tuned_stencil.Agreed, phases=None, horizon: int | None = None):
         from autotune.distributed.runs import open_run
         from autotune.distributed.stencil import scatter_field
         plan, stencil, root, a = agreed.plan, agreed.stencil, agreed.root, agreed.field
@@ -73,7 +73,7 @@ class DistributedField:
             with self.run.be.threads(plan.threads):
                 self.field = scatter_field(self.run.comm, prob, plan, a, stencil.sweeper(plan.backend, plan.threads),
                                            phases)
-            self.rebalancer = tuned_stencil.rebalancer_of(agreed, self.run.comm)
+            self.rebalancer = tuned_stencil.rebalancer_of(agreed, self.run.comm, horizon)
 
         tuned_mpi.settled(comm, build)
 
@@ -131,7 +131,7 @@ def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int 
     with ``balance``, it rebalances while it advances (``DistributedField.rebalancer.events``)."""
     agreed = tuned_stencil.agreed_plan(u0, 0, (weights, kernel, radius), comm, root, check_finite, config, explain,
                                        plan_steps=steps, balance=balance)
-    return DistributedField(comm, agreed, phases)
+    return DistributedField(comm, agreed, phases, horizon=steps)
 
 
 __all__ = ["DistributedField", "apply", "distribute", "heat2d"]

@@ -40,6 +40,8 @@ SUBNET = "10.77.0"
 GATEWAY = f"{SUBNET}.254"
 STATE_DIR = Path(os.environ.get("AUTOTUNE_TESTBED_DIR", "/run/autotune-testbed"))
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
+# The machine's root file system as a job on an emulated host sees it (its sysfs has no cgroups).
+HOST_ROOT = Path("/proc/1/root")
 # CFS period of a host's CPU quota: short, so a capped host is slow evenly, as a slower processor
 # is, rather than in bursts (with 100 ms a half-core host runs 50 ms, then answers no message for 50).
 PERIOD_US = 5_000
@@ -212,9 +214,18 @@ def _quota(cg: str, cpu: int | None) -> None:
     Path(cg, "cpu.cfs_quota_us").write_text(str(-1 if cpu is None else PERIOD_US * cpu // 100))
 
 
+def saved(workdir: Path | None = None) -> Testbed | None:
+    """The testbed state ``up`` saved in ``workdir`` (default ``STATE_DIR``), None without one."""
+    try:
+        return Testbed.load(workdir)
+    except (TestbedError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def set_cpu(name: str, cpu: int | None, workdir: Path | None = None) -> Testbed:
-    """Change host ``name``'s CPU share (percent of one core; None: no cap) while jobs run on it."""
-    tb = live(workdir)
+    """Change host ``name``'s CPU share (percent of one core; None: no cap) while jobs run on it
+    (also from inside such a job, e.g. a benchmark changing the load it runs under)."""
+    tb = live(workdir) or saved(workdir)       # inside a job the bridge is out of sight: its state file
     if tb is None:
         raise TestbedError("no testbed is up (autotune testbed up)")
     host = next((h for h in tb.hosts if h.name == name), None)
@@ -222,10 +233,11 @@ def set_cpu(name: str, cpu: int | None, workdir: Path | None = None) -> Testbed:
         raise ArgumentError(f"no host {name!r} (hosts: {', '.join(h.name for h in tb.hosts)})")
     host.cpu = cpu
     _check([host])
-    cg = _cgroup(host)
-    if cg is None or not Path(cg).is_dir():
+    cg = next((p / f"{PREFIX}{name}" for p in (CGROUP_CPU, HOST_ROOT / CGROUP_CPU.relative_to("/"))
+               if (p / f"{PREFIX}{name}").is_dir()), None)
+    if cg is None:
         raise TestbedError(f"{name} has no CPU cgroup (cgroup v1 cpu controller at {CGROUP_CPU})")
-    _quota(cg, cpu)
+    _quota(str(cg), cpu)
     tb.save()
     return tb
 

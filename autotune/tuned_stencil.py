@@ -276,13 +276,13 @@ def _run(ag: Agreed, comm, phases):
     return tuned_mpi.settled(comm, run)
 
 
-def rebalancer_of(ag: Agreed, comm):
+def rebalancer_of(ag: Agreed, comm, horizon: int | None = None):
     """Collective over the plan's ranks: the run's ``Rebalancer`` (None without ``balance=``)."""
     if ag.policy is None:
         return None
     from autotune.distributed.balance import Rebalancer
 
-    return Rebalancer(comm, ag.policy, ag.link, ag.plan.b)
+    return Rebalancer(comm, ag.policy, ag.link, ag.plan.b, horizon)
 
 
 def sequential_estimate(problem: StencilProblem) -> float | None:

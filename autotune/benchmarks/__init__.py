@@ -1,14 +1,15 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate``, ``scalapack``,
-``mapping-testbed``, ``placement`` and ``stencil`` run under ``mpiexec -n P`` (mpi4py imported inside ``run``;
-without it one line naming the ``mpi`` extra, exit 2); the other ``mpi-*`` ones and ``comm-fit``
-read saved results and re-time nothing, ``comm-plan`` only plans."""
+``mapping-testbed``, ``placement``, ``stencil`` and ``balance`` run under ``mpiexec -n P`` (mpi4py
+imported inside ``run``; without it one line naming the ``mpi`` extra, exit 2); the other ``mpi-*``
+ones and ``comm-fit`` read saved results and re-time nothing, ``comm-plan`` only plans."""
 from __future__ import annotations
 
 import argparse
 
 from autotune.benchmarks import (
+    balance,
     comm_fit,
     comm_plan,
     compare,
@@ -37,7 +38,8 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
             "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
-            "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil}
+            "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil,
+            "balance": balance}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

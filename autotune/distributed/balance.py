@@ -48,10 +48,11 @@ def moved_cells(rows, cols, new_rows, new_cols) -> np.ndarray:
 
 
 class Rebalancer:
-    """Drives one field's balancing (collective to build: it learns each rank's host)."""
+    """Drives one field's balancing (collective to build: it learns each rank's host). The gate
+    weighs a move against the steps left in the current call, or to ``horizon`` steps in all."""
 
-    def __init__(self, comm, policy: Policy, link: LinkCost, minimum: int):
-        self.comm, self.link = comm, link
+    def __init__(self, comm, policy: Policy, link: LinkCost, minimum: int, horizon: int | None = None):
+        self.comm, self.link, self.horizon = comm, link, horizon
         self.balancer = Balancer(policy, minimum)
         names = comm.allgather(socket.gethostname())
         self.hosts = np.array([names.index(h) for h in names])
@@ -86,6 +87,8 @@ class Rebalancer:
         def cost(new_rows, new_cols) -> float:
             return self.link.move(moved_cells(rows, cols, new_rows, new_cols) * ITEM, self.hosts)
 
+        if self.horizon is not None:          # steps the field is kept for, beyond this call
+            remaining = max(remaining, self.horizon - self.steps)
         d = self.balancer.decide(rates, spreads, rows, cols, remaining, cost)
         if d.move:
             field.relayout(d.rows, d.cols)
