@@ -7,7 +7,7 @@ the window restarts after each redistribution). Every W samples the ranks exchan
 (``autotune.distributed.balance`` does it without blocking); ``Balancer.decide`` then turns the
 rates into new shares (eq. 4.1, or eq. 4.3's half step) and passes them through the policy: the
 interval (fixed W, or growing by W after each redistribution, §4.3.8), the stop rule (shares stable
-within ``tol`` for ``stable_windows`` decisions stop it; a rate drifting by more than ``tol``
+within ``tol`` for ``stable_windows`` decisions stop it; a rate drifting by more than the noise
 restarts it) and the gate: move only if the predicted time saved over the remaining steps, beyond
 the rates' own noise, exceeds the predicted cost of moving the data.
 """
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 AVERAGES = ("sma", "lwma", "ema")
+RECENT_WINDOWS = 8        # pairs of windows the between-window noise is taken over
+KNOWN_NOISE = 2           # pairs needed before the first move (the noise must be known to beat it)
 RULES = ("inverse", "half_step")
 INTERVALS = ("fixed", "growing")
 TIMINGS = ("compute", "iteration")
@@ -203,6 +205,8 @@ class Balancer:
     stable: int = 0
     stopped: bool = False
     seen: np.ndarray | None = None         # rates at the last decision (drift reference)
+    last: np.ndarray | None = None         # the previous window's rates, on the current shares
+    jitter: list = field(default_factory=list)   # relative change between such windows, whole run
     history: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -227,7 +231,11 @@ class Balancer:
         cols)`` prices moving to the proposed shares."""
         rates = np.asarray(rates, float)
         rows, cols = np.asarray(rows), np.asarray(cols)
-        drift = self.seen is not None and bool(np.any(np.abs(rates / self.seen - 1) > self.policy.tol))
+        noise = self.noise(spreads)
+        if self.last is not None:     # two windows on the same shares: how much the averages wander
+            self.jitter.append(float(np.max(np.abs(rates / self.last - 1))))
+        self.last = rates
+        drift = self.seen is not None and bool(np.any(np.abs(rates / self.seen - 1) > noise))
         if drift:
             self.stopped, self.stable = False, 0
         if not drift and (self.stopped or self.since < self.interval()):
@@ -237,24 +245,38 @@ class Balancer:
         new_rows = shares(int(rows.sum()), speed.sum(axis=1), self.minimum)
         new_cols = shares(int(cols.sum()), speed.sum(axis=0), self.minimum)
         now, new = step_time(rates, rows, cols), step_time(rates, new_rows, new_cols)
-        spread = float(np.max(spreads, initial=0.0))
-        noise = max(self.policy.tol, self.policy.confidence * spread / np.sqrt(self.policy.window))
         changed = max(np.abs(new_rows - rows).max() / rows.max(), np.abs(new_cols - cols).max() / cols.max())
+        if len(self.jitter) < KNOWN_NOISE:
+            return self._log(Decision(None, None, "measuring the noise", now, new))
         if changed <= self.policy.tol or now <= new * (1 + noise):
             self.stable += 1
             self.stopped = self.stable >= self.policy.stable_windows
             return self._log(Decision(None, None, f"balanced within noise {noise:.1%}", now, new))
         self.stable = 0
-        gain, cost = remaining * (now - new), float(move_cost(new_rows, new_cols))
+        gain, cost = remaining * (now - new * (1 + noise)), float(move_cost(new_rows, new_cols))
         if self.policy.gate and gain <= cost:
             return self._log(Decision(None, None, "gate: gain below the cost of moving", now, new, gain, cost))
         return self._log(Decision(new_rows, new_cols, "redistribute", now, new, gain, cost))
+
+    def noise(self, spreads) -> float:
+        """Relative change of a rate that noise explains: ``tol``, or ``confidence`` standard errors
+        of a window's average (its samples' spread / sqrt(W)), or ``confidence`` deviations of a
+        window's average from the next on the same shares (the root mean square of their relative
+        differences / sqrt 2, over the last ``RECENT_WINDOWS`` pairs of the run, kept across moves:
+        noise that lasts longer than a sample, such as a host's quota period or a neighbour's
+        job, shows there and not in one window's spread)."""
+        c = self.policy.confidence
+        within = c * float(np.max(spreads, initial=0.0)) / np.sqrt(self.policy.window)
+        recent = self.jitter[-RECENT_WINDOWS:]
+        between = c * float(np.sqrt(np.mean(np.square(recent)) / 2)) if len(recent) >= 2 else 0.0
+        return max(self.policy.tol, within, between)
 
     def moved(self) -> None:
         """After a redistribution: restart the window (old samples belong to the old shares)."""
         self.rebalances += 1
         self.since = 0
         self.avg.reset()
+        self.last = None
 
     def _log(self, d: Decision) -> Decision:
         self.history.append(d)

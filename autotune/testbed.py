@@ -40,8 +40,9 @@ SUBNET = "10.77.0"
 GATEWAY = f"{SUBNET}.254"
 STATE_DIR = Path(os.environ.get("AUTOTUNE_TESTBED_DIR", "/run/autotune-testbed"))
 CGROUP_CPU = Path("/sys/fs/cgroup/cpu")
-# The machine's root file system as a job on an emulated host sees it (its sysfs has no cgroups).
-HOST_ROOT = Path("/proc/1/root")
+# Where the state directory shows CGROUP_CPU (a bind mount): a job on an emulated host sees no
+# cgroups in its own sysfs, but sees the state directory.
+CGROUP_VIEW = "cgroup-cpu"
 # CFS period of a host's CPU quota: short, so a capped host is slow evenly, as a slower processor
 # is, rather than in bursts (with 100 ms a half-core host runs 50 ms, then answers no message for 50).
 PERIOD_US = 5_000
@@ -233,7 +234,7 @@ def set_cpu(name: str, cpu: int | None, workdir: Path | None = None) -> Testbed:
         raise ArgumentError(f"no host {name!r} (hosts: {', '.join(h.name for h in tb.hosts)})")
     host.cpu = cpu
     _check([host])
-    cg = next((p / f"{PREFIX}{name}" for p in (CGROUP_CPU, HOST_ROOT / CGROUP_CPU.relative_to("/"))
+    cg = next((p / f"{PREFIX}{name}" for p in (CGROUP_CPU, Path(tb.workdir) / CGROUP_VIEW)
                if (p / f"{PREFIX}{name}").is_dir()), None)
     if cg is None:
         raise TestbedError(f"{name} has no CPU cgroup (cgroup v1 cpu controller at {CGROUP_CPU})")
@@ -282,6 +283,9 @@ def up(hosts: list[Host], workdir: Path | None = None, replace: bool = False) ->
     down(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     tb = Testbed(hosts, str(workdir))
+    if CGROUP_CPU.is_dir():              # the hosts' cgroups where jobs on them can reach (set_cpu)
+        (workdir / CGROUP_VIEW).mkdir(exist_ok=True)
+        _run("mount", "--bind", str(CGROUP_CPU), str(workdir / CGROUP_VIEW))
     tb.save()
     _run("ip", "link", "add", BRIDGE, "type", "bridge")
     with contextlib.suppress(OSError):          # a path over 255 bytes: only this directory's up sees it
@@ -333,7 +337,10 @@ def down(workdir: Path | None = None) -> list[dict]:
             except OSError:
                 pass
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+        if (d / CGROUP_VIEW).is_mount():
+            _run("umount", str(d / CGROUP_VIEW), check=False)
+        if not (d / CGROUP_VIEW).is_mount():     # never walk the machine's cgroups
+            shutil.rmtree(d, ignore_errors=True)
     return stopped
 
 

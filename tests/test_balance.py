@@ -88,12 +88,24 @@ def test_link_cost_prices_the_busiest_rank_by_link():
     assert link.move(vol, [0, 1]) == pytest.approx(1e-4 + 1e-4)
 
 
-def _balancer(**kw) -> Balancer:
+def _balancer(known: bool = True, **kw) -> Balancer:
+    """A balancer with a full window (and, if ``known``, two quiet pairs of windows behind it)."""
     policy = Policy(**{"window": 4, "interval": "fixed", **kw})
     b = Balancer(policy, minimum=1)
     for _ in range(policy.window):
         b.sample(1.0)
+    if known:
+        b.jitter.extend([0.0, 0.0])
     return b
+
+
+def test_no_move_before_the_noise_is_known():
+    b = _balancer(known=False)
+    for _ in range(2):
+        d = b.decide([1e-6, 3e-6], [0, 0], [300, 300], [100], 10**6, lambda r, c: 0.0)
+        assert not d.move and d.reason == "measuring the noise"
+        b.since += 4
+    assert b.decide([1e-6, 3e-6], [0, 0], [300, 300], [100], 10**6, lambda r, c: 0.0).move
 
 
 def test_decide_moves_to_the_speed_ratio():
@@ -101,7 +113,7 @@ def test_decide_moves_to_the_speed_ratio():
     d = b.decide([1e-6, 2e-6], [0, 0], [300, 300], [100], remaining=1000, move_cost=lambda r, c: 1e-3)
     assert d.move and d.rows.tolist() == [400, 200] and d.cols.tolist() == [100]
     assert d.now == pytest.approx(step_time([1e-6, 2e-6], [300, 300], [100]))
-    assert d.gain == pytest.approx(1000 * (d.now - d.new))
+    assert d.gain == pytest.approx(1000 * (d.now - d.new * 1.05))   # counted beyond the noise (tol)
     b.moved()
     assert b.avg.value is None and b.since == 0        # the window restarts
 
@@ -136,6 +148,19 @@ def test_noisy_windows_widen_the_tolerance():
     # 8% apart, but each rank's samples spread 30%: 2 x 0.3 / sqrt(4) = 30% noise
     d = b.decide([1e-6, 1.08e-6], [0.3, 0.3], [300, 300], [100], 10**6, lambda r, c: 0.0)
     assert not d.move and "30.0%" in d.reason
+
+
+def test_wandering_window_averages_widen_the_tolerance():
+    b = _balancer(known=False)
+    # each window alone looks precise (spread 0), but the averages wander 20% from window to window
+    for rates in ([1e-6, 1e-6], [1.2e-6, 1e-6], [1e-6, 1e-6]):
+        d = b.decide(rates, [0, 0], [300, 300], [100], 10**6, lambda r, c: 0.0)
+        b.since += 4
+    assert b.noise([0, 0]) == pytest.approx(2 * np.sqrt((0.2**2 + (1 / 1.2 - 1)**2) / 2 / 2))
+    d = b.decide([1.25e-6, 1e-6], [0, 0], [300, 300], [100], 10**6, lambda r, c: 0.0)
+    assert not d.move and "noise" in d.reason
+    b.moved()                                        # the wander is the machine's: kept across moves
+    assert b.noise([0, 0]) > 0.2
 
 
 def test_stop_rule_and_restart_on_drift():

@@ -6,10 +6,12 @@ rotated), recording per chunk of ``--chunk`` steps the root's wall time, each ra
 and the row shares:
 
 - ``equal``: equal rows, never moved;
-- ``probe``: rows by the host speeds measured before the run (the install-time weights, stale once
-  a quota changes);
-- ``oracle``: rows by the speeds measured for each quota phase, switched the moment a quota changes
-  (the statically balanced rate for the current quotas);
+- ``probe``: rows by each host's sweep speed measured alone before the runs (as the install-time
+  host speeds: stale once a quota changes);
+- ``oracle``: rows by each rank's speed measured in place for each quota phase (``--calibrate``
+  steps of the stencil on equal rows, each rank's sweep and halo time at its CPU share, as the
+  balancer measures it but averaged over all of them), switched the moment a quota changes: the
+  statically balanced rate for the current quotas;
 - ``SMA/LWMA/EMA x fixed/growing``: ``balance=`` policies (window ``--window``); ``ema-iteration``
   weighs whole-step times (002 §4.3.5's failure).
 
@@ -35,7 +37,8 @@ from autotune.balance import AVERAGES, INTERVALS, Policy, shares
 from autotune.benchmarks._common import error, output_problem, quartiles, write_json
 from autotune.calls import HEAT_ALPHA
 from autotune.config import options
-from autotune.distributed.plan import Phases
+from autotune.distributed.balance import busy, step_overhead
+from autotune.distributed.plan import Mark, Phases
 from autotune.halo import Rect
 from autotune.kernels.stencil import Sweeper, heat_weights
 from autotune.plans import Plan
@@ -56,11 +59,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--schedule", default="overlap", choices=["blocking", "overlap"])
     p.add_argument("--quota", nargs="*", default=[], metavar="STEP:HOST=PCT",
                    help="testbed CPU share changes during each run (e.g. 0:h1=50 300:h1=30)")
-    p.add_argument("--configs", nargs="+", default=list(STATIC + ADAPTIVE), choices=list(STATIC + ADAPTIVE))
+    p.add_argument("--configs", nargs="+", default=list(STATIC + ADAPTIVE), type=_config, metavar="CONFIG",
+                   help=f"of {', '.join(STATIC + ADAPTIVE)}, or split:W0,W1,... (rows fixed in proportion to the "
+                        "weights)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians over them)")
+    p.add_argument("--calibrate", type=int, default=100, help="steps of the in-place speed measurement")
     p.add_argument("--db", default=None, help="database path (link costs of the gate)")
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
     p.add_argument("--plot", metavar="FILE.png", help="draw shares and imbalance over the steps here")
+
+
+def _config(text: str) -> str:
+    if text in STATIC + ADAPTIVE or _split(text) is not None:
+        return text
+    raise argparse.ArgumentTypeError(f"unknown configuration {text!r}")
+
+
+def _split(name: str) -> tuple[float, ...] | None:
+    """The weights of a ``split:W0,W1,...`` configuration (None for another name)."""
+    if not name.startswith("split:"):
+        return None
+    try:
+        w = tuple(float(x) for x in name[6:].split(","))
+    except ValueError:
+        return None
+    return w if w and all(x > 0 for x in w) else None
 
 
 def parse_quota(items: list[str]) -> list[tuple[int, str, int | None]]:
@@ -142,7 +165,7 @@ def measure_speeds(comm, rows: int, cols: int, seconds: float = 0.4) -> np.ndarr
 # ------------------------------------------------------------------------------ one run
 
 def _policy(name: str, window: int) -> Policy | None:
-    if name in STATIC:
+    if name in STATIC or name.startswith("split:"):
         return None
     if name == "ema-iteration":
         return Policy("ema", window, "growing", timing="iteration")
@@ -150,7 +173,31 @@ def _policy(name: str, window: int) -> Policy | None:
     return Policy(average, window, interval)
 
 
-def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray]) -> dict:
+def loads(spent: list[Mark], steps: int, cells: np.ndarray) -> np.ndarray:
+    """Each rank's seconds per step as the balancer weighs them (sweeps at its CPU share plus the
+    halo work every rank does, ``step_overhead``) from every rank's clocks over ``steps`` steps."""
+    sweep = np.array([busy(m, "compute") for m in spent]) / steps
+    other = np.array([(m.cpu - m.phase_cpu) / steps for m in spent])
+    share = np.array([min(1.0, m.cpu / m.wall) if m.wall > 0 and m.cpu > 0 else 1.0 for m in spent])
+    return sweep + step_overhead(other, share)
+
+
+def insitu_speeds(comm, u, args) -> np.ndarray:
+    """Cells per second of each rank in place: ``--calibrate`` steps on equal rows (after 10)."""
+    P, n = comm.size, args.field
+    ph = Phases()
+    plan = Plan(args.schedule, P, P, 1, 1, backend="numba-stencil", threads=1)
+    field = distribute(u, heat_weights(HEAT_ALPHA), comm=comm, config=plan, phases=ph)
+    field.advance(10)
+    before = ph.mark("compute")
+    field.advance(args.calibrate)
+    spent = comm.allgather(ph.mark("compute") - before)
+    rows = field.field.shares()[0]
+    field.free()
+    return rows * n / loads(spent, args.calibrate, rows * n)
+
+
+def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray], insitu: list[np.ndarray]) -> dict:
     """One configuration's run: wall time, and per chunk the root's seconds, every rank's compute
     seconds and the row shares."""
     P, n = comm.size, args.field
@@ -162,9 +209,9 @@ def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray]) -> dict:
     field = distribute(u, heat_weights(HEAT_ALPHA), comm=comm, config=plan, balance=_policy(name, args.window),
                        steps=args.steps, phases=ph)
     hf = field.field
-    if name == "oracle":
-        hf.relayout(shares(n, speeds[0], 1), [n])
-    chunk_wall, chunk_compute, chunk_rows, ends = [], [], [], []
+    if name == "oracle" or _split(name):
+        hf.relayout(shares(n, insitu[0] if name == "oracle" else _split(name), 1), [n])
+    chunk_wall, chunk_compute, chunk_marks, chunk_rows, ends = [], [], [], [], []
     change_steps = sorted({e[0] for e in events if e[0] > 0})
     comm.Barrier()
     t0 = time.perf_counter()
@@ -174,24 +221,33 @@ def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray]) -> dict:
             k = change_steps.index(done) + 1
             _set_quotas(comm, phases_q[k])
             if name == "oracle":
-                hf.relayout(shares(n, speeds[k], 1), [n])
+                hf.relayout(shares(n, insitu[k], 1), [n])
         k_steps = min(args.chunk, args.steps - done, *(s - done for s in change_steps if s > done))
-        c0, w0 = ph.seconds.get("compute", 0.0), time.perf_counter()
+        before = ph.mark("compute")
         field.advance(k_steps)
-        chunk_wall.append((time.perf_counter() - w0) / k_steps)
-        chunk_compute.append((ph.seconds.get("compute", 0.0) - c0) / k_steps)
+        spent = ph.mark("compute") - before
+        chunk_wall.append(spent.wall / k_steps)
+        chunk_compute.append(spent.phase / k_steps)
+        chunk_marks.append((spent, k_steps, int(hf.cells)))
         chunk_rows.append(int(hf.shares()[0][0]))
         done += k_steps
         ends.append(done)
     comm.Barrier()
     total = time.perf_counter() - t0
     moves = field.rebalancer.moves if field.rebalancer is not None else 0
+    decisions = [] if field.rebalancer is None else [
+        {"step": e.step, "rates": e.rates, "rows": e.rows, "reason": e.reason} for e in field.rebalancer.events]
     final = hf.shares()[0].tolist()
     field.free()
     computes = comm.gather(chunk_compute, root=0)
+    marks = comm.gather(chunk_marks, root=0)
+    busies = None if marks is None else [
+        loads([m[i][0] for m in marks], marks[0][i][1], np.array([m[i][2] for m in marks])).tolist()
+        for i in range(len(chunk_marks))]
     return {"seconds": total, "moves": moves, "final_rows": final, "wall": chunk_wall,
-            "compute": None if computes is None else np.array(computes).T.tolist(), "rows0": chunk_rows,
-            "steps_at": ends}
+            "compute": None if computes is None else np.array(computes).T.tolist(),
+            "busy": busies, "rows0": chunk_rows,
+            "steps_at": ends, "decisions": decisions}
 
 
 # ------------------------------------------------------------------------------ comparison
@@ -201,21 +257,22 @@ def compare(comm, args, events) -> dict:
     hosts = comm.allgather(socket.gethostname())
     u = np.random.default_rng(7).random((n, n)) if comm.rank == 0 else None
     initial = _initial_quotas(comm, events)
-    speeds = []
+    speeds, insitu = [], []
     for quotas in _phases(events):
         _set_quotas(comm, quotas)
         speeds.append(measure_speeds(comm, n // P, n))
+        insitu.append(insitu_speeds(comm, u, args))
     runs: dict[str, list[dict]] = {c: [] for c in args.configs}
     try:
         for r in range(args.rounds):
             order = args.configs[r % len(args.configs):] + args.configs[:r % len(args.configs)]
             for name in order:
-                runs[name].append(one_run(comm, u, name, args, events, speeds))
+                runs[name].append(one_run(comm, u, name, args, events, speeds, insitu))
     finally:
         _set_quotas(comm, initial)
     if comm.rank != 0:
         return {}
-    return summarise(args, hosts, events, speeds, runs)
+    return summarise(args, hosts, events, speeds, insitu, runs)
 
 
 def _initial_quotas(comm, events) -> dict[str, int | None]:
@@ -226,35 +283,39 @@ def _initial_quotas(comm, events) -> dict[str, int | None]:
     return {h.name: h.cpu for h in tb.hosts if h.name in {e[1] for e in events}}
 
 
-def summarise(args, hosts, events, speeds, runs) -> dict:
+def summarise(args, hosts, events, speeds, insitu, runs) -> dict:
     out: dict = {"P": len(hosts), "hosts": hosts, "field": args.field, "steps": args.steps,
                  "window": args.window, "schedule": args.schedule, "quota": args.quota,
                  "speeds": [s.tolist() for s in speeds],
-                 "speed_ratio": [float(s[0] / s[-1]) for s in speeds]}
+                 "speed_ratio": [float(s[0] / s[-1]) for s in speeds],
+                 "insitu": [s.tolist() for s in insitu], "insitu_ratio": [float(s[0] / s[-1]) for s in insitu]}
     equal = _median([r["seconds"] for r in runs.get("equal", [])])
     oracle = runs.get("oracle", [])
     per: dict = {}
     for name, rs in runs.items():
         secs = [r["seconds"] for r in rs]
         q1, med, q3 = quartiles(secs)
-        last = rs[-1]
-        comp = np.array(last["compute"])
-        half = comp[len(comp) // 2:]
-        imbalance = float(np.median(half.max(axis=1) / np.maximum(half.mean(axis=1), 1e-12)))
+        imbalance = {k: float(np.median([np.median(_imbalance(r[k])[len(r[k]) // 2:]) for r in rs]))
+                     for k in ("busy", "compute")}
         rows0 = np.array([r["final_rows"][0] / args.field for r in rs])
         final_ratio = float(np.median(rows0 / (1 - rows0)))
         per[name] = {"median_s": med, "spread": (q3 - q1) / med if med else 0.0, "runs": secs,
                      "speedup_vs_equal": equal / med if equal else None, "moves": [r["moves"] for r in rs],
                      "final_rows": [r["final_rows"] for r in rs], "final_share_ratio": final_ratio,
-                     "share_vs_speed": final_ratio / out["speed_ratio"][-1] - 1,
-                     "imbalance_last_half": imbalance,
+                     "share_vs_speed": final_ratio / out["insitu_ratio"][-1] - 1,
+                     "imbalance_last_half": imbalance["busy"], "compute_wall_imbalance": imbalance["compute"],
                      "recovery_windows": _recovery(rs, oracle, events, args) if oracle else None}
     out["configs"] = per
     out["series"] = {name: {"steps": rs[-1]["steps_at"], "rows0": rs[-1]["rows0"], "wall": rs[-1]["wall"],
-                            "imbalance": (np.array(rs[-1]["compute"]).max(axis=1)
-                                          / np.maximum(np.array(rs[-1]["compute"]).mean(axis=1), 1e-12)).tolist()}
+                            "imbalance": _imbalance(rs[-1]["busy"]).tolist(), "decisions": rs[-1]["decisions"]}
                      for name, rs in runs.items()}
     return out
+
+
+def _imbalance(per_chunk) -> np.ndarray:
+    """max/mean over the ranks of each chunk's seconds."""
+    a = np.array(per_chunk)
+    return a.max(axis=1) / np.maximum(a.mean(axis=1), 1e-12)
 
 
 def _median(xs) -> float | None:
@@ -292,7 +353,7 @@ def plot(report: dict, path: str) -> None:
         ax1.plot(s["steps"], np.array(s["rows0"]) / report["field"], label=name)
         ax2.plot(s["steps"], s["imbalance"], label=name)
     ax1.set_ylabel("rows of rank 0 (share)")
-    ax2.set_ylabel("compute max/mean")
+    ax2.set_ylabel("busy max/mean")
     ax2.set_xlabel("step")
     ax1.legend(fontsize=7, ncol=3)
     ax1.set_title(f"{report['field']}^2 field, P={report['P']}, quota {' '.join(report['quota']) or 'unchanged'}")

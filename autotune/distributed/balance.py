@@ -12,15 +12,21 @@ sampled (new buffers, kernels compiling).
 from __future__ import annotations
 
 import socket
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from autotune.balance import Balancer, LinkCost, Policy
+from autotune.distributed.plan import Mark
 from autotune.models.movement import ITEM
 
 # Periods not sampled at the start: kernels compile, pages are touched, MPI connections open.
 WARM_UP = 2
+# What each rank sends in the exchange: its average, its window's spread, its last move's seconds
+# and that move's bytes (every rank's decision uses the largest), and since the last exchange its
+# CPU seconds per step outside the sweeps and its share of the CPU.
+FIELDS = 6
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,30 @@ class Event:
     moved: bool
     gain: float
     cost: float
+
+
+def busy(spent: Mark, timing: str) -> float:
+    """Seconds a period's sweeps take this rank at the CPU share it gets: their CPU seconds over the
+    share of the period the process ran (CPU / wall; MPI waits spin, so only time the host took
+    away lowers it). A quota or another job on the host slows the rank wherever the lost time
+    falls, in its sweeps or in its halo waits, which the sweeps' wall time alone would not show.
+    ``timing="iteration"``: the period's wall time (002's failing first measure)."""
+    if timing == "iteration":
+        return spent.wall
+    share = min(1.0, spent.cpu / spent.wall) if spent.wall > 0 and spent.cpu > 0 else 1.0
+    return (spent.phase_cpu if spent.phase_cpu > 0 else spent.phase) / share
+
+
+def step_overhead(other_cpu, share) -> np.ndarray:
+    """Seconds per step each rank needs besides its sweeps: the halo work every rank does (the
+    least CPU any rank spent outside its sweeps: the others' extra is waiting) at its CPU share.
+    Added to the sweeps' time, it balances a rank whose share is small: its halo work, too, runs
+    at that share."""
+    return float(np.min(other_cpu)) / np.maximum(np.asarray(share, float), 1e-3)
+
+
+def _plus(a: Mark, b: Mark) -> Mark:
+    return Mark(a.wall + b.wall, a.cpu + b.cpu, a.phase + b.phase, a.phase_cpu + b.phase_cpu)
 
 
 def moved_cells(rows, cols, new_rows, new_cols) -> np.ndarray:
@@ -59,12 +89,16 @@ class Rebalancer:
         self.events: list[Event] = []
         self.steps = 0
         self._req, self._skip = None, WARM_UP
-        self._mine = np.zeros(2)
-        self._all = np.zeros(2 * comm.size)
+        self._mine = np.zeros(FIELDS)
+        self._all = np.zeros(FIELDS * comm.size)
+        self._moved = (0.0, 0.0)           # this rank's seconds and the bytes of its last move
+        self._since = Mark(0.0, 0.0, 0.0, 0.0)   # clocks summed since the last exchange
+        self._steps = 0
 
-    def period(self, field, compute: float, wall: float, steps: int, remaining: int) -> None:
-        """After an exchange period of ``steps`` steps: decide on the exchange started after the
-        previous one (moving the field if so), then sample this period."""
+    def period(self, field, spent: Mark, steps: int, remaining: int) -> None:
+        """After an exchange period of ``steps`` steps (``spent``: its clocks and compute phase):
+        decide on the exchange started after the previous one (moving the field if so), then
+        sample this period."""
         self.steps += steps
         if self._req is not None:
             self._req.Wait()
@@ -75,23 +109,39 @@ class Rebalancer:
         if self._skip:
             self._skip -= 1
             return
-        seconds = compute if self.balancer.policy.timing == "compute" else wall
-        if self.balancer.sample(seconds / max(field.cells * steps, 1)):
-            self._mine[:] = self.balancer.mine()
+        self._since, self._steps = _plus(self._since, spent), self._steps + steps
+        if self.balancer.sample(busy(spent, self.balancer.policy.timing) / max(field.cells * steps, 1)):
+            w = self._since
+            other = (w.cpu - w.phase_cpu) / max(self._steps, 1)
+            share = min(1.0, w.cpu / w.wall) if w.wall > 0 and w.cpu > 0 else 1.0
+            self._mine[:] = (*self.balancer.mine(), *self._moved, other, share)
+            self._since, self._steps = Mark(0.0, 0.0, 0.0, 0.0), 0
             self._req = self.comm.Iallgather(self._mine, self._all)
 
     def _decide(self, field, remaining: int) -> bool:
-        rates, spreads = self._all[0::2].copy(), self._all[1::2].copy()
+        got = self._all.reshape(self.comm.size, FIELDS)
+        rates, spreads = got[:, 0].copy(), got[:, 1].copy()
+        last_s, last_bytes = float(got[:, 2].max()), float(got[:, 3].max())
         rows, cols = field.shares()
+        if self.balancer.policy.timing == "compute":
+            rates = rates + step_overhead(got[:, 4], got[:, 5]) / np.outer(rows, cols).ravel()
 
         def cost(new_rows, new_cols) -> float:
-            return self.link.move(moved_cells(rows, cols, new_rows, new_cols) * ITEM, self.hosts)
+            """The links' time for the cells moved, or the last move's measured time scaled by the
+            bytes (never below it: allocating and refilling the halos cost as much for a small move)."""
+            volume = moved_cells(rows, cols, new_rows, new_cols) * ITEM
+            modelled = self.link.move(volume, self.hosts)
+            measured = last_s * max(1.0, float(volume.sum()) / last_bytes) if last_bytes > 0 else 0.0
+            return max(modelled, measured)
 
         if self.horizon is not None:          # steps the field is kept for, beyond this call
             remaining = max(remaining, self.horizon - self.steps)
         d = self.balancer.decide(rates, spreads, rows, cols, remaining, cost)
         if d.move:
+            t0 = time.perf_counter()
             field.relayout(d.rows, d.cols)
+            volume = float(moved_cells(rows, cols, d.rows, d.cols).sum() * ITEM)
+            self._moved = (time.perf_counter() - t0, volume)
             self.balancer.moved()
         shown_rows, shown_cols = (d.rows, d.cols) if d.move else (rows, cols)
         self.events.append(Event(self.steps, tuple(float(x) for x in rates), tuple(int(x) for x in shown_rows),
@@ -109,4 +159,4 @@ class Rebalancer:
         return sum(e.moved for e in self.events)
 
 
-__all__ = ["Event", "Rebalancer", "moved_cells"]
+__all__ = ["Event", "Rebalancer", "busy", "moved_cells", "step_overhead"]

@@ -113,6 +113,9 @@ def _prepare(local: np.ndarray, src: Layout, dst: Layout, comm):
         send_parts.append((_overlap(my_rows, o_rows)[0], _overlap(my_cols, o_cols)[0]))
         s_rows, s_cols = src.local_indices(other)
         recv_parts.append((_overlap(new_rows, s_rows)[0], _overlap(new_cols, s_cols)[0]))
+    keep = (send_parts[me], recv_parts[me])        # what stays on this rank is copied, not sent
+    empty = np.empty(0, np.int64)
+    send_parts[me] = recv_parts[me] = (empty, empty)
     scounts = np.array([r.size * c.size for r, c in send_parts], dtype=np.int64)
     rcounts = np.array([r.size * c.size for r, c in recv_parts], dtype=np.int64)
     sdispl = np.concatenate([[0], np.cumsum(scounts)[:-1]]).astype(np.int64)
@@ -121,19 +124,38 @@ def _prepare(local: np.ndarray, src: Layout, dst: Layout, comm):
     for d, (r, c) in enumerate(send_parts):
         take_flat(local, r, c, sbuf, int(sdispl[d]))
     rbuf = np.empty(int(rcounts.sum()), dtype=local.dtype)
-    return sbuf, (scounts, sdispl), rbuf, (rcounts, rdispl), recv_parts
+    return sbuf, (scounts, sdispl), rbuf, (rcounts, rdispl), recv_parts, keep
 
 
-def _moved(local: np.ndarray, sbuf, sends, rbuf, recvs, recv_parts, dst: Layout, comm) -> np.ndarray:
+def _moved(local: np.ndarray, sbuf, sends, rbuf, recvs, recv_parts, keep, dst: Layout, comm) -> np.ndarray:
     (scounts, sdispl), (rcounts, rdispl) = sends, recvs
     me = comm.rank
     mtype = _mpi_type(local.dtype)
     comm.Alltoallv([sbuf, (scounts, sdispl), mtype], [rbuf, (rcounts, rdispl), mtype])
     out = dst.empty_local(me, local.dtype)
+    (sr, sc), (rr, rc) = keep
+    if sr.size and sc.size:
+        _copy(local, sr, sc, out, rr, rc)
     for s, (r, c) in enumerate(recv_parts):
         if r.size and c.size:
             put(out, r, c, rbuf[rdispl[s]:rdispl[s] + rcounts[s]].reshape((r.size, c.size), order="F"))
     return out
+
+
+def _span(idx: np.ndarray) -> slice | np.ndarray:
+    """``idx`` as a slice when it is a run of consecutive indices (block layouts), else itself."""
+    if idx.size and idx[-1] - idx[0] == idx.size - 1:
+        return slice(int(idx[0]), int(idx[-1]) + 1)
+    return idx
+
+
+def _copy(src: np.ndarray, sr, sc, dst: np.ndarray, dr, dc) -> None:
+    """``dst[dr, dc] = src[sr, sc]`` (index arrays; one slice copy where all four are runs)."""
+    spans = [_span(x) for x in (sr, sc, dr, dc)]
+    if all(isinstance(x, slice) for x in spans):
+        dst[spans[2], spans[3]] = src[spans[0], spans[1]]
+    else:
+        put(dst, dr, dc, np.asfortranarray(src[np.ix_(sr, sc)]))
 
 
 def column_blocks(cols: Axis):

@@ -17,8 +17,6 @@ A halo of b = s·R serves s steps per exchange. The field stays distributed betw
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from autotune.assumptions import OVERLAP_POLLS
@@ -109,18 +107,14 @@ class HaloField:
         done = 0
         while done < steps:
             n = 1 if self.plan.algorithm == "border_first" else min(self.substeps, steps - done)
-            t0, c0 = time.perf_counter(), self.compute_seconds()
+            before = self.phases.mark("compute") if rebalancer is not None else None
             if self.plan.algorithm == "border_first":
                 self._border_step()
             else:
                 self._period(n, overlap=self.plan.algorithm == "overlap")
             done += n
             if rebalancer is not None:
-                rebalancer.period(self, self.compute_seconds() - c0, time.perf_counter() - t0, n, steps - done)
-
-    def compute_seconds(self) -> float:
-        """This rank's sweep time so far (0 when nobody times the phases)."""
-        return self.phases.seconds.get("compute", 0.0) if self.phases is not None else 0.0
+                rebalancer.period(self, self.phases.mark("compute") - before, n, steps - done)
 
     def _sweep(self, rect: Rect) -> None:
         self.sweeper(self.bufs[self.cur], self.bufs[1 - self.cur], rect)
@@ -211,7 +205,7 @@ class HaloField:
         new = Layout(Axis(self.problem.rows, self.plan.r, weights=tuple(float(x) for x in rows)),
                      Axis(self.problem.cols, self.plan.c, weights=tuple(float(x) for x in cols)))
         with timed(self.phases, "rebalance"):
-            local = movement.redistribute(np.asfortranarray(self.local), self.layout, new, self.comm, agreed=True)
+            local = movement.redistribute(self.local, self.layout, new, self.comm, agreed=True)
             self.free()
             self._build(new, local)
 
