@@ -21,6 +21,8 @@ import numpy as np
 AVERAGES = ("sma", "lwma", "ema")
 RECENT_WINDOWS = 8        # pairs of windows the between-window noise is taken over
 KNOWN_NOISE = 2           # pairs needed before the first move (the noise must be known to beat it)
+MAD_SIGMA = 1.4826        # a normal deviation per median absolute deviation
+CALL_WINDOW = 3           # calls averaged per host speed of repeated distributed calls
 RULES = ("inverse", "half_step")
 INTERVALS = ("fixed", "growing")
 TIMINGS = ("compute", "iteration")
@@ -261,14 +263,14 @@ class Balancer:
     def noise(self, spreads) -> float:
         """Relative change of a rate that noise explains: ``tol``, or ``confidence`` standard errors
         of a window's average (its samples' spread / sqrt(W)), or ``confidence`` deviations of a
-        window's average from the next on the same shares (the root mean square of their relative
-        differences / sqrt 2, over the last ``RECENT_WINDOWS`` pairs of the run, kept across moves:
-        noise that lasts longer than a sample, such as a host's quota period or a neighbour's
-        job, shows there and not in one window's spread)."""
+        window's average from the next on the same shares (from the median of their relative
+        differences, over the last ``RECENT_WINDOWS`` pairs of the run, kept across moves: noise
+        that lasts longer than a sample, such as a host's quota period or a neighbour's job, shows
+        there and not in one window's spread; the median ignores the pair a real change falls in)."""
         c = self.policy.confidence
         within = c * float(np.max(spreads, initial=0.0)) / np.sqrt(self.policy.window)
         recent = self.jitter[-RECENT_WINDOWS:]
-        between = c * float(np.sqrt(np.mean(np.square(recent)) / 2)) if len(recent) >= 2 else 0.0
+        between = c * MAD_SIGMA * float(np.median(recent)) / np.sqrt(2) if len(recent) >= 2 else 0.0
         return max(self.policy.tol, within, between)
 
     def moved(self) -> None:
@@ -283,5 +285,50 @@ class Balancer:
         return d
 
 
-__all__ = ["AVERAGES", "Balancer", "Decision", "LinkCost", "MovingAverage", "Policy", "moving_averages",
+class HostSpeeds:
+    """Host speeds seen in repeated distributed calls on one set of hosts: each host's work per
+    busy second (``distributed.balance.busy``) relative to the root's host, averaged over calls
+    with the policy's average and window, and when they replace the probe's speeds (the gate for
+    calls whose data the root scatters anyway: the move itself costs nothing extra, so the only
+    test is the noise)."""
+
+    def __init__(self, policy: Policy | None = None):
+        self.policy = policy or Policy(window=CALL_WINDOW)
+        self.avgs: dict[str, MovingAverage] = {}
+        self.calls = 0
+
+    def observe(self, samples, root: int) -> None:
+        """One call's ``(host, busy seconds, share of the work)`` of every rank (``root``: the
+        root's index); ranks that did no work report share 0."""
+        work: dict[str, float] = {}
+        secs: dict[str, float] = {}
+        for host, seconds, share in samples:
+            if share > 0 and seconds > 0:
+                work[host] = work.get(host, 0.0) + share
+                secs[host] = secs.get(host, 0.0) + seconds
+        base = samples[root][0]
+        if base not in work or len(work) < 2:
+            return
+        ref = work[base] / secs[base]
+        for host in work:
+            avg = self.avgs.setdefault(host, MovingAverage(self.policy.average, self.policy.window))
+            avg.push(work[host] / secs[host] / ref)
+        self.calls += 1
+
+    def effective(self, probe: dict[str, float], root_host: str) -> tuple[dict[str, float], str]:
+        """The speeds to plan with and where they come from: the probe's, or the run's (in the
+        probe's units, scaled at the root's host) where they differ from them by more than noise."""
+        hosts = set(self.avgs)
+        if root_host not in probe or not hosts or not hosts <= set(probe) \
+                or any(self.avgs[h].value is None for h in hosts):
+            return probe, "probe"
+        seen = {h: probe[root_host] * self.avgs[h].value for h in hosts}
+        spread = max(a.spread for a in self.avgs.values())
+        noise = max(self.policy.tol, self.policy.confidence * spread / np.sqrt(self.policy.window))
+        if all(abs(seen[h] / probe[h] - 1) <= noise for h in hosts):
+            return probe, f"probe (the last {self.policy.window} calls agree within {noise:.0%})"
+        return {**probe, **seen}, f"run time ({self.policy.average.upper()} of the last {self.policy.window} calls)"
+
+
+__all__ = ["AVERAGES", "Balancer", "HostSpeeds", "Decision", "LinkCost", "MovingAverage", "Policy", "moving_averages",
            "policy_of", "shares", "step_time", "weights"]

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from autotune import tuned_local, tuned_lu
+from autotune.balance import HostSpeeds
 from autotune.config import get_options, options
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
@@ -61,12 +62,12 @@ def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = 
             a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out))
     from autotune.distributed.gemm import ALGORITHMS
 
-    def run():
+    def run(ph):
         a2, b2 = ops[:2] if comm.rank == root else (None, None)
-        res = ALGORITHMS[plan.algorithm](a2, b2, comm, plan, root=root, phases=phases)
+        res = ALGORITHMS[plan.algorithm](a2, b2, comm, plan, root=root, phases=ph)
         return _gemm_finish(res, *extras) if comm.rank == root else res
 
-    return settled(comm, run)
+    return observed(comm, root, plan, phases, run)
 
 
 def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
@@ -88,9 +89,8 @@ def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = Fa
                                                        check_finite=check_finite and np.ndim(a) != 2))
     from autotune.distributed.cholesky import ALGORITHMS
 
-    return settled(comm, lambda: ALGORITHMS[plan.algorithm](a if comm.rank == root else None, comm, plan,
-                                                             lower=lower, root=root, phases=phases,
-                                                             check_finite=check_finite))
+    return observed(comm, root, plan, phases, lambda ph: ALGORITHMS[plan.algorithm](
+        a if comm.rank == root else None, comm, plan, lower=lower, root=root, phases=ph, check_finite=check_finite))
 
 
 def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
@@ -107,8 +107,9 @@ def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: b
                           lambda: tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
     from autotune.distributed.lu import lu_factor
 
-    res = settled(comm, lambda: lu_factor(a if comm.rank == root else None, comm, plan, root=root, phases=phases,
-                                           overwrite_a=overwrite_a, check_finite=check_finite))
+    res = observed(comm, root, plan, phases, lambda ph: lu_factor(
+        a if comm.rank == root else None, comm, plan, root=root, phases=ph, overwrite_a=overwrite_a,
+        check_finite=check_finite))
     if res is None:
         return None
     lu, piv, info = res
@@ -133,16 +134,74 @@ def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fa
             assume_a=assume_a, transposed=transposed))
     from autotune.distributed.lu import solve
 
-    def run():
+    def run(ph):
         a2, b2 = ops[:2] if comm.rank == root else (None, None)
         res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
-                    phases=phases, overwrite_a=overwrite_a, check_finite=check_finite)
+                    phases=ph, overwrite_a=overwrite_a, check_finite=check_finite)
         x, info = res if res is not None else (None, 0)
         if info:
             raise tuned_lu.singular()
         return x if x is None or b2.ndim == 2 else x[:, 0]
 
-    return settled(comm, run)
+    return observed(comm, root, plan, phases, run)
+
+
+# ------------------------------------------------------------------------------ run-time host speeds
+
+# Host speeds seen in this process's distributed calls, by the communicator's set of host names
+# (the root plans with them: ``speeds_for``).
+RUN_SPEEDS: dict[tuple[str, ...], HostSpeeds] = {}
+
+
+def observed(comm, root: int, plan: Plan, phases, work: Callable):
+    """Collective: ``work(phases)`` on every rank (errors agreed, as ``settled``), then each rank's
+    sweep of the plan's work at its CPU share (``distributed.balance.busy`` of its compute phase)
+    and its share of the work gathered on the root, which averages them into ``RUN_SPEEDS``."""
+    import socket
+
+    from autotune.distributed.balance import busy
+    from autotune.distributed.plan import Phases
+
+    own = phases if phases is not None else Phases()
+    before = own.mark("compute")
+    out = settled(comm, lambda: work(own))
+    spent = own.mark("compute") - before
+    samples = comm.gather((socket.gethostname(), busy(spent, "compute"), work_share(plan, comm.size, root, comm.rank)),
+                          root=root)
+    if comm.rank == root:
+        key = tuple(sorted({h for h, _, _ in samples}))
+        RUN_SPEEDS.setdefault(key, HostSpeeds()).observe(samples, root)
+    return out
+
+
+def work_share(plan: Plan, size: int, root: int, rank: int) -> float:
+    """``rank``'s share of a plan's work: its weight's share (HoHe) or 1/p, 0 off the plan."""
+    used = plan.used_ranks(size, root)
+    if rank not in used:
+        return 0.0
+    w = np.ones(plan.p) if plan.weights is None else np.asarray(plan.weights, float)
+    return float(w[used.index(rank)] / w.sum())
+
+
+def speeds_for(cp, names: list[str], root: int):
+    """``cp`` as the planner should see it, and where its host speeds come from: the probe's, or a
+    view with the speeds the communicator's recent calls measured where they differ (``HostSpeeds``)."""
+    seen = RUN_SPEEDS.get(tuple(sorted(set(names))))
+    probe = cp.host_speeds
+    if seen is None or not probe:
+        return cp, "probe"
+    speeds, source = seen.effective(probe, names[root])
+    return (cp if speeds is probe else SpeedView(cp, speeds)), source
+
+
+class SpeedView:
+    """A comm lookup whose host speeds are replaced (everything else is the lookup's)."""
+
+    def __init__(self, cp, speeds: dict[str, float]):
+        self._cp, self.host_speeds = cp, speeds
+
+    def __getattr__(self, name):
+        return getattr(self._cp, name)
 
 
 # ------------------------------------------------------------------------------ agreement and plan
@@ -304,14 +363,18 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
         return plan
     opts = get_options()
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
-    key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp))
+    seen, source = speeds_for(cp, names, root)
+    key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp),
+           tuple(sorted(seen.host_speeds.items())))
     hit = _DECISIONS.get(key)
     if hit is not None and not explain:
         return hit[2]
-    placed = _placement(problem, names, cores, root, sp, cp)
+    placed = _placement(problem, names, cores, root, sp, seen)
     if placed is not None:
         if explain:
             print(placed.describe())
+            print(f"host speeds from the {source}: " + ", ".join(
+                f"{h} {v:.3g}" for h, v in sorted(seen.host_speeds.items())) + " GFLOP/s (one-thread dgemm)")
         return _remember(key, sp, cp, placed.plan)
     dec = rank_plans(problem, nprocs, sp, cp, cores[root], opts.allow_strassen, min_efficiency=opts.min_efficiency)
     if explain:

@@ -5,6 +5,7 @@ import pytest
 
 from autotune.balance import (
     Balancer,
+    HostSpeeds,
     LinkCost,
     MovingAverage,
     Policy,
@@ -156,11 +157,13 @@ def test_wandering_window_averages_widen_the_tolerance():
     for rates in ([1e-6, 1e-6], [1.2e-6, 1e-6], [1e-6, 1e-6]):
         d = b.decide(rates, [0, 0], [300, 300], [100], 10**6, lambda r, c: 0.0)
         b.since += 4
-    assert b.noise([0, 0]) == pytest.approx(2 * np.sqrt((0.2**2 + (1 / 1.2 - 1)**2) / 2 / 2))
+    assert b.noise([0, 0]) == pytest.approx(2 * 1.4826 * np.median([0.2, 1 - 1 / 1.2]) / np.sqrt(2))
     d = b.decide([1.25e-6, 1e-6], [0, 0], [300, 300], [100], 10**6, lambda r, c: 0.0)
     assert not d.move and "noise" in d.reason
     b.moved()                                        # the wander is the machine's: kept across moves
     assert b.noise([0, 0]) > 0.2
+    b.jitter += [0.01] * 6 + [2.0]                   # one real change among quiet pairs: not noise
+    assert b.noise([0, 0]) < 0.2
 
 
 def test_stop_rule_and_restart_on_drift():
@@ -199,3 +202,44 @@ def test_policy_of():
             policy_of(bad)
     with pytest.raises(ValueError):
         Policy(timing="wall")
+
+
+def test_host_speeds_replace_the_probe_once_calls_disagree():
+    hs = HostSpeeds(Policy(window=2))
+    probe = {"h0": 10.0, "h1": 10.0}
+    assert hs.effective(probe, "h0") == (probe, "probe")
+    # h1 now does half the work per busy second of h0 (its quota dropped after the probe)
+    for _ in range(2):
+        hs.observe([("h0", 1.0, 0.5), ("h1", 2.0, 0.5)], root=0)
+    speeds, source = hs.effective(probe, "h0")
+    assert speeds == {"h0": 10.0, "h1": 5.0} and source.startswith("run time")
+    # agreeing calls keep the probe's speeds
+    same = HostSpeeds(Policy(window=2))
+    for _ in range(2):
+        same.observe([("h0", 1.0, 0.5), ("h0", 1.0, 0.0), ("h1", 1.02, 0.5)], root=0)
+    assert same.effective(probe, "h0")[0] is probe
+
+
+def test_tuned_calls_plan_with_the_speeds_they_saw():
+    from autotune import tuned_mpi
+    from autotune.plans import Plan
+
+    class Lookup:
+        host_speeds = {"h0": 10.0, "h1": 10.0}
+
+        def primitives(self):
+            return ["link_net"]
+
+    plan = Plan("bsr", 2, 2, 1, weights=(3.0, 1.0))
+    assert tuned_mpi.work_share(plan, 3, 0, 1) == pytest.approx(0.25)
+    assert tuned_mpi.work_share(plan, 3, 0, 2) == 0.0
+    tuned_mpi.RUN_SPEEDS.pop(("h0", "h1"), None)
+    cp = Lookup()
+    assert tuned_mpi.speeds_for(cp, ["h0", "h1"], 0) == (cp, "probe")
+    for _ in range(3):
+        tuned_mpi.RUN_SPEEDS.setdefault(("h0", "h1"), HostSpeeds()).observe([("h0", 1.0, 0.5), ("h1", 2.5, 0.5)],
+                                                                              root=0)
+    seen, source = tuned_mpi.speeds_for(cp, ["h0", "h1"], 0)
+    assert seen.host_speeds["h1"] == pytest.approx(4.0) and seen.primitives() == ["link_net"]
+    assert source.startswith("run time")
+    tuned_mpi.RUN_SPEEDS.pop(("h0", "h1"))

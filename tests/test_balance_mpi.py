@@ -39,8 +39,9 @@ def run(n, steps, grid, timing, window=5, confidence=2.0, gate=True):
     plan = Plan("overlap", P, grid[0], grid[1], 1, backend="numba-stencil")
     u = np.random.default_rng(5).random((n, n)) if me == 0 else None
     field = scatter_field(comm, prob, plan, u, Slow())
-    rb = Rebalancer(comm, Policy(window=window, interval="fixed", timing=timing,
-                                     confidence=confidence, tol=0.05 if gate else 0.0, gate=gate), LinkCost(0, 0, 0, 0), plan.b)
+    policy = Policy(window=window, interval="fixed", timing=timing, confidence=confidence,
+                    tol=0.05 if gate else 0.0, gate=gate)
+    rb = Rebalancer(comm, policy, LinkCost(0, 0, 0, 0), plan.b)
     field.advance(steps, rb)
     rb.finish()
     out = field.gather()
@@ -67,7 +68,7 @@ if mode == "shares":
         print("COMPUTE", rows.tolist(), cols.tolist(), rb.moves)
     if P == 2:
         assert slow_rows < 0.46, rows               # ideal about 0.3: a third of the speed, less the halo work
-        assert ratio(rb) > 1.5, [e.rates for e in rb.events]    # the rates the weights come from (3x, less the halo work)
+        assert ratio(rb) > 1.5, [e.rates for e in rb.events]    # the weights' rates: 3x, less the halo work
         rows, cols, rb = run(256, 150, grid, "iteration")
         if me == 0:
             print("ITERATION", rows.tolist(), ratio(rb), flush=True)

@@ -93,3 +93,35 @@ def test_stencil_bench_tiny(tiny_db, tmp_path):
     assert plans["chosen_over_best"] >= 1.0 and plans["chosen_vs_handwritten"] > 0
     assert {"mpi4py by hand", "numpy one process", "T_seq (numba, 1 core)"} == set(plans["baselines"])
     assert not list(run_dir.iterdir())
+
+
+def test_balance_bench_tiny(tmp_path, capsys):
+    """bench balance on 2 ranks without a testbed: every configuration runs and reports its time,
+    moves and imbalance; only --out and --plot are written; a bad --quota is one line, exit 2."""
+    run_dir, out, plot = tmp_path / "run", tmp_path / "balance.json", tmp_path / "balance.png"
+    run_dir.mkdir()
+    _bench_mpi(2, ["balance", "--field", "64", "--steps", "40", "--chunk", "5", "--window", "3", "--rounds", "1",
+                   "--calibrate", "3", "--configs", "equal", "oracle", "split:2,1", "ema-growing", "ema-iteration",
+                   "--out", str(out), "--plot", str(plot)], run_dir)
+    report = json.loads(out.read_text())
+    configs = report["configs"]
+    assert set(configs) == {"equal", "oracle", "split:2,1", "ema-growing", "ema-iteration"}
+    assert configs["split:2,1"]["final_share_ratio"] == pytest.approx(2.0, rel=0.05)
+    assert all(c["median_s"] > 0 and c["imbalance_last_half"] >= 1.0 for c in configs.values())
+    assert plot.stat().st_size > 0 and not list(run_dir.iterdir())
+    assert cli.main(["bench", "balance", "--quota", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "STEP:HOST=PCT" in err[0], err
+
+
+def test_balance_calls_bench_tiny(tmp_path):
+    """bench balance-calls on 2 ranks without a testbed: both configurations factor the matrix
+    (checked against scipy inside) and report their calls; only --out is written."""
+    run_dir, out = tmp_path / "run", tmp_path / "calls.json"
+    run_dir.mkdir()
+    _bench_mpi(2, ["balance-calls", "--family", "lu", "--n", "96", "--block", "16", "--calls", "4", "--rounds", "1",
+                   "--out", str(out)], run_dir)
+    report = json.loads(out.read_text())
+    assert len(report["probe"]["seconds"][0]) == len(report["adaptive"]["seconds"][0]) == 4
+    assert report["probe_over_adaptive"] > 0 and len(report["adaptive"]["weights"][0]) == 5
+    assert not list(run_dir.iterdir())

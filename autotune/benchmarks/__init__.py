@@ -1,7 +1,7 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate``, ``scalapack``,
-``mapping-testbed``, ``placement``, ``stencil`` and ``balance`` run under ``mpiexec -n P`` (mpi4py
+``mapping-testbed``, ``placement``, ``stencil``, ``balance`` and ``balance-calls`` run under ``mpiexec -n P`` (mpi4py
 imported inside ``run``; without it one line naming the ``mpi`` extra, exit 2); the other ``mpi-*``
 ones and ``comm-fit`` read saved results and re-time nothing, ``comm-plan`` only plans."""
 from __future__ import annotations
@@ -10,6 +10,7 @@ import argparse
 
 from autotune.benchmarks import (
     balance,
+    balance_calls,
     comm_fit,
     comm_plan,
     compare,
@@ -39,7 +40,7 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
             "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
             "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil,
-            "balance": balance}
+            "balance": balance, "balance-calls": balance_calls}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

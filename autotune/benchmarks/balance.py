@@ -8,10 +8,10 @@ and the row shares:
 - ``equal``: equal rows, never moved;
 - ``probe``: rows by each host's sweep speed measured alone before the runs (as the install-time
   host speeds: stale once a quota changes);
-- ``oracle``: rows by each rank's speed measured in place for each quota phase (``--calibrate``
-  steps of the stencil on equal rows, each rank's sweep and halo time at its CPU share, as the
-  balancer measures it but averaged over all of them), switched the moment a quota changes: the
-  statically balanced rate for the current quotas;
+- ``oracle``: for each quota phase, the row split that ran fastest in place (on two ranks: rank
+  0's share 0.40, 0.45, .., 0.85, ``--calibrate`` steps each; on more, rows by each rank's
+  measured rate), switched the moment a quota changes: the statically balanced rate for the
+  current quotas;
 - ``SMA/LWMA/EMA x fixed/growing``: ``balance=`` policies (window ``--window``); ``ema-iteration``
   weighs whole-step times (002 §4.3.5's failure).
 
@@ -49,6 +49,7 @@ HELP = "a stencil balancing itself while CPU shares change, against static split
 STATIC = ("equal", "probe", "oracle")
 ADAPTIVE = tuple(f"{a}-{i}" for a in AVERAGES for i in INTERVALS) + ("ema-iteration",)
 RECOVERED = 0.85          # a chunk's rate over oracle's that counts as recovered
+ORACLE_SPLITS = tuple(np.round(np.arange(0.40, 0.86, 0.05), 2))   # rank 0's row shares the oracle tries
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"of {', '.join(STATIC + ADAPTIVE)}, or split:W0,W1,... (rows fixed in proportion to the "
                         "weights)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians over them)")
-    p.add_argument("--calibrate", type=int, default=100, help="steps of the in-place speed measurement")
+    p.add_argument("--calibrate", type=int, default=30, help="steps per split of the in-place speed measurement")
     p.add_argument("--db", default=None, help="database path (link costs of the gate)")
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
     p.add_argument("--plot", metavar="FILE.png", help="draw shares and imbalance over the steps here")
@@ -183,12 +184,28 @@ def loads(spent: list[Mark], steps: int, cells: np.ndarray) -> np.ndarray:
 
 
 def insitu_speeds(comm, u, args) -> np.ndarray:
-    """Cells per second of each rank in place: ``--calibrate`` steps on equal rows (after 10)."""
+    """Each rank's speed in place (cells per second): on two ranks, the row split of
+    ``ORACLE_SPLITS`` (rank 0's share) whose ``--calibrate`` steps ran fastest, as speeds in that
+    ratio; on more, each rank's measured rate over ``--calibrate`` steps on equal rows."""
     P, n = comm.size, args.field
     ph = Phases()
     plan = Plan(args.schedule, P, P, 1, 1, backend="numba-stencil", threads=1)
     field = distribute(u, heat_weights(HEAT_ALPHA), comm=comm, config=plan, phases=ph)
     field.advance(10)
+    if P == 2:
+        best, fastest = 0.5, np.inf
+        for x in ORACLE_SPLITS:
+            field.field.relayout(shares(n, [x, 1 - x], 1), [n])
+            field.advance(2)
+            comm.Barrier()
+            t0 = time.perf_counter()
+            field.advance(args.calibrate)
+            comm.Barrier()
+            t = time.perf_counter() - t0
+            if t < fastest:
+                best, fastest = x, t
+        field.free()
+        return np.array([best, 1 - best]) * n / fastest * args.calibrate
     before = ph.mark("compute")
     field.advance(args.calibrate)
     spent = comm.allgather(ph.mark("compute") - before)
