@@ -179,7 +179,7 @@ def loads(spent: list[Mark], steps: int, cells: np.ndarray) -> np.ndarray:
     halo work every rank does, ``step_overhead``) from every rank's clocks over ``steps`` steps."""
     sweep = np.array([busy(m, "compute") for m in spent]) / steps
     other = np.array([(m.cpu - m.phase_cpu) / steps for m in spent])
-    share = np.array([min(1.0, m.cpu / m.wall) if m.wall > 0 and m.cpu > 0 else 1.0 for m in spent])
+    share = np.array([m.share for m in spent])
     return sweep + step_overhead(other, share)
 
 

@@ -51,8 +51,7 @@ def busy(spent: Mark, timing: str) -> float:
     ``timing="iteration"``: the period's wall time (002's failing first measure)."""
     if timing == "iteration":
         return spent.wall
-    share = min(1.0, spent.cpu / spent.wall) if spent.wall > 0 and spent.cpu > 0 else 1.0
-    return (spent.phase_cpu if spent.phase_cpu > 0 else spent.phase) / share
+    return (spent.phase_cpu if spent.phase_cpu > 0 else spent.phase) / spent.share
 
 
 def step_overhead(other_cpu, share) -> np.ndarray:
@@ -61,10 +60,6 @@ def step_overhead(other_cpu, share) -> np.ndarray:
     Added to the sweeps' time, it balances a rank whose share is small: its halo work, too, runs
     at that share."""
     return float(np.min(other_cpu)) / np.maximum(np.asarray(share, float), 1e-3)
-
-
-def _plus(a: Mark, b: Mark) -> Mark:
-    return Mark(a.wall + b.wall, a.cpu + b.cpu, a.phase + b.phase, a.phase_cpu + b.phase_cpu)
 
 
 def moved_cells(rows, cols, new_rows, new_cols) -> np.ndarray:
@@ -109,12 +104,10 @@ class Rebalancer:
         if self._skip:
             self._skip -= 1
             return
-        self._since, self._steps = _plus(self._since, spent), self._steps + steps
+        self._since, self._steps = self._since + spent, self._steps + steps
         if self.balancer.sample(busy(spent, self.balancer.policy.timing) / max(field.cells * steps, 1)):
             w = self._since
-            other = (w.cpu - w.phase_cpu) / max(self._steps, 1)
-            share = min(1.0, w.cpu / w.wall) if w.wall > 0 and w.cpu > 0 else 1.0
-            self._mine[:] = (*self.balancer.mine(), *self._moved, other, share)
+            self._mine[:] = (*self.balancer.mine(), *self._moved, (w.cpu - w.phase_cpu) / max(self._steps, 1), w.share)
             self._since, self._steps = Mark(0.0, 0.0, 0.0, 0.0), 0
             self._req = self.comm.Iallgather(self._mine, self._all)
 

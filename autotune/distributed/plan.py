@@ -52,6 +52,15 @@ class Mark:
         return Mark(self.wall - other.wall, self.cpu - other.cpu, self.phase - other.phase,
                     self.phase_cpu - other.phase_cpu)
 
+    def __add__(self, other: Mark) -> Mark:
+        return Mark(self.wall + other.wall, self.cpu + other.cpu, self.phase + other.phase,
+                    self.phase_cpu + other.phase_cpu)
+
+    @property
+    def share(self) -> float:
+        """The share of the wall time the process ran (CPU / wall, at most 1; 1 when unknown)."""
+        return min(1.0, self.cpu / self.wall) if self.wall > 0 and self.cpu > 0 else 1.0
+
 
 def timed(phases: Phases | None, name: str) -> AbstractContextManager:
     """``phases(name)``, or nothing when the caller passed no ``Phases``."""
