@@ -164,3 +164,14 @@ OVERLAP_POLLS = _assume(
     "distributed/stencil.py overlapped schedules")
 
 __all__ += ["HALO_REQUEST", "OVERLAP_POLLS"]
+
+# -- load balancing (balance.py) -------------------------------------------------------------------------
+
+OBSERVE_MIN_SECONDS = _assume(
+    "OBSERVE_MIN_SECONDS", 0.02,
+    "least compute seconds every working rank of a distributed call must spend for the call's rates "
+    "to count as the hosts' speeds (shorter calls measure their per-call overhead)",
+    SET_BY_HAND + " (a few CFS periods of a capped host, tens of the calls' Python overhead)",
+    "balance.HostSpeeds.observe")
+
+__all__ += ["OBSERVE_MIN_SECONDS"]

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.assumptions import OBSERVE_MIN_SECONDS
+
 AVERAGES = ("sma", "lwma", "ema")
 RECENT_WINDOWS = 8        # pairs of windows the between-window noise is taken over
 KNOWN_NOISE = 2           # pairs needed before the first move (the noise must be known to beat it)
@@ -198,7 +200,8 @@ class Decision:
 
 @dataclass
 class Balancer:
-    """A run's balancing state, identical on every rank (all feed it the same exchanged rates)."""
+    """A run's balancing state: this rank's own average (``sample``), and the decision state, the
+    same on every rank (all decide from the same exchanged averages)."""
 
     policy: Policy
     minimum: int = 1                       # fewest rows / columns a part may keep (the halo width)
@@ -299,7 +302,10 @@ class HostSpeeds:
 
     def observe(self, samples, root: int) -> None:
         """One call's ``(host, busy seconds, share of the work)`` of every rank (``root``: the
-        root's index); ranks that did no work report share 0."""
+        root's index); ranks that did no work report share 0. Calls where a working rank computed
+        for less than ``OBSERVE_MIN_SECONDS`` are not counted."""
+        if any(0 < seconds < OBSERVE_MIN_SECONDS for _, seconds, share in samples if share > 0):
+            return                    # a short call's time is its overhead, not the hosts' speed
         work: dict[str, float] = {}
         secs: dict[str, float] = {}
         for host, seconds, share in samples:

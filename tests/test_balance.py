@@ -213,6 +213,11 @@ def test_host_speeds_replace_the_probe_once_calls_disagree():
         hs.observe([("h0", 1.0, 0.5), ("h1", 2.0, 0.5)], root=0)
     speeds, source = hs.effective(probe, "h0")
     assert speeds == {"h0": 10.0, "h1": 5.0} and source.startswith("run time")
+    # calls too short to measure a speed are not counted
+    short = HostSpeeds(Policy(window=2))
+    for _ in range(2):
+        short.observe([("h0", 0.001, 0.5), ("h1", 0.002, 0.5)], root=0)
+    assert short.effective(probe, "h0") == (probe, "probe")
     # agreeing calls keep the probe's speeds
     same = HostSpeeds(Policy(window=2))
     for _ in range(2):
