@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.assumptions import OBSERVE_MIN_SECONDS
+from autotune.layout import largest_remainders
 
 AVERAGES = ("sma", "lwma", "ema")
 RECENT_WINDOWS = 8        # pairs of windows the between-window noise is taken over
@@ -106,12 +107,8 @@ def shares(n: int, w, minimum: int = 1) -> np.ndarray:
         exact = np.where(fixed, minimum, rest * free / free.sum() if free.sum() > 0 else rest / (~fixed).sum())
         low = ~fixed & (exact < minimum)
         if not low.any():
-            break
+            return largest_remainders(exact, n)
         fixed |= low
-    sizes = np.floor(exact).astype(np.int64)
-    short = n - int(sizes.sum())
-    sizes[np.argsort(-(exact - sizes), kind="stable")[:short]] += 1
-    return sizes
 
 
 def step_time(rates, rows, cols) -> float:
@@ -167,6 +164,11 @@ class Policy:
             raise ValueError(f"tol must be in [0, 1), stable_windows >= 1 and confidence >= 0, got {self.tol}, "
                              f"{self.stable_windows}, {self.confidence}")
 
+    def noise(self, spread: float) -> float:
+        """Relative change noise explains in an average of a window whose samples spread by
+        ``spread``: ``tol``, or ``confidence`` standard errors (spread / sqrt(W))."""
+        return max(self.tol, self.confidence * spread / np.sqrt(self.window))
+
 
 def policy_of(balance) -> Policy | None:
     """``balance=`` as a Policy: None/False off, True the default, an average's name, or a Policy."""
@@ -212,7 +214,6 @@ class Balancer:
     seen: np.ndarray | None = None         # rates at the last decision (drift reference)
     last: np.ndarray | None = None         # the previous window's rates, on the current shares
     jitter: list = field(default_factory=list)   # relative change between such windows, whole run
-    history: list = field(default_factory=list)
 
     def __post_init__(self):
         self.avg = MovingAverage(self.policy.average, self.policy.window)
@@ -244,7 +245,7 @@ class Balancer:
         if drift:
             self.stopped, self.stable = False, 0
         if not drift and (self.stopped or self.since < self.interval()):
-            return self._log(Decision(None, None, "stopped: shares stable" if self.stopped else "interval not due"))
+            return Decision(None, None, "stopped: shares stable" if self.stopped else "interval not due")
         self.seen = rates
         speed = weights(rates, self.policy.rule).reshape(len(rows), len(cols))
         new_rows = shares(int(rows.sum()), speed.sum(axis=1), self.minimum)
@@ -252,16 +253,16 @@ class Balancer:
         now, new = step_time(rates, rows, cols), step_time(rates, new_rows, new_cols)
         changed = max(np.abs(new_rows - rows).max() / rows.max(), np.abs(new_cols - cols).max() / cols.max())
         if len(self.jitter) < KNOWN_NOISE:
-            return self._log(Decision(None, None, "measuring the noise", now, new))
+            return Decision(None, None, "measuring the noise", now, new)
         if changed <= self.policy.tol or now <= new * (1 + noise):
             self.stable += 1
             self.stopped = self.stable >= self.policy.stable_windows
-            return self._log(Decision(None, None, f"balanced within noise {noise:.1%}", now, new))
+            return Decision(None, None, f"balanced within noise {noise:.1%}", now, new)
         self.stable = 0
         gain, cost = remaining * (now - new * (1 + noise)), float(move_cost(new_rows, new_cols))
         if self.policy.gate and gain <= cost:
-            return self._log(Decision(None, None, "gate: gain below the cost of moving", now, new, gain, cost))
-        return self._log(Decision(new_rows, new_cols, "redistribute", now, new, gain, cost))
+            return Decision(None, None, "gate: gain below the cost of moving", now, new, gain, cost)
+        return Decision(new_rows, new_cols, "redistribute", now, new, gain, cost)
 
     def noise(self, spreads) -> float:
         """Relative change of a rate that noise explains: ``tol``, or ``confidence`` standard errors
@@ -270,11 +271,11 @@ class Balancer:
         differences, over the last ``RECENT_WINDOWS`` pairs of the run, kept across moves: noise
         that lasts longer than a sample, such as a host's quota period or a neighbour's job, shows
         there and not in one window's spread; the median ignores the pair a real change falls in)."""
-        c = self.policy.confidence
-        within = c * float(np.max(spreads, initial=0.0)) / np.sqrt(self.policy.window)
+        within = self.policy.noise(float(np.max(spreads, initial=0.0)))
         recent = self.jitter[-RECENT_WINDOWS:]
-        between = c * MAD_SIGMA * float(np.median(recent)) / np.sqrt(2) if len(recent) >= 2 else 0.0
-        return max(self.policy.tol, within, between)
+        if len(recent) < 2:
+            return within
+        return max(within, self.policy.confidence * MAD_SIGMA * float(np.median(recent)) / np.sqrt(2))
 
     def moved(self) -> None:
         """After a redistribution: restart the window (old samples belong to the old shares)."""
@@ -282,10 +283,6 @@ class Balancer:
         self.since = 0
         self.avg.reset()
         self.last = None
-
-    def _log(self, d: Decision) -> Decision:
-        self.history.append(d)
-        return d
 
 
 class HostSpeeds:
@@ -329,8 +326,7 @@ class HostSpeeds:
                 or any(self.avgs[h].value is None for h in hosts):
             return probe, "probe"
         seen = {h: probe[root_host] * self.avgs[h].value for h in hosts}
-        spread = max(a.spread for a in self.avgs.values())
-        noise = max(self.policy.tol, self.policy.confidence * spread / np.sqrt(self.policy.window))
+        noise = self.policy.noise(max(a.spread for a in self.avgs.values()))
         if all(abs(seen[h] / probe[h] - 1) <= noise for h in hosts):
             return probe, f"probe (the last {self.policy.window} calls agree within {noise:.0%})"
         return {**probe, **seen}, f"run time ({self.policy.average.upper()} of the last {self.policy.window} calls)"

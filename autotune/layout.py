@@ -17,6 +17,17 @@ from functools import cached_property
 
 import numpy as np
 
+
+def largest_remainders(exact, n: int) -> np.ndarray:
+    """Whole sizes summing to ``n`` from real ones summing to ``n``: each rounded down, the ones
+    left given to the largest remainders (ties to the first)."""
+    exact = np.asarray(exact, float)
+    sizes = np.floor(exact).astype(np.int64)
+    short = n - int(sizes.sum())
+    sizes[np.argsort(-(exact - sizes), kind="stable")[:short]] += 1
+    return sizes
+
+
 # Most blocks a part gets per cycle of a weighted cyclic axis (the fastest part's count).
 CYCLE_RESOLUTION = 4
 
@@ -106,10 +117,7 @@ class Axis:
             sizes = np.full(self.parts, q) + (np.arange(self.parts) < r)
         else:
             w = np.asarray(self.weights, float)
-            exact = self.n * w / w.sum()
-            sizes = np.floor(exact).astype(np.int64)
-            short = self.n - int(sizes.sum())
-            sizes[np.argsort(-(exact - sizes), kind="stable")[:short]] += 1
+            sizes = largest_remainders(self.n * w / w.sum(), self.n)
         return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
     def span(self, part: int) -> tuple[int, int]:

@@ -428,7 +428,10 @@ def _instance(workdir: str) -> str | None:
         return None
 
 
-def _percent(text: str) -> int:
+def parse_cpu(text: str) -> int | None:
+    """A CPU share as given on a command line: an integer percent, or ``none`` (no cap)."""
+    if text.lower() == "none":
+        return None
     try:
         return int(text)
     except ValueError:
@@ -477,7 +480,7 @@ def _command(args) -> int:
         print("testbed down" + "".join(f"; stopped job {j['pid']} ({_brief(j['argv'])})" for j in stopped))
         return 0
     if args.testbed_command == "cpu":
-        pct = None if args.pct.lower() == "none" else _percent(args.pct)
+        pct = parse_cpu(args.pct)
         set_cpu(args.host, pct)
         print(f"testbed: {args.host} cpu={'no cap' if pct is None else f'{pct}%'}")
         return 0

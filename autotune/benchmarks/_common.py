@@ -2,6 +2,7 @@
 written, and robust statistics of repeated timings."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from autotune.tuned_mpi import MPI_MISSING
 
 
 def error(command: str, message: str, status: int = 2) -> int:
@@ -30,6 +33,26 @@ def output_problem(option: str, path: str | None) -> str:
     if not p.parent.is_dir():
         return f"{option} {path}: directory {p.parent} does not exist"
     return ""
+
+
+def mpi_world(command: str, problem: str = ""):
+    """``(COMM_WORLD, 0)`` for an MPI benchmark whose arguments passed, else ``(None, status)``
+    after its one error line (``problem``, or mpi4py missing)."""
+    if not problem and importlib.util.find_spec("mpi4py") is None:
+        problem = MPI_MISSING
+    if problem:
+        return None, error(command, problem)
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD, 0
+
+
+def report_root(comm, report: dict, out: str | None) -> None:
+    """The root prints ``report`` as JSON and writes it to ``out`` if given."""
+    if comm.rank == 0:
+        print(json.dumps(report, indent=1, default=str), flush=True)
+        if out:
+            write_json(out, report)
 
 
 def write_json(path: str, doc: dict) -> None:

@@ -25,8 +25,6 @@ and after each quota change the windows until the chunk rate is within 15% of ``
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import socket
 import time
 
@@ -34,7 +32,8 @@ import numpy as np
 
 from autotune import testbed
 from autotune.balance import AVERAGES, INTERVALS, Policy, shares
-from autotune.benchmarks._common import error, output_problem, quartiles, write_json
+from autotune.benchmarks._common import error, mpi_world, output_problem, quartiles, report_root
+from autotune.benchmarks.quotas import parse_quota, restored, set_quotas
 from autotune.calls import HEAT_ALPHA
 from autotune.config import options
 from autotune.distributed.balance import busy, step_overhead
@@ -43,7 +42,6 @@ from autotune.halo import Rect
 from autotune.kernels.stencil import Sweeper, heat_weights
 from autotune.plans import Plan
 from autotune.stencil import distribute
-from autotune.tuned_mpi import MPI_MISSING
 
 HELP = "a stencil balancing itself while CPU shares change, against static splits (under testbed mpiexec)"
 STATIC = ("equal", "probe", "oracle")
@@ -87,19 +85,6 @@ def _split(name: str) -> tuple[float, ...] | None:
     return w if w and all(x > 0 for x in w) else None
 
 
-def parse_quota(items: list[str]) -> list[tuple[int, str, int | None]]:
-    """``STEP:HOST=PCT`` items as (step, host, percent or None for 'none'), by step."""
-    out = []
-    for item in items:
-        try:
-            step, rest = item.split(":", 1)
-            host, pct = rest.split("=", 1)
-            out.append((int(step), host, None if pct.lower() == "none" else int(pct)))
-        except ValueError:
-            raise ValueError(f"--quota {item!r}: expected STEP:HOST=PCT") from None
-    return sorted(out)
-
-
 def run(args) -> int:
     """Time collectively; the root prints the report (and writes --out, --plot)."""
     try:
@@ -109,23 +94,16 @@ def run(args) -> int:
     problem = output_problem("--out", args.out) or output_problem("--plot", args.plot) or (
         "" if args.field >= 16 and args.steps >= 1 and args.chunk >= 1 and args.rounds >= 1 and args.window >= 1
         else "--field (>= 16), --steps, --chunk, --window, --rounds must be positive")
-    if problem:
-        return error("balance", problem)
-    if importlib.util.find_spec("mpi4py") is None:
-        return error("balance", MPI_MISSING)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
+    comm, status = mpi_world("balance", problem)
+    if comm is None:
+        return status
     if events and testbed.saved() is None:          # every rank reads the same state file
         return error("balance", "--quota needs a testbed (autotune testbed up)")
     with options(db=args.db):
         report = compare(comm, args, events)
-    if comm.rank == 0:
-        print(json.dumps(report, indent=1, default=str), flush=True)
-        if args.out:
-            write_json(args.out, report)
-        if args.plot:
-            plot(report, args.plot)
+    report_root(comm, report, args.out)
+    if comm.rank == 0 and args.plot:
+        plot(report, args.plot)
     return 0
 
 
@@ -139,13 +117,6 @@ def _phases(events) -> list[dict[str, int | None]]:
         state = {**state, **{h: p for s, h, p in events if s == step}}
         out.append(dict(state))
     return out
-
-
-def _set_quotas(comm, quotas: dict[str, int | None]) -> None:
-    if comm.rank == 0:
-        for host, pct in quotas.items():
-            testbed.set_cpu(host, pct)
-    comm.Barrier()
 
 
 def measure_speeds(comm, rows: int, cols: int, seconds: float = 0.4) -> np.ndarray:
@@ -219,7 +190,7 @@ def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray], insitu: 
     seconds and the row shares."""
     P, n = comm.size, args.field
     phases_q = _phases(events)
-    _set_quotas(comm, phases_q[0])
+    set_quotas(comm, phases_q[0])
     weights = tuple(float(x) for x in speeds[0]) if name == "probe" else None
     plan = Plan(args.schedule, P, P, 1, 1, backend="numba-stencil", threads=1, weights=weights)
     ph = Phases()
@@ -236,7 +207,7 @@ def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray], insitu: 
     while done < args.steps:
         if done in change_steps:
             k = change_steps.index(done) + 1
-            _set_quotas(comm, phases_q[k])
+            set_quotas(comm, phases_q[k])
             if name == "oracle":
                 hf.relayout(shares(n, insitu[k], 1), [n])
         k_steps = min(args.chunk, args.steps - done, *(s - done for s in change_steps if s > done))
@@ -273,31 +244,20 @@ def compare(comm, args, events) -> dict:
     P, n = comm.size, args.field
     hosts = comm.allgather(socket.gethostname())
     u = np.random.default_rng(7).random((n, n)) if comm.rank == 0 else None
-    initial = _initial_quotas(comm, events)
     speeds, insitu = [], []
-    for quotas in _phases(events):
-        _set_quotas(comm, quotas)
-        speeds.append(measure_speeds(comm, n // P, n))
-        insitu.append(insitu_speeds(comm, u, args))
     runs: dict[str, list[dict]] = {c: [] for c in args.configs}
-    try:
+    with restored(comm, {e[1] for e in events}):
+        for quotas in _phases(events):
+            set_quotas(comm, quotas)
+            speeds.append(measure_speeds(comm, n // P, n))
+            insitu.append(insitu_speeds(comm, u, args))
         for r in range(args.rounds):
             order = args.configs[r % len(args.configs):] + args.configs[:r % len(args.configs)]
             for name in order:
                 runs[name].append(one_run(comm, u, name, args, events, speeds, insitu))
-    finally:
-        _set_quotas(comm, initial)
     if comm.rank != 0:
         return {}
     return summarise(args, hosts, events, speeds, insitu, runs)
-
-
-def _initial_quotas(comm, events) -> dict[str, int | None]:
-    """The testbed's shares of the hosts the events change (restored at the end)."""
-    if not events or comm.rank != 0:
-        return {}
-    tb = testbed.saved()
-    return {h.name: h.cpu for h in tb.hosts if h.name in {e[1] for e in events}}
 
 
 def summarise(args, hosts, events, speeds, insitu, runs) -> dict:

@@ -19,18 +19,16 @@ and last factors are checked against scipy on the root.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import time
 
 import numpy as np
 
 from autotune import testbed
 from autotune.balance import HostSpeeds, Policy
-from autotune.benchmarks._common import error, output_problem, write_json
-from autotune.benchmarks.balance import measure_speeds, parse_quota
+from autotune.benchmarks._common import error, mpi_world, output_problem, report_root
+from autotune.benchmarks.balance import measure_speeds
+from autotune.benchmarks.quotas import parse_share, restored, set_quotas
 from autotune.layout import block_cyclic
-from autotune.tuned_mpi import MPI_MISSING
 
 HELP = "repeated distributed LU / Cholesky on data kept distributed, weights adapting after a host slows"
 CONFIGS = ("probe", "adaptive")
@@ -50,35 +48,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     try:
-        probe_q = {h: p for _, h, p in parse_quota([f"0:{q}" for q in args.probe_quota])}
-        call_q = {h: p for _, h, p in parse_quota([f"0:{q}" for q in args.quota])}
+        probe_q = dict(parse_share(q, "--probe-quota") for q in args.probe_quota)
+        call_q = dict(parse_share(q) for q in args.quota)
     except ValueError as exc:
-        return error("balance-calls", str(exc).replace("STEP:", ""))
+        return error("balance-calls", str(exc))
     problem = output_problem("--out", args.out) or (
         "" if args.n >= 2 * args.block and args.block >= 1 and args.calls >= 2 and args.rounds >= 1
         else "--n (>= 2 blocks), --block, --calls (>= 2), --rounds must be positive")
-    if problem:
-        return error("balance-calls", problem)
-    if importlib.util.find_spec("mpi4py") is None:
-        return error("balance-calls", MPI_MISSING)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
+    comm, status = mpi_world("balance-calls", problem)
+    if comm is None:
+        return status
     if (probe_q or call_q) and testbed.saved() is None:
         return error("balance-calls", "--quota needs a testbed (autotune testbed up)")
-    report = compare(comm, args, probe_q, call_q)
-    if comm.rank == 0:
-        print(json.dumps(report, indent=1, default=str), flush=True)
-        if args.out:
-            write_json(args.out, report)
+    report_root(comm, compare(comm, args, probe_q, call_q), args.out)
     return 0
-
-
-def _quotas(comm, quotas: dict) -> None:
-    if comm.rank == 0:
-        for host, pct in quotas.items():
-            testbed.set_cpu(host, pct)
-    comm.Barrier()
 
 
 def _matrix(n: int, family: str) -> np.ndarray:
@@ -90,18 +73,14 @@ def _matrix(n: int, family: str) -> np.ndarray:
 def compare(comm, args, probe_q: dict, call_q: dict) -> dict:
     P, n = comm.size, args.n
     a = _matrix(n, args.family)
-    tb = testbed.saved() if comm.rank == 0 else None
-    initial = {h.name: h.cpu for h in tb.hosts if h.name in {*probe_q, *call_q}} if tb else {}
-    try:
-        _quotas(comm, probe_q)
+    runs: dict[str, list] = {c: [] for c in CONFIGS}
+    with restored(comm, {*probe_q, *call_q}):
+        set_quotas(comm, probe_q)
         probe = measure_speeds(comm, 256, 256)
-        _quotas(comm, call_q)
-        runs: dict[str, list] = {c: [] for c in CONFIGS}
+        set_quotas(comm, call_q)
         for r in range(args.rounds):
             for name in (CONFIGS if r % 2 == 0 else CONFIGS[::-1]):
                 runs[name].append(calls(comm, a, probe, name == "adaptive", args))
-    finally:
-        _quotas(comm, initial)
     if comm.rank != 0:
         return {}
     out: dict = {"P": P, "family": args.family, "n": n, "block": args.block, "calls": args.calls,

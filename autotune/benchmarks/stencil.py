@@ -17,13 +17,11 @@ testbed mpiexec P``): the stencil schedules measured against their model.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, quartiles, timed, write_json
+from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root, timed
 from autotune.calls import HEAT_ALPHA
 from autotune.config import options
 from autotune.db import load_sp
@@ -36,7 +34,6 @@ from autotune.models import stencil as model
 from autotune.plans import Plan
 from autotune.select.distributed import predict, rank_plans
 from autotune.stencil import distribute, heat2d
-from autotune.tuned_mpi import MPI_MISSING
 
 HELP = "stencil schedules and plans, measured against their model (under mpiexec / testbed mpiexec)"
 SCHEDULES = ("blocking", "overlap", "border_first")
@@ -65,13 +62,9 @@ def run(args) -> int:
     problem = output_problem("--out", args.out) or (
         "" if min(args.sides) >= 4 and args.field >= 8 and args.steps >= 1 and args.rounds >= 1 and args.top >= 0
         else "--sides, --field, --steps, --rounds must be positive")
-    if problem:
-        return error("stencil", problem)
-    if importlib.util.find_spec("mpi4py") is None:
-        return error("stencil", MPI_MISSING)
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
+    comm, status = mpi_world("stencil", problem)
+    if comm is None:
+        return status
     report: dict = {"P": comm.size}
     with options(db=args.db):
         sp, cp = load_sp(args.db), load_comm(args.db, nprocs=comm.size)
@@ -80,10 +73,7 @@ def run(args) -> int:
             report["sweep"] = sweep(comm, args, sp, cp)
         if "plans" not in args.skip:
             report["plans"] = compare_plans(comm, args, sp, cp)
-    if comm.rank == 0:
-        print(json.dumps(report, indent=1, default=str), flush=True)
-        if args.out:
-            write_json(args.out, report)
+    report_root(comm, report, args.out)
     return 0
 
 

@@ -71,25 +71,24 @@ def hosts_of(p: int, cp) -> np.ndarray:
     return np.arange(p) // per
 
 
-def link_time(cp, net: bool, nbytes: float) -> float:
-    """One halo message of ``nbytes`` between two ranks on one host or on two while its neighbour's
-    travels the other way: the comm probe's swap (Sendrecv) on a pair of that link kind, else its
+def link_primitive(cp, net: bool) -> str:
+    """The comm probe's primitive for a message between two ranks on one host or on two while its
+    neighbour's travels the other way: its swap (Sendrecv) on a pair of that link kind, else its
     link ping-pong, else the plain ping-pong (a one-way time: on a loaded link it undercounts)."""
     kind = "net" if net else "host"
     have = cp.primitives()
-    prim = next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
-    return float(cp.time(prim, 2, nbytes))
+    return next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
+
+
+def link_time(cp, net: bool, nbytes: float) -> float:
+    """One halo message of ``nbytes`` (``link_primitive``)."""
+    return float(cp.time(link_primitive(cp, net), 2, nbytes))
 
 
 def link_cost(cp, nbytes: float = 1 << 20) -> LinkCost:
     """(ts, tw) within a host and between hosts for moving a field's cells in a rebalance (messages
     of about ``nbytes``), from the same primitives as ``link_time``."""
-    have = cp.primitives()
-
-    def pair(kind: str) -> tuple[float, float]:
-        prim = next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
-        return cp.ts_tw(prim, 2, nbytes)
-    return LinkCost(*pair("host"), *pair("net"))
+    return LinkCost(*cp.ts_tw(link_primitive(cp, False), 2, nbytes), *cp.ts_tw(link_primitive(cp, True), 2, nbytes))
 
 
 def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -> tuple[float, float]:
@@ -231,5 +230,5 @@ def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
     return lines
 
 
-__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "link_cost", "link_time", "model",
-           "overlap_pays", "per_step", "plan_tiles", "single", "sweep", "terms"]
+__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "link_cost", "link_primitive", "link_time",
+           "model", "overlap_pays", "per_step", "plan_tiles", "single", "sweep", "terms"]
