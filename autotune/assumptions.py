@@ -175,3 +175,22 @@ OBSERVE_MIN_SECONDS = _assume(
     "balance.HostSpeeds.observe")
 
 __all__ += ["OBSERVE_MIN_SECONDS"]
+
+# -- synthetic pipelines (workload.py, models/pipeline.py, distributed/pipeline.py) -------------------
+
+PIPELINE_POLL_SECONDS = _assume(
+    "PIPELINE_POLL_SECONDS", 1e-3,
+    "longest sleep between two polls of a waiting pipeline process (its backoff's cap; the model "
+    "charges half of it per message as the receiver's wake-up)",
+    SET_BY_HAND + " (16 polling ranks on 2 cores stay under a tenth of a core; a millisecond is a "
+    "percent of the scaled cases' 30-100 ms stages)",
+    "distributed/pipeline.py waits, models/pipeline.py makespan")
+
+MPI_EAGER_BYTES = _assume(
+    "MPI_EAGER_BYTES", 65536,
+    "bytes from which a message between hosts waits for its receive to be posted (rendezvous: the "
+    "data crosses the link only once the receiver asks)",
+    "Open MPI's TCP BTL default (btl_tcp_eager_limit = 64 KiB, its header included)",
+    "models/pipeline.py makespan (a manager that takes a task only when a replica is free)")
+
+__all__ += ["MPI_EAGER_BYTES", "PIPELINE_POLL_SECONDS"]

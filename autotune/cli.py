@@ -8,7 +8,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from autotune import testbed
+from autotune import cli_synthetic, testbed
 from autotune.benchmarks import add_parser as add_bench_parser
 from autotune.cli_common import error
 from autotune.cli_explain import cmd_explain
@@ -101,6 +101,9 @@ def parser() -> argparse.ArgumentParser:
                      help="check points besides the database's own (`autotune bench validate --out` output)")
     rep.set_defaults(func=cmd_report)
     add_bench_parser(sub)
+    syn = sub.add_parser("synthetic", help="synthetic master/worker-of-pipelines workloads: check, tune, run",
+                         description=cli_synthetic.__doc__)
+    cli_synthetic.add_arguments(syn)
     bed = sub.add_parser("testbed", help="an emulated cluster on this machine (root): up, show, mpiexec, down",
                          description=testbed.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     testbed.add_arguments(bed)

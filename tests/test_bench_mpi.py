@@ -125,3 +125,24 @@ def test_balance_calls_bench_tiny(tmp_path):
     assert len(report["probe"]["seconds"][0]) == len(report["adaptive"]["seconds"][0]) == 4
     assert report["probe_over_adaptive"] > 0 and len(report["adaptive"]["weights"][0]) == 5
     assert not list(run_dir.iterdir())
+
+
+def test_synthetic_bench_tiny(tmp_path, capsys):
+    """bench synthetic on 16 ranks of one host: 003's cases (scaled to milliseconds) in every
+    configuration with their exact message totals, a generated workload with regret and the
+    model against the rules; only --out is written; nothing to do is one line, exit 2."""
+    run_dir, out = tmp_path / "run", tmp_path / "syn.json"
+    run_dir.mkdir()
+    _bench_mpi(16, ["synthetic", "--cases", "--scale", "0.0003", "--workloads", "1", "--sizes", "1024", "--reps", "1",
+                    "--out", str(out)], run_dir)
+    report = json.loads(out.read_text())
+    sent = {c["case"]: {k: (c[k]["sent"], c[k]["received"]) for k in ("original", "source-tuned")}
+            for c in report["cases"]}
+    assert sent == {"case1": {"original": (316, 316), "source-tuned": (525, 520)},
+                    "case2": {"original": (372, 372), "source-tuned": (581, 576)}}
+    assert all(c["model-tuned"]["median"] > 0 for c in report["cases"])
+    assert len(report["workloads"]) == 1 and report["workloads"][0]["regret"] >= 1.0
+    assert report["summary"]["workloads"] == 1 and not list(run_dir.iterdir())
+    assert cli.main(["bench", "synthetic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing to do" in err[0], err

@@ -1,7 +1,8 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate``, ``scalapack``,
-``mapping-testbed``, ``placement``, ``stencil``, ``balance`` and ``balance-calls`` run under ``mpiexec -n P`` (mpi4py
+``mapping-testbed``, ``placement``, ``stencil``, ``balance``, ``balance-calls`` and ``synthetic``
+run under ``mpiexec -n P`` (mpi4py
 imported inside ``run``; without it one line naming the ``mpi`` extra, exit 2); the other ``mpi-*``
 ones and ``comm-fit`` read saved results and re-time nothing, ``comm-plan`` only plans."""
 from __future__ import annotations
@@ -31,6 +32,7 @@ from autotune.benchmarks import (
     scalapack,
     stencil,
     strassen_remodel,
+    synthetic,
     validate,
 )
 
@@ -40,7 +42,7 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
             "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
             "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil,
-            "balance": balance, "balance-calls": balance_calls}
+            "balance": balance, "balance-calls": balance_calls, "synthetic": synthetic}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
