@@ -11,15 +11,18 @@ import dataclasses
 
 from autotune.config import get_options
 from autotune.db.comm_lookup import load_comm
-from autotune.distributed.pipeline import PipelineError, Report, table
+from autotune.db.lookup import load_sp
+from autotune.distributed.pipeline import GEMM_N, PipelineError, Report, table
 from autotune.distributed.pipeline import run as _run
 from autotune.models.pipeline import Hop, Prediction, comm_hop
 from autotune.models.pipeline import predict as _predict
+from autotune.routines import flops_of
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
 from autotune.workload import Plan, Spec, SpecError, describe, load_spec, plan
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
+GEMM_BACKEND = "numpy-openblas"    # the library a compute stage's gemm calls run on (numpy's matmul)
 
 
 def check(source) -> Plan:
@@ -65,7 +68,16 @@ def run(spec: Spec | Plan, comm=None, *, timeout: float | None = None, root: int
         comm = MPI.COMM_WORLD
     if timeout is None:
         timeout = DEADLINE_FACTOR * _predict(pl, hop or links(db, nprocs=comm.size)).seconds + 60.0
-    return _run(comm, pl, timeout, root)
+    return _run(comm, pl, timeout, root, gemm_call(db) if pl.spec.work == "compute" else None)
+
+
+def gemm_call(db=None) -> float | None:
+    """Seconds of one of a compute stage's gemm calls from the probe's k (numpy's OpenBLAS, one
+    thread), None where the database has not measured it (the runner times one itself)."""
+    sp = load_sp(db if db is not None else get_options().db)
+    if not sp.has("gemm", GEMM_BACKEND, 1):
+        return None
+    return float(flops_of("gemm", "square", GEMM_N)[0] * sp.k("gemm", GEMM_BACKEND, 1, GEMM_N))
 
 
 __all__ = ["Choice", "PipelineError", "Plan", "Prediction", "Report", "Spec", "SpecError", "check", "describe",

@@ -99,3 +99,25 @@ def test_a_rank_killed_mid_run_ends_the_job_without_orphans(tmp_path, victim=2):
     assert took < 45, f"the job took {took:.0f} s to end after a rank died"
     time.sleep(1.0)
     assert not [p for p in pids if _alive(p)], "ranks left running after the job ended"
+
+
+COMPUTE = """
+from mpi4py import MPI
+from autotune import synthetic
+comm = MPI.COMM_WORLD
+spec = synthetic.load_spec({"task_bytes": 1000, "initial_messages": 6, "iterations": 2, "reply_bytes": 10,
+                            "work": "compute", "workers": [{"stages": [{"mean": 0.02, "spread": 0.005},
+                                                                      {"mean": 0.03, "spread": 0.005}]}]})
+rep = synthetic.run(spec, comm, timeout=120)
+if comm.rank == 0:
+    stages = [r for r in rep.rows if r.role == "stage"]
+    assert [r.units for r in stages] == [12, 12], stages
+    for r in stages:                    # the gemm calls took (at least about) the drawn times
+        assert r.seconds >= 0.5 * r.units * r.per_unit, r
+    assert (rep.sent, rep.received) == (synthetic.plan(spec).sends, synthetic.plan(spec).receives)
+    print("COMPUTE OK", flush=True)
+"""
+
+
+def test_compute_stages_spend_their_time_in_gemm_calls(tmp_path):
+    assert "COMPUTE OK" in run_mpi(COMPUTE, 3, tmp_path).stdout

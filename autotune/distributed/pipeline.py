@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from autotune.assumptions import PIPELINE_POLL_SECONDS
 from autotune.workload import MANAGER, MASTER, REPLICA, STAGE, Plan, Process
@@ -300,30 +301,38 @@ def _drain(ch: Channel, pl: Plan, p: Process) -> None:
             ch.wait(None, END, count=False)
 
 
-def _work(pl: Plan) -> Work:
-    if pl.spec.work != "compute":
-        return Work("wait")
-    from threadpoolctl import threadpool_limits
-
-    from autotune.config import get_options
-    from autotune.db.lookup import load_sp
-    threadpool_limits(1)
-    n = 128
-    k = float(load_sp(get_options().db).k("gemm", "numpy-openblas", 1, n))
-    return Work("compute", 2.0 * n ** 3 * k, n)
+GEMM_N = 128          # order of the gemm calls a compute stage repeats (a call is ~0.1 ms)
 
 
-def run(comm, pl: Plan, timeout: float, root: int = 0) -> Report | None:
+def calibrate(n: int = GEMM_N, calls: int = 12) -> float:
+    """Seconds of one n x n gemm call on one thread, timed here (when the probe's k is not given)."""
+    a, b, c = np.ones((n, n)), np.ones((n, n)), np.empty((n, n))
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        np.matmul(a, b, out=c)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times[2:]))
+
+
+def run(comm, pl: Plan, timeout: float, root: int = 0, seconds_per_call: float | None = None) -> Report | None:
     """Run ``pl`` on ``comm`` (collective); the report on ``root``, None elsewhere. Every rank
     raises PipelineError alike if the ranks cannot hold the plan; past ``timeout`` seconds a
-    waiting rank aborts the job."""
+    waiting rank aborts the job. Compute stages repeat ``GEMM_N`` gemm calls of
+    ``seconds_per_call`` each (the probe's k; None: timed here) on one thread."""
+    if pl.spec.work != "compute":
+        return _run(comm, pl, timeout, root, Work("wait"))
+    with threadpool_limits(1):
+        return _run(comm, pl, timeout, root, Work("compute", seconds_per_call or calibrate(), GEMM_N))
+
+
+def _run(comm, pl: Plan, timeout: float, root: int, work: Work) -> Report | None:
     names = comm.allgather(socket.gethostname())
     ranks, _ = assign(pl, names)              # deterministic: every rank raises alike
     me = ranks.index(comm.rank) if comm.rank in ranks else -1
     nbytes = max(pl.spec.task_bytes * pl.spec.initial_messages,
                  max(w.reply_bytes for w in pl.spec.workers))
     ch = Channel(comm, ranks, time.monotonic() + timeout, nbytes)
-    work = _work(pl) if me >= 0 else None
     units: list[float] = []
     ch.barrier()
     start = time.perf_counter()
