@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sizes", type=int, nargs="*", default=list(SIZES), metavar="BYTES",
                    help="task sizes the generated workloads draw from")
+    p.add_argument("--workload-scale", type=float, default=1.0,
+                   help="the generated workloads' stage times x this (default 1: 10-120 ms)")
     p.add_argument("--extra", type=int, default=2, help="processors the tuner may add to a workload's own")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--db", default=None, help="database with the comm probe's links")
@@ -47,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     problem = output_problem("--out", args.out) or (
-        "" if args.reps >= 1 and args.scale > 0 and args.workloads >= 0 and args.sizes and min(args.sizes) > 0
-        else "--reps, --scale, --sizes must be positive")
+        "" if args.reps >= 1 and args.scale > 0 and args.workload_scale > 0 and args.workloads >= 0 and args.sizes
+        and min(args.sizes) > 0 else "--reps, --scale, --workload-scale, --sizes must be positive")
     if not problem and not (args.cases or args.workloads):
         problem = "nothing to do: give --cases and/or --workloads N"
     comm, status = mpi_world("synthetic", problem)
@@ -60,7 +62,7 @@ def run(args) -> int:
     if args.cases:
         report["cases"] = [_case(comm, name, args, hop, hosts) for name in ("case1", "case2")]
     if args.workloads:
-        specs = generate(args.workloads, args.seed, args.sizes)
+        specs = [synthetic.scaled(s, args.workload_scale) for s in generate(args.workloads, args.seed, args.sizes)]
         report["workloads"] = [_workload(comm, s, args, hop, hosts) for s in specs]
         report["summary"] = summary(report["workloads"])
     report_root(comm, report, args.out)
