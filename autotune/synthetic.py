@@ -3,7 +3,8 @@ and replication, run it over MPI (docs/usage.md#synthetic).
 
 ``check`` plans a spec (SpecError lists every violated rule); ``predict`` and ``tune`` price plans
 with the comm probe's links from the database (nominal links, with a warning, without one);
-``run`` executes a plan collectively on a communicator and returns the report on the root.
+``run`` executes a plan collectively on a communicator and returns the report on the root
+(``autotune.distributed``, like mpi4py, is imported on first use).
 """
 from __future__ import annotations
 
@@ -12,17 +13,15 @@ import dataclasses
 from autotune.config import get_options
 from autotune.db.comm_lookup import load_comm
 from autotune.db.lookup import load_sp
-from autotune.distributed.pipeline import GEMM_N, PipelineError, Report, table
-from autotune.distributed.pipeline import run as _run
 from autotune.models.pipeline import Hop, Prediction, comm_hop
 from autotune.models.pipeline import predict as _predict
-from autotune.routines import flops_of
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
-from autotune.workload import Plan, Spec, SpecError, describe, load_spec, plan
+from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, load_spec, plan
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
 GEMM_BACKEND = "numpy-openblas"    # the library a compute stage's gemm calls run on (numpy's matmul)
+GEMM_ORDER = 128                   # their order (distributed.pipeline.GEMM_N), where k is looked up
 
 
 def check(source) -> Plan:
@@ -58,27 +57,35 @@ def tune(spec: Spec, processors: int | None = None, *, db=None, hosts: int | Non
 
 
 def run(spec: Spec | Plan, comm=None, *, timeout: float | None = None, root: int = 0, db=None,
-        hop: Hop | None = None) -> Report | None:
-    """Run the workload on ``comm`` (default COMM_WORLD; collective): the report on ``root``.
-    PipelineError alike on every rank if its ranks cannot hold the plan; a rank waiting past
-    ``timeout`` (default: DEADLINE_FACTOR x the prediction with ``db``'s links + 60 s) aborts the job."""
+        hop: Hop | None = None):
+    """Run the workload on ``comm`` (default COMM_WORLD; collective): its ``Report`` on ``root``,
+    None elsewhere. PipelineError alike on every rank if its ranks cannot hold the plan; a rank
+    waiting past ``timeout`` (default: DEADLINE_FACTOR x the prediction with ``db``'s links
+    + 60 s) aborts the job."""
+    from autotune.distributed.pipeline import run as run_plan
     pl = spec if isinstance(spec, Plan) else plan(spec)
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
     if timeout is None:
         timeout = DEADLINE_FACTOR * _predict(pl, hop or links(db, nprocs=comm.size)).seconds + 60.0
-    return _run(comm, pl, timeout, root, gemm_call(db) if pl.spec.work == "compute" else None)
+    return run_plan(comm, pl, timeout, root, gemm_k(db) if pl.spec.work == "compute" else None)
 
 
-def gemm_call(db=None) -> float | None:
-    """Seconds of one of a compute stage's gemm calls from the probe's k (numpy's OpenBLAS, one
-    thread), None where the database has not measured it (the runner times one itself)."""
+def table(report, title: str = "") -> str:
+    """A run's report as 003's Cuadros 8-9 (``distributed.pipeline.table``)."""
+    from autotune.distributed.pipeline import table as as_table
+    return as_table(report, title)
+
+
+def gemm_k(db=None) -> float | None:
+    """Seconds per flop of a compute stage's gemm calls (numpy's OpenBLAS, one thread) from the
+    probe, None where the database has not measured it (the runner times a call itself)."""
     sp = load_sp(db if db is not None else get_options().db)
     if not sp.has("gemm", GEMM_BACKEND, 1):
         return None
-    return float(flops_of("gemm", "square", GEMM_N)[0] * sp.k("gemm", GEMM_BACKEND, 1, GEMM_N))
+    return float(sp.k("gemm", GEMM_BACKEND, 1, GEMM_ORDER))
 
 
-__all__ = ["Choice", "PipelineError", "Plan", "Prediction", "Report", "Spec", "SpecError", "check", "describe",
+__all__ = ["Choice", "PipelineError", "Plan", "Prediction", "Spec", "SpecError", "check", "describe", "gemm_k",
            "links", "load_spec", "plan", "predict", "rules", "run", "scaled", "table", "tune"]

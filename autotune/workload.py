@@ -40,6 +40,10 @@ RULES = {
 }
 
 
+class PipelineError(ValueError):
+    """The plan cannot run on these ranks (raised alike on every rank)."""
+
+
 class SpecError(ValueError):
     """A spec that cannot be planned: one line per problem, each naming its rule."""
 
@@ -427,3 +431,20 @@ def describe(pl: Plan) -> str:
     lines.append(f"messages: {pl.sends} sent, {pl.receives} received, "
                  f"{sum(p.drains for p in pl.processes)} ends drained at shutdown")
     return "\n".join(lines)
+
+
+def assign(pl: Plan, hostnames: list[str]) -> tuple[list[int], list[str]]:
+    """Rank of each plan process and the hosts in rank order of appearance; PipelineError if a host
+    has fewer ranks than processes the plan deals to it."""
+    hosts = list(dict.fromkeys(hostnames))
+    free = {h: [r for r, n in enumerate(hostnames) if n == h] for h in hosts}
+    ranks = []
+    for p in pl.processes:
+        h = hosts[p.processor % len(hosts)]
+        if not free[h]:
+            need = sum(1 for q in pl.processes if hosts[q.processor % len(hosts)] == h)
+            have = sum(1 for n in hostnames if n == h)
+            raise PipelineError(f"host {h} has {have} ranks and the plan puts {need} processes on it; "
+                                f"launch {pl.launch} ranks over {pl.processors} hosts (mpiexec -n {pl.launch})")
+        ranks.append(free[h].pop(0))
+    return ranks, hosts

@@ -24,8 +24,7 @@ import numpy as np
 
 from autotune import synthetic
 from autotune.benchmarks._common import mpi_world, output_problem, report_root
-from autotune.distributed.pipeline import PipelineError, assign
-from autotune.workload import Pipeline, Spec, Stage, load_spec
+from autotune.workload import Pipeline, PipelineError, Spec, Stage, assign, load_spec
 
 HELP = "synthetic master/worker pipelines (003): the source's cases and generated workloads, original vs tuned"
 SIZES = (1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)

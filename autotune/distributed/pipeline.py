@@ -19,14 +19,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.assumptions import PIPELINE_POLL_SECONDS
-from autotune.workload import MANAGER, MASTER, REPLICA, STAGE, Plan, Process
+from autotune.routines import flops_of
+from autotune.workload import MANAGER, MASTER, REPLICA, STAGE, Plan, Process, assign
 
 BATCH, TASK, RESULT, REPLY, END = 31, 32, 33, 34, 35
 IN_FLIGHT_POLL = PIPELINE_POLL_SECONDS / 10     # seconds between progress calls while sends are in flight
-
-
-class PipelineError(RuntimeError):
-    """The plan cannot run on these ranks (raised alike on every rank)."""
 
 
 @dataclass(frozen=True)
@@ -64,23 +61,6 @@ class Report:
     @property
     def received(self) -> int:
         return sum(r.received for r in self.rows)
-
-
-def assign(pl: Plan, hostnames: list[str]) -> tuple[list[int], list[str]]:
-    """Rank of each plan process and the hosts in rank order of appearance; PipelineError if a host
-    has fewer ranks than processes the plan deals to it."""
-    hosts = list(dict.fromkeys(hostnames))
-    free = {h: [r for r, n in enumerate(hostnames) if n == h] for h in hosts}
-    ranks = []
-    for p in pl.processes:
-        h = hosts[p.processor % len(hosts)]
-        if not free[h]:
-            need = sum(1 for q in pl.processes if hosts[q.processor % len(hosts)] == h)
-            have = sum(1 for n in hostnames if n == h)
-            raise PipelineError(f"host {h} has {have} ranks and the plan puts {need} processes on it; "
-                                f"launch {pl.launch} ranks over {pl.processors} hosts (mpiexec -n {pl.launch})")
-        ranks.append(free[h].pop(0))
-    return ranks, hosts
 
 
 class Work:
@@ -315,15 +295,16 @@ def calibrate(n: int = GEMM_N, calls: int = 12) -> float:
     return float(np.median(times[2:]))
 
 
-def run(comm, pl: Plan, timeout: float, root: int = 0, seconds_per_call: float | None = None) -> Report | None:
+def run(comm, pl: Plan, timeout: float, root: int = 0, gemm_k: float | None = None) -> Report | None:
     """Run ``pl`` on ``comm`` (collective); the report on ``root``, None elsewhere. Every rank
     raises PipelineError alike if the ranks cannot hold the plan; past ``timeout`` seconds a
-    waiting rank aborts the job. Compute stages repeat ``GEMM_N`` gemm calls of
-    ``seconds_per_call`` each (the probe's k; None: timed here) on one thread."""
+    waiting rank aborts the job. Compute stages repeat ``GEMM_N`` gemm calls on one thread, each
+    its flops x ``gemm_k`` seconds (the probe's k; None: timed here)."""
     if pl.spec.work != "compute":
         return _run(comm, pl, timeout, root, Work("wait"))
+    per_call = float(flops_of("gemm", "square", GEMM_N)[0]) * gemm_k if gemm_k else calibrate()
     with threadpool_limits(1):
-        return _run(comm, pl, timeout, root, Work("compute", seconds_per_call or calibrate(), GEMM_N))
+        return _run(comm, pl, timeout, root, Work("compute", per_call, GEMM_N))
 
 
 def _run(comm, pl: Plan, timeout: float, root: int, work: Work) -> Report | None:
@@ -388,4 +369,4 @@ def table(report: Report, title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PipelineError", "Report", "Row", "assign", "run", "table"]
+__all__ = ["GEMM_N", "Report", "Row", "calibrate", "run", "table"]
