@@ -116,7 +116,7 @@ class Spec:
         """This workload with each worker's stage types replaced by ``types`` (checked)."""
         workers = []
         for w, row in zip(self.workers, types, strict=True):
-            stages = tuple(replace(s, **_parse_type(t)) for s, t in zip(w.stages, row, strict=True))
+            stages = tuple(replace(s, **parse_type(t)) for s, t in zip(w.stages, row, strict=True))
             workers.append(replace(w, stages=stages))
         spec = replace(self, workers=tuple(workers))
         problems = _structure(spec)
@@ -133,7 +133,8 @@ class Spec:
                             for w in self.workers]}
 
 
-def _parse_type(text) -> dict:
+def parse_type(text) -> dict:
+    """``kind`` and ``degree`` of a stage type ("IND", "AGR_k", "REP_k"); SpecError (rule 8) if none."""
     m = _TYPE.match(str(text).strip().upper()) if isinstance(text, str) else None
     if m is None:
         raise SpecError([f"rule 8 ({RULES[8]}): stage type {text!r}"])
@@ -261,7 +262,7 @@ def _stage(data, where: str, defaults: dict, problems: list[str]) -> Stage | Non
     if mean is not None and spread is not None and not 0 <= spread <= max(mean, 0):
         problems.append(f"rule 7 ({RULES[7]}): {where} has spread {spread:g} and mean {mean:g}")
     try:
-        kind = _parse_type(data.get("type", "IND"))
+        kind = parse_type(data.get("type", "IND"))
     except SpecError as exc:
         problems.append(f"{exc.problems[0]} of {where}")
         return None
@@ -354,9 +355,9 @@ def plan(spec: Spec) -> Plan:
     unreceived (sent 525, received 520); here they are drained at shutdown, counted apart."""
     procs: list[dict] = [{"role": MASTER, "processor": 0}]
     processors = 1
-    heads, tails = [], []
+    heads = []
     for i, w in enumerate(spec.workers):
-        previous, group_left, group_cpu = 0, 0, 0
+        previous, group_end, group_cpu = 0, 0, 0
         for j, s in enumerate(w.stages):
             first, last = j == 0, j == len(w.stages) - 1
             if s.kind == "REP":
@@ -370,20 +371,18 @@ def plan(spec: Spec) -> Plan:
                            "first": first, "last": last} for c in cpus]
                 me = m
             else:
-                if group_left == 0:
+                if j >= group_end:                   # a new processor: an IND stage or a group's head
                     group_cpu, processors = processors, processors + 1
-                    group_left = s.degree if s.kind == "AGR" else 1
+                    group_end = j + (s.degree if s.kind == "AGR" else 1)
                 me = len(procs)
                 procs.append({"role": STAGE, "processor": group_cpu, "worker": i, "stage": j, "source": previous,
                               "first": first, "last": last})
-            group_left = max(group_left - 1, 0) if s.kind != "REP" else group_left
             if previous:
                 procs[previous]["target"] = me
             else:
                 heads.append(me)
             previous = me
         procs[previous]["target"] = 0
-        tails.append(previous)
     counted = _counts(spec, procs)
     level = max(2 if any(p["role"] == MANAGER for p in procs) else 1,
                 max((s.degree for w in spec.workers for s in w.stages if s.kind == "AGR"), default=1))
@@ -438,12 +437,11 @@ def assign(pl: Plan, hostnames: list[str]) -> tuple[list[int], list[str]]:
     has fewer ranks than processes the plan deals to it."""
     hosts = list(dict.fromkeys(hostnames))
     free = {h: [r for r, n in enumerate(hostnames) if n == h] for h in hosts}
+    dealt = [hosts[i] for i in pl.host_of(len(hosts))]
     ranks = []
-    for p in pl.processes:
-        h = hosts[p.processor % len(hosts)]
+    for h in dealt:
         if not free[h]:
-            need = sum(1 for q in pl.processes if hosts[q.processor % len(hosts)] == h)
-            have = sum(1 for n in hostnames if n == h)
+            need, have = dealt.count(h), hostnames.count(h)
             raise PipelineError(f"host {h} has {have} ranks and the plan puts {need} processes on it; "
                                 f"launch {pl.launch} ranks over {pl.processors} hosts (mpiexec -n {pl.launch})")
         ranks.append(free[h].pop(0))

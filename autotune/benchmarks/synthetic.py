@@ -23,7 +23,7 @@ from importlib import resources
 import numpy as np
 
 from autotune import synthetic
-from autotune.benchmarks._common import mpi_world, output_problem, report_root
+from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root
 from autotune.workload import Pipeline, PipelineError, Spec, Stage, assign, load_spec
 
 HELP = "synthetic master/worker pipelines (003): the source's cases and generated workloads, original vs tuned"
@@ -115,11 +115,10 @@ def _time(comm, candidates: dict[str, Spec], reps: int, hop) -> dict:
 
 
 def _stats(seconds: list[float]) -> dict:
-    s = np.asarray(seconds, float)
-    if not len(s):
+    if not len(seconds):
         return {}
-    q1, med, q3 = np.percentile(s, [25, 50, 75])
-    return {"median": float(med), "spread": float((q3 - q1) / med) if med > 0 else 0.0}
+    q1, med, q3 = quartiles(seconds)
+    return {"median": med, "spread": (q3 - q1) / med if med > 0 else 0.0}
 
 
 def _entry(spec: Spec, timed: dict, hop, hosts: int | None) -> dict:

@@ -52,7 +52,6 @@ class Report:
 
     rows: tuple[Row, ...]
     seconds: float
-    iterations: tuple[float, ...]
 
     @property
     def sent(self) -> int:
@@ -341,7 +340,7 @@ def _run(comm, pl: Plan, timeout: float, root: int, work: Work) -> Report | None
         return None
     got = sorted((r for r in rows if r is not None), key=lambda r: r.index)
     master = got[0]
-    return Report(tuple(got), master.seconds, tuple(units) if comm.rank == ranks[0] else ())
+    return Report(tuple(got), master.seconds)
 
 
 def _row(rank: int, p: Process, host: str, seconds: float, units: list[float], ch: Channel) -> Row:

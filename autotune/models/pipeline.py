@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
+from autotune.models.stencil import link_primitive
 from autotune.workload import MANAGER, STAGE, Plan, Spec
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
@@ -39,16 +40,14 @@ class Prediction:
 
 
 def comm_hop(cp) -> Hop:
-    """A message's (ts, m tw) from the comm probe's one-way link primitives (``link_host`` /
-    ``link_net``, else its ping-pong), cached per size: a pipeline has three message sizes."""
-    have = cp.primitives()
+    """A message's (ts, m tw) from the comm probe's one-way link primitives
+    (``models.stencil.link_primitive``), cached per size: a pipeline has three message sizes."""
     cache: dict[tuple[float, bool], tuple[float, float]] = {}
 
     def hop(nbytes: float, net: bool) -> tuple[float, float]:
         key = (float(nbytes), bool(net))
         if key not in cache:
-            prim = f"link_{'net' if net else 'host'}"
-            ts, tw = cp.ts_tw(prim if prim in have else "pingpong", 2, nbytes)
+            ts, tw = cp.ts_tw(link_primitive(cp, net, one_way=True), 2, nbytes)
             cache[key] = (ts, tw * nbytes)
         return cache[key]
     return hop

@@ -71,13 +71,15 @@ def hosts_of(p: int, cp) -> np.ndarray:
     return np.arange(p) // per
 
 
-def link_primitive(cp, net: bool) -> str:
+def link_primitive(cp, net: bool, one_way: bool = False) -> str:
     """The comm probe's primitive for a message between two ranks on one host or on two while its
     neighbour's travels the other way: its swap (Sendrecv) on a pair of that link kind, else its
-    link ping-pong, else the plain ping-pong (a one-way time: on a loaded link it undercounts)."""
+    link ping-pong, else the plain ping-pong (a one-way time: on a loaded link it undercounts).
+    ``one_way``: a message nothing travels against (a pipeline's), the link ping-pong first."""
     kind = "net" if net else "host"
     have = cp.primitives()
-    return next((x for x in (f"swap_{kind}", f"link_{kind}") if x in have), "pingpong")
+    order = (f"link_{kind}",) if one_way else (f"swap_{kind}", f"link_{kind}")
+    return next((x for x in order if x in have), "pingpong")
 
 
 def link_time(cp, net: bool, nbytes: float) -> float:

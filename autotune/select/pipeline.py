@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autotune.models.pipeline import Hop, Prediction, makespan, predict
-from autotune.workload import Pipeline, Spec, plan
+from autotune.workload import Pipeline, Spec, parse_type, plan
 
 MAX_REPLICAS = 4      # replication degrees tried per stage (the search space, not a guess of cost)
 SCREEN = 16           # sampled runs when screening one worker's options
@@ -28,7 +28,6 @@ class Choice:
     spec: Spec
     processors: int
     prediction: Prediction
-    how: str
 
     @property
     def configuration(self) -> tuple[tuple[str, ...], ...]:
@@ -55,15 +54,8 @@ def options(worker: Pipeline, most: int) -> list[tuple[tuple[str, ...], int]]:
 
 def _alone(spec: Spec, w: int, types: tuple[str, ...], hop: Hop, n: int) -> np.ndarray:
     """Sampled iteration makespans (n runs) of worker ``w`` configured ``types``, on its own hosts."""
-    one = replace(spec, workers=(replace(spec.workers[w], stages=tuple(
-        replace(s, **_kind(t)) for s, t in zip(spec.workers[w].stages, types, strict=True))),), iterations=1)
-    pl = plan(one)
+    pl = plan(replace(spec, workers=(spec.workers[w],), iterations=1).configured((types,)))
     return makespan(pl, 0, np.zeros(n), hop, pl.host_of(pl.processors), draw_worker=w)
-
-
-def _kind(t: str) -> dict:
-    kind, _, k = t.partition("_")
-    return {"kind": kind, "degree": int(k) if k else 1}
 
 
 def _front(spec: Spec, w: int, most: int, hop: Hop) -> list[tuple[tuple[str, ...], int, np.ndarray]]:
@@ -96,7 +88,7 @@ def tune(spec: Spec, hop: Hop, processors: int, hosts: int | None = None, keep: 
     out = []
     for _, cost, pick in combos[:keep]:
         s = spec.configured(tuple(types for types, _, _ in pick))
-        out.append(Choice(s, cost, predict(plan(s), hop, hosts), "model"))
+        out.append(Choice(s, cost, predict(plan(s), hop, hosts)))
     return sorted(out, key=lambda c: (round(c.prediction.seconds, 6), c.processors))
 
 
@@ -112,7 +104,7 @@ def rules(spec: Spec, processors: int) -> Spec:
     def load(key) -> float:
         i, j = key
         if types[i][j].startswith("AGR"):
-            return sum(s.mean for s in spec.workers[i].stages[j:j + int(types[i][j].split("_")[1])])
+            return sum(s.mean for s in spec.workers[i].stages[j:j + parse_type(types[i][j])["degree"]])
         return spec.workers[i].stages[j].mean / reps[key]
     while used < processors:
         key = max(reps, key=load)
@@ -142,7 +134,7 @@ def _grouped(w: Pipeline, slowest: float) -> list[str]:
 def _in_group(row: list[str], j: int) -> bool:
     """Is stage j inside (not the head of) a group?"""
     for h in range(j):
-        if row[h].startswith("AGR") and h + int(row[h].split("_")[1]) > j:
+        if row[h].startswith("AGR") and h + parse_type(row[h])["degree"] > j:
             return True
     return False
 
