@@ -64,12 +64,14 @@ for n in (1, 2, 5, 37, 100, 129):
 a = rng.standard_normal((40, 40))
 a[:, 9] = 0.0
 out = lu_factor(a if me == 0 else None, comm, Plan("lu", P, 1, P, b=8))
+tall = lu_factor(a if me == 0 else None, comm, Plan("lu", P, P, 1, b=4))
 got = solve(a if me == 0 else None, np.ones((40, 1)) if me == 0 else None, comm, Plan("gesv", P, 1, P, b=8))
 if me == 0:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         lu0, piv0 = sl.lu_factor(a)
-    assert out[2] == 10 and np.array_equal(out[1], piv0) and np.allclose(out[0], lu0)
+    for o in (out, tall):
+        assert o[2] == 10 and np.array_equal(o[1], piv0) and np.allclose(o[0], lu0)
     assert got[1] == 10
 
 # Bad input on the root: the same ValueError on every rank.

@@ -7,21 +7,22 @@ Per block column K (width w, rows kb.. of the trailing matrix):
 - **panel**: the process column owning K factors the m x w panel with the library's getrf (its
   recursive panel factorization, which searches each pivot over the whole panel). On 1 x c the
   owner holds the whole panel; on r > 1 the column's members send their rows to the diagonal
-  block's owner, which factors the assembled panel, so the pivots are LAPACK's (the pivot search
-  is a reduction within the process column, done by one rank on the gathered panel).
-- **panel broadcast**: the owner sends [info, pivots, factored panel] to every other rank
-  (point-to-point, posted at once: Isend); the column's members copy their rows back.
+  block's owner, which factors the assembled panel, so the pivots are LAPACK's.
+- **panel broadcast**: the owner sends each other rank [info, pivots, its process row's rows of the
+  factored panel] (point-to-point, posted at once: Isend); the column's members copy theirs back.
 - **row interchanges**: every rank applies the w pivots to its columns outside the panel (left,
-  finished L columns too, as LAPACK does): ``laswp`` on 1 x c; on r > 1 rows move between process
-  rows, one exchange within each process column.
+  finished L columns too, as LAPACK does): ``laswp`` on 1 x c; on r > 1 the pivots are one
+  permutation of the touched rows, and the rows that change process row move in one packed
+  message per pair of process rows of the column.
 - **U12**: the process row holding block row K solves L11 U12 = A12 (unit-lower trsm) on its
   trailing columns and, on r > 1, broadcasts it down its process column.
 - **trailing update**: A22 -= L21 U12, one gemm per rank on its local trailing piece.
 
-Look-ahead (1 x c): the owner of panel K+1 first updates only block column K+1 with panel K,
-factors panel K+1 and posts its sends, then does the rest of its step-K update; the others posted
-their receives before their update. A singular matrix (an exactly zero pivot) does not stop the
-loop, as in LAPACK: the first zero pivot's global index is the result's ``info``.
+Look-ahead: the process column of panel K+1 first updates only block column K+1 with panel K,
+gathers (r > 1) and factors panel K+1 and posts its sends, then does the rest of its step-K
+update; the others posted their receives before their update. A singular matrix (an exactly zero
+pivot) does not stop the loop, as in LAPACK: the first zero pivot's global index is the result's
+``info``.
 
 ``solve`` appends the right-hand sides as one more block column (owned by the process column
 after the last one of A): the interchanges, U12 solve and trailing updates of the factorization
@@ -36,7 +37,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from autotune.kernels import _front
+from autotune.kernels import _front, pack
 from autotune.layout import Layout
 from autotune.plans import Plan
 
@@ -49,7 +50,7 @@ from .steps import BlockSteps
 
 _TAG_CYCLE = 8192
 POLL_BLOCKS = 2         # block columns of the trailing update between two polls of the messages
-_GATHER, _PANEL, _RING = 0, 1, 2
+_GATHER, _PANEL, _RING, _SWAP = 0, 1, 2, 3
 
 
 class _LU(BlockSteps):
@@ -63,7 +64,7 @@ class _LU(BlockSteps):
         super().__init__(layout.rows, layout.cols, grid.pr, grid.pc)
         self.MPI, self.x, self.be, self.xb = MPI, x, be, xb
         self.comm, self.col = grid.comm, grid.col
-        self.lookahead = lookahead and grid.r == 1
+        self.lookahead = lookahead
         self.grow = self.rows.indices(self.myr)      # global row of each local row
         self.ipiv = np.zeros(self.n, dtype=np.int64)                       # global, 0-based
         self.itype = np.dtype(be.int_dtype)
@@ -78,7 +79,7 @@ class _LU(BlockSteps):
         return i * self.nc + j
 
     def tag(self, K: int, kind: int) -> int:
-        return 3 * (K % _TAG_CYCLE) + kind
+        return 4 * (K % _TAG_CYCLE) + kind
 
     def _clock(self, name: str, t0: float) -> float:
         t1 = time.perf_counter()
@@ -86,9 +87,15 @@ class _LU(BlockSteps):
         return t1
 
     # -- panel ---------------------------------------------------------------------------------
+    def _rows_of(self, i: int, K: int) -> np.ndarray:
+        """Global rows >= K b held by process row i."""
+        rows = self.rows.indices(i)
+        return rows[rows >= K * self.b]
+
     def _message_size(self, K: int) -> int:
+        """[info, pivots, this process row's rows of the factored panel]."""
         w = self.size(K)
-        return 1 + w + (self.n - K * self.b) * w
+        return 1 + w + (self.mloc - self.lr(K)) * w
 
     def post_recv(self, K: int) -> None:
         """Irecv panel K's message (every rank but its factoring one): three slots by K % 3, since panels
@@ -103,29 +110,34 @@ class _LU(BlockSteps):
         return self.myr == self.prow(K) and self.myc == self.pcol(K)
 
     def factor(self, K: int) -> None:
-        """Panel K on its process column: (gather,) getrf, pack and send to every other rank."""
+        """Panel K on its process column: (gather on the diagonal owner,) getrf, and to each rank
+        the pivots and its process row's rows of the factored panel (Isend)."""
         if self.myc != self.pcol(K):
             return
         t0 = time.perf_counter()
-        kb, w, pc = K * self.b, self.size(K), self.lc(K)
-        if self.nr > 1:
-            panel = self._gather_panel(K)
-            if panel is None:
-                return
-        else:
-            panel = self.x[kb:, pc:pc + w]
+        kb, w, pc, top = K * self.b, self.size(K), self.lc(K), self.lr(K)
+        panel = self._gather_panel(K) if self.nr > 1 else self.x[kb:, pc:pc + w]
+        if panel is None:
+            return
         t0 = self._clock("communication", t0)
         ip = np.empty(w, dtype=self.itype)
         info = int(self.be.getrf(panel, ip))
+        if self.nr > 1:
+            self.x[top:, pc:pc + w] = panel[self.grow[top:] - kb]
         t0 = self._clock("compute", t0)
-        slot = f"lu_send{K % 2}"
-        self._wait_sends(slot)
-        msg = workspace.empty(slot, self._message_size(K))
-        msg[0], msg[1:1 + w] = info, ip
-        msg[1 + w:].reshape(panel.shape, order="F")[...] = panel
-        self.sends.append((slot, [self.comm.Isend([msg, self.MPI.DOUBLE], q, self.tag(K, _PANEL))
-                                  for q in range(self.nr * self.nc) if q != self.comm.rank]))
-        self.own = (K, msg, panel)
+        self._wait_sends(K % 2)
+        sends = []
+        for i in range(self.nr):
+            peers = [q for q in range(i * self.nc, (i + 1) * self.nc) if q != self.comm.rank]
+            if not peers:
+                continue
+            rows = self._rows_of(i, K) - kb
+            msg = workspace.empty(f"lu_send{K % 2}_{i}", 1 + w + rows.size * w)
+            msg[0], msg[1:1 + w] = info, ip
+            msg[1 + w:].reshape((rows.size, w), order="F")[...] = panel if self.nr == 1 else panel[rows]
+            sends += [self.comm.Isend([msg, self.MPI.DOUBLE], q, self.tag(K, _PANEL)) for q in peers]
+        self.sends.append((K % 2, sends))
+        self.own = (info, ip, self.x[top:, pc:pc + w])
         self._clock("communication", t0)
 
     def _gather_panel(self, K: int) -> np.ndarray | None:
@@ -142,39 +154,31 @@ class _LU(BlockSteps):
             if i == owner:
                 continue
             rows = self._rows_of(i, K)
-            piece = np.empty((rows.size, w), order="F")
+            piece = workspace.empty("lu_piece", (rows.size, w), order="F")
             self.col.Recv([piece, self.MPI.DOUBLE], i, self.tag(K, _GATHER))
             panel[rows - kb] = piece
         return panel
 
-    def _rows_of(self, i: int, K: int) -> np.ndarray:
-        """Global rows >= K b held by process row i."""
-        rows = self.rows.indices(i)
-        return rows[rows >= K * self.b]
-
     def panel(self, K: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """(info, 1-based pivots of the panel, its factored (n - Kb) x w rows) on every rank."""
+        """(info, 1-based pivots of the panel, this rank's rows of the factored panel: its local
+        rows from block row K down) on every rank; the panel's process column keeps them in x."""
         t0 = time.perf_counter()
         w = self.size(K)
         if self._factoring(K):
-            _, msg, panel = self.own
-            if self.nr > 1:
-                top, pc = self.lr(K), self.lc(K)
-                self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
+            info, ip, mine = self.own
         else:
             req, msg = self.recvs.pop(K)
             req.Wait()
-            panel = msg[1 + w:].reshape((self.n - K * self.b, w), order="F")
-            if self.nr > 1 and self.myc == self.pcol(K):
+            info, ip = int(msg[0]), msg[1:1 + w].astype(self.itype)
+            mine = msg[1 + w:].reshape((-1, w), order="F")
+            if self.myc == self.pcol(K):
                 top, pc = self.lr(K), self.lc(K)
-                self.x[top:, pc:pc + w] = panel[self.grow[top:] - K * self.b]
-        info = int(msg[0])
-        ip = msg[1:1 + w].astype(self.itype)
+                self.x[top:, pc:pc + w] = mine
         if info and not self.info:
             self.info = K * self.b + info
         self.ipiv[K * self.b:K * self.b + w] = ip.astype(np.int64) - 1 + K * self.b
         self._clock("communication", t0)
-        return info, ip, panel
+        return info, ip, mine
 
     # -- the step's update -----------------------------------------------------------------------
     def interchange(self, K: int, ip: np.ndarray) -> None:
@@ -182,40 +186,59 @@ class _LU(BlockSteps):
         t0 = time.perf_counter()
         kb, w, pc = K * self.b, self.size(K), self.lc(K)
         own = self.myc == self.pcol(K)
+        if self.nr > 1:         # no right-hand sides here: the solve runs on 1 x c
+            cols = np.arange(self.nloc, dtype=np.int64)
+            self._exchange(K, ip, np.concatenate([cols[:pc], cols[pc + w:]]) if own else cols)
+            self._clock("communication", t0)
+            return
         views = [self.x[:, :pc], self.x[:, pc + w:]] if own else [self.x]
         if self.xb is not None:
             views.append(self.xb)
-        if self.nr == 1:
-            for v in views:
-                if v.shape[1]:
-                    self.be.laswp(v[kb:], ip)
-            self._clock("compute", t0)
-            return
-        self._exchange(K, ip, [v for v in views if v.shape[1]])
-        self._clock("communication", t0)
+        for v in views:
+            if v.shape[1]:
+                self.be.laswp(v[kb:], ip)
+        self._clock("compute", t0)
 
-    def _exchange(self, K: int, ip: np.ndarray, views: list[np.ndarray]) -> None:
-        """r > 1: the interchanges as one permutation of the touched rows, moved within the process
-        column (each rank contributes the touched rows it holds, every member takes its own)."""
+    def _moves(self, K: int, ip: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The panel's interchanges as one permutation: (destination rows, their source rows)."""
         kb = K * self.b
-        perm = {}
+        perm: dict[int, int] = {}
         for i, p in enumerate(ip.astype(np.int64) - 1 + kb):
             g = kb + i
             perm[g], perm[p] = perm.get(p, p), perm.get(g, g)
-        moved = {g: s for g, s in perm.items() if g != s}
-        if not moved:
+        moved = sorted((g, s) for g, s in perm.items() if g != s)
+        return np.array([g for g, _ in moved], np.int64), np.array([s for _, s in moved], np.int64)
+
+    def _exchange(self, K: int, ip: np.ndarray, cols: np.ndarray) -> None:
+        """r > 1: the interchanges on local columns ``cols`` within the process column, the rows
+        packed per peer process row (every source read before any row is written; one Isend and
+        one Irecv per peer)."""
+        dst, src = self._moves(K, ip)
+        if not (dst.size and cols.size):
             return
-        local = {int(g): i for i, g in enumerate(self.grow)}
-        held = sorted(s for s in moved.values() if s in local)
-        rows = [np.concatenate([v[local[s]] for v in views]) if views else np.empty(0) for s in held]
-        pieces = dict(zip(held, rows, strict=True))
-        for got in self.col.allgather(pieces):
-            for g, s in moved.items():
-                if g in local and s in got:
-                    row, c0 = got[s], 0
-                    for v in views:
-                        v[local[g]] = row[c0:c0 + v.shape[1]]
-                        c0 += v.shape[1]
+        down, up = self.rows.owner(dst), self.rows.owner(src)
+        ldst, lsrc = self.rows.local_index(dst), self.rows.local_index(src)
+        reqs, inbox = [], []
+        for q in range(self.nr):
+            out, into = (up == self.myr) & (down == q), (down == self.myr) & (up == q)
+            if q == self.myr:
+                if out.any():
+                    inbox.append((ldst[out], self._take(lsrc[out], cols)))
+                continue
+            if out.any():
+                reqs.append(self.col.Isend([self._take(lsrc[out], cols), self.MPI.DOUBLE], q, self.tag(K, _SWAP)))
+            if into.any():
+                buf = np.empty((int(into.sum()), cols.size), order="F")
+                reqs.append(self.col.Irecv([buf, self.MPI.DOUBLE], q, self.tag(K, _SWAP)))
+                inbox.append((ldst[into], buf))
+        self.MPI.Request.Waitall(reqs)
+        for rows, buf in inbox:
+            pack.put(self.x, pack.as_index(rows), cols, buf)
+
+    def _take(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        out = np.empty((rows.size, cols.size), order="F")
+        pack.take(self.x, pack.as_index(rows), cols, out)
+        return out
 
     def u12(self, K: int, panel: np.ndarray) -> list[np.ndarray]:
         """U12 of block row K for this rank's trailing columns (and right-hand sides)."""
@@ -240,12 +263,9 @@ class _LU(BlockSteps):
             self.col.Bcast([buf, self.MPI.DOUBLE], self.prow(K))
         return buf
 
-    def l21(self, K: int, panel: np.ndarray) -> np.ndarray:
-        """L21 rows of this rank (local rows below block row K)."""
-        low = self.lr(K + 1)
-        if self.nr == 1:
-            return panel[self.size(K):]
-        return np.asfortranarray(panel[self.grow[low:] - K * self.b])
+    def l21(self, K: int, mine: np.ndarray) -> np.ndarray:
+        """L21 rows of this rank (its local rows below block row K) from its rows of panel K."""
+        return mine[self.lr(K + 1) - self.lr(K):]
 
     def gemm(self, K: int, l21: np.ndarray, u: np.ndarray, c: np.ndarray, poll: bool = False) -> None:
         """c -= l21 u; with ``poll``, in chunks of ``POLL_BLOCKS`` block columns with the messages
@@ -286,7 +306,7 @@ class _LU(BlockSteps):
         if self.xb is not None:
             self.gemm(K, l21, us[1], self.xb[low:])
 
-    def _wait_sends(self, slot: str | None = None) -> None:
+    def _wait_sends(self, slot: int | None = None) -> None:
         keep = []
         for s, reqs in self.sends:
             if slot is None or s == slot:

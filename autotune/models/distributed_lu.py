@@ -5,20 +5,23 @@ by step over the block columns with each rank's real local sizes.
 Per step K (panel width w, m = n - K b rows from the diagonal down), on rank (i, j):
 
 - panel: ``getrf`` "panel" (m x w, the library's recursive panel factorization) on the owner of
-  the diagonal block; on r > 1 after the column's rows reach it (``bcast_col`` of its m w words);
-- panel broadcast: [info, pivots, panel] to every other rank, ``bcast_row`` of 8 (m w + w) bytes,
-  the owner packing it first (a copy) and each receiver copying it in (``movement.in_loop``);
+  the diagonal block; on r > 1 after the column's rows reach it (``bcast_col`` of m w / r words);
+- panel broadcast: [info, pivots, its process row's rows of the panel] to every other rank,
+  ``bcast_row`` of 8 (m w / r + w) bytes, the owner packing the panel first (a copy) and each
+  receiver copying its rows in (``movement.in_loop``);
 - interchanges: ``laswp`` "panel" (w pivots on the rank's n_j columns; elements = w n_j); on
-  r > 1 the swapped rows also cross process rows (``bcast_col`` of 2 w n_j words);
+  r > 1 the swapped rows also cross process rows, (r - 1) / r of them each way (``bcast_col`` of
+  2 w n_j (r - 1) / r words);
 - U12: ``trsm`` (w x w unit-lower solve of w x N_j, the "panel" series' flops w^2 N_j), on r > 1
   broadcast down the column (``bcast_col`` of w N_j words);
 - trailing update: ``gemm`` "rankb" (M_i x w times w x N_j, k at their geometric mean size),
   M_i, N_j: the rank's local rows and columns below and right of block K.
 
 Combination: a per-rank clock recurrence, the critical path of the implementation. With
-look-ahead (1 x c) the owner of panel K+1 updates block column K+1 first, factors and sends panel
-K+1, then finishes its step-K update; the others receive panel K+1 when their update is done.
-Without look-ahead (r > 1) every step starts when panel K is ready everywhere. Phases as the run
+look-ahead the process column of panel K+1 updates block column K+1 first, gathers (r > 1) and
+factors panel K+1 on its diagonal owner, which sends it, then finishes its step-K update; the
+others receive panel K+1 when their update is done. Without look-ahead the column factors panel
+K+1 after its whole step-K update. Phases as the run
 reports them (maximum over ranks): compute is the busiest rank's BLAS time, communication the rest
 of the loop. ``distribution``: the root's Fortran copy with its finiteness check (one pass) and the
 scatter (``colscatter_cold`` on 1 x c, packing and ``scatterv_cold`` on 2-D grids);
@@ -73,11 +76,11 @@ class _Steps:
         m = n - J * b                                    # panel rows
         G = np.array([flops("getrf", {"m": int(mk), "n": int(w)}) for mk, w in zip(m, s, strict=True)])
         self.panel = G * _k(sp, "getrf", backend, threads, m, "panel", b)
-        msg = WORD * (m * s + s + 1)
+        msg = WORD * (m * s / r + s + 1)                 # [info, pivots, one process row's rows]
         self.message = np.asarray(cp.time("bcast_row" if c > 1 else "bcast_col", p, msg, grid=grid),
                                   float).reshape(N) if p > 1 else np.zeros(N)
         share = getattr(cp, "loop_share", None)
-        self.copy_in = movement.in_loop(sp, m * s, share) + float(getattr(cp, "loop_overhead", 0.0))
+        self.copy_in = movement.in_loop(sp, m * s / r, share) + float(getattr(cp, "loop_overhead", 0.0))
         self.pack = movement.copies(sp, m * s) + movement.in_loop(sp, m * s, share)
         swaps = s[:, None] * ncols[None, :]              # (N, c) elements interchanged
         lk = _k(sp, "laswp", backend, threads, ncols, "panel", b)
@@ -98,8 +101,8 @@ class _Steps:
             self.gather = col_t
             down = np.asarray(cp.time("bcast_col", p, (WORD * s[:, None] * Nc).ravel(), grid=grid),
                               float).reshape(N, 1, c)
-            swap_t = np.asarray(cp.time("bcast_col", p, (2 * WORD * s[:, None] * ncols[None, :]).ravel(),
-                                        grid=grid), float).reshape(N, 1, c)
+            moved = 2.0 * (r - 1) / r * WORD * s[:, None] * ncols[None, :]     # rows crossing, both ways
+            swap_t = np.asarray(cp.time("bcast_col", p, moved.ravel(), grid=grid), float).reshape(N, 1, c)
             self.cross = np.broadcast_to(down + swap_t, (N, r, c)).copy()
         self.s, self.r, self.c = s, r, c
 
@@ -109,7 +112,6 @@ def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
     r, c, N = st.r, st.c, st.N
     t = np.zeros((r, c))
     busy = np.zeros((r, c))
-    look = lookahead and r == 1
 
     def factor(K: int, start: float) -> float:
         busy[K % r, K % c] += st.panel[K]
@@ -126,14 +128,14 @@ def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
         t = t + work + st.cross[K]
         if K == N - 1:
             break
-        jn = (K + 1) % c
-        if look:
-            rest = st.update[K][0, jn] - st.ahead[K][0, jn]
-            ready = factor(K + 1, float(t[0, jn] - rest))
-            t[0, jn] = ready + rest
-        else:
-            ready = factor(K + 1, float(t[:, jn].max()))
-            t[(K + 1) % r, jn] = ready
+        jn, io = (K + 1) % c, (K + 1) % r
+        # look-ahead: the next panel's process column updates block column K+1 first, gathers
+        # and factors it, then finishes its step-K update; its members wait for the gather
+        rest = st.update[K][:, jn] - st.ahead[K][:, jn] if lookahead else np.zeros(r)
+        start = t[:, jn] - rest
+        ready = factor(K + 1, float(start.max()))
+        t[:, jn] = start.max() + st.gather[K + 1] + rest
+        t[io, jn] = ready + rest[io]
     return t, busy
 
 
