@@ -53,7 +53,8 @@ def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen
     budget = opts.thread_budget if threads is None else int(threads)
     strassen = opts.allow_strassen if allow_strassen is None else bool(allow_strassen)
     after_state = None if after is None else pools.parse(after)
-    return rank(as_problem(routine, shape), sp, budget, strassen, explain=True, after=after_state)
+    return rank(as_problem(routine, shape), sp, budget, strassen, explain=True, after=after_state,
+                memory_bytes=opts.memory_cap)
 
 
 def problem_dims(routine: str, dims: tuple) -> tuple[int, ...]:

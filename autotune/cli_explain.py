@@ -3,9 +3,7 @@ process mappings), optionally running the chosen call once."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -18,7 +16,7 @@ from autotune.api import (
 from autotune.backends import pools
 from autotune.calls import CALLS
 from autotune.cli_common import error
-from autotune.config import available_cores, options
+from autotune.config import available_cores, available_memory, options
 from autotune.db import load_sp, resolve
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, load_platform, measured_platform
@@ -54,7 +52,7 @@ def cmd_explain(args) -> int:
             return error("explain", f"--{exc}", 2)
         try:
             dec = rank(as_problem(args.routine, dims), sp, opts.thread_budget, opts.allow_strassen, explain=True,
-                       after=after)
+                       after=after, memory_bytes=opts.memory_cap)
         except LookupError as exc:
             return error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
         print(describe(dec, top=args.top))
@@ -116,40 +114,11 @@ def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
     """Why ``--run`` cannot allocate its operands ("" if it can or the free memory is unknown)."""
     need = CALLS[routine].nbytes(as_problem(routine, dims))
     free = available_memory()
-    if free is None or need <= free:
+    if need <= free:
         return ""
     shape = "x".join(map(str, dims))
     return (f"--run: the operands of {routine} {shape} need {need / 2**30:,.1f} GiB, more than the "
             f"{free / 2**30:,.1f} GiB of memory available")
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to this process: the system's MemAvailable (else its free pages),
-    capped by a cgroup limit; None if unknown."""
-    free = _meminfo_available()
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
-            free = min(free if free is not None else np.inf, int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return None if free is None else int(free)
-
-
-def _meminfo_available() -> int | None:
-    """MemAvailable from /proc/meminfo, else free pages times page size; None if neither is known."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
@@ -157,7 +126,7 @@ def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
     cp = load_comm(opts.db, nprocs=args.np)
     try:
         dec = rank_plans(as_problem(args.routine, dims), args.np, sp, cp, args.threads or available_cores(),
-                         opts.allow_strassen, min_efficiency=args.min_efficiency)
+                         opts.allow_strassen, min_efficiency=args.min_efficiency, memory_bytes=opts.memory_cap)
     except LookupError as exc:
         return error("explain", f"{exc} in {resolve(opts.db)}")
     print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")

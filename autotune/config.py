@@ -15,6 +15,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 _cores: list = [0, 0.0]     # cached core count and when to look again (it is asked on every call)
+_memory: list = [0, 0.0]    # the same for the available memory
+MEMORY_GRAIN = 256 << 20    # the available memory is rounded down to this, so decisions cached under it last
 
 
 def available_cores() -> int:
@@ -29,6 +31,34 @@ def available_cores() -> int:
     return _cores[0]
 
 
+def available_memory() -> int:
+    """Bytes this host can still give without swapping (/proc/meminfo's MemAvailable, else the
+    physical memory), rounded down to ``MEMORY_GRAIN``; re-read at most once a second."""
+    now = time.monotonic()
+    if now > _memory[1]:
+        _memory[0], _memory[1] = _read_available(), now + 1.0
+    return _memory[0]
+
+
+def _read_available() -> int:
+    """MemAvailable (else the free pages), capped by a cgroup v2 limit."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = 1024 * next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read())
+        if limit != "max":
+            avail = min(avail, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(avail // MEMORY_GRAIN, 1) * MEMORY_GRAIN
+
+
 @dataclass(frozen=True)
 class Options:
     """``threads``: most threads a tuned call may use (default: all available cores).
@@ -38,17 +68,27 @@ class Options:
     (None: an eighth of physical memory; 0: allocate afresh every call, see
     ``autotune.distributed.workspace``).
     ``min_efficiency``: on a shared cluster, run the fastest distributed plan whose predicted
-    efficiency ``T_seq / (cores T_par)`` is at least this (None: the fastest plan; 0.8 in 004)."""
+    efficiency ``T_seq / (cores T_par)`` is at least this (None: the fastest plan; 0.8 in 004).
+    ``memory_bytes``: most bytes a call may allocate on one host beyond its operands; candidates
+    and plans predicted to need more are dropped (None: the host's available memory, 0: no cap)."""
 
     threads: int | None = None
     allow_strassen: bool = False
     db: str | None = None
     workspace_bytes: int | None = None
     min_efficiency: float | None = None
+    memory_bytes: int | None = None
 
     @property
     def thread_budget(self) -> int:
         return self.threads if self.threads is not None else available_cores()
+
+    @property
+    def memory_cap(self) -> int | None:
+        """The cap in bytes in force (None: none)."""
+        if self.memory_bytes is None:
+            return available_memory()
+        return self.memory_bytes or None
 
 
 _default = Options()
@@ -88,6 +128,9 @@ def _validated(opts: Options) -> Options:
         raise ValueError(f"threads must be a positive integer or None, got {opts.threads!r}")
     if opts.workspace_bytes is not None and (not isinstance(opts.workspace_bytes, int) or opts.workspace_bytes < 0):
         raise ValueError(f"workspace_bytes must be a non-negative integer or None, got {opts.workspace_bytes!r}")
+    if opts.memory_bytes is not None and (isinstance(opts.memory_bytes, bool) or not isinstance(opts.memory_bytes, int)
+                                          or opts.memory_bytes < 0):
+        raise ValueError(f"memory_bytes must be a non-negative integer or None, got {opts.memory_bytes!r}")
     eff = opts.min_efficiency
     if eff is not None and (isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0.0 < eff <= 1.0):
         raise ValueError(f"min_efficiency must be in (0, 1] or None, got {eff!r}")

@@ -56,11 +56,12 @@ def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
         library = FAMILIES[problem.family].library
         after = pools.PoolState(library, backends.get(library).get_threads(), 0.0)
     if explain:
-        dec = rank(problem, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after)
+        dec = rank(problem, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after,
+                   memory_bytes=opts.memory_cap)
         print(dec)
         return dec.chosen, dec
     try:
-        dec = choose(problem, sp, opts.thread_budget, opts.allow_strassen, after=after)
+        dec = choose(problem, sp, opts.thread_budget, opts.allow_strassen, after=after, memory_bytes=opts.memory_cap)
     except LookupError:
         return None, None
     return dec.chosen, dec

@@ -376,7 +376,8 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
             print(f"host speeds from the {source}: " + ", ".join(
                 f"{h} {v:.3g}" for h, v in sorted(seen.host_speeds.items())) + " GFLOP/s (one-thread dgemm)")
         return _remember(key, sp, cp, placed.plan)
-    dec = rank_plans(problem, nprocs, sp, cp, cores[root], opts.allow_strassen, min_efficiency=opts.min_efficiency)
+    dec = rank_plans(problem, nprocs, sp, cp, cores[root], opts.allow_strassen, min_efficiency=opts.min_efficiency,
+                     memory_bytes=opts.memory_cap)
     if explain:
         print(dec)
     return _remember(key, sp, cp, dec.chosen)

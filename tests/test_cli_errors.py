@@ -60,8 +60,8 @@ def test_explain_run_checks_memory_from_the_size_up_front(capsys):
 def test_explain_run_memory_check_uses_the_available_memory(monkeypatch, capsys):
     monkeypatch.setattr(cli_explain, "available_memory", lambda: 1 << 30)
     _fails(["explain", "cholesky", "20000", "--run"], 1, capsys, "need 8.9 GiB, more than the 1.0 GiB")
-    monkeypatch.setattr(cli_explain, "available_memory", lambda: None)     # unknown: no up-front refusal
-    assert cli_explain._memory_problem("gemm", (10**7,) * 3) == ""
+    monkeypatch.setattr(cli_explain, "available_memory", lambda: 1 << 40)
+    assert cli_explain._memory_problem("cholesky", (20000,)) == ""
 
 
 def test_explain_run_out_of_memory_anyway_is_one_line(tiny_db, monkeypatch, capsys):

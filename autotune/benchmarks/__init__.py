@@ -1,8 +1,8 @@
 """``autotune bench``: the benchmarks, one subcommand each (speed and model checks outside the
 unit tests). Each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``;
 a new benchmark is one more module in COMMANDS. ``mpi-speed``, ``mpi-validate``, ``scalapack``,
-``mapping-testbed``, ``placement``, ``stencil``, ``balance``, ``balance-calls`` and ``synthetic``
-run under ``mpiexec -n P`` (mpi4py
+``mapping-testbed``, ``placement``, ``stencil``, ``balance``, ``balance-calls``, ``synthetic`` and
+``memory`` run under ``mpiexec -n P`` (mpi4py
 imported inside ``run``; without it one line naming the ``mpi`` extra, exit 2); the other ``mpi-*``
 ones and ``comm-fit`` read saved results and re-time nothing, ``comm-plan`` only plans."""
 from __future__ import annotations
@@ -19,6 +19,7 @@ from autotune.benchmarks import (
     drift,
     mapping,
     mapping_testbed,
+    memory,
     mpi_repeat,
     mpi_rescore,
     mpi_speed,
@@ -42,7 +43,7 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
             "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
             "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil,
-            "balance": balance, "balance-calls": balance_calls, "synthetic": synthetic}
+            "balance": balance, "balance-calls": balance_calls, "synthetic": synthetic, "memory": memory}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -16,11 +16,13 @@ from autotune.db.contention import ContendedSP, load_contention
 from autotune.families import DISTRIBUTED, FAMILIES, STENCIL_BACKENDS, Problem, family, usable_blocks
 from autotune.halo import fits
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
+from autotune.models.memory import plan_footprint, ranks_on_busiest_host
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 from autotune.plans import PHASES, Plan, grids
 
 from . import corrections
 from .corrections import Correction
+from .memory import keep_fitting
 from .rank import choose
 
 # Strassen levels on SUMMA.
@@ -273,22 +275,25 @@ def _calibration(family: str, sp, cp) -> Calibration | None:
                        tuple(int(n) for n in info.get("sizes", ())), factors)
 
 
-def local_phases(problem: Problem, sp, cores: int, nprocs: int = 1) -> tuple[Plan, dict[str, float]]:
+def local_phases(problem: Problem, sp, cores: int, nprocs: int = 1,
+                 memory_bytes: int | None = None) -> tuple[Plan, dict[str, float]]:
     """The one-process candidate: the single-process selector's choice on the cores the other
     ``nprocs - 1`` ranks leave free (an idle MPI rank still polls, so it occupies a core), with
     what the family's one-process run over MPI adds (``models.plan_models``)."""
-    dec = choose(problem, sp, max(1, cores - (nprocs - 1)))
+    dec = choose(problem, sp, max(1, cores - (nprocs - 1)), memory_bytes=memory_bytes)
     best = next(r for r in dec.ranking if r.candidate == dec.chosen)
     plan = Plan("local", 1, 1, 1, threads=dec.chosen.threads, backend=dec.chosen.backend)
     return plan, PLAN_MODELS[problem.family].local_phases(problem, plan, sp, best.predicted)
 
 
 def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen: bool = False,
-               oversubscribe: bool = False, min_efficiency: float | None = None) -> DistDecision:
+               oversubscribe: bool = False, min_efficiency: float | None = None,
+               memory_bytes: int | None = None) -> DistDecision:
     """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first: ranks x BLAS
     threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``.
     With ``min_efficiency`` the plans predicted below it come after those above (the chosen plan
-    is the fastest efficient one; 004's shared-cluster rule)."""
+    is the fastest efficient one; 004's shared-cluster rule). Plans predicted to need more than
+    ``memory_bytes`` on a host (``models.memory``; None: no cap) are dropped."""
     fam = problem.family
     if fam not in DISTRIBUTED:
         raise ValueError(f"no distributed plans for {fam!r}; families with them: {', '.join(DISTRIBUTED)}")
@@ -296,7 +301,7 @@ def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen
     path, key = getattr(sp, "path", None), cp.platform.get("key")
     cont, factors = load_contention(path, key), load_phase_factors(path, key)
     if sp.table is not None:
-        plan, phases = local_phases(problem, sp, cores, nprocs)
+        plan, phases = local_phases(problem, sp, cores, nprocs, memory_bytes)
         ctx = _PlanContext.of(problem, plan, sp, cp, cont, factors)
         calibrated, done = corrections.apply(phases, ctx, _CALIBRATION, _total)
         ranking.append(DistRanked(plan, calibrated, phases, done))
@@ -311,7 +316,9 @@ def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen
         raise LookupError(f"no plan for {problem} on {nprocs} ranks")
     _set_efficiency(ranking, problem, sp)
     ranking.sort(key=lambda r: r.seconds)
-    notes = []
+    ranking, notes = keep_fitting(ranking, lambda r: host_bytes(problem, r.plan, hosts), memory_bytes,
+                                  lambda r: str(r.plan))
+    notes = [f"plans {n}" for n in notes]
     if min_efficiency is not None:
         low = [r for r in ranking if r.efficiency is not None and r.efficiency < min_efficiency]
         if low and len(low) < len(ranking):
@@ -324,6 +331,13 @@ def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen
     def terms() -> list[str]:
         return [] if chosen.algorithm == "local" else PLAN_MODELS[fam].explain(problem, chosen, sp, cp)
     return DistDecision(problem, nprocs, ranking, notes, _calibration(fam, sp, cp), terms)
+
+
+def host_bytes(problem: Problem, plan: Plan, hosts: int) -> float | None:
+    """Bytes ``plan`` is predicted to allocate on its busiest host (None: no memory model; the
+    one-process plan's candidate was already chosen within the cap)."""
+    fp = None if plan.algorithm == "local" else plan_footprint(problem.dims, plan)
+    return None if fp is None else fp.host_bytes(ranks_on_busiest_host(plan.p, hosts))
 
 
 def _set_efficiency(ranking: list[DistRanked], problem: Problem, sp) -> None:
@@ -345,6 +359,8 @@ def describe(dec: DistDecision, top: int = 12) -> str:
     lines = [f"{dec.family} {'x'.join(map(str, dec.dims))} on up to {dec.nprocs} ranks: chose {dec.chosen}",
              calibration_line(dec)]
     lines += [f"  {t}" for t in dec.terms()]
+    fp = None if dec.chosen.algorithm == "local" else plan_footprint(dec.dims, dec.chosen)
+    lines += [f"  memory: {fp.describe()}"] if fp is not None else []
     lines += [f"  note: {n}" for n in dec.notes]
     best = dec.ranking[0].seconds
     for i, r in enumerate(dec.ranking[:top], 1):

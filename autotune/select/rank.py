@@ -16,6 +16,7 @@ from autotune.families import FAMILIES, Problem
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models import lu as lu_models
+from autotune.models import memory
 from autotune.models import stencil as stencil_models
 from autotune.models.dispatch import dispatch as dispatch_model
 from autotune.models.fitted import fitted_for, override
@@ -25,6 +26,7 @@ from autotune.plans import Candidate
 from . import corrections
 from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, NESTED_BACKEND, NESTED_LEVELS, STRASSEN_LEVELS
 from .corrections import Correction
+from .memory import keep_fitting
 
 # The hand-set hedge and margin (COMPOSED_RISK, INCUMBENT_MARGIN, FLOOR_SLACK) live in
 # autotune/assumptions.py; the thread-pool charges are measured (autotune.db.pools).
@@ -75,6 +77,7 @@ class Decision:
         lines = [f"{self.family} {'x'.join(map(str, self.dims))}, thread budget {self.threads}: chose {self.chosen}"]
         lines.append(f"  after: {self.after.backend} {self.after.threads}t (its pool still counts)" if self.after
                      else "  after: an idle spell (no pool hot)")
+        lines.append(f"  memory: {memory.local(self.dims, self.family, self.chosen).describe()}")
         lines += [f"  note: {n}" for n in self.notes]
         shown = self.ranking[:top]
         index = _sp_index(shown)
@@ -310,9 +313,11 @@ GROUPS = {"gemm": _gemm_groups, "cholesky": _cholesky_groups, "lu": _lu_groups, 
 
 
 def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
-         explain: bool = False, prune: bool = False, after: PoolState | None = None) -> Decision:
+         explain: bool = False, prune: bool = False, after: PoolState | None = None,
+         memory_bytes: int | None = None) -> Decision:
     """Evaluate every candidate for ``problem`` within a ``threads`` budget, as the call that
     follows ``after`` (the previous library call while its pool counts; None: an idle spell).
+    Candidates predicted to allocate more than ``memory_bytes`` (None: no cap) are dropped.
 
     ``prune``: skip groups whose lower bound (with charges) already exceeds a ranked candidate
     (branch and bound: the choice is unchanged, the ranking shorter; ``choose`` prunes).
@@ -345,7 +350,10 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
     if not ranking:
         raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
     ranking.sort(key=lambda r: r.seconds)
+    ranking, dropped = keep_fitting(ranking, lambda r: memory.local(dims, family, r.candidate).root_bytes,
+                                    memory_bytes, lambda r: str(r.candidate))
     chosen, incumbent, notes = _apply_margin(family, ranking)
+    notes += [f"candidates {n}" for n in dropped]
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes, after)
@@ -512,14 +520,16 @@ _CACHE: dict[tuple, Decision] = {}
 
 
 def choose(problem: Problem, sp, threads: int, allow_strassen: bool = False,
-           after: PoolState | None = None) -> Decision:
-    """``rank`` with the decision cached per (problem, budget, Strassen allowed, SP source, pool state)."""
-    key = (problem, threads, allow_strassen, id(sp), learn.version(), after)
+           after: PoolState | None = None, memory_bytes: int | None = None) -> Decision:
+    """``rank`` with the decision cached per (problem, budget, Strassen allowed, SP source, pool
+    state, memory cap)."""
+    key = (problem, threads, allow_strassen, id(sp), learn.version(), after, memory_bytes)
     dec = _CACHE.get(key)
     if dec is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
-        dec = _CACHE[key] = rank(problem, sp, threads, allow_strassen, prune=True, after=after)
+        dec = _CACHE[key] = rank(problem, sp, threads, allow_strassen, prune=True, after=after,
+                                 memory_bytes=memory_bytes)
     return dec
 
 
