@@ -33,12 +33,11 @@ from scipy.optimize import linprog
 
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.db import comm as dbc
-from autotune.models import comm_fit
+from autotune.models import comm_fit, comm_train
 from autotune.models import comm_scaling as scaling
+from autotune.models.comm_train import BANDS
 
 HELP = "held-out check of a comm probe's (ts, tw) fits, and two probes' repeatability"
-BANDS = ((0, 4096, "< 4 KiB"), (4096, 1 << 18, "4-256 KiB"), (1 << 18, 1 << 22, "0.25-4 MiB"),
-         (1 << 22, np.inf, ">= 4 MiB"))
 # The per-kind counts regime_report gathers, in order.
 COUNTS = ("regimes", "passing", "failing_only_off_neighbours", "heldout_errors", "median_within_tol")
 
@@ -177,11 +176,31 @@ def check(platform: dbc.Platform, other: dbc.Platform | None, tol: float) -> dic
     doc = {"key": platform.key, "failing": lines, "counts": _as_json(counts),
            "summary": summary_line("own fits", counts, tol), "p_heldout": held,
            "p_heldout_lines": scaling.heldout_lines(held, scaling.measured_p(platform.points))}
+    doc["loggp"], doc["loggp_lines"] = loggp_report(platform)
     if other is not None:
         theirs = regime_report(platform, tol, fits_from=other)[1]
         doc.update(retest=retest(platform, other), other_counts=_as_json(theirs),
                    other_summary=summary_line("the other probe's fits on this probe's held-out points", theirs, tol))
     return doc
+
+
+def loggp_report(platform: dbc.Platform) -> tuple[dict | None, list[str]]:
+    """LoOgGP against Hockney on the PRTT runs, per message band (``comm_train.compare``), and the
+    model each band's trains are priced by."""
+    if platform.prtt is None or len(platform.prtt) < 4 or not platform.loggp:
+        return None, ["LoOgGP: no PRTT runs in this probe"]
+    pp = platform.points[platform.points["primitive"] == b"pingpong"]
+    cmp = comm_train.compare(platform.prtt, (pp["nbytes"], pp["t_mean"]), platform.fits)
+    lines = ["LoOgGP vs Hockney, median held-out error on the PRTT runs (one round trip | a train of "
+             f"{int(platform.prtt['n'][0])}), fitted on every other size:"]
+    for i, (_, _, name) in enumerate(BANDS):
+        if not cmp["sizes"][i]:
+            continue
+        lg, hk = cmp["loggp_train"][i], cmp["hockney_train"][i]
+        lines.append(f"  {name:11s} {cmp['sizes'][i]:2d} sizes: one {cmp['loggp_one'][i]:6.1%} | "
+                     f"{cmp['hockney_one'][i]:6.1%}   train {lg:6.1%} | {hk:6.1%}   trains priced by "
+                     f"{'LoOgGP' if lg < hk else 'Hockney'}")
+    return cmp, lines
 
 
 def _read(path: str) -> dict[str, dbc.Platform]:
@@ -217,7 +236,7 @@ def run(args) -> int:
     reports = [check(pl, others.get(key), args.tol) for key, pl in mine.items()]
     for doc in reports:
         print(f"== {doc['key']}")
-        print("\n".join([*doc["failing"], doc["summary"], *doc["p_heldout_lines"]]))
+        print("\n".join([*doc["failing"], doc["summary"], *doc["p_heldout_lines"], *doc["loggp_lines"]]))
         if "retest" in doc:
             print(f"-- against {args.other} (A = {args.db}, B = the other)")
             print("\n".join([*doc["retest"], doc["other_summary"]]))

@@ -20,6 +20,7 @@ from . import location
 from .comm import (
     COLLECTIVES,
     GRID_PRIMITIVES,
+    POINT_DTYPE,
     PRIMITIVES,
     UNREADABLE,
     Platform,
@@ -273,6 +274,23 @@ class CommParams:
     def loggp(self) -> dict | None:
         """LoOgGP parameters of the platform (seconds, seconds per byte), None if not measured."""
         return self._platform.loggp if self._platform is not None else None
+
+    @property
+    def prtt(self) -> np.ndarray | None:
+        """The PRTT round trips LoOgGP was fitted on (PRTT_DTYPE), None if not measured."""
+        return self._platform.prtt if self._platform is not None else None
+
+    @property
+    def fits(self) -> np.ndarray | None:
+        """The platform's stored Hockney fits (FIT_DTYPE), None without a platform."""
+        return self._platform.fits if self._platform is not None else None
+
+    def points(self, primitive: str) -> np.ndarray:
+        """The measured points of ``primitive`` (POINT_DTYPE, every p), empty without a platform."""
+        if self._platform is None:
+            return np.zeros(0, dtype=POINT_DTYPE)
+        pts = self._platform.points
+        return pts[pts["primitive"] == primitive.encode()]
 
     def primitives(self) -> tuple[str, ...]:
         return tuple(sorted(self._index))

@@ -332,7 +332,8 @@ def fit_loggp(prtt: np.ndarray, fits: np.ndarray | None = None) -> dict:
     L = PRTT(1,0,1)/2 (at the smallest size measured). Within each ping-pong regime (its
     breakpoints, from ``fits``) o(s) = o + O (s-1) and g(s) = g + G (s-1), non-negative, relative
     least squares (values floored at a twentieth of their median so noise near zero cannot
-    dominate).
+    dominate), and the regime's own latency L_r = median(PRTT(1,0,s)/2 - G (s-1)), so that one
+    message takes L_r + G (s-1) in every regime (the eager and rendezvous protocols differ).
     """
     prtt = np.sort(np.asarray(prtt).astype(PRTT_DTYPE), order="nbytes")
     s = prtt["nbytes"].astype(float)
@@ -354,6 +355,84 @@ def fit_loggp(prtt: np.ndarray, fits: np.ndarray | None = None) -> dict:
             floor = max(0.05 * float(np.median(vals)), 1e-9)
             a, b, _ = _line(s[sel] - 1.0, np.maximum(vals, floor))
             row[name], row[name.upper()] = a, b
+        # the regime's own latency: one way = L_r + G (s - 1) through its round trips
+        row["L"] = max(float(np.median(prtt["prtt1"][sel] / 2 - row["G"] * (s[sel] - 1.0))), 0.0)
         regimes.append(row)
     return {"L": float(prtt["prtt1"][0] / 2), "L_size": int(s[0]), "n": int(n[0]), "regimes": regimes,
             "o_s": [float(x) for x in o_s], "g_s": [float(x) for x in g_s], "sizes": [int(x) for x in s]}
+
+
+@dataclass(frozen=True)
+class LoOgGP:
+    """A stored LoOgGP fit as a model (docs/models.md#comm.loggp): one message of s bytes one way
+    ``L_r + G (s - 1)`` (the latency and G of s's regime), the gap between
+    messages one sender issues back to back ``g(s) = g + G (s - 1)``, and a train of k of them,
+    the last delivered after ``one_way(s) + (k - 1) g(s)``. Per regime: ``g``, ``G`` as
+    ``gap``, ``per_byte``; the sender's overhead ``o``, ``O`` as ``overhead``, ``overhead_per_byte``."""
+
+    L: float
+    L_size: float
+    bounds: np.ndarray          # regime i covers bounds[i - 1] <= s < bounds[i]
+    latency: np.ndarray         # per regime (L everywhere for fits stored without it)
+    gap0: np.ndarray
+    per_byte: np.ndarray
+    overhead: np.ndarray
+    overhead_per_byte: np.ndarray
+    largest: float              # the largest size the PRTT series measured
+
+    @classmethod
+    def of(cls, d: dict | None) -> LoOgGP | None:
+        if not d or not d.get("regimes"):
+            return None
+        regs = d["regimes"]
+        col = {k: np.array([float(r[k]) for r in regs]) for k in ("g", "G", "o", "O")}
+        latency = np.array([float(r.get("L", d["L"])) for r in regs])
+        return cls(float(d["L"]), float(d["L_size"]), np.array([float(r["lo"]) for r in regs[1:]]), latency,
+                   col["g"], col["G"], col["o"], col["O"], float(max(d.get("sizes") or [d["L_size"]])))
+
+    def _at(self, s) -> np.ndarray:
+        return np.searchsorted(self.bounds, np.asarray(s, dtype=float), side="right")
+
+    def one_way(self, s) -> np.ndarray:
+        s = np.asarray(s, dtype=float)
+        i = self._at(s)
+        return self.latency[i] + self.per_byte[i] * np.maximum(s - 1.0, 0.0)
+
+    def gap(self, s) -> np.ndarray:
+        s = np.asarray(s, dtype=float)
+        i = self._at(s)
+        return self.gap0[i] + self.per_byte[i] * np.maximum(s - 1.0, 0.0)
+
+    def train(self, k, s) -> np.ndarray:
+        return self.one_way(s) + (np.asarray(k, dtype=float) - 1.0) * self.gap(s)
+
+    def prtt(self, n, s) -> np.ndarray:
+        """PRTT(n, 0, s): n messages one way, one back."""
+        return self.train(n, s) + self.one_way(s)
+
+
+def loggp_heldout(prtt: np.ndarray, pingpong: tuple[np.ndarray, np.ndarray], fits: np.ndarray | None = None
+                  ) -> dict[str, np.ndarray]:
+    """LoOgGP against Hockney on the PRTT runs, both fitted on every other size: at the others,
+    the relative errors of each on PRTT(1,0,s) (one round trip) and PRTT(n,0,s) (a train of n
+    and the answer). Hockney's is the ping-pong fit (its one-way time t(s); n messages cost
+    n t(s): no overlap of consecutive messages). Empty arrays with fewer than 4 sizes."""
+    prtt = np.sort(np.asarray(prtt).astype(PRTT_DTYPE), order="nbytes")
+    out = {k: np.zeros(0) for k in ("nbytes", "loggp_one", "hockney_one", "loggp_train", "hockney_train")}
+    if len(prtt) < 4:
+        return out
+    train = np.zeros(len(prtt), dtype=bool)
+    train[0::2] = True
+    train[-1] = True
+    model = LoOgGP.of(fit_loggp(prtt[train], fits))
+    m, t = (np.asarray(x, dtype=float) for x in pingpong)
+    hock = fit_hockney(m[np.isin(m, prtt["nbytes"][train])], t[np.isin(m, prtt["nbytes"][train])])
+    held = prtt[~train]
+    s, n = held["nbytes"].astype(float), held["n"].astype(float)
+    rtt = 2.0 * hock.predict(s)
+
+    def rel(pred, meas):
+        return np.abs(pred - meas) / meas
+    return {"nbytes": s, "loggp_one": rel(2 * model.one_way(s), held["prtt1"]), "hockney_one": rel(rtt, held["prtt1"]),
+            "loggp_train": rel(model.prtt(n, s), held["prttn"]), "hockney_train": rel((n + 1) * rtt / 2, held["prttn"])}
+

@@ -7,8 +7,9 @@ Per step K (panel width w, m = n - K b rows from the diagonal down), on rank (i,
 - panel: ``getrf`` "panel" (m x w, the library's recursive panel factorization) on the owner of
   the diagonal block; on r > 1 after the column's rows reach it (``bcast_col`` of m w / r words);
 - panel broadcast: [info, pivots, its process row's rows of the panel] to every other rank,
-  ``bcast_row`` of 8 (m w / r + w) bytes, the owner packing the panel first (a copy) and each
-  receiver copying its rows in (``movement.in_loop``);
+  8 (m w / r + w) bytes, p - 1 sends back to back: LoOgGP's train where it beat Hockney on the
+  probe's PRTT runs in that message band (``comm_train``), else ``bcast_row``'s curve; the owner
+  packing the panel first (a copy) and each receiver copying its rows in (``movement.in_loop``);
 - interchanges: ``laswp`` "panel" (w pivots on the rank's n_j columns; elements = w n_j); on
   r > 1 the swapped rows also cross process rows, (r - 1) / r of them each way (``bcast_col`` of
   2 w n_j (r - 1) / r words);
@@ -39,7 +40,7 @@ import numpy as np
 from autotune.db.contention import alone
 from autotune.routines import flops
 
-from . import movement
+from . import comm_train, movement
 
 WORD = 8
 
@@ -77,8 +78,9 @@ class _Steps:
         G = np.array([flops("getrf", {"m": int(mk), "n": int(w)}) for mk, w in zip(m, s, strict=True)])
         self.panel = G * _k(sp, "getrf", backend, threads, m, "panel", b)
         msg = WORD * (m * s / r + s + 1)                 # [info, pivots, one process row's rows]
-        self.message = np.asarray(cp.time("bcast_row" if c > 1 else "bcast_col", p, msg, grid=grid),
-                                  float).reshape(N) if p > 1 else np.zeros(N)
+        bcast = np.asarray(cp.time("bcast_row" if c > 1 else "bcast_col", p, msg, grid=grid),
+                           float).reshape(N) if p > 1 else np.zeros(N)
+        self.message = comm_train.train_time(cp, p - 1, msg, bcast) if p > 1 else bcast
         share = getattr(cp, "loop_share", None)
         self.copy_in = movement.in_loop(sp, m * s / r, share) + float(getattr(cp, "loop_overhead", 0.0))
         self.pack = movement.copies(sp, m * s) + movement.in_loop(sp, m * s, share)
@@ -215,6 +217,17 @@ def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True):
 def solve_model(n: int, nrhs: int, plan, sp, cp, *, b=None, lookahead: bool = True):
     """Predicted phases of ``solve(a, b, comm, plan)`` with ``nrhs`` right-hand sides (1 x c plans)."""
     return _model(n, plan, sp, cp, b, lookahead, max(int(nrhs), 1))
+
+
+def explain(problem, plan, sp, cp) -> list[str]:
+    """How the panel's sends are priced: LoOgGP's train in the bands where it won, else Hockney."""
+    ch = comm_train.choice(cp)
+    if ch is None:
+        return ["panel sends: the broadcast's Hockney curve (no LoOgGP measured)"]
+    won = [f"{name} ({lg:.0%} vs {hk:.0%})" for (_, _, name), lg, hk
+           in zip(comm_train.BANDS, ch.loggp_err, ch.hockney_err, strict=True) if lg < hk]
+    return [f"panel sends ({plan.p - 1} back to back): LoOgGP's train in {', '.join(won) or 'no band'} "
+            "(held-out PRTT train error, LoOgGP vs Hockney), the broadcast's Hockney curve elsewhere"]
 
 
 MODELS = {"lu": model, "gesv": solve_model}

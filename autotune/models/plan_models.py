@@ -67,7 +67,9 @@ class PlanModels:
 REGISTRY: dict[str, PlanModels] = {
     "gemm": PlanModels(distributed_gemm.MODELS, distributed_gemm.WAIT_PHASE),
     "cholesky": PlanModels(distributed_cholesky.MODELS, distributed_cholesky.WAIT_PHASE, _cholesky, _cholesky_local),
-    "lu": PlanModels({"lu": distributed_lu.model}, {"lu": distributed_lu.WAIT_PHASE["lu"]}),
-    "solve": PlanModels({"gesv": distributed_lu.solve_model}, {"gesv": distributed_lu.WAIT_PHASE["gesv"]}),
+    "lu": PlanModels({"lu": distributed_lu.model}, {"lu": distributed_lu.WAIT_PHASE["lu"]},
+                     explain=distributed_lu.explain),
+    "solve": PlanModels({"gesv": distributed_lu.solve_model}, {"gesv": distributed_lu.WAIT_PHASE["gesv"]},
+                        explain=distributed_lu.explain),
     "stencil": PlanModels(stencil.MODELS, call=_whole, explain=stencil.terms),
 }
