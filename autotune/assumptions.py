@@ -194,3 +194,15 @@ MPI_EAGER_BYTES = _assume(
     "models/pipeline.py makespan (a manager that takes a task only when a replica is free)")
 
 __all__ += ["MPI_EAGER_BYTES", "PIPELINE_POLL_SECONDS"]
+
+
+# -- distributed LU (distributed/lu.py, models/distributed_lu.py) -----------------------------------
+
+LU_POLL_BLOCKS = _assume(
+    "LU_POLL_BLOCKS", 2,
+    "block columns of the distributed LU's trailing update between two polls of its messages (the "
+    "gemm runs in strips this wide, and the model prices them so)",
+    SET_BY_HAND + " (over TCP a large message moves only while both ranks are inside MPI)",
+    "distributed/lu.py _LU.gemm; models/distributed_lu.py update")
+
+__all__ += ["LU_POLL_BLOCKS"]

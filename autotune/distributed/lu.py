@@ -37,6 +37,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
+from autotune.assumptions import LU_POLL_BLOCKS
 from autotune.kernels import _front, pack
 from autotune.layout import Layout
 from autotune.plans import Plan
@@ -49,7 +50,6 @@ from .runs import PlanRun, agree_plan, cyclic_layout, plan_run
 from .steps import BlockSteps
 
 _TAG_CYCLE = 8192
-POLL_BLOCKS = 2         # block columns of the trailing update between two polls of the messages
 _GATHER, _PANEL, _RING, _SWAP = 0, 1, 2, 3
 
 
@@ -268,12 +268,12 @@ class _LU(BlockSteps):
         return mine[self.lr(K + 1) - self.lr(K):]
 
     def gemm(self, K: int, l21: np.ndarray, u: np.ndarray, c: np.ndarray, poll: bool = False) -> None:
-        """c -= l21 u; with ``poll``, in chunks of ``POLL_BLOCKS`` block columns with the messages
+        """c -= l21 u; with ``poll``, in chunks of ``LU_POLL_BLOCKS`` block columns with the messages
         in flight progressed between them (over TCP a large message moves only while both of its
         ranks are inside MPI, so a sender busy in one long gemm would stall its receivers)."""
         if not (l21.shape[0] and c.shape[1]):
             return
-        step = self.b * POLL_BLOCKS if poll else c.shape[1]
+        step = self.b * LU_POLL_BLOCKS if poll else c.shape[1]
         for j in range(0, c.shape[1], step):
             t0 = time.perf_counter()
             self.be.gemm(-1.0, l21, u[:, j:j + step], 1.0, c[:, j:j + step])

@@ -15,14 +15,16 @@ Per step K (panel width w, m = n - K b rows from the diagonal down), on rank (i,
   2 w n_j (r - 1) / r words);
 - U12: ``trsm`` (w x w unit-lower solve of w x N_j, the "panel" series' flops w^2 N_j), on r > 1
   broadcast down the column (``bcast_col`` of w N_j words);
-- trailing update: ``gemm`` "rankb" (M_i x w times w x N_j, k at their geometric mean size),
-  M_i, N_j: the rank's local rows and columns below and right of block K.
+- trailing update: ``gemm`` "rankb" (M_i x w times w x N_j, in strips of ``LU_POLL_BLOCKS``
+  block columns between polls, k at the geometric mean of M_i and a strip's width), M_i, N_j: the
+  rank's local rows and columns below and right of block K.
 
 Combination: a per-rank clock recurrence, the critical path of the implementation. With
 look-ahead the process column of panel K+1 updates block column K+1 first, gathers (r > 1) and
 factors panel K+1 on its diagonal owner, which sends it, then finishes its step-K update; the
 others receive panel K+1 when their update is done. Without look-ahead the column factors panel
-K+1 after its whole step-K update. Phases as the run
+K+1 after its whole step-K update. On r > 1 the row exchange waits for the process column's slowest
+member, and U12 leaves the process row of block row K after its trsm (the others wait). Phases as the run
 reports them (maximum over ranks): compute is the busiest rank's BLAS time, communication the rest
 of the loop. ``distribution``: the root's Fortran copy with its finiteness check (one pass) and the
 scatter (``colscatter_cold`` on 1 x c, packing and ``scatterv_cold`` on 2-D grids);
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.assumptions import LU_POLL_BLOCKS
 from autotune.db.contention import alone
 from autotune.routines import flops
 
@@ -90,22 +93,22 @@ class _Steps:
         tk = _k(sp, "trsm", backend, threads, Nc, "panel", b)
         diag = (J[:, None] % r == np.arange(r)[None, :]).astype(float)        # (N, r) holds block row K
         self.trsm = diag[:, :, None] * (s[:, None, None] ** 2 * Nc[:, None, :] * tk[:, None, :])
-        gx = np.sqrt(np.maximum(M[:, :, None] * Nc[:, None, :], 1.0))
+        # the update runs in strips of LU_POLL_BLOCKS block columns (polls between them): k at a strip's size
+        strip = np.minimum(Nc, LU_POLL_BLOCKS * b)[:, None, :]
+        gx = np.sqrt(np.maximum(M[:, :, None] * strip, 1.0))
         gk = _k(sp, "gemm", backend, threads, gx, "rankb", b)
         self.update = 2.0 * s[:, None, None] * M[:, :, None] * Nc[:, None, :] * gk
         # The first trailing block column of the next panel's owner (look-ahead) is its share.
         nxt = np.concatenate([s[1:], [0.0]])
         self.ahead = self.update * (nxt[:, None, None] / np.maximum(Nc[:, None, :], 1.0))
         self.gather = np.zeros(N)
-        self.cross = np.zeros((N, r, c))
+        self.exchange, self.down = np.zeros((N, c)), np.zeros((N, c))
         if r > 1:
-            col_t = np.asarray(cp.time("bcast_col", p, WORD * m * s / r, grid=grid), float).reshape(N)
-            self.gather = col_t
-            down = np.asarray(cp.time("bcast_col", p, (WORD * s[:, None] * Nc).ravel(), grid=grid),
-                              float).reshape(N, 1, c)
+            self.gather = np.asarray(cp.time("bcast_col", p, WORD * m * s / r, grid=grid), float).reshape(N)
+            self.down = np.asarray(cp.time("bcast_col", p, (WORD * s[:, None] * Nc).ravel(), grid=grid),
+                                   float).reshape(N, c)
             moved = 2.0 * (r - 1) / r * WORD * s[:, None] * ncols[None, :]     # rows crossing, both ways
-            swap_t = np.asarray(cp.time("bcast_col", p, moved.ravel(), grid=grid), float).reshape(N, 1, c)
-            self.cross = np.broadcast_to(down + swap_t, (N, r, c)).copy()
+            self.exchange = np.asarray(cp.time("bcast_col", p, moved.ravel(), grid=grid), float).reshape(N, c)
         self.s, self.r, self.c = s, r, c
 
 
@@ -125,9 +128,14 @@ def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
         got = np.full((r, c), ready + st.message[K]) + st.copy_in[K]
         got[owner] = ready
         t = np.maximum(t, got)
-        work = st.swap[K] + st.trsm[K] + st.update[K]
-        busy += work
-        t = t + work + st.cross[K]
+        busy += st.swap[K] + st.trsm[K] + st.update[K]
+        if r > 1:
+            # the row exchange waits for the process column's slowest member; U12 leaves the
+            # process row of block row K after its trsm, the others wait for it
+            t = t.max(axis=0) + st.swap[K] + st.exchange[K]
+            t = (t + st.trsm[K])[K % r] + st.down[K] + st.update[K]
+        else:
+            t = t + st.swap[K] + st.trsm[K] + st.update[K]
         if K == N - 1:
             break
         jn, io = (K + 1) % c, (K + 1) % r
