@@ -127,6 +127,7 @@ def test_bench_memory_measures_within_the_prediction(tmp_path):
     _bench_mpi(2, ["memory", "--n", "1024", "--out", str(out)], run_dir)
     report = json.loads(out.read_text())
     cases = {r["case"].split(" [")[0] for r in report["rows"]}
-    assert {"gemm strassen l=2", "lu getrf", "bsr 2x1", "lu 2x1", "summa 1x2", "cholesky 1x2"} <= cases
+    assert {"gemm strassen l=2", "lu getrf", "bsr 2x1", "lu 2x1", "summa 1x2", "cholesky 1x2", "blocking 2x1",
+            "stencil sweep"} <= cases
     assert report["max_ratio"] <= 1.1, [(r["case"], r["root_ratio"], r["other_ratio"]) for r in report["rows"]]
     assert report["min_ratio"] > 0.5

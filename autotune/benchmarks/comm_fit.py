@@ -236,7 +236,7 @@ def run(args) -> int:
     reports = [check(pl, others.get(key), args.tol) for key, pl in mine.items()]
     for doc in reports:
         print(f"== {doc['key']}")
-        print("\n".join([*doc["failing"], doc["summary"], *doc["p_heldout_lines"], *doc["loggp_lines"]]))
+        print("\n".join([*doc["failing"], doc["summary"], *doc["loggp_lines"], *doc["p_heldout_lines"]]))
         if "retest" in doc:
             print(f"-- against {args.other} (A = {args.db}, B = the other)")
             print("\n".join([*doc["retest"], doc["other_summary"]]))

@@ -19,14 +19,16 @@ import gc
 import numpy as np
 
 from autotune.benchmarks._common import mpi_world, output_problem, report_root
-from autotune.calls import CALLS
+from autotune.calls import CALLS, HEAT_ALPHA
 from autotune.families import as_problem
 from autotune.models.memory import local, plan_footprint
 from autotune.plans import Candidate, Plan, grids
+from autotune.stencil import heat2d
 
 HELP = "each call's measured peak memory (RSS high-water) against the memory model's prediction"
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter
 GEMM_PLANS = ("summa", "strassen_summa", "bsr", "cbsr", "cannon", "strassen_ms")
+STENCIL = ("blocking", "overlap")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,7 +71,8 @@ def _local_cases(n: int) -> list[tuple[str, tuple, Candidate]]:
             ("gemm", (n, n, n), Candidate("strassen", "numpy-openblas", 1, 2)),
             ("lu", (n,), Candidate("getrf", "scipy-openblas", 1)),
             ("cholesky", (n,), Candidate("potrf", "scipy-openblas", 1)),
-            ("solve", (n, 4), Candidate("gesv", "scipy-openblas", 1))]
+            ("solve", (n, 4), Candidate("gesv", "scipy-openblas", 1)),
+            ("stencil", (n, n, 4), Candidate("sweep", "numba-stencil", 1))]
 
 
 def _plans(P: int, b: int) -> list[Plan]:
@@ -81,11 +84,12 @@ def _plans(P: int, b: int) -> list[Plan]:
         out += [Plan("cannon", P, r, c)] if r == c else []
         out += [Plan("gesv", P, r, c, b=b)] if r == 1 else []
         out += [Plan("strassen_ms", P, r, c, level=1)] if (r, c) == (P, 1) and P > 1 else []
+        out += [Plan(alg, P, r, c, b=1) for alg in ("blocking", "overlap")]
     return [p for p in out if p.p > 1]
 
 
 def _dims(plan: Plan, n: int) -> tuple[int, ...]:
-    return {"lu": (n,), "cholesky": (n,), "gesv": (n, 4)}.get(plan.algorithm, (n, n, n))
+    return {"lu": (n,), "cholesky": (n,), "gesv": (n, 4)}.get(plan.algorithm, (n, n, n))   # stencils: 3 steps
 
 
 def _row(name: str, peaks: list[int], fp) -> dict:
@@ -120,7 +124,10 @@ def _plan_rows(comm, n: int, block: int, rng) -> list[dict]:
     algorithms = {**GEMM, **LU, **CHOLESKY}
     rows = []
     for plan in _plans(comm.size, block):
-        call = functools.partial(algorithms[plan.algorithm], *operands[plan.algorithm], comm, plan)
+        if plan.algorithm in STENCIL:
+            call = functools.partial(heat2d, a, 3, HEAT_ALPHA, comm=comm, config=plan)
+        else:
+            call = functools.partial(algorithms[plan.algorithm], *operands[plan.algorithm], comm, plan)
         peak(call)
         comm.Barrier()
         peaks = comm.gather(peak(call), root=0)

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from autotune.assumptions import HUGE_MIN_BYTES, HUGE_PAGE
-from autotune.layout import Axis
+from autotune.halo import Tile
+from autotune.layout import Axis, grid_weights
 from autotune.plans import Candidate, Plan
 
 WORD = 8
@@ -78,6 +79,8 @@ def local(dims: tuple[int, ...], family: str, cand: Candidate) -> Footprint:
         return Footprint({"factor": n * n, "x": n * dims[1]})
     if family == "lu_solve":
         return Footprint({"x": n * dims[1]})
+    if family == "stencil":
+        return Footprint({"two fields": 2 * dims[0] * dims[1]})
     return Footprint({})
 
 
@@ -189,14 +192,27 @@ def strassen_workspace_elems(m: int, k: int, n: int, levels: int) -> int:
     return elems(m, k, n, levels)
 
 
+def _stencil(dims, plan: Plan) -> Footprint:
+    """A halo field: two buffers of the largest tile with its halos (``plan.b`` wide), its piece as
+    scattered and gathered; the root adds the scatter's packing, then the gather's buffer and the
+    result (radius 1: the problem's radius is not part of the plan's dims)."""
+    rows, cols = dims[0], dims[1]
+    tile = Tile(rows, cols, plan.r, plan.c, 0, 0, max(plan.b, 1), 1,
+                grid_weights(plan.weights, plan.r, plan.c) or (None, None))
+    (tr, tc), (lr, lc) = tile.shape, tile.local_shape
+    rank = {"two halo buffers": 2 * lr * lc, "piece": tr * tc}
+    return Footprint({**rank, "gather buffer and result": 2 * rows * cols}, rank)
+
+
 PLANS: dict[str, Callable[[tuple[int, ...], Plan], Footprint]] = {
     "bsr": _bsr, "cbsr": _cbsr, "cannon": _cannon, "summa": _summa, "strassen_summa": _summa,
     "strassen_ms": _strassen_ms, "lu": _factor, "cholesky": _factor, "gesv": _factor,
+    "blocking": _stencil, "overlap": _stencil, "border_first": _stencil,
 }
 
 
 def plan_footprint(dims: tuple[int, ...], plan: Plan) -> Footprint | None:
-    """A distributed plan's footprint; None for algorithms without a memory model (stencils)."""
+    """A distributed plan's footprint; None for algorithms without a memory model."""
     model = PLANS.get(plan.algorithm)
     return None if model is None else model(tuple(int(d) for d in dims), plan)
 
