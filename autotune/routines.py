@@ -114,6 +114,11 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
         "getrf": lambda x, b: {"m": max(x, _i(b)), "n": _i(b)},
         "laswp": lambda x, b: {"n": x, "k": min(_i(b), x)},
     }, needs_param=True),
+    Pattern("u12", "blocked LU's U12 solve, block b, trailing size x: the unit lower b-by-b diagonal "
+            "block's inverse times the b-by-x block row (left side; the same flops as the x-by-b panel "
+            "solve, a slower kernel)", {
+        "trsm": lambda x, b: {"m": x, "n": _i(b)},
+    }, needs_param=True),
     Pattern("stripe", "row-block striped product over p processes: (x/p) x x times x x x", {
         "gemm": lambda x, p: {"m": _i(x / p), "n": x, "k": x},
     }, needs_param=True),

@@ -112,6 +112,15 @@ def _trsm_panel(be, d, rng):
     return _restoring(panel, _op(be, "trsm", 1.0, lo, panel))
 
 
+def _trsm_u12(be, d, rng):
+    # U12 of a blocked LU: the b x x block row right of the diagonal block, L11^-1 A12 (unit lower).
+    x, b = d["m"], d["n"]
+    p = _mat(rng, b, b + x)
+    p[:, :b] = _lower(rng, b)
+    lo, row = p[:, :b], p[:, b:]
+    return _restoring(row, _op(be, "trsm", 1.0, lo, row, False, True, False, True))
+
+
 def _gemv_square(be, d, rng):
     a, x, y = _mat(rng, d["m"], d["n"]), rng.random(d["n"]), rng.random(d["m"])
     return Call(_op(be, "gemv", 1.0, a, x, 0.0, y))
@@ -221,7 +230,7 @@ _BUILDERS = {
     ("gemm", "square"): _gemm_square, ("gemm", "panel"): _gemm_panel,
     ("gemm", "stripe"): _gemm_square, ("gemm", "rankb"): _gemm_rankb, ("gemm", "dispatch"): _gemm_dispatch,
     ("syrk", "square"): _syrk_square, ("syrk", "panel"): _syrk_panel,
-    ("trsm", "square"): _trsm_square, ("trsm", "panel"): _trsm_panel,
+    ("trsm", "square"): _trsm_square, ("trsm", "panel"): _trsm_panel, ("trsm", "u12"): _trsm_u12,
     ("gemv", "square"): _gemv_square, ("gemv", "segment"): _gemv_segment,
     ("axpy", "square"): _axpy, ("axpy", "trail"): _axpy_trail,
     ("add", "square"): _add_square, ("add", "view"): _add_view,

@@ -65,6 +65,8 @@ TINY_PROFILE = {
          "backends": ["numpy-openblas"]},
         {"routines": ["gemm"], "pattern": "rankb", "sizes": [64, 256], "params": [16, 64], "threads": [1],
          "backends": ["numpy-openblas", "scipy-openblas"]},
+        {"routines": ["trsm"], "pattern": "u12", "sizes": [64, 256], "params": [16, 64], "threads": [1],
+         "backends": ["scipy-openblas"]},
         {"routines": ["getrf", "laswp"], "pattern": "panel", "sizes": [64, 256], "params": [16, 64], "threads": [1],
          "backends": ["scipy-openblas"]},
         {"routines": ["stencil"], "pattern": "interior", "sizes": [32, 128], "threads": [1],

@@ -13,7 +13,8 @@ Per step K (panel width w, m = n - K b rows from the diagonal down), on rank (i,
 - interchanges: ``laswp`` "panel" (w pivots on the rank's n_j columns; elements = w n_j); on
   r > 1 the swapped rows also cross process rows, (r - 1) / r of them each way (``bcast_col`` of
   2 w n_j (r - 1) / r words);
-- U12: ``trsm`` (w x w unit-lower solve of w x N_j, the "panel" series' flops w^2 N_j), on r > 1
+- U12: ``trsm`` (w x w unit-lower solve of w x N_j, flops w^2 N_j, the "u12" series where measured,
+  else "panel"), on r > 1
   broadcast down the column (``bcast_col`` of w N_j words);
 - trailing update: ``gemm`` "rankb" (M_i x w times w x N_j, in strips of ``LU_POLL_BLOCKS``
   block columns between polls, k at the geometric mean of M_i and a strip's width), M_i, N_j: the
@@ -44,6 +45,7 @@ from autotune.db.contention import alone
 from autotune.routines import flops
 
 from . import comm_train, movement
+from .lu import u12_pattern
 
 WORD = 8
 
@@ -90,7 +92,7 @@ class _Steps:
         swaps = s[:, None] * ncols[None, :]              # (N, c) elements interchanged
         lk = _k(sp, "laswp", backend, threads, ncols, "panel", b)
         self.swap = np.broadcast_to((swaps * lk[None, :])[:, None, :], (N, r, c)).copy()
-        tk = _k(sp, "trsm", backend, threads, Nc, "panel", b)
+        tk = _k(sp, "trsm", backend, threads, Nc, u12_pattern(sp, backend, threads), b)
         diag = (J[:, None] % r == np.arange(r)[None, :]).astype(float)        # (N, r) holds block row K
         self.trsm = diag[:, :, None] * (s[:, None, None] ** 2 * Nc[:, None, :] * tk[:, None, :])
         # the update runs in strips of LU_POLL_BLOCKS block columns (polls between them): k at a strip's size

@@ -12,6 +12,13 @@ def lu_flops(n) -> np.ndarray:
     return flops("getrf", {"n": np.asarray(n, dtype=float)})
 
 
+def u12_pattern(sp, backend: str, threads: int) -> str:
+    """The series of the LU's U12 solve (left side, unit lower): "u12" where the probe measured
+    it, else the panel solve's (the same flops on the right side; databases probed before it)."""
+    has = getattr(sp, "has", None)
+    return "u12" if has is not None and has("trsm", backend, threads, "u12") else "panel"
+
+
 def getrf(n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
     """A library's own LAPACK getrf: ``flops(n) * k_getrf(backend, threads, n)``."""
     t = float(lu_flops(n) * sp.k("getrf", backend, threads, n))
@@ -38,7 +45,7 @@ def blocked(n: int, blocks, backend: str, threads: int, sp, parts: dict | None =
     live = x > 0
     trsm, gemm = np.zeros(m.shape), np.zeros(m.shape)
     xl, wl, bl = x[live], w[live], b[live]
-    trsm[live] = xl * wl * wl * sp.k("trsm", backend, threads, xl, "panel", bl)
+    trsm[live] = xl * wl * wl * sp.k("trsm", backend, threads, xl, u12_pattern(sp, backend, threads), bl)
     gemm[live] = 2.0 * xl * xl * wl * sp.k("gemm", backend, threads, xl, "rankb", bl)
     terms = {"getrf": panel, "laswp": swap, "trsm": trsm, "gemm": gemm}
     sums = {k: np.bincount(owner, weights=v, minlength=bs.size) for k, v in terms.items()}
@@ -61,4 +68,4 @@ def gesv(n: int, nrhs: int, backend: str, threads: int, sp, parts: dict | None =
     return getrf(n, backend, threads, sp, parts) + getrs(n, nrhs, backend, threads, sp, parts)
 
 
-__all__ = ["blocked", "gesv", "getrf", "getrs", "lu_flops"]
+__all__ = ["blocked", "gesv", "getrf", "getrs", "lu_flops", "u12_pattern"]
