@@ -2,7 +2,8 @@
 implementation costs beyond what its models count, stored with the MPI platform.
 
 - ``loop_overhead`` and ``loop_share``: what one panel step of the distributed Cholesky's loop
-  costs beyond the messages and BLAS calls the model counts: a fixed cost per panel (posting and
+  costs beyond the messages and BLAS calls the model counts (and ``lu_loop_overhead``,
+  ``lu_loop_share`` for the LU's loop, fitted alike to its runs): a fixed cost per panel (posting and
   completing its requests, the step's Python bookkeeping) and an extra per element moved inside
   the loop, as a share of an out-of-cache pass (``movement.in_loop``: the panel copies run while
   the other rank's update holds the memory system). Both fitted together (non-negative least
@@ -48,6 +49,8 @@ REPS = 25                            # median of 25 runs: stable for runs of a f
 BLOCK = 16
 LOOP_CASES = tuple((n, b) for n in (1024, 2048) for b in (64, 128, 256))   # (order, block)
 LOOP_STEPS = {"loop_overhead": 1e-5, "loop_share": 0.5}   # trial values the model's response is read at
+# The same per family: the names the fitted values are stored (and read by the models) under.
+LOOP_NAMES = {"cholesky": ("loop_overhead", "loop_share"), "lu": ("lu_loop_overhead", "lu_loop_share")}
 PLAN = Plan("cholesky", 2, 1, 2, b=BLOCK, threads=1)   # the loop costs' runs (their blocks) and call overhead
 # One plan per algorithm on two ranks, and the order of the tiny problem they run.
 CALL_PLANS = (("cholesky", PLAN), ("lu", Plan("lu", 2, 1, 2, b=BLOCK)), ("gemm", Plan("bsr", 2, 2, 1)),
@@ -126,17 +129,22 @@ def _runs(world, db_path, cases, reps: int, trials=({},)) -> list[tuple[dict, li
     return list(zip(measured, models, strict=True)) if world.rank == 0 else []
 
 
-def loop_costs(world, db_path, reps: int = REPS, cases=LOOP_CASES) -> dict[str, float] | None:
-    """``{"loop_overhead": seconds per panel, "loop_share": per element moved}`` (>= 0) on rank 0,
-    fitted to the Cholesky runs ``cases`` ((order, block) pairs on two ranks); None elsewhere or
-    without the database's BLAS records. Collective over ``world``."""
-    zero = dict.fromkeys(LOOP_STEPS, 0.0)
-    trials = [zero] + [{**zero, name: step} for name, step in LOOP_STEPS.items()]
-    runs = _runs(world, db_path, [("cholesky", replace(PLAN, b=b), n) for n, b in cases], reps, trials)
+def loop_costs(world, db_path, reps: int = REPS, cases=LOOP_CASES, family: str = "cholesky") -> dict[str, float] | None:
+    """The loop's costs of ``family`` (the Cholesky's or the LU's, names in ``LOOP_NAMES``: seconds
+    per panel, per element moved) >= 0 on rank 0, fitted to its runs ``cases`` ((order, block)
+    pairs on two ranks, one process row); None elsewhere or without the database's BLAS records.
+    Collective over ``world``."""
+    names = LOOP_NAMES[family]
+    steps = dict(zip(names, LOOP_STEPS.values(), strict=True))
+    zero = dict.fromkeys(names, 0.0)
+    trials = [zero] + [{**zero, name: step} for name, step in steps.items()]
+    plan = replace(PLAN, algorithm=family)
+    runs = _runs(world, db_path, [(family, replace(plan, b=b), n) for n, b in cases], reps, trials)
     if not runs:
         return None
-    return fit_loop_costs(np.array([m["communication"] for m, _ in runs]),
-                          np.array([[t["communication"] for t in ts] for _, ts in runs]))
+    fit = fit_loop_costs(np.array([m["communication"] for m, _ in runs]),
+                         np.array([[t["communication"] for t in ts] for _, ts in runs]))
+    return dict(zip(names, fit.values(), strict=True))
 
 
 def fit_loop_costs(measured: np.ndarray, models: np.ndarray) -> dict[str, float]:

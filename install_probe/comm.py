@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_contention(world, *where, passes=passes - len(before), earlier=before, procs=procs)
         step("contention")
         calibrated = {**(loop_costs(world, where[0], cases=profile.loop_cases) or {}),
+                      **(loop_costs(world, where[0], cases=profile.loop_cases, family="lu") or {}),
                       "call_overhead": call_overheads(world, where[0]),
                       "step_wait": step_waits(world, where[0], blocks=profile.step_blocks, target=profile.step_order,
                                               procs=procs)}
@@ -188,6 +189,9 @@ def _report(result: dict | None, rows: list, phases) -> int:
         if "loop_overhead" in info:
             print(f"distributed Cholesky loop: {info['loop_overhead'] * 1e6:.1f} us per panel, "
                   f"{info.get('loop_share', float('nan')):.2f} of an out-of-cache pass per element moved")
+        if "lu_loop_overhead" in info:
+            print(f"distributed LU loop: {info['lu_loop_overhead'] * 1e6:.1f} us per panel, "
+                  f"{info.get('lu_loop_share', float('nan')):.2f} of an out-of-cache pass per element moved")
         if "step_wait" in info:
             sw = info["step_wait"]
             for key, what, scale, unit in (("wait", "step wait (share of a step's compute)", 100, "%"),

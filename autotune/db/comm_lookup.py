@@ -230,6 +230,17 @@ class CommParams:
         nominal ``movement.LOOP_SHARE``)."""
         return _nonnegative(self._info("loop_share"), None)
 
+    @property
+    def lu_loop_overhead(self) -> float:
+        """``loop_overhead`` of the distributed LU's loop (its own calibration runs); the Cholesky's
+        where the LU's was not measured."""
+        return _nonnegative(self._info("lu_loop_overhead"), self.loop_overhead)
+
+    @property
+    def lu_loop_share(self) -> float | None:
+        """``loop_share`` of the distributed LU's loop; the Cholesky's where not measured."""
+        return _nonnegative(self._info("lu_loop_share"), self.loop_share)
+
     def call_overhead(self, algorithm: str) -> dict[str, float]:
         """Fixed seconds one distributed call of ``algorithm`` costs in its phases beyond their
         models (the probe's calibration, ``install_probe.calibrate``); {} when unmeasured."""
