@@ -1,5 +1,6 @@
 """Costs the root pays alone, measured by the comm probe: first touch of fresh memory (page
-faults), packing of strided pieces, the finiteness check."""
+faults), packing of strided pieces, the finiteness check, the checked Fortran copy of a C-ordered
+matrix."""
 from __future__ import annotations
 
 import sys
@@ -137,3 +138,25 @@ def check_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
             del a
         out[name] = per
     return out
+
+
+def fortran_copy_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
+    """Seconds per element of the root's checked Fortran copy of a C-ordered n x n matrix no
+    cache holds (``kernels._front.fortran_copy``: a transposing copy and the finiteness check in
+    one pass), by side n, median of ``reps``: what the distributed LU does to numpy's default
+    layout before it moves it. The copy's memory comes from the block cache, as in a run."""
+    from autotune.kernels import _front
+
+    flush, per = CacheFlush(), []
+    for n in sides:
+        a, times = np.ones((n, n)), []
+        for _ in range(reps + 1):                    # the first: load, fault the copy's pages in
+            flush()
+            t0 = time.perf_counter()
+            out = _front.fortran_copy(a, True)
+            times.append(time.perf_counter() - t0)
+            del out
+        per.append(float(np.median(times[1:])) / (n * n))
+        del a
+    return {"sides": [int(n) for n in sides], "per": per}
+

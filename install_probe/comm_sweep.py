@@ -28,7 +28,7 @@ from .comm_ops import (
     time_point,
 )
 from .comm_profile import ALL_PRIMITIVES, COLD, GROUP, LINK, PAIR, ROUND_TRIP, CommProfile
-from .comm_root import check_costs, first_touch_in_fresh_process, pack_costs
+from .comm_root import check_costs, first_touch_in_fresh_process, fortran_copy_costs, pack_costs
 
 
 @dataclass
@@ -202,6 +202,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
         info["first_touch"] = first_touch_in_fresh_process(profile.first_touch_sizes, **reps)   # the others
         info["pack"] = pack_costs(profile.pack_order, **reps)             # wait in the fit's bcast below
         info["check"] = check_costs(profile.check_sides, **reps)
+        info["fortran_copy"] = fortran_copy_costs(profile.check_sides, **reps)
     measured = time.perf_counter() - t_start
     result, error = None, ""
     if world.Get_rank() == 0:

@@ -601,6 +601,8 @@ def test_cli_launches_mpiexec_itself(tmp_path):
     assert len(info["first_touch"]["bytes"]) == len(info["first_touch"]["per_byte"])
     check = info["check"]                            # the root's finiteness check, cold, per library
     assert check["sides"] == [128, 256] and all(0 < v < 1e-6 for v in check["numpy-openblas"])
+    copy = info["fortran_copy"]                      # the root's checked transposing copy, cold
+    assert copy["sides"] == [128, 256] and all(0 < v < 1e-6 for v in copy["per"])
     held = set(info["heldout_sizes"])                # timed, left out of the fits, checked on
     assert held and not held & set(TINY["sizes"]) and 24 in held
     fits, pts = cp._platform.fits, cp._platform.points
@@ -637,6 +639,21 @@ def test_first_touch_series_loses_a_lone_outlier_and_keeps_steps(tmp_path):
     assert cp.first_touch_time(1 << 23) == 0.0
     assert cp.first_touch_time(1 << 26) == pytest.approx(1e-10 * (1 << 26))
     assert cp.first_touch_time(1 << 27) == pytest.approx(1e-10 * (1 << 27))
+
+
+def test_checked_fortran_copy_uses_the_probed_timing(tmp_path):
+    """The LU root's checked transposing copy costs the probe's timing of it by matrix side when
+    the platform has one, else a plain copy (older probes)."""
+    from autotune.models import movement
+
+    save(blas_db(), tmp_path / "sp.h5")
+    sp = load_sp(tmp_path / "sp.h5")
+    path = tmp_path / "fc.h5"
+    write_synthetic(path, 2, fortran_copy={"sides": [1024, 4096], "per": [2e-9, 8e-9]})
+    cp = comm_lookup.load_comm(path, nprocs=2)
+    assert cp.fortran_copy_time(2048.0 ** 2) == pytest.approx(5e-9 * 2048 ** 2)
+    assert movement.checked_copy(sp, cp, 2048.0 ** 2) == pytest.approx(5e-9 * 2048 ** 2)
+    assert movement.checked_copy(sp, object(), 1e6) == movement.copy(sp, 1e6)
 
 
 def test_finiteness_check_uses_the_probed_cold_timing(tmp_path):

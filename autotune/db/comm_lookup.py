@@ -277,6 +277,15 @@ class CommParams:
                                   math.sqrt(max(float(elements), 1.0)))
         return None if per_element is None else float(elements) * per_element
 
+    def fortran_copy_time(self, elements: float) -> float | None:
+        """Seconds of the root's checked Fortran copy of a C-ordered matrix of ``elements`` no cache
+        holds (log-linear in the side between the probe's), None if not measured."""
+        table = self._info("fortran_copy")
+        if not isinstance(table, dict):
+            return None
+        per_element = _log_interp(table, "sides", "per", math.sqrt(max(float(elements), 1.0)))
+        return None if per_element is None else float(elements) * per_element
+
     def _info(self, name: str):
         """One value the probe stored with this platform, None without a platform or the value."""
         return self._platform.info.get(name) if self._platform is not None else None

@@ -167,7 +167,8 @@ def _ring(st: _Steps, n: int, nrhs: int, backend: str, threads: int, sp, cp) -> 
 
 
 def _moves(n: int, r: int, c: int, b: int, sp, cp, nrhs: int) -> tuple[float, float]:
-    """(distribution, collection): the root's checked Fortran copy and scatter; the factor back
+    """(distribution, collection): the root's checked Fortran copy of a C-ordered matrix (numpy's
+    default; the probe's ``fortran_copy`` timing) and scatter; the factor back
     (collection 0 for the solve: only x returns, inside the back substitution)."""
     p = r * c
     elems, blk = float(n) * n, WORD * float(n) * n / p
@@ -175,7 +176,7 @@ def _moves(n: int, r: int, c: int, b: int, sp, cp, nrhs: int) -> tuple[float, fl
     def one(primitive: str, nbytes: float = blk) -> float:
         return float(np.asarray(cp.time(primitive, p, nbytes)).reshape(-1)[0])
 
-    copy = movement.copy(sp, elems)
+    copy = movement.checked_copy(sp, cp, elems)        # numpy's C order: a transposing copy, checked
     own = movement.copy(sp, elems / p)
     if r == 1:
         names = getattr(cp, "primitives", None)

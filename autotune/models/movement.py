@@ -18,9 +18,9 @@ PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 # (docs/models.md#movement).
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
-__all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "cold_copies", "cold_k",
-           "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop", "k", "pack", "passes",
-           "run_length"]
+__all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "checked_copy",
+           "cold_copies", "cold_k", "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop",
+           "k", "pack", "passes", "run_length"]
 
 
 def k(sp, routine: str, backend: str, threads: int, x: float, pattern: str = "square", param: float = 0.0) -> float:
@@ -116,6 +116,14 @@ def finite_check(sp, rows: int, cols: int, backend: str, threads: int, cp=None) 
     timer = getattr(cp, "check_time", None)
     floor = timer(backend, elems) if timer is not None else None
     return max(flops, float(cold_reads(sp, elems)) if floor is None else floor)
+
+
+def checked_copy(sp, cp, elems: float) -> float:
+    """The root's checked Fortran copy of a C-ordered matrix (a transposing copy with the finiteness
+    check, one pass): the comm probe's timing (``cp.fortran_copy_time``), else a plain copy."""
+    timer = getattr(cp, "fortran_copy_time", None)
+    t = timer(elems) if timer is not None else None
+    return copy(sp, elems) if t is None else float(t)
 
 
 def first_touch(cp, nbytes: float) -> float:
