@@ -16,7 +16,7 @@ from autotune.routines import PATTERNS, ROUTINES, dims_of, flops, flops_of
 
 AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
-PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0, "trail": 0.0,
+PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "u12": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0, "trail": 0.0,
          "dispatch": 0.0, "rhs": 3.0, "interior": 0.0, "rows": 2.0, "cols": 2.0}
 # Builders that time a whole tuned call on purpose (through the API, not a driver's operands).
 WHOLE_CALLS = {("gemm", "dispatch")}
@@ -68,7 +68,8 @@ def test_pattern_dims():
     assert dims_of("gemm", "rankb", 100, 8) == {"m": 100, "n": 100, "k": 8}
     assert dims_of("getrs", "rhs", 100, 16) == {"n": 100, "nrhs": 16}
     assert flops_of("getrs", "rhs", 100, 16)[0] == 2 * 100 * 100 * 16
-    with_param = ("panel", "stripe", "segment", "rankb", "rhs", "rows", "cols")
+    with_param = ("panel", "u12", "stripe", "segment", "rankb", "rhs", "rows", "cols")
+    assert dims_of("trsm", "u12", 100, 8) == {"m": 100, "n": 8}       # b x x block row: x b^2 flops
     assert dims_of("stencil", "rows", 100, 2) == {"m": 2, "n": 100}
     assert dims_of("stencil", "cols", 100, 2) == {"m": 100, "n": 2}
     assert flops_of("stencil", "interior", 10)[0] == 9 * 100
@@ -88,9 +89,11 @@ def _dims_from_call(routine, args, kwargs) -> dict:
         return {"m": c.shape[0], "n": c.shape[1], "k": a.shape[0] if kwargs.get("trans_a") else a.shape[1]}
     if routine == "syrk":
         return {"n": args[3].shape[0], "k": args[1].shape[1]}
-    if routine == "trsm":
-        assert args[1].shape[0] == args[1].shape[1] == args[2].shape[1]
-        return {"m": args[2].shape[0], "n": args[2].shape[1]}
+    if routine == "trsm":                          # trsm(alpha, a, b, right=True, ...): a's side of b
+        right = args[3] if len(args) > 3 else kwargs.get("right", True)
+        tri, rhs = args[1].shape[0], args[2].shape[1 if right else 0]
+        assert args[1].shape[0] == args[1].shape[1] == rhs
+        return {"m": args[2].shape[0 if right else 1], "n": tri}
     if routine == "gemv":
         return {"m": args[1].shape[0], "n": args[1].shape[1]}
     if routine == "axpy_trail":                    # one outer-product step on an x-by-x matrix

@@ -211,9 +211,11 @@ def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):
     assert float(words[6]) > 0.8 and float(words[7]) < 0.55, line
     # ... and the probe's host speeds see it: at most h1's CPU share over h0's, 0.5, since a CPU
     # second of h1's computes no more than one of h0's (same processor, h0's turn unthrottled).
-    # Below 0.5 as far as other work evicts h1's caches between its 2.5 ms slices (quiet 0.41-0.44,
-    # both cores busy 0.31-0.47 here); 0.15 would take each slice at under a third of h0's rate.
-    assert 0.15 < float(words[9]) < 0.6, line
+    # Below 0.5 as far as other work evicts h1's caches between its 2.5 ms slices (quiet 0.31-0.50
+    # on an Intel Xeon); late in a full suite h0's own turn reads slow and the ratio reached 0.63-0.66
+    # in two runs, so the bound only tells the cap from no cap (an uncapped h1 measures about 1);
+    # 0.15 would take each slice at under a third of h0's rate.
+    assert 0.15 < float(words[9]) < 0.75, line
 
 
 def test_cpu_share_changes_while_up(tmp_path):
