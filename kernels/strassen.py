@@ -51,6 +51,8 @@ from collections.abc import Callable
 import numpy as np
 from numba import float64, njit, types, void
 
+from .strassen_shape import _level_dims, effective_levels, strassen_workspace_elems
+
 __all__ = ["effective_levels", "strassen", "strassen_error_bound", "strassen_workspace_elems"]
 
 _JIT = {"cache": True, "nogil": True}
@@ -95,26 +97,6 @@ def _acc(p, c):
     for j in range(n):
         for i in range(m):
             c[i, j] += p[i, j]
-
-
-def _level_dims(m: int, k: int, n: int, levels: int, min_dim: int) -> list[tuple[int, int, int]]:
-    """Dimensions of the sub-problems at depths 0..L (L = effective levels)."""
-    dims = [(m, k, n)]
-    lo = max(2, min_dim)
-    while len(dims) <= levels and min(dims[-1]) >= lo:
-        dm, dk, dn = dims[-1]
-        dims.append((dm // 2, dk // 2, dn // 2))
-    return dims
-
-
-def effective_levels(m: int, k: int, n: int, levels: int, min_dim: int = 2) -> int:
-    """How many Strassen levels ``strassen`` really uses for this shape (<= ``levels``)."""
-    return len(_level_dims(m, k, n, levels, min_dim)) - 1
-
-
-def strassen_workspace_elems(m: int, k: int, n: int, levels: int, min_dim: int = 2) -> int:
-    """float64 elements of the workspace: sum over used levels of |S1| + |T1| + |P1|."""
-    return sum(dm * dk + dk * dn + dm * dn for dm, dk, dn in _level_dims(m, k, n, levels, min_dim)[1:])
 
 
 def strassen_error_bound(k: int, levels: int, u: float = 2.0 ** -53) -> float:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from autotune.assumptions import HUGE_MIN_BYTES, HUGE_PAGE
 from autotune.halo import Tile
+from autotune.kernels.strassen_shape import strassen_workspace_elems
 from autotune.layout import Axis, grid_weights
 from autotune.plans import Candidate, Plan
 
@@ -181,15 +182,6 @@ def _factor(dims, plan: Plan) -> Footprint:
         result = 0
     root["packing or result"] = max(n * n - piece if two_d else 0, result)
     return Footprint(root, rank)
-
-
-def strassen_workspace_elems(m: int, k: int, n: int, levels: int) -> int:
-    """Sequential Strassen's temporaries (``kernels/strassen.py``, imported on first use: Numba)."""
-    if levels < 1:
-        return 0
-    from autotune.kernels.strassen import strassen_workspace_elems as elems
-
-    return elems(m, k, n, levels)
 
 
 def _stencil(dims, plan: Plan) -> Footprint:
