@@ -317,8 +317,7 @@ def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen
     _set_efficiency(ranking, problem, sp)
     ranking.sort(key=lambda r: r.seconds)
     ranking, notes = keep_fitting(ranking, lambda r: host_bytes(problem, r.plan, hosts), memory_bytes,
-                                  lambda r: str(r.plan))
-    notes = [f"plans {n}" for n in notes]
+                                  lambda r: str(r.plan), "plans")
     if min_efficiency is not None:
         low = [r for r in ranking if r.efficiency is not None and r.efficiency < min_efficiency]
         if low and len(low) < len(ranking):

@@ -10,10 +10,11 @@ MIB = 2**20
 
 
 def keep_fitting(items: Sequence[T], need: Callable[[T], float | None], cap: float | None,
-                 name: Callable[[T], str]) -> tuple[list[T], list[str]]:
+                 name: Callable[[T], str], what: str = "candidates") -> tuple[list[T], list[str]]:
     """``items`` (in order) whose predicted bytes are within ``cap`` (None: no cap; a need of None:
-    no memory model, kept), and the notes saying what was dropped. When nothing fits, the item
-    needing least is kept, so the call still runs (and may fail as numpy would)."""
+    no memory model, kept), and a note naming the ``what`` (candidates, plans) dropped. When
+    nothing fits, the item needing least is kept, so the call still runs (and may fail as numpy
+    would)."""
     if cap is None or not items:
         return list(items), []
     needs = [need(x) for x in items]
@@ -21,12 +22,12 @@ def keep_fitting(items: Sequence[T], need: Callable[[T], float | None], cap: flo
     over = [(b, x) for x, b in zip(items, needs, strict=True) if b is not None and b > cap]
     if not over:
         return kept, []
-    least = min(over, key=lambda t: t[0])
+    least, smallest = min(over, key=lambda t: t[0])
     if not kept:
-        return [least[1]], [f"nothing fits in {cap / MIB:.0f} MiB per host: kept {name(least[1])}, "
-                            f"which needs least ({least[0] / MIB:.0f} MiB)"]
-    return kept, [f"{len(over)} dropped: predicted to need more than {cap / MIB:.0f} MiB per host "
-                  f"(e.g. {name(least[1])}: {least[0] / MIB:.0f} MiB)"]
+        return [smallest], [f"{what}: nothing fits in {cap / MIB:.0f} MiB per host; kept {name(smallest)}, "
+                            f"which needs least ({least / MIB:.0f} MiB)"]
+    return kept, [f"{what}: {len(over)} dropped, predicted to need more than {cap / MIB:.0f} MiB per host "
+                  f"(e.g. {name(smallest)}: {least / MIB:.0f} MiB)"]
 
 
 __all__ = ["keep_fitting"]

@@ -351,9 +351,9 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
         raise LookupError(f"no measured candidate for {family} within {threads} thread(s)")
     ranking.sort(key=lambda r: r.seconds)
     ranking, dropped = keep_fitting(ranking, lambda r: memory.local(dims, family, r.candidate).root_bytes,
-                                    memory_bytes, lambda r: str(r.candidate))
+                                    memory_bytes, lambda r: str(r.candidate), "candidates")
     chosen, incumbent, notes = _apply_margin(family, ranking)
-    notes += [f"candidates {n}" for n in dropped]
+    notes += dropped
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes, after)
@@ -522,14 +522,22 @@ _CACHE: dict[tuple, Decision] = {}
 def choose(problem: Problem, sp, threads: int, allow_strassen: bool = False,
            after: PoolState | None = None, memory_bytes: int | None = None) -> Decision:
     """``rank`` with the decision cached per (problem, budget, Strassen allowed, SP source, pool
-    state, memory cap)."""
-    key = (problem, threads, allow_strassen, id(sp), learn.version(), after, memory_bytes)
+    state). The memory cap (which follows the host's available memory) ranks again, cached under
+    it, only when the uncapped choice does not fit."""
+    key = (problem, threads, allow_strassen, id(sp), learn.version(), after)
+    dec = _cached(key, lambda: rank(problem, sp, threads, allow_strassen, prune=True, after=after))
+    if memory_bytes is None or memory.local(problem.dims, problem.family, dec.chosen).root_bytes <= memory_bytes:
+        return dec
+    return _cached(key + (memory_bytes,), lambda: rank(problem, sp, threads, allow_strassen, prune=True,
+                                                       after=after, memory_bytes=memory_bytes))
+
+
+def _cached(key: tuple, make: Callable[[], Decision]) -> Decision:
     dec = _CACHE.get(key)
     if dec is None:
         if len(_CACHE) >= _CACHE_LIMIT:
             _CACHE.clear()
-        dec = _CACHE[key] = rank(problem, sp, threads, allow_strassen, prune=True, after=after,
-                                 memory_bytes=memory_bytes)
+        dec = _CACHE[key] = make()
     return dec
 
 
