@@ -113,6 +113,22 @@ def pack_costs(n: int = 2048, reps: int = 7) -> dict:
     return out
 
 
+def _cold_per_element(sides, reps: int, call) -> list[float]:
+    """Seconds per element of ``call(a)`` on an n x n matrix of ones no cache holds, by side n:
+    median of ``reps`` after a first run that loads and warms up."""
+    flush, per = CacheFlush(), []
+    for n in sides:
+        a, times = np.ones((n, n), order="F"), []
+        for _ in range(reps + 1):
+            flush()
+            t0 = time.perf_counter()
+            call(a)
+            times.append(time.perf_counter() - t0)
+        per.append(float(np.median(times[1:])) / (n * n))
+        del a
+    return per
+
+
 def check_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
     """Seconds per element of the root's finiteness check (``distributed.checks.all_finite``, one
     thread) of a Fortran-ordered n x n matrix no cache holds, by side n, median of ``reps``, for
@@ -122,21 +138,11 @@ def check_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
     from autotune import backends
     from autotune.distributed.checks import all_finite
 
-    flush, out = CacheFlush(), {"sides": [int(n) for n in sides]}
+    out = {"sides": [int(n) for n in sides]}
     for name in backends.available():
         if name == PACK_BACKEND or not backends.get(name).supports("gemv"):   # no plan runs on it
             continue
-        per = []
-        for n in sides:
-            a, times = np.ones((n, n), order="F"), []
-            for _ in range(reps + 1):                # the first: load and warm up
-                flush()
-                t0 = time.perf_counter()
-                all_finite(a, name, 1)
-                times.append(time.perf_counter() - t0)
-            per.append(float(np.median(times[1:])) / (n * n))
-            del a
-        out[name] = per
+        out[name] = _cold_per_element(sides, reps, lambda a, name=name: all_finite(a, name, 1))
     return out
 
 
@@ -147,16 +153,5 @@ def fortran_copy_costs(sides=(1024, 2048, 4096), reps: int = 3) -> dict:
     layout before it moves it. The copy's memory comes from the block cache, as in a run."""
     from autotune.kernels import _front
 
-    flush, per = CacheFlush(), []
-    for n in sides:
-        a, times = np.ones((n, n)), []
-        for _ in range(reps + 1):                    # the first: load, fault the copy's pages in
-            flush()
-            t0 = time.perf_counter()
-            out = _front.fortran_copy(a, True)
-            times.append(time.perf_counter() - t0)
-            del out
-        per.append(float(np.median(times[1:])) / (n * n))
-        del a
-    return {"sides": [int(n) for n in sides], "per": per}
-
+    return {"sides": [int(n) for n in sides],
+            "per": _cold_per_element(sides, reps, lambda a: _front.fortran_copy(a.T, True))}

@@ -365,30 +365,23 @@ def fit_loggp(prtt: np.ndarray, fits: np.ndarray | None = None) -> dict:
 @dataclass(frozen=True)
 class LoOgGP:
     """A stored LoOgGP fit as a model (docs/models.md#comm.loggp): one message of s bytes one way
-    ``L_r + G (s - 1)`` (the latency and G of s's regime), the gap between
-    messages one sender issues back to back ``g(s) = g + G (s - 1)``, and a train of k of them,
-    the last delivered after ``one_way(s) + (k - 1) g(s)``. Per regime: ``g``, ``G`` as
-    ``gap``, ``per_byte``; the sender's overhead ``o``, ``O`` as ``overhead``, ``overhead_per_byte``."""
+    ``L_r + G (s - 1)`` (the latency and G of s's regime), the gap between messages one sender
+    issues back to back ``g(s) = g + G (s - 1)``, and a train of k of them, the last delivered
+    after ``one_way(s) + (k - 1) g(s)``. The sender's overheads o, O are stored with the fit but
+    priced nowhere: a train's sender is not computing meanwhile."""
 
-    L: float
-    L_size: float
     bounds: np.ndarray          # regime i covers bounds[i - 1] <= s < bounds[i]
-    latency: np.ndarray         # per regime (L everywhere for fits stored without it)
-    gap0: np.ndarray
-    per_byte: np.ndarray
-    overhead: np.ndarray
-    overhead_per_byte: np.ndarray
-    largest: float              # the largest size the PRTT series measured
+    latency: np.ndarray         # L_r per regime (the fit's L for fits stored without it)
+    gap0: np.ndarray            # g per regime
+    per_byte: np.ndarray        # G per regime
 
     @classmethod
     def of(cls, d: dict | None) -> LoOgGP | None:
         if not d or not d.get("regimes"):
             return None
         regs = d["regimes"]
-        col = {k: np.array([float(r[k]) for r in regs]) for k in ("g", "G", "o", "O")}
-        latency = np.array([float(r.get("L", d["L"])) for r in regs])
-        return cls(float(d["L"]), float(d["L_size"]), np.array([float(r["lo"]) for r in regs[1:]]), latency,
-                   col["g"], col["G"], col["o"], col["O"], float(max(d.get("sizes") or [d["L_size"]])))
+        return cls(np.array([float(r["lo"]) for r in regs[1:]]), np.array([float(r.get("L", d["L"])) for r in regs]),
+                   np.array([float(r["g"]) for r in regs]), np.array([float(r["G"]) for r in regs]))
 
     def _at(self, s) -> np.ndarray:
         return np.searchsorted(self.bounds, np.asarray(s, dtype=float), side="right")
@@ -426,7 +419,8 @@ def loggp_heldout(prtt: np.ndarray, pingpong: tuple[np.ndarray, np.ndarray], fit
     train[-1] = True
     model = LoOgGP.of(fit_loggp(prtt[train], fits))
     m, t = (np.asarray(x, dtype=float) for x in pingpong)
-    hock = fit_hockney(m[np.isin(m, prtt["nbytes"][train])], t[np.isin(m, prtt["nbytes"][train])])
+    fitted = np.isin(m, prtt["nbytes"][train])
+    hock = fit_hockney(m[fitted], t[fitted])
     held = prtt[~train]
     s, n = held["nbytes"].astype(float), held["n"].astype(float)
     rtt = 2.0 * hock.predict(s)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.db.store import kept_with
+
 from .comm_fit import LoOgGP, loggp_heldout
 
 # Message bands the two models are compared and chosen in (bytes: [lo, hi)).
@@ -23,9 +25,13 @@ class TrainChoice:
     loggp_err: tuple[float, ...]
     hockney_err: tuple[float, ...]
 
+    @property
+    def loggp_bands(self) -> np.ndarray:
+        """Per band: LoOgGP's error is the lower (a band without held-out sizes keeps Hockney)."""
+        return np.array([lg < hk for lg, hk in zip(self.loggp_err, self.hockney_err, strict=True)])
+
     def uses_loggp(self, nbytes) -> np.ndarray:
-        won = np.array([lg < hk for lg, hk in zip(self.loggp_err, self.hockney_err, strict=True)])
-        return won[band_of(nbytes)]
+        return self.loggp_bands[band_of(nbytes)]
 
 
 def band_of(nbytes) -> np.ndarray:
@@ -46,29 +52,22 @@ def compare(prtt, pingpong, fits=None) -> dict:
     return out
 
 
-_CHOICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CHOICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # CommParams -> its TrainChoice
 
 
 def choice(cp) -> TrainChoice | None:
-    """The platform's choice (cached per CommParams); None without LoOgGP or its PRTT runs."""
-    try:
-        if cp in _CHOICES:
-            return _CHOICES[cp]
-    except TypeError:            # not weakly referable (a stand-in): computed each time
-        pass
+    """The platform's choice (kept with its CommParams); None without LoOgGP or its PRTT runs."""
+    return kept_with(cp, _CHOICES, lambda: _choose(cp))
+
+
+def _choose(cp) -> TrainChoice | None:
     model = LoOgGP.of(getattr(cp, "loggp", None))
     prtt = getattr(cp, "prtt", None)
-    out = None
-    if model is not None and prtt is not None and len(prtt) >= 4:
-        pts = cp.points("pingpong")
-        cmp = compare(prtt, (pts["nbytes"], pts["t_mean"]), cp.fits)
-        # bands without held-out sizes (beyond the PRTT series) keep Hockney
-        out = TrainChoice(model, tuple(np.nan_to_num(cmp["loggp_train"], nan=np.inf)), cmp["hockney_train"])
-    try:
-        _CHOICES[cp] = out
-    except TypeError:
-        pass
-    return out
+    if model is None or prtt is None or len(prtt) < 4:
+        return None
+    pts = cp.points("pingpong")
+    cmp = compare(prtt, (pts["nbytes"], pts["t_mean"]), cp.fits)
+    return TrainChoice(model, tuple(np.nan_to_num(cmp["loggp_train"], nan=np.inf)), cmp["hockney_train"])
 
 
 def train_time(cp, k, nbytes, hockney) -> np.ndarray:

@@ -86,10 +86,9 @@ class _Steps:
         bcast = np.asarray(cp.time("bcast_row" if c > 1 else "bcast_col", p, msg, grid=grid),
                            float).reshape(N) if p > 1 else np.zeros(N)
         self.message = comm_train.train_time(cp, p - 1, msg, bcast) if p > 1 else bcast
-        # the loop's own costs per panel and per element moved (the probe's LU runs; else the Cholesky's)
-        share = getattr(cp, "lu_loop_share", getattr(cp, "loop_share", None))
-        self.copy_in = movement.in_loop(sp, m * s / r, share) + float(
-            getattr(cp, "lu_loop_overhead", getattr(cp, "loop_overhead", 0.0)))
+        # the loop's own costs per panel and per element moved (CommParams: the LU's runs, else the Cholesky's)
+        share = getattr(cp, "lu_loop_share", None)
+        self.copy_in = movement.in_loop(sp, m * s / r, share) + float(getattr(cp, "lu_loop_overhead", 0.0))
         self.pack = movement.copies(sp, m * s) + movement.in_loop(sp, m * s, share)
         swaps = s[:, None] * ncols[None, :]              # (N, c) elements interchanged
         lk = _k(sp, "laswp", backend, threads, ncols, "panel", b)
