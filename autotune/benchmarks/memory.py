@@ -88,8 +88,14 @@ def _plans(P: int, b: int) -> list[Plan]:
     return [p for p in out if p.p > 1]
 
 
+STENCIL_STEPS = 3
+
+
 def _dims(plan: Plan, n: int) -> tuple[int, ...]:
-    return {"lu": (n,), "cholesky": (n,), "gesv": (n, 4)}.get(plan.algorithm, (n, n, n))   # stencils: 3 steps
+    """The problem's dims as the plan's model takes them (gemm n x n x n; a stencil's rows, cols, steps)."""
+    if plan.algorithm in STENCIL:
+        return n, n, STENCIL_STEPS
+    return {"lu": (n,), "cholesky": (n,), "gesv": (n, 4)}.get(plan.algorithm, (n, n, n))
 
 
 def _row(name: str, peaks: list[int], fp) -> dict:
@@ -125,7 +131,7 @@ def _plan_rows(comm, n: int, block: int, rng) -> list[dict]:
     rows = []
     for plan in _plans(comm.size, block):
         if plan.algorithm in STENCIL:
-            call = functools.partial(heat2d, a, 3, HEAT_ALPHA, comm=comm, config=plan)
+            call = functools.partial(heat2d, a, STENCIL_STEPS, HEAT_ALPHA, comm=comm, config=plan)
         else:
             call = functools.partial(algorithms[plan.algorithm], *operands[plan.algorithm], comm, plan)
         peak(call)
