@@ -135,6 +135,10 @@ class Axis:
         owns_last = nblocks and held > self._held(part, nblocks - 1)
         return held * self.block - (nblocks * self.block - self.n if owns_last else 0)   # the last block is short
 
+    def most(self) -> int:
+        """How many indices the largest part owns (with weights not necessarily part 0)."""
+        return max(self.count(part) for part in range(self.parts))
+
     def indices(self, part: int) -> np.ndarray:
         """Global indices ``part`` owns, ascending (its local order)."""
         if self.block is None:

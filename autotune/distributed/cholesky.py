@@ -486,10 +486,12 @@ def _root_source(a, plan: Plan, check_finite: bool = True) -> tuple[np.ndarray, 
 
 def _piece_order(plan: Plan, n: int) -> str:
     """The memory order ``_scatter``'s pieces share (what ``cholesky_dist`` would agree on): C on
-    r x 1 grids unless every piece is also Fortran (one row or column), else Fortran."""
+    r x 1 grids unless every piece is also Fortran (at most one row: with weights a part may
+    hold none while another holds many), else Fortran."""
     if plan.r == 1 or plan.c != 1:
         return "F"
-    return "C" if n > 1 and cyclic_layout(plan, n).rows.count(0) > 1 else "F"
+    rows = cyclic_layout(plan, n).rows
+    return "C" if any(rows.count(i) > 1 for i in range(plan.r)) else "F"
 
 
 def _scatter(run: PlanRun, src: np.ndarray | None, n: int) -> DistMatrix:

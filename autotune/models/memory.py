@@ -91,7 +91,7 @@ def _bsr(dims, plan: Plan) -> Footprint:
     """The root scatters A's bands from its own memory and computes its band inside C; every
     other rank holds its band of A and C and all of B."""
     m, k, n = dims
-    mi = Axis(m, plan.p, weights=plan.weights).count(0)
+    mi = Axis(m, plan.p, weights=plan.weights).most()
     return Footprint({"C": m * n}, {"A band": ws(mi * k), "B replica": ws(k * n), "C band": ws(mi * n)})
 
 
@@ -158,19 +158,10 @@ def _factor(dims, plan: Plan) -> Footprint:
     the user's matrix), then the larger of the scatter's packing (2-D layouts) and the result
     with, on 2-D layouts, its gather buffer (the packing is freed before the loop)."""
     n = dims[0]
-    rows, cols = Axis(n, plan.r, plan.b), Axis(n, plan.c, plan.b)
-    mloc, nloc = rows.count(0), cols.count(0)
-    b = min(plan.b, n)
-    piece = ws(mloc * nloc) if plan.r == 1 else mloc * nloc      # 1 x c: scattered into workspace
-    if plan.algorithm == "cholesky":      # two slots of its panel piece (and on 2-D grids the row and column pieces)
-        pieces = (b * mloc,) if plan.r == 1 or plan.c == 1 else (b * mloc, b * nloc, b * mloc)
-        rank = {"piece": piece, "panels": 2 * ws(*pieces) + (ws(b * b) if plan.r == 1 or plan.c == 1 else 0)}
-    else:       # three received, two slots sent (to each process row with other ranks), the U12 block
-        sent = [b * Axis(n, plan.r, plan.b).count(i) for i in range(plan.r) if plan.c > 1 or i > 0]
-        rank = {"piece": piece, "panels": ws(*[b * mloc] * 3, *sent, *sent)}
-        if plan.r > 1:      # the gathered panel and its pieces, U12 down the column, the row exchange
-            rank["gathered panel, U12, row exchange"] = ws(b * n, b * mloc, b * nloc) + b * mloc + 2 * b * nloc
-    root = dict(rank)
+    rw, cw = grid_weights(plan.weights, plan.r, plan.c) or (None, None)
+    rows, cols = Axis(n, plan.r, plan.b, rw), Axis(n, plan.c, plan.b, cw)
+    rank = _factor_rank(plan, n, rows, rows.most(), cols.most())      # the largest piece's rank
+    root = _factor_rank(plan, n, rows, rows.count(0), cols.count(0))
     if plan.algorithm != "cholesky":
         root["checked copy"] = n * n
     two_d = plan.r > 1 and (plan.c > 1 or plan.algorithm != "cholesky")
@@ -180,8 +171,23 @@ def _factor(dims, plan: Plan) -> Footprint:
         rank["right-hand sides"] = n * nrhs + ws(n * nrhs)        # the holder's, the ring's buffer
         root["right-hand sides"] = 2 * n * nrhs + ws(n * nrhs)    # b's copy, x, the ring's buffer
         result = 0
-    root["packing or result"] = max(n * n - piece if two_d else 0, result)
+    root["packing or result"] = max(n * n - root["piece"] if two_d else 0, result)
     return Footprint(root, rank)
+
+
+def _factor_rank(plan: Plan, n: int, rows: Axis, mloc: int, nloc: int) -> dict[str, int]:
+    """A factorization's rank holding an ``mloc`` x ``nloc`` piece: the piece and its panel buffers."""
+    b = min(plan.b, n)
+    piece = ws(mloc * nloc) if plan.r == 1 else mloc * nloc      # 1 x c: scattered into workspace
+    if plan.algorithm == "cholesky":      # two slots of its panel piece (and on 2-D grids the row and column pieces)
+        pieces = (b * mloc,) if plan.r == 1 or plan.c == 1 else (b * mloc, b * nloc, b * mloc)
+        return {"piece": piece, "panels": 2 * ws(*pieces) + (ws(b * b) if plan.r == 1 or plan.c == 1 else 0)}
+    # three received, two slots sent (to each process row with other ranks), the U12 block
+    sent = [b * rows.count(i) for i in range(plan.r) if plan.c > 1 or i > 0]
+    rank = {"piece": piece, "panels": ws(*[b * mloc] * 3, *sent, *sent)}
+    if plan.r > 1:      # the gathered panel and its pieces, U12 down the column, the row exchange
+        rank["gathered panel, U12, row exchange"] = ws(b * n, b * mloc, b * nloc) + b * mloc + 2 * b * nloc
+    return rank
 
 
 def _stencil(dims, plan: Plan) -> Footprint:
