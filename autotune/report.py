@@ -187,7 +187,8 @@ def _fitted(path: Path | None) -> tuple[dict, str]:
     except Exception as exc:
         return {}, f"analytical only (fitted models unreadable: {exc})"
     if hasattr(entries, "in_use"):          # autotune.models.fitted.FittedModels: the entries in use
-        entries = {f"{e.family}/{e.algorithm} [{e.backend}, {e.threads}t] p={e.param} v{e.variant}": e
+        entries = {f"{e.family}/{e.algorithm} [{e.backend}, {e.threads}t] "
+                   f"{'b=any' if e.over_param else f'p={e.param}'} v{e.variant}": e
                    for e in entries.in_use}
     entries = dict(entries) if isinstance(entries, dict) else {i: e for i, e in enumerate(entries or [])}
     return entries, "" if entries else "analytical only (no /fitted entries in the database)"

@@ -6,7 +6,11 @@ forced ``config=`` (median of a few runs, thread pools settled between libraries
 algorithm, backend, threads, parameter, variant) whose median absolute percentage error (APE)
 exceeds ``tol``, or that the analytical model mis-ranks against another candidate of the same
 problem, gets a fitted polynomial in ``n`` (terms by AICc, coefficients by the FI-ME..VA-LS cascade)
-from separate fitting sizes; it is put in use when its check-point APE is lower. Every fitted entry
+from separate fitting sizes; it is put in use when its check-point APE is lower. A blocked
+algorithm's series (every block of one algorithm, library, thread count and variant) gets one
+polynomial in ``n`` and the block ``b`` instead (001 §4.3, eq. 4.15), fitted at every other block
+and checked at all of them, so it also serves blocks never timed; where it is not better its
+members are fitted one by one. Every fitted entry
 is stored (``autotune.models.fitted``) with both models' errors and the reason, and every check
 point (``autotune.db.validation``: sizes, measured, predicted, the model in use and why) for
 ``autotune report``.
@@ -31,9 +35,9 @@ from autotune.families import FAMILIES as FAMILY_DEFS
 from autotune.families import as_problem
 from autotune.models.fit_select import select_terms
 from autotune.models.fit_terms import METHODS, Samples, TermSet
-from autotune.models.fitted import EXTRAPOLATION, FittedEntry, eq410_terms
+from autotune.models.fitted import ANY_PARAM, EXTRAPOLATION, FittedEntry, eq410_terms
 from autotune.models.fitting import first_nonpositive, remodel
-from autotune.plans import Candidate
+from autotune.plans import ALGORITHMS, Candidate
 from autotune.select import clear_cache, rank
 from autotune.select.rank import COMPOSED_RISK
 
@@ -61,6 +65,7 @@ class Spec:
     strassen: bool = False
     families: tuple[str, ...] = FAMILIES
     methods: tuple[str, ...] = METHODS
+    over_blocks: bool = True      # a blocked series gets one T(n, b) (False: a T(n) per block, as before)
 
 
 SPECS = {
@@ -238,22 +243,33 @@ def _key(cand: Candidate) -> tuple[str, str, int, int, int]:
     return (cand.algorithm, cand.backend, cand.threads, cand.param, cand.variant)
 
 
+# Terms of a fitted series: powers of n, and for a series over blocks powers of b (001 eq. 4.15).
+N_DEGREES = range(4)
+B_DEGREES = (-1, 0, 1)
+
+
 def fit_series(family: str, cand: Candidate, check: Samples, analytical: np.ndarray, fit: Samples, tol: float,
                reason: str, methods: Sequence[str] = METHODS) -> FittedEntry:
-    """Fit a polynomial in n to ``fit`` (terms by AICc, coefficients by the remodel cascade); score both models."""
-    full = TermSet.polynomial(range(4))
+    """Fit a polynomial in n, or in (n, b) when the points carry blocks (``cand.param`` is then
+    ANY_PARAM), to ``fit`` (terms by AICc, coefficients by the remodel cascade); score both models
+    on ``check``."""
+    blocks = None if np.isnan(fit.a).all() else np.unique(np.concatenate([fit.a, check.a]))
+    full = TermSet.polynomial(N_DEGREES, (0,) if blocks is None else B_DEGREES, "b")
+    a = None if blocks is None else fit.a
     try:
-        selection = select_terms(fit.n, None, fit.t, full)
+        selection = select_terms(fit.n, a, fit.t, full)
         termset, sigma, akaike = selection.best.termset, selection.best.sigma, _akaike_json(selection)
     except ValueError:                       # too few points for AICc: the leading term alone
         termset, sigma, akaike = full.subset([full.leading]), float("nan"), "{}"
-    rem = remodel(fit, (float(fit.n.min()), float(fit.n.max())), None, termset, check, tol, methods=methods)
-    model = rem.model
-    bad = first_nonpositive(model, float(fit.n.min()), float(fit.n.max()) * EXTRAPOLATION)  # where it is used
-    scores = _scores(np.asarray(model.predict(check.n, None), dtype=float), check, analytical, tol, reason, bad)
+    n_range = (float(fit.n.min()), float(fit.n.max()))
+    model = remodel(fit, n_range, None if a is None else np.unique(a), termset, check, tol, methods=methods).model
+    bad = first_nonpositive(model, n_range[0], n_range[1] * EXTRAPOLATION, blocks)   # where it is used
+    predicted = np.asarray(model.predict(check.n, None if a is None else check.a), dtype=float)
+    scores = _scores(predicted, check, analytical, tol, reason, bad)
+    over = {} if a is None else {"fit_a": fit.a, "check_a": check.a}
     return FittedEntry.from_model(family, _key(cand), model, **scores, check_n=check.n, check_t=check.t,
                                   check_analytical=analytical, fit_n=fit.n, fit_t=fit.t, sigma=float(sigma),
-                                  akaike=akaike)
+                                  akaike=akaike, **over)
 
 
 def fit_strassen_series(cand: Candidate, check: Samples, analytical: np.ndarray, fit: Samples,
@@ -366,8 +382,8 @@ def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp, flag
         t = np.array([p.measured for p in pts])
         pred = np.array([p.predicted for p in pts])
         e = entries.get(cand)
-        use = np.array([e.predict_dims(_dims(pts[0].family, x), sp) for x in n]) if e is not None and e.in_use \
-            else pred
+        use = np.array([e.predict_dims(_dims(pts[0].family, x), sp, cand.param) for x in n]) \
+            if e is not None and e.in_use else pred
         apes += [abs(u - m) / m * 100 for u, m in zip(use, t, strict=True) if u >= spec.min_seconds]
         model = "fitted" if e is not None and e.in_use else "analytical"
         why = _model_reason(e, (flagged or {}).get(cand), float(np.median(np.abs(pred - t) / t) * 100), report.tol)
@@ -425,8 +441,9 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
             series[p.cand].append(p)
     flagged = _flag(problems, series, spec, tol)
     say(f"{len(series)} candidate series checked, {len(flagged)} to remodel")
-    entries = _remodel_all({c: series[c] for c in flagged}, flagged, spec, tol, timer, sp)
-    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
+    entries = _remodel_all(series, flagged, spec, tol, timer, sp)
+    stored = list({id(e): e for e in entries.values()}.values())       # a series over blocks: once
+    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=stored,
                     risk=measured_risk(problems))
     _summarise(report, series, entries, spec, sp, flagged)
     report.runs, report.seconds, report.skipped = timer.runs, time.perf_counter() - t0, timer.skipped
@@ -492,20 +509,86 @@ def measured_risk(problems: dict[tuple[str, int], list[Point]]) -> dict[str, dic
 
 
 def _fit_sizes(pts: list[Point], spec: Spec) -> list[int]:
-    """Fitting sizes of a series: the spec's, minus any of its check sizes."""
-    return [n for n in spec.fit.get(pts[0].family, ()) if n not in {p.n for p in pts}]
+    """Fitting sizes of a series: the spec's, minus any of its check sizes, and for a blocked
+    series those above its block (where the selector offers it)."""
+    cand, checked = pts[0].cand, {p.n for p in pts}
+    low = cand.param if ALGORITHMS[cand.algorithm][1] == "block" else 0
+    return [n for n in spec.fit.get(pts[0].family, ()) if n not in checked and n > low]
+
+
+# Fewest blocks a series over blocks is checked at (one per power of b).
+MIN_BLOCKS = len(B_DEGREES)
+
+
+def _over_blocks(series: dict[Candidate, list[Point]], flagged: dict[Candidate, str],
+                 spec: Spec) -> dict[Candidate, list[Candidate]]:
+    """Blocked series with a flagged member, checked at MIN_BLOCKS blocks or more: the series (its
+    candidate at ANY_PARAM) -> its members, by block."""
+    if not spec.over_blocks:
+        return {}
+    groups: dict[Candidate, list[Candidate]] = defaultdict(list)
+    for cand in series:
+        if ALGORITHMS[cand.algorithm][1] == "block":
+            groups[replace(cand, param=ANY_PARAM)].append(cand)
+    return {g: sorted(m, key=lambda c: c.param) for g, m in groups.items()
+            if len(m) >= MIN_BLOCKS and any(c in flagged for c in m)}
+
+
+def fit_blocks(members: Sequence[Candidate]) -> list[Candidate]:
+    """The members a series over blocks is fitted at: with more than MIN_BLOCKS, every other
+    block from the smallest and the largest (the others are only checked: blocks the model has
+    not seen); else all of them (each power of b needs its block)."""
+    if len(members) <= MIN_BLOCKS:
+        return list(members)
+    return list(dict.fromkeys([*members[::2], members[-1]]))
 
 
 def _remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str], spec: Spec, tol: float,
                  timer: Timer, sp) -> dict[Candidate, FittedEntry]:
-    """Time every flagged series' fitting sizes in one batch (pools settle once per group), then fit each."""
-    timer.many([(pts[0].family, n, c) for c, pts in series.items() for n in _fit_sizes(pts, spec)])
-    out = {}
-    for cand, pts in series.items():
-        entry = _remodel(cand, pts, why[cand], spec, tol, timer, sp)
+    """Fit the flagged (``why``) series: a blocked series over its blocks first (each member maps to
+    its entry when in use), then the rest one by one. Each step's fitting sizes are timed in one
+    batch (pools settle once per group); a block only checked stays untimed at them."""
+    groups = _over_blocks(series, why, spec)
+    out: dict[Candidate, FittedEntry] = {}
+    _time_fits(timer, series, [c for members in groups.values() for c in fit_blocks(members)], spec)
+    for group, members in groups.items():
+        entry = _remodel_blocks(group, members, why, spec, tol, timer, series)
+        if entry is not None:
+            out.update(dict.fromkeys(members if entry.in_use else [group], entry))
+    rest = [c for c in why if c not in out]
+    _time_fits(timer, series, rest, spec)
+    for cand in rest:
+        entry = _remodel(cand, series[cand], why[cand], spec, tol, timer, sp)
         if entry is not None:
             out[cand] = entry
     return out
+
+
+def _time_fits(timer: Timer, series: dict[Candidate, list[Point]], cands: Sequence[Candidate], spec: Spec) -> None:
+    """Time the fitting sizes of ``cands`` in one batch."""
+    timer.many([(series[c][0].family, n, c) for c in cands for n in _fit_sizes(series[c], spec)])
+
+
+def _remodel_blocks(group: Candidate, members: list[Candidate], why: dict[Candidate, str], spec: Spec, tol: float,
+                    timer: Timer, series: dict[Candidate, list[Point]]) -> FittedEntry | None:
+    """One T(n, b) for a blocked series: fitted on its fitting sizes at ``fit_blocks``, checked at
+    every member's check points; None if it cannot be fitted."""
+    family = series[members[0]][0].family
+    fit = [(n, c.param, timer(family, n, c)) for c in fit_blocks(members) for n in _fit_sizes(series[c], spec)]
+    fit = [x for x in fit if math.isfinite(x[2])]
+    pts = [p for c in members for p in series[c]]
+    if len(fit) < 2:
+        return None
+    reason = next(why[c] for c in members if c in why)
+    check = Samples(np.array([p.n for p in pts], float), np.array([p.cand.param for p in pts], float),
+                    np.array([p.measured for p in pts]))
+    try:
+        return fit_series(family, group, check, np.array([p.predicted for p in pts]),
+                          Samples(*(np.array(x, float) for x in zip(*fit, strict=True))), tol,
+                          f"{reason} (one model over blocks {', '.join(str(c.param) for c in members)})",
+                          spec.methods)
+    except ValueError:
+        return None
 
 
 def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float, timer: Timer,
@@ -540,5 +623,5 @@ def _strassen_parts(cand: Candidate, sp) -> Callable[[np.ndarray], tuple[np.ndar
     return parts
 
 
-__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_series", "fit_strassen_series", "load_spec", "measured_risk",
-           "validate"]
+__all__ = ["SPECS", "Report", "Spec", "Timer", "fit_blocks", "fit_series", "fit_strassen_series", "load_spec",
+           "measured_risk", "validate"]

@@ -186,3 +186,31 @@ def test_strassen_remodel_bad_input_is_one_line_and_exit_2(tiny_db, capsys, argv
     assert cli.main(["bench", "strassen-remodel", "--db", str(tiny_db), *argv]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autotune bench strassen-remodel: error:") and says in lines[0]
+
+
+def test_remodel_ap_compares_both_fits_on_held_out_problems(tiny_db, tmp_path, capsys):
+    """Two validated copies (over blocks, per block), one held-out LU problem timed once for both:
+    each copy's choice, regret and error, in the files asked for; the database itself untouched."""
+    import yaml
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"families": ["lu"], "check": {"lu": [200, 300]}, "fit": {"lu": [160, 240, 360]},
+                                    "budgets": [1], "reps": 1, "seconds": 0.01, "settle": 0.0}))
+    before = tiny_db.read_bytes()
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    assert cli.main(["bench", "remodel-ap", "--db", str(tiny_db), "--spec", str(spec), "--sizes", "250",
+                     "--routines", "lu", "--threads", "1", "--reps", "1", "--seconds", "0.01", "--pairs", "3",
+                     "--out", str(out), "--markdown", str(md)]) == 0
+    assert tiny_db.read_bytes() == before
+    doc = json.loads(out.read_text())
+    (row,) = doc["rows"]
+    for name in ("over blocks", "per block"):
+        assert row[name]["regret"] >= 1.0 and row[name]["ape_median"] >= 0 and name in md.read_text()
+        assert doc["summary"][name]["regret_mean"] == row[name]["regret"]
+    assert "mean regret" in capsys.readouterr().out
+
+
+def test_remodel_ap_bad_input_is_one_line_and_exit_2(tiny_db, capsys):
+    assert cli.main(["bench", "remodel-ap", "--db", str(tiny_db), "--sizes", "0"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autotune bench remodel-ap: error:")

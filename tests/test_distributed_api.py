@@ -15,6 +15,7 @@ COMM_TINY = {
                "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
     "passes": 1, "check_sides": [128, 256], "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,
     "step_waits": {"order": 256, "blocks": [32, 64]}, "loop_costs": [[256, 32], [512, 32]],   # calibrations: short
+    "phase_calibration": {"sizes": [128, 192], "reps": 1},
 }
 
 

@@ -322,3 +322,77 @@ def test_validate_within_a_spent_budget_stores_what_it_has(db):
     assert report.runs == 0 and report.skipped > 0 and report.ape_in_use is None
     assert "time budget reached" in report.text()
     assert load_fitted(db).info["skipped"] == report.skipped
+
+
+def test_blocked_series_gets_one_model_over_its_blocks(db):
+    """A blocked series is fitted once in (n, b) at every other block; the model (key ANY_PARAM)
+    predicts the blocks it never saw, is read back, and serves the selector at any block within
+    those fitted, not beyond them."""
+    from autotune.install_probe import validate as v
+
+    from autotune.models.fit_terms import Samples
+
+    def truth(n, b):
+        n, b = np.asarray(n, float), np.asarray(b, float)
+        return 2e-11 * n ** 3 + 3e-10 * n ** 2 * b + 4e-7 * n ** 2 / b + 1e-6
+
+    blocks = [32, 64, 128, 256, 512]
+    members = [Candidate("getrf_blocked", "scipy-openblas", 2, b, 0) for b in blocks]
+    fitted_at = [c.param for c in v.fit_blocks(members)]
+    assert fitted_at == [32, 128, 512]
+    fn, fb = (x.ravel() for x in np.meshgrid([160.0, 320.0, 500.0, 900.0, 1200.0, 1800.0], fitted_at))
+    cn, cb = (x.ravel() for x in np.meshgrid([200.0, 700.0, 1500.0], blocks))
+    group = Candidate("getrf_blocked", "scipy-openblas", 2, v.ANY_PARAM, 0)
+    e = v.fit_series("lu", group, Samples(cn, cb, truth(cn, cb)), 1.3 * truth(cn, cb),
+                     Samples(fn, fb, truth(fn, fb)), 3.0, "analytical APE 30% > tol 3%")
+    assert e.in_use and e.over_param and e.fitted_ape < 0.5, str(e)
+    unseen = np.isin(cb, [64, 256])
+    assert np.allclose(e.predict(cn[unseen], cb[unseen]), truth(cn[unseen], cb[unseen]), rtol=0.01)
+    save_fitted(db, [e])
+    back = load_fitted(db)
+    (entry,) = back.entries
+    assert entry.over_param and entry.fit_a.tolist() == fb.tolist()
+    for b in (64, 256, 512):
+        got = back.predict(("getrf_blocked", "scipy-openblas", 2, b, 0), (1000,))
+        assert got == pytest.approx(float(truth(1000, b)), rel=0.01)
+    assert back.predict(("getrf_blocked", "scipy-openblas", 2, 16, 0), (1000,)) is None      # below its blocks
+    assert back.predict(("getrf_blocked", "scipy-openblas", 1, 64, 0), (1000,)) is None      # another series
+
+
+def test_validate_fits_a_blocked_series_over_its_blocks(db, tmp_path, monkeypatch):
+    """End to end on the LU with made-up times T(n, b): the blocked series is fitted once over its
+    blocks, never timed at its held-out block's fitting sizes nor at a block not below n, and the
+    stored model serves the held-out block; without ``over_blocks`` each block gets its own."""
+    from autotune.install_probe import validate as v
+
+    def truth(n, cand):
+        b = cand.param if cand.algorithm == "getrf_blocked" else 64
+        return 2e-11 * n ** 3 + 3e-10 * n ** 2 * b + 4e-7 * n ** 2 / b
+
+    timed = []
+
+    def runner(family, dims, cand, rng):
+        timed.append((dims[0], cand))
+        return lambda: truth(dims[0], cand)
+
+    monkeypatch.setattr(v, "candidate_runner", runner)
+    monkeypatch.setattr(v, "time_point", lambda run, reps, seconds: run())
+    spec = {**TINY_SPEC, "families": ["lu"], "check": {"lu": [200, 300]},
+            "fit": {"lu": [48, 100, 160, 240, 360, 420]}, "max_ratio": 1e9}
+    per_block = shutil.copy(db, tmp_path / "per_block.h5")       # unfitted, for the comparison
+    report = v.validate(db, spec, sp=Scaled(load_sp(db, refresh=True)), progress=False)
+    (over,) = [e for e in report.entries if e.over_param]
+    assert over.in_use and over.fitted_ape < 1.0, report.text()
+    members = sorted({c.param for _, c in timed if c.algorithm == "getrf_blocked"})
+    assert members == [16, 32, 64, 128] and sorted(set(over.fit_a)) == [16, 64, 128]
+    blocked_fits = [(n, c.param) for n, c in timed if c.algorithm == "getrf_blocked" and n not in (200, 300)]
+    assert all(b < n for n, b in blocked_fits) and all(b != 32 for _, b in blocked_fits)
+    be = over.backend
+    got = load_fitted(db).predict(("getrf_blocked", be, 1, 32, 0), (250,))
+    assert got == pytest.approx(truth(250, Candidate("getrf_blocked", be, 1, 32)), rel=0.02)
+
+    timed.clear()
+    report = v.validate(per_block, {**spec, "over_blocks": False}, sp=Scaled(load_sp(per_block, refresh=True)),
+                        progress=False)
+    assert not any(e.over_param for e in report.entries)
+    assert {e.param for e in report.entries if e.algorithm == "getrf_blocked"} == {16, 32, 64, 128}

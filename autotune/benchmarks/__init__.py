@@ -29,6 +29,7 @@ from autotune.benchmarks import (
     placement,
     probe,
     regress,
+    remodel_ap,
     rescore,
     scalapack,
     stencil,
@@ -41,6 +42,7 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
+            "remodel-ap": remodel_ap,
             "composed": composed, "multicore": multicore, "scalapack": scalapack, "mapping": mapping,
             "mapping-testbed": mapping_testbed, "placement": placement, "stencil": stencil,
             "balance": balance, "balance-calls": balance_calls, "synthetic": synthetic, "memory": memory}

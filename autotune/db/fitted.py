@@ -24,6 +24,9 @@ GROUP = "fitted"
 REBUILD = "autotune-install --validate --db {path}"
 
 Key = tuple[str, str, int, int, int]   # (algorithm, backend, threads, param, variant)
+# The ``param`` of an entry fitted over the algorithm parameter (a block size): a polynomial in
+# (n, b) that serves every block of its series within the blocks it was fitted at.
+ANY_PARAM = -1
 
 
 @dataclass(eq=False)  # holds arrays
@@ -59,6 +62,8 @@ class FittedRecord:
     # "polynomial": T(n) = sum c n^i per region; "eq4.10" (Strassen): T = M * leaves + A * additions,
     # the analytical model's two terms (models.gemm.strassen_parts) weighted by coefficients [[M, A]].
     form: str = "polynomial"
+    fit_a: np.ndarray = field(default_factory=lambda: np.zeros(0))     # each fitting point's parameter
+    check_a: np.ndarray = field(default_factory=lambda: np.zeros(0))   # each check point's parameter
 
     def __post_init__(self) -> None:
         """Terms in TermSet's canonical order, coefficient columns permuted to match (one row per region)."""
@@ -85,7 +90,8 @@ class FittedGroup(NamedTuple):
 _SCALARS = ("family", "algorithm", "backend", "threads", "param", "variant", "method", "fitted_ape", "fitted_phi",
             "analytical_ape", "analytical_phi", "reason", "in_use", "timestamp", "sigma", "akaike", "form")
 _OPTIONAL = {"sigma": float("nan"), "akaike": "{}", "form": "polynomial"}   # absent in older entries
-_ARRAYS = ("coefficients", "edges", "check_n", "check_t", "check_analytical", "fit_n", "fit_t")
+_ARRAYS = ("coefficients", "edges", "check_n", "check_t", "check_analytical", "fit_n", "fit_t", "fit_a", "check_a")
+_OPTIONAL_ARRAYS = ("fit_a", "check_a")      # entries in n alone may lack them
 
 
 def save_fitted(path: str | os.PathLike, entries: Sequence[FittedRecord], *, machine: str = "default",
@@ -119,7 +125,8 @@ def _read_entry(sub, record: type[FittedRecord] = FittedRecord) -> FittedRecord:
         kw[name] = float(kw[name])
     kw["in_use"] = bool(kw["in_use"])
     terms = tuple((int(i), int(j)) for i, j in np.asarray(sub["terms"][...]).reshape(-1, 2))
-    arrays = {name: np.asarray(sub[name][...], dtype=float) for name in _ARRAYS}
+    arrays = {name: np.asarray(sub[name][...], dtype=float) for name in _ARRAYS
+              if name in sub or name not in _OPTIONAL_ARRAYS}
     entry = record(terms=terms, **kw, **arrays)
     coef = entry.coefficients
     if coef.ndim != 2 or coef.shape != (entry.edges.size - 1, len(terms)) or not np.isfinite(coef).all():
@@ -142,4 +149,4 @@ def read_fitted(path: str | os.PathLike | None = None, machine: str = "default",
 
 
 
-__all__ = ["GROUP", "FittedGroup", "FittedRecord", "Key", "read_fitted", "save_fitted"]
+__all__ = ["ANY_PARAM", "GROUP", "FittedGroup", "FittedRecord", "Key", "read_fitted", "save_fitted"]

@@ -1,11 +1,13 @@
-"""Fitted models (docs/models.md#fitted.polynomial): polynomials in n that replace an analytical model
-where it fails.
+"""Fitted models (docs/models.md#fitted.polynomial): polynomials in n, or in n and the block b,
+that replace an analytical model where it fails.
 
 ``autotune-install --validate`` (``install_probe.validate``) times candidates on check points;
 where the analytical model errs beyond the tolerance or mis-ranks the candidates it fits a
-polynomial ``T(n) = sum c_i n^i`` per candidate series and stores it here, in use when its
-check-point error is lower. Every entry keeps its provenance (method, check and fit points, the
-errors of both models on the same check points, why it is or is not in use).
+polynomial ``T(n) = sum c_i n^i`` per candidate series, or one ``T(n, b) = sum c_ij n^i b^j``
+per blocked series over all its blocks (key ``param = ANY_PARAM``: it serves blocks it was not
+timed at), and stores it here, in use when its check-point error is lower. Every entry keeps its
+provenance (method, check and fit points, the errors of both models on the same check points,
+why it is or is not in use).
 
 Selector integration (one call per ranked candidate)::
 
@@ -31,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from autotune.db.fitted import GROUP, FittedRecord, Key, read_fitted, save_fitted
+from autotune.db.fitted import ANY_PARAM, GROUP, FittedRecord, Key, read_fitted, save_fitted
 from autotune.db.store import kept_with
 from autotune.models.fit_terms import FittedModel, TermSet
 from autotune.models.gemm import STRASSEN_ADD_BACKEND, strassen_parts
@@ -54,47 +56,64 @@ class FittedEntry(FittedRecord):
         return cls(family, alg, be, int(threads), int(param), int(variant), model.termset.terms,
                    np.asarray(model.coefficients, float), np.asarray(model.edges, float), model.method, **kw)
 
-    def covers(self, n: float) -> bool:
-        """Whether ``n`` lies within the fitted size range (widened upwards by EXTRAPOLATION)."""
-        return self.edges[0] <= n <= self.edges[-1] * EXTRAPOLATION
+    @property
+    def over_param(self) -> bool:
+        """Whether the entry is a polynomial in (n, b) serving every block of its series."""
+        return self.param == ANY_PARAM
 
-    def predict(self, n) -> np.ndarray:
+    def covers(self, n: float, a: float | None = None) -> bool:
+        """Whether ``n`` lies within the fitted size range (widened upwards by EXTRAPOLATION) and,
+        for an entry over the parameter, ``a`` within the parameter values it was fitted at."""
+        if not self.edges[0] <= n <= self.edges[-1] * EXTRAPOLATION:
+            return False
+        return not self.over_param or (a is not None and self.fit_a.size > 0
+                                       and self.fit_a.min() <= a <= self.fit_a.max())
+
+    @property
+    def termset(self) -> TermSet:
+        return TermSet(self.terms, "b")
+
+    def predict(self, n, a=None) -> np.ndarray:
         """Predicted seconds at sizes ``n`` (vectorised; each size in its region, nearest region outside).
         Polynomial entries only: ``eq4.10`` entries (docs/models.md#fitted.strassen) need the system
         parameters (``predict_dims``)."""
         if self.form != "polynomial":
             raise ValueError(f"a {self.form} entry is evaluated with predict_dims(dims, sp)")
-        n = np.asarray(n, dtype=float)
+        shape = np.broadcast_shapes(np.shape(n), np.shape(a) if a is not None else ())
+        n = np.broadcast_to(np.asarray(n, dtype=float), shape)
         region = np.searchsorted(self.edges[1:-1], n, side="right")
-        design = TermSet(self.terms).design(n)
-        return np.einsum("ij,ij->i", design, self.coefficients[region.ravel()]).reshape(n.shape)
+        design = self.termset.design(n, a)
+        return np.einsum("ij,ij->i", design, self.coefficients[region.ravel()]).reshape(shape)
 
     @functools.cached_property
-    def _plain(self) -> tuple[list[float], list[list[tuple[int, float]]]]:
-        """Interior edges and per-region (power, coefficient) pairs as Python numbers, for ``predict_one``."""
-        powers = [i for i, _ in self.terms]
-        return self.edges[1:-1].tolist(), [list(zip(powers, row, strict=True)) for row in self.coefficients.tolist()]
+    def _plain(self) -> tuple[list[float], list[list[tuple[int, int, float]]]]:
+        """Interior edges and per-region (n power, b power, coefficient) as Python numbers, for ``predict_one``."""
+        return self.edges[1:-1].tolist(), [[(i, j, c) for (i, j), c in zip(self.terms, row, strict=True)]
+                                           for row in self.coefficients.tolist()]
 
-    def predict_one(self, n: float) -> float:
+    def predict_one(self, n: float, a: float | None = None) -> float:
         """Scalar prediction in plain Python (the selector calls it per candidate: no array overhead)."""
         inner, rows = self._plain
-        return float(sum(c * n ** i for i, c in rows[bisect.bisect_right(inner, n)]))
+        return float(sum(c * n ** i * (a ** j if j else 1.0) for i, j, c in rows[bisect.bisect_right(inner, n)]))
 
-    def predict_dims(self, dims: Sequence[float], sp) -> float:
-        """Seconds for the problem ``dims``: the polynomial at its size, or the weighted
-        analytical terms of docs/models.md#fitted.strassen (which need the system parameters ``sp``)."""
+    def predict_dims(self, dims: Sequence[float], sp, param: float | None = None) -> float:
+        """Seconds for the problem ``dims`` (at block ``param`` for an entry over the parameter):
+        the polynomial at its size, or the weighted analytical terms of
+        docs/models.md#fitted.strassen (which need the system parameters ``sp``)."""
         if self.form == "polynomial":
-            return self.predict_one(size_variable(dims))
+            return self.predict_one(size_variable(dims), param if self.over_param else None)
         leaves, adds = eq410_terms(self.backend, self.threads, self.param, dims, sp)
         return float(self.coefficients[0, 0] * leaves + self.coefficients[0, 1] * adds)
 
     def __str__(self) -> str:
         state = "in use" if self.in_use else "not used"
-        poly = " + ".join(f"{c:.4g}*{TermSet(self.terms).name(t)}" for t, c in zip(self.terms, self.coefficients[0],
-                                                                                 strict=True))
+        poly = " + ".join(f"{c:.4g}*{self.termset.name(t)}" for t, c in zip(self.terms, self.coefficients[0],
+                                                                        strict=True))
         if self.form != "polynomial":
             poly = f"M = {self.coefficients[0, 0]:.4g} x leaves + A = {self.coefficients[0, 1]:.4g} x additions"
-        return (f"{self.algorithm} p={self.param} v{self.variant} [{self.backend}, {self.threads}t] {self.method}: "
+        param = (f"b={self.fit_a.min():.0f}..{self.fit_a.max():.0f}" if self.over_param and self.fit_a.size
+                 else f"p={self.param}")
+        return (f"{self.algorithm} {param} v{self.variant} [{self.backend}, {self.threads}t] {self.method}: "
                 f"{poly}; APE fitted {self.fitted_ape:.1f}% vs analytical {self.analytical_ape:.1f}% ({state}: "
                 f"{self.reason})")
 
@@ -123,7 +142,7 @@ class FittedModels:
         self.entries = list(entries)
         self.reason = reason
         self.info = info or {}
-        self._in_use = {e.key: e for e in self.entries if e.in_use}
+        self._in_use = {e.key: e for e in self.entries if e.in_use}   # over-parameter entries under ANY_PARAM
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -139,10 +158,15 @@ class FittedModels:
     def predict(self, candidate_key: Key, dims: Sequence[float], sp=None) -> float | None:
         """Fitted seconds for a candidate at ``dims``; None without an in-use entry, outside its size
         range, or (``eq4.10`` entries, docs/models.md#fitted.strassen) without system parameters ``sp``."""
-        entry = self._in_use.get(tuple(candidate_key)) if self._in_use else None
-        if entry is None or not entry.covers(size_variable(dims)) or (entry.form != "polynomial" and sp is None):
+        if not self._in_use:
             return None
-        t = entry.predict_dims(dims, sp)
+        key = tuple(candidate_key)
+        entry = self._in_use.get(key) or self._in_use.get((*key[:3], ANY_PARAM, *key[4:]))
+        if entry is None or not entry.covers(size_variable(dims), key[3]):
+            return None
+        if entry.form != "polynomial" and sp is None:
+            return None
+        t = entry.predict_dims(dims, sp, key[3])
         return t if math.isfinite(t) and t > 0 else None
 
 
@@ -193,5 +217,5 @@ def fitted_for(sp) -> FittedModels | None:
     return kept_with(sp, _FOR_SP, read)
 
 
-__all__ = ["EXTRAPOLATION", "GROUP", "FittedEntry", "FittedModels", "candidate_key", "eq410_terms",
+__all__ = ["ANY_PARAM", "EXTRAPOLATION", "GROUP", "FittedEntry", "FittedModels", "candidate_key", "eq410_terms",
            "fitted_for", "load_fitted", "override", "save_fitted", "size_variable"]
