@@ -7,10 +7,10 @@ algorithm, backend, threads, parameter, variant) whose median absolute percentag
 exceeds ``tol``, or that the analytical model mis-ranks against another candidate of the same
 problem, gets a fitted polynomial in ``n`` (terms by AICc, coefficients by the FI-ME..VA-LS cascade)
 from separate fitting sizes; it is put in use when its check-point APE is lower. A blocked
-algorithm's series (every block of one algorithm, library, thread count and variant) gets one
-polynomial in ``n`` and the block ``b`` instead (001 §4.3, eq. 4.15), fitted at every other block
-and checked at all of them, so it also serves blocks never timed; where it is not better its
-members are fitted one by one. Every fitted entry
+algorithm's series (every block of one algorithm, library, thread count and variant) also gets
+one polynomial in ``n`` and the block ``b`` (001 §4.3, eq. 4.15), fitted at every other block and
+checked at all of them; it serves each block where it beats both that block's analytical model and
+its own fit. Every fitted entry
 is stored (``autotune.models.fitted``) with both models' errors and the reason, and every check
 point (``autotune.db.validation``: sizes, measured, predicted, the model in use and why) for
 ``autotune report``.
@@ -382,8 +382,8 @@ def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp, flag
         t = np.array([p.measured for p in pts])
         pred = np.array([p.predicted for p in pts])
         e = entries.get(cand)
-        use = np.array([e.predict_dims(_dims(pts[0].family, x), sp, cand.param) for x in n]) \
-            if e is not None and e.in_use else pred
+        use = np.array([e.predict_dims(_dims(pts[0].family, x), sp) for x in n]) if e is not None and e.in_use \
+            else pred
         apes += [abs(u - m) / m * 100 for u, m in zip(use, t, strict=True) if u >= spec.min_seconds]
         model = "fitted" if e is not None and e.in_use else "analytical"
         why = _model_reason(e, (flagged or {}).get(cand), float(np.median(np.abs(pred - t) / t) * 100), report.tol)
@@ -442,8 +442,7 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     flagged = _flag(problems, series, spec, tol)
     say(f"{len(series)} candidate series checked, {len(flagged)} to remodel")
     entries = _remodel_all(series, flagged, spec, tol, timer, sp)
-    stored = list({id(e): e for e in entries.values()}.values())       # a series over blocks: once
-    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=stored,
+    report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
                     risk=measured_risk(problems))
     _summarise(report, series, entries, spec, sp, flagged)
     report.runs, report.seconds, report.skipped = timer.runs, time.perf_counter() - t0, timer.skipped
@@ -545,23 +544,41 @@ def fit_blocks(members: Sequence[Candidate]) -> list[Candidate]:
 
 def _remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str], spec: Spec, tol: float,
                  timer: Timer, sp) -> dict[Candidate, FittedEntry]:
-    """Fit the flagged (``why``) series: a blocked series over its blocks first (each member maps to
-    its entry when in use), then the rest one by one. Each step's fitting sizes are timed in one
-    batch (pools settle once per group); a block only checked stays untimed at them."""
+    """Fit the flagged (``why``) series one by one, then each blocked series with a flagged member
+    over its blocks: its T(n, b) serves a member where it beats that member's analytical model and
+    own fit on the member's check points (the better kept per block). The fitting sizes are timed
+    in one batch (pools settle once per group)."""
     groups = _over_blocks(series, why, spec)
+    _time_fits(timer, series, list(dict.fromkeys([*why, *(c for m in groups.values() for c in fit_blocks(m))])),
+               spec)
     out: dict[Candidate, FittedEntry] = {}
-    _time_fits(timer, series, [c for members in groups.values() for c in fit_blocks(members)], spec)
-    for group, members in groups.items():
-        entry = _remodel_blocks(group, members, why, spec, tol, timer, series)
-        if entry is not None:
-            out.update(dict.fromkeys(members if entry.in_use else [group], entry))
-    rest = [c for c in why if c not in out]
-    _time_fits(timer, series, rest, spec)
-    for cand in rest:
+    for cand in why:
         entry = _remodel(cand, series[cand], why[cand], spec, tol, timer, sp)
         if entry is not None:
             out[cand] = entry
+    for group, members in groups.items():
+        over = _remodel_blocks(group, members, why, spec, tol, timer, series)
+        if over is None:
+            continue
+        served = {m: e for m in members if (e := _serve(over, m, series[m], out.get(m), tol)) is not None}
+        out.update(served)
+        blocks = ", ".join(str(m.param) for m in served) or "none"
+        out[group] = replace(over, in_use=False, reason=f"{over.reason}; serves blocks {blocks}")
     return out
+
+
+def _serve(over: FittedEntry, member: Candidate, pts: list[Point], own: FittedEntry | None,
+           tol: float) -> FittedEntry | None:
+    """The series' T(n, b) at ``member``'s block as its entry, if in use there (better than the
+    analytical model on its check points, not wild, positive) and better than its own fit."""
+    check = Samples(np.array([p.n for p in pts], float), None, np.array([p.measured for p in pts]))
+    analytical = np.array([p.predicted for p in pts])
+    b = np.full(check.n.size, float(member.param))
+    bad = first_nonpositive(over, float(over.fit_n.min()), float(over.fit_n.max()) * EXTRAPOLATION, [member.param])
+    scores = _scores(over.predict(check.n, b), check, analytical, tol, f"{over.reason}, at b = {member.param}", bad)
+    if not scores["in_use"] or (own is not None and own.in_use and own.fitted_ape <= scores["fitted_ape"]):
+        return None
+    return over.at(member.param, **scores, check_n=check.n, check_t=check.t, check_analytical=analytical)
 
 
 def _time_fits(timer: Timer, series: dict[Candidate, list[Point]], cands: Sequence[Candidate], spec: Spec) -> None:

@@ -3,11 +3,11 @@ that replace an analytical model where it fails.
 
 ``autotune-install --validate`` (``install_probe.validate``) times candidates on check points;
 where the analytical model errs beyond the tolerance or mis-ranks the candidates it fits a
-polynomial ``T(n) = sum c_i n^i`` per candidate series, or one ``T(n, b) = sum c_ij n^i b^j``
-per blocked series over all its blocks (key ``param = ANY_PARAM``: it serves blocks it was not
-timed at), and stores it here, in use when its check-point error is lower. Every entry keeps its
-provenance (method, check and fit points, the errors of both models on the same check points,
-why it is or is not in use).
+polynomial ``T(n) = sum c_i n^i`` per candidate series, and one ``T(n, b) = sum c_ij n^i b^j`` per
+blocked series over its blocks (kept under ``param = ANY_PARAM`` for the record) that serves a
+block, as its polynomial in n at that b, where it beats the block's own fit, and stores them here,
+in use when their check-point error is lower. Every entry keeps its provenance (method, check and
+fit points, the errors of both models on the same check points, why it is or is not in use).
 
 Selector integration (one call per ranked candidate)::
 
@@ -58,16 +58,24 @@ class FittedEntry(FittedRecord):
 
     @property
     def over_param(self) -> bool:
-        """Whether the entry is a polynomial in (n, b) serving every block of its series."""
+        """Whether the entry is a blocked series' polynomial in (n, b) (kept for the record; its
+        blocks are served by ``at``)."""
         return self.param == ANY_PARAM
 
-    def covers(self, n: float, a: float | None = None) -> bool:
-        """Whether ``n`` lies within the fitted size range (widened upwards by EXTRAPOLATION) and,
-        for an entry over the parameter, ``a`` within the parameter values it was fitted at."""
-        if not self.edges[0] <= n <= self.edges[-1] * EXTRAPOLATION:
-            return False
-        return not self.over_param or (a is not None and self.fit_a.size > 0
-                                       and self.fit_a.min() <= a <= self.fit_a.max())
+    def covers(self, n: float) -> bool:
+        """Whether ``n`` lies within the fitted size range (widened upwards by EXTRAPOLATION)."""
+        return self.edges[0] <= n <= self.edges[-1] * EXTRAPOLATION
+
+    def at(self, param: int, **kw) -> FittedEntry:
+        """This (n, b) polynomial at block ``param``: the polynomial in n that serves that one
+        candidate (``kw``: its scores and check points), keeping the fit's provenance."""
+        powers = sorted({i for i, _ in self.terms}, reverse=True)
+        coef = [[sum(c * float(param) ** j for (i, j), c in zip(self.terms, row, strict=True) if i == p)
+                 for p in powers] for row in self.coefficients.tolist()]
+        return FittedEntry(self.family, self.algorithm, self.backend, self.threads, int(param), self.variant,
+                           tuple((p, 0) for p in powers), np.array(coef), self.edges, f"{self.method} over b",
+                           fit_n=self.fit_n, fit_t=self.fit_t, fit_a=self.fit_a, sigma=self.sigma,
+                           akaike=self.akaike, **kw)
 
     @property
     def termset(self) -> TermSet:
@@ -86,22 +94,22 @@ class FittedEntry(FittedRecord):
         return np.einsum("ij,ij->i", design, self.coefficients[region.ravel()]).reshape(shape)
 
     @functools.cached_property
-    def _plain(self) -> tuple[list[float], list[list[tuple[int, int, float]]]]:
-        """Interior edges and per-region (n power, b power, coefficient) as Python numbers, for ``predict_one``."""
-        return self.edges[1:-1].tolist(), [[(i, j, c) for (i, j), c in zip(self.terms, row, strict=True)]
-                                           for row in self.coefficients.tolist()]
+    def _plain(self) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        """Interior edges and per-region (power, coefficient) pairs as Python numbers, for ``predict_one``."""
+        powers = [i for i, _ in self.terms]
+        return self.edges[1:-1].tolist(), [list(zip(powers, row, strict=True)) for row in self.coefficients.tolist()]
 
-    def predict_one(self, n: float, a: float | None = None) -> float:
-        """Scalar prediction in plain Python (the selector calls it per candidate: no array overhead)."""
+    def predict_one(self, n: float) -> float:
+        """Scalar prediction in plain Python (the selector calls it per candidate: no array overhead;
+        an entry in n alone)."""
         inner, rows = self._plain
-        return float(sum(c * n ** i * (a ** j if j else 1.0) for i, j, c in rows[bisect.bisect_right(inner, n)]))
+        return float(sum(c * n ** i for i, c in rows[bisect.bisect_right(inner, n)]))
 
-    def predict_dims(self, dims: Sequence[float], sp, param: float | None = None) -> float:
-        """Seconds for the problem ``dims`` (at block ``param`` for an entry over the parameter):
-        the polynomial at its size, or the weighted analytical terms of
-        docs/models.md#fitted.strassen (which need the system parameters ``sp``)."""
+    def predict_dims(self, dims: Sequence[float], sp) -> float:
+        """Seconds for the problem ``dims``: the polynomial at its size, or the weighted
+        analytical terms of docs/models.md#fitted.strassen (which need the system parameters ``sp``)."""
         if self.form == "polynomial":
-            return self.predict_one(size_variable(dims), param if self.over_param else None)
+            return self.predict_one(size_variable(dims))
         leaves, adds = eq410_terms(self.backend, self.threads, self.param, dims, sp)
         return float(self.coefficients[0, 0] * leaves + self.coefficients[0, 1] * adds)
 
@@ -142,7 +150,7 @@ class FittedModels:
         self.entries = list(entries)
         self.reason = reason
         self.info = info or {}
-        self._in_use = {e.key: e for e in self.entries if e.in_use}   # over-parameter entries under ANY_PARAM
+        self._in_use = {e.key: e for e in self.entries if e.in_use}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -158,15 +166,10 @@ class FittedModels:
     def predict(self, candidate_key: Key, dims: Sequence[float], sp=None) -> float | None:
         """Fitted seconds for a candidate at ``dims``; None without an in-use entry, outside its size
         range, or (``eq4.10`` entries, docs/models.md#fitted.strassen) without system parameters ``sp``."""
-        if not self._in_use:
+        entry = self._in_use.get(tuple(candidate_key)) if self._in_use else None
+        if entry is None or not entry.covers(size_variable(dims)) or (entry.form != "polynomial" and sp is None):
             return None
-        key = tuple(candidate_key)
-        entry = self._in_use.get(key) or self._in_use.get((*key[:3], ANY_PARAM, *key[4:]))
-        if entry is None or not entry.covers(size_variable(dims), key[3]):
-            return None
-        if entry.form != "polynomial" and sp is None:
-            return None
-        t = entry.predict_dims(dims, sp, key[3])
+        t = entry.predict_dims(dims, sp)
         return t if math.isfinite(t) and t > 0 else None
 
 
