@@ -255,3 +255,17 @@ def test_efficiency_threshold_orders_plans_and_reaches_the_choice(tiny_db, monke
     assert cli_main(["explain", "lu", "256", "--np", "2", "--db", str(tiny_db), "--min-efficiency", "0.5"]) == 0
     assert " eff " in capsys.readouterr().out
     assert cli_main(["explain", "lu", "256", "--db", str(tiny_db), "--min-efficiency", "0.5"]) == 2
+
+
+@pytest.mark.parametrize("r,c", [(1, 2), (2, 1)])
+def test_explain_lists_the_terms_the_model_adds(r, c):
+    """``explain`` names each term added to 001's phases with its seconds for the chosen plan; the
+    column syncs only on r > 1 grids, and the panel sends' pricing."""
+    from autotune.models.distributed_lu import explain
+
+    lines = explain(LuProblem(1000), Plan("lu", 2, r, c, b=64), FakeSP(), FakeCP())
+    text = "\n".join(lines)
+    for term in ("U12 solves", "trailing update", "loop costs", "checked Fortran copy", "panel sends"):
+        assert term in text, text
+    assert ("column syncs" in text) == (r > 1)
+    assert all(" ms" in line for line in lines[:4])

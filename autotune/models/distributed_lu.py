@@ -232,13 +232,28 @@ def solve_model(n: int, nrhs: int, plan, sp, cp, *, b=None, lookahead: bool = Tr
 
 
 def explain(problem, plan, sp, cp) -> list[str]:
-    """How the panel's sends are priced: LoOgGP's train in the bands where it won, else Hockney."""
+    """The terms the model adds to 001's phases for the chosen plan, each summed over the steps
+    (the busiest rank's), and how the panel's sends are priced."""
+    n, b = int(problem.order), int(min(plan.b, problem.order))
+    look = alone(sp)
+    st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, look, cp, 0)
+    lines = [f"U12 solves: {1e3 * st.trsm.sum(axis=0).max():.2f} ms on the trsm "
+             f"'{u12_pattern(look, plan.backend, plan.threads)}' series",
+             f"trailing update: {1e3 * st.update.sum(axis=0).max():.2f} ms, dgemm k at strips of "
+             f"{LU_POLL_BLOCKS} block columns between polls",
+             f"loop costs: {1e3 * st.copy_in.sum():.2f} ms receiving panels, {1e3 * st.pack.sum():.2f} ms packing "
+             "them (the LU runs' calibration, else the Cholesky's)",
+             f"root's checked Fortran copy: {1e3 * movement.checked_copy(look, cp, float(n) * n):.2f} ms"]
+    if plan.r > 1:
+        ms = [1e3 * st.gather.sum(), 1e3 * st.exchange.sum(axis=0).max(), 1e3 * st.down.sum(axis=0).max()]
+        lines.append(f"column syncs on {plan.r} process rows: panel gathers {ms[0]:.2f} ms, row exchanges "
+                     f"{ms[1]:.2f} ms, U12 down the column {ms[2]:.2f} ms")
     ch = comm_train.choice(cp)
     if ch is None:
-        return ["panel sends: the broadcast's Hockney curve (no LoOgGP measured)"]
+        return [*lines, "panel sends: the broadcast's Hockney curve (no LoOgGP measured)"]
     won = [f"{name} ({lg:.0%} vs {hk:.0%})" for (_, _, name), lg, hk
            in zip(comm_train.BANDS, ch.loggp_err, ch.hockney_err, strict=True) if lg < hk]
-    return [f"panel sends ({plan.p - 1} back to back): LoOgGP's train in {', '.join(won) or 'no band'} "
+    return [*lines, f"panel sends ({plan.p - 1} back to back): LoOgGP's train in {', '.join(won) or 'no band'} "
             "(held-out PRTT train error, LoOgGP vs Hockney), the broadcast's Hockney curve elsewhere"]
 
 
