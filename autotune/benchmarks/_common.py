@@ -35,6 +35,18 @@ def output_problem(option: str, path: str | None) -> str:
     return ""
 
 
+def probed_sp(command: str, db):
+    """The system parameters of the database ``db``, or None after the one error line (the caller
+    exits 1) when it has no usable BLAS measurements."""
+    from autotune.db import load_sp
+
+    sp = load_sp(db)
+    if sp.table is None:
+        error(command, f"no usable database ({sp.reason}): run `autotune-install` first")
+        return None
+    return sp
+
+
 def mpi_world(command: str, problem: str = ""):
     """``(COMM_WORLD, 0)`` for an MPI benchmark whose arguments passed, else ``(None, status)``
     after its one error line (``problem``, or mpi4py missing)."""

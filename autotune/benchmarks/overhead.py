@@ -10,9 +10,8 @@ import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import error, output_problem, probed_sp, write_json
 from autotune.config import options
-from autotune.db import load_sp
 from autotune.families import FAMILIES as FAMILY_DEFS
 from autotune.families import as_problem
 from autotune.select import choose, clear_cache
@@ -61,9 +60,9 @@ def run(args) -> int:
         return error("overhead", problem)
     res = {}
     with options(db=args.db):
-        sp = load_sp(args.db)
-        if sp.table is None:
-            return error("overhead", f"no usable database ({sp.reason}): run `autotune-install` first", 1)
+        sp = probed_sp("overhead", args.db)
+        if sp is None:
+            return 1
         for family, strassen in FAMILIES:
             dims = [FAMILY_DEFS[family].square(n).dims for n in args.sizes]
             first = first_decisions(family, dims, sp, args.threads, strassen)

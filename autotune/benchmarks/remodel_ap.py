@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json, write_text
+from autotune.benchmarks._common import error, output_problem, probed_sp, write_json, write_text
 from autotune.benchmarks.validate import SETTLE_SECONDS, measure, paired_regret
 from autotune.db import load_sp
 from autotune.families import FAMILIES, as_problem
@@ -137,9 +137,9 @@ def run(args) -> int:
     problem = _input_problem(args)
     if problem:
         return error("remodel-ap", problem)
-    sp = load_sp(args.db)
-    if sp.table is None:
-        return error("remodel-ap", f"no usable database ({sp.reason}): run `autotune-install` first", 1)
+    sp = probed_sp("remodel-ap", args.db)
+    if sp is None:
+        return 1
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         copies = validated_copies(Path(sp.path), args.spec, work)

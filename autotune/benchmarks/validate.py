@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json, write_text
+from autotune.benchmarks._common import error, output_problem, probed_sp, write_json, write_text
 from autotune.db import load_sp
 from autotune.families import FAMILIES, as_problem
 from autotune.select import as_candidate, rank
@@ -220,9 +220,9 @@ def run(args) -> int:
     problem = _input_problem(args)
     if problem:
         return error("validate", problem)
-    sp = load_sp(args.db)
-    if sp.table is None:
-        return error("validate", f"no usable database ({sp.reason}): run `autotune-install` first", 1)
+    sp = probed_sp("validate", args.db)
+    if sp is None:
+        return 1
     rng = np.random.default_rng(0)
     results = [sweep(routine, dims, t, args, rng) for routine, dims, t in _problems(args)]
     for i in range(1, args.passes):
