@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.db import load_sp
 from autotune.tuned_mpi import MPI_MISSING
 
 
@@ -38,8 +39,6 @@ def output_problem(option: str, path: str | None) -> str:
 def probed_sp(command: str, db):
     """The system parameters of the database ``db``, or None after the one error line (the caller
     exits 1) when it has no usable BLAS measurements."""
-    from autotune.db import load_sp
-
     sp = load_sp(db)
     if sp.table is None:
         error(command, f"no usable database ({sp.reason}): run `autotune-install` first")
