@@ -5,7 +5,9 @@ problems and fit this platform's per-(algorithm, phase) factors measured/analyti
 ``autotune-install --mpi`` ends with it (profile key ``phase_calibration``), and
 ``autotune bench mpi-validate`` times its plans with the same functions. The root ranks every plan
 (oversubscribed ones too: their models are checked), keeps those predicted within ``max_ratio``
-of the best (and the selector's choice), and every plan is forced and timed: median of ``reps``
+of the best, the selector's choice and each algorithm's best plan (so every algorithm gets its
+factors, not only those the analytical model already favours), and every plan is forced and
+timed: median of ``reps``
 runs, the plans' runs interleaved round by round, each run from the same root-held matrices to
 the gathered result, each phase the slowest rank's.
 """
@@ -120,14 +122,16 @@ def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> 
 
 def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool) -> tuple[list, Plan]:
     """The root's part of ``_ranked``: every plan (oversubscribed too) within ``max_ratio`` of the
-    best predicted, and the selector's choice (ranks x threads <= cores)."""
+    best predicted, each algorithm's best, and the selector's choice (ranks x threads <= cores)."""
     sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
     prob, cores = FAMILIES[family].square(n), available_cores()
     dec = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
     choice = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
     best = dec.ranking[0].seconds
+    firsts = {id(next(r for r in dec.ranking if r.plan.algorithm == alg)) for alg in {r.plan.algorithm
+                                                                                      for r in dec.ranking}}
     return [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking
-            if r.seconds <= max_ratio * best or r.plan == choice], choice
+            if r.seconds <= max_ratio * best or r.plan == choice or id(r) in firsts], choice
 
 
 def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
