@@ -211,7 +211,7 @@ def test_fitted_model_in_use_only_if_no_worse_at_its_worst_check_point(monkeypat
     median *and* no worse at its worst check point: a median over 4 points hides one wild point."""
     from types import SimpleNamespace
 
-    from autotune.install_probe import validate as v
+    from autotune.install_probe import remodel_series as v
 
     from autotune.models.fit_terms import Samples
 
@@ -248,7 +248,7 @@ def test_timer_passes_keep_each_points_fastest_sweep(monkeypatch):
 def test_strassen_series_fits_eq_4_10_factors(db):
     """A Strassen series is remodelled in eq. 4.10's form: the analytical model's leaf and addition
     terms weighted by fitted M, A; stored, read back and used by the selector with the SP at hand."""
-    from autotune.install_probe.validate import fit_strassen_series
+    from autotune.install_probe.remodel_series import fit_strassen_series
 
     from autotune.models.fit_terms import Samples
     from autotune.models.gemm import strassen_parts
@@ -284,7 +284,7 @@ def test_fitted_model_negative_below_its_sizes_is_used_without_extrapolating_dow
     is used below its smallest fitted size (the selector takes the analytical model there)."""
     from types import SimpleNamespace
 
-    from autotune.install_probe import validate as v
+    from autotune.install_probe import remodel_series as v
 
     from autotune.models.fit_terms import Samples
 
@@ -329,6 +329,7 @@ def test_blocked_series_gets_one_model_over_its_blocks(db):
     """A blocked series is fitted once in (n, b) at every other block; at a block it never saw it
     is the polynomial in n of that block (``at``), which the selector reads like any per-block
     entry; the (n, b) record itself (key ANY_PARAM) is stored and read back, never used directly."""
+    from autotune.install_probe import remodel_series as rs
     from autotune.install_probe import validate as v
 
     from autotune.models.fit_terms import Samples
@@ -339,21 +340,21 @@ def test_blocked_series_gets_one_model_over_its_blocks(db):
 
     blocks = [32, 64, 128, 256, 512]
     members = [Candidate("getrf_blocked", "scipy-openblas", 2, b, 0) for b in blocks]
-    fitted_at = [c.param for c in v.fit_blocks(members)]
-    assert fitted_at == [32, 128, 512] and v.fit_blocks(members[:3]) == members[:3]
+    fitted_at = [c.param for c in rs.fit_blocks(members)]
+    assert fitted_at == [32, 128, 512] and rs.fit_blocks(members[:3]) == members[:3]
     fn, fb = (x.ravel() for x in np.meshgrid([160.0, 320.0, 500.0, 900.0, 1200.0, 1800.0], fitted_at))
     cn, cb = (x.ravel() for x in np.meshgrid([200.0, 700.0, 1500.0], blocks))
-    group = Candidate("getrf_blocked", "scipy-openblas", 2, v.ANY_PARAM, 0)
-    over = v.fit_series("lu", group, Samples(cn, cb, truth(cn, cb)), 1.3 * truth(cn, cb),
+    group = Candidate("getrf_blocked", "scipy-openblas", 2, rs.ANY_PARAM, 0)
+    over = rs.fit_series("lu", group, Samples(cn, cb, truth(cn, cb)), 1.3 * truth(cn, cb),
                         Samples(fn, fb, truth(fn, fb)), 3.0, "analytical APE 30% > tol 3%")
     assert over.over_param and over.fitted_ape < 0.5, str(over)
     unseen = np.isin(cb, [64, 256])
     assert np.allclose(over.predict(cn[unseen], cb[unseen]), truth(cn[unseen], cb[unseen]), rtol=0.01)
     pts = [v.Point("lu", int(n), members[1], 1.3 * float(truth(n, 64)), float(truth(n, 64))) for n in (700, 1500)]
     worse = entry()                                           # an own fit 1% off: the (n, b) model serves
-    served = v._serve(over, members[1], pts, worse, 3.0)
+    served = rs._serve(over, members[1], pts, worse, 3.0)
     assert served is not None and Candidate(*served.key) == members[1] and all(j == 0 for _, j in served.terms)
-    assert v._serve(over, members[1], pts, replace(worse, fitted_ape=0.0), 3.0) is None   # its own is better
+    assert rs._serve(over, members[1], pts, replace(worse, fitted_ape=0.0), 3.0) is None   # its own is better
     save_fitted(db, [replace(over, in_use=False), served])
     back = load_fitted(db)
     assert back.entries[0].over_param and back.entries[0].fit_a.tolist() == fb.tolist()
