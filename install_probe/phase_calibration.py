@@ -128,10 +128,9 @@ def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strass
     dec = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
     choice = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
     best = dec.ranking[0].seconds
-    firsts = {id(next(r for r in dec.ranking if r.plan.algorithm == alg)) for alg in {r.plan.algorithm
-                                                                                      for r in dec.ranking}}
+    first = {r.plan.algorithm: r for r in reversed(dec.ranking)}      # each algorithm's best plan
     return [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking
-            if r.seconds <= max_ratio * best or r.plan == choice or id(r) in firsts], choice
+            if r.seconds <= max_ratio * best or r.plan == choice or first[r.plan.algorithm] is r], choice
 
 
 def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,

@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, probed_sp, write_json, write_text
-from autotune.benchmarks.validate import SETTLE_SECONDS, measure, paired_regret
+from autotune.benchmarks.validate import SETTLE_SECONDS, measure, paired_regret, runner
 from autotune.db import load_sp
 from autotune.families import FAMILIES, as_problem
-from autotune.select import as_candidate, clear_cache, rank
+from autotune.select import clear_cache, rank
 
 HELP = "one fitted T(n, b) per blocked series vs per-block polynomials in n, on held-out problems"
 # Off the probe's grid and off every validation spec's check and fitting sizes.
@@ -70,12 +70,11 @@ def held_out(routine: str, n: int, threads: int, copies: dict[str, dict], args, 
     """One problem: both rankings, every kept candidate timed (two passes), each choice scored."""
     problem = as_problem(routine, FAMILIES[routine].square(n).dims)
     decisions = {name: rank(problem, load_sp(c["db"]), threads) for name, c in copies.items()}
-    keep = {}
+    keep = {}                                   # each copy's choice and the candidates near its best, in order
     for dec in decisions.values():
         best = min(r.predicted for r in dec.ranking)
-        keep.update({r.candidate: None for r in dec.ranking if r.predicted <= args.max_ratio * best})
-    for dec in decisions.values():
-        keep[dec.chosen] = None
+        keep.update(dict.fromkeys([dec.chosen, *(r.candidate for r in dec.ranking
+                                                 if r.predicted <= args.max_ratio * best)]))
     cands = list(keep)
     dims = problem.dims
     times = {c: np.inf for c in cands}
@@ -83,7 +82,7 @@ def held_out(routine: str, n: int, threads: int, copies: dict[str, dict], args, 
         for c in sweep:
             if c.threads > 1:
                 time.sleep(SETTLE_SECONDS)
-            times[c] = min(times[c], measure(_runner(routine, dims, c, rng), args.seconds, args.reps)[0])
+            times[c] = min(times[c], measure(runner(routine, dims, c, rng), args.seconds, args.reps)[0])
     best = min(cands, key=times.get)
     row = {"routine": routine, "n": n, "threads": threads, "best": str(best), "candidates": len(cands)}
     for name, dec in decisions.items():
@@ -92,12 +91,6 @@ def held_out(routine: str, n: int, threads: int, copies: dict[str, dict], args, 
         regret = 1.0 if dec.chosen == best else paired_regret(routine, dims, dec.chosen, best.as_dict(), args, rng)
         row[name] = {"chosen": str(dec.chosen), "regret": regret, "ape_median": float(np.median(errors))}
     return row
-
-
-def _runner(routine: str, dims, cand, rng):
-    from autotune.install_probe.validate_runs import candidate_runner
-
-    return candidate_runner(routine, dims, as_candidate(cand, routine), rng)
 
 
 def summary(rows: list[dict]) -> dict:

@@ -37,7 +37,7 @@ PROBLEMS = {"gemm": GEMM, "cholesky": CHOL, "lu": LU, "solve": SOLVE}
 SETTLE_SECONDS = 0.3
 
 
-def _runner(routine: str, dims: tuple[int, ...], cand, rng):
+def runner(routine: str, dims: tuple[int, ...], cand, rng):
     from autotune.install_probe.validate_runs import candidate_runner
 
     return candidate_runner(routine, dims, cand, rng)
@@ -82,7 +82,7 @@ def remeasure(result: dict, rng, args) -> None:
             time.sleep(SETTLE_SECONDS)           # let the last library's thread pool go idle
         previous_threads = threads
         cand = as_candidate(row["config"], result["routine"])
-        med, spread = measure(_runner(result["routine"], tuple(result["dims"]), cand, rng), args.seconds, args.reps)
+        med, spread = measure(runner(result["routine"], tuple(result["dims"]), cand, rng), args.seconds, args.reps)
         if med < row.get("measured", np.inf):
             row["measured"], row["spread"] = med, spread
         row["passes"] = row.get("passes", 0) + 1
@@ -108,7 +108,7 @@ def paired_regret(routine: str, dims, chosen, best_config: dict, args, rng) -> f
     Below 1 (the sweep's "best" was a lucky draw) it counts as 1. Each timed call follows an untimed
     one of the same candidate: after the settling pause a thread pool is asleep, and a lone small
     call would time the pool's wake-up."""
-    runs = [_runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
+    runs = [runner(routine, dims, c, rng) for c in (chosen, as_candidate(best_config, routine))]
     for run in runs:
         run()
     ratios, threaded = [], chosen.threads > 1 or best_config["threads"] > 1
