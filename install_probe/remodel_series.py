@@ -6,7 +6,8 @@ cascade; a Strassen series also eq. 4.10's form). A blocked series (every block 
 library, thread count and variant) with a flagged member also gets one polynomial in ``n`` and the
 block ``b`` (001 §4.3, eq. 4.15), fitted at every other block and checked at all of them; it serves
 each block where it beats both that block's analytical model and its own fit. A fit is in use where
-it is better than the analytical model on its check points (``_scores``).
+it is better than the analytical model on its check points (``_scores``). ``series`` map candidates
+to their check points (``validate.Point``); ``spec`` and ``timer`` are the validation's.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,8 +25,6 @@ from autotune.models.fitted import ANY_PARAM, EXTRAPOLATION, FittedEntry, eq410_
 from autotune.models.fitting import first_nonpositive, remodel
 from autotune.plans import ALGORITHMS, Candidate
 
-if TYPE_CHECKING:
-    from .validate import Point, Spec, Timer
 
 def _key(cand: Candidate) -> tuple[str, str, int, int, int]:
     return (cand.algorithm, cand.backend, cand.threads, cand.param, cand.variant)
@@ -110,7 +108,7 @@ def _akaike_json(selection, top: int = 8) -> str:
     return json.dumps({"sets": sets, "importances": {k: round(float(v), 6) for k, v in selection.importances.items()}})
 
 
-def _fit_sizes(pts: list[Point], spec: Spec) -> list[int]:
+def _fit_sizes(pts: list, spec) -> list[int]:
     """Fitting sizes of a series: the spec's, minus any of its check sizes, and for a blocked
     series those above its block (where the selector offers it)."""
     cand, checked = pts[0].cand, {p.n for p in pts}
@@ -122,8 +120,8 @@ def _fit_sizes(pts: list[Point], spec: Spec) -> list[int]:
 MIN_BLOCKS = len(B_DEGREES)
 
 
-def _over_blocks(series: dict[Candidate, list[Point]], flagged: dict[Candidate, str],
-                 spec: Spec) -> dict[Candidate, list[Candidate]]:
+def _over_blocks(series: dict[Candidate, list], flagged: dict[Candidate, str],
+                 spec) -> dict[Candidate, list[Candidate]]:
     """Blocked series with a flagged member, checked at MIN_BLOCKS blocks or more: the series (its
     candidate at ANY_PARAM) -> its members, by block."""
     if not spec.over_blocks:
@@ -145,8 +143,8 @@ def fit_blocks(members: Sequence[Candidate]) -> list[Candidate]:
     return list(dict.fromkeys([*members[::2], members[-1]]))
 
 
-def remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str], spec: Spec, tol: float,
-                 timer: Timer, sp) -> dict[Candidate, FittedEntry]:
+def remodel_all(series: dict[Candidate, list], why: dict[Candidate, str], spec, tol: float,
+                 timer, sp) -> dict[Candidate, FittedEntry]:
     """Fit the flagged (``why``) series one by one, then each blocked series with a flagged member
     over its blocks: its T(n, b) serves a member where it beats that member's analytical model and
     own fit on the member's check points (the better kept per block). The fitting sizes are timed
@@ -170,7 +168,7 @@ def remodel_all(series: dict[Candidate, list[Point]], why: dict[Candidate, str],
     return out
 
 
-def _serve(over: FittedEntry, member: Candidate, pts: list[Point], own: FittedEntry | None,
+def _serve(over: FittedEntry, member: Candidate, pts: list, own: FittedEntry | None,
            tol: float) -> FittedEntry | None:
     """The series' T(n, b) at ``member``'s block as its entry, if in use there (better than the
     analytical model on its check points, not wild, positive) and better than its own fit."""
@@ -184,13 +182,13 @@ def _serve(over: FittedEntry, member: Candidate, pts: list[Point], own: FittedEn
     return over.at(member.param, **scores, check_n=check.n, check_t=check.t, check_analytical=analytical)
 
 
-def _time_fits(timer: Timer, series: dict[Candidate, list[Point]], cands: Sequence[Candidate], spec: Spec) -> None:
+def _time_fits(timer, series: dict[Candidate, list], cands: Sequence[Candidate], spec) -> None:
     """Time the fitting sizes of ``cands`` in one batch."""
     timer.many([(series[c][0].family, n, c) for c in cands for n in _fit_sizes(series[c], spec)])
 
 
-def _remodel_blocks(group: Candidate, members: list[Candidate], why: dict[Candidate, str], spec: Spec, tol: float,
-                    timer: Timer, series: dict[Candidate, list[Point]]) -> FittedEntry | None:
+def _remodel_blocks(group: Candidate, members: list[Candidate], why: dict[Candidate, str], spec, tol: float,
+                    timer, series: dict[Candidate, list]) -> FittedEntry | None:
     """One T(n, b) for a blocked series: fitted on its fitting sizes at ``fit_blocks``, checked at
     every member's check points; None if it cannot be fitted."""
     family = series[members[0]][0].family
@@ -211,7 +209,7 @@ def _remodel_blocks(group: Candidate, members: list[Candidate], why: dict[Candid
         return None
 
 
-def _remodel(cand: Candidate, pts: list[Point], why: str, spec: Spec, tol: float, timer: Timer,
+def _remodel(cand: Candidate, pts: list, why: str, spec, tol: float, timer,
              sp) -> FittedEntry | None:
     """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted. A Strassen
     series also gets the form of docs/models.md#fitted.strassen; the better of the two on the check
