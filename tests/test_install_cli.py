@@ -173,15 +173,29 @@ PHASED = dict(SLOW, name="phased", pools="tiny", thread_sps="quick",
               measure=[{"routines": ["gemm"], "pattern": "square", "sizes": [96, 128, 160, 192]}])
 # What each phase prints as it starts (points: the run is saved, its points pending).
 STARTS = {"pools": "autotune-install: pools: transitions", "threads": "autotune-install: thread SPs: measuring"}
+# The installer with one phase's probe repeated until a signal stops it: the quick thread SPs take
+# half a second, so a stop sent as the phase starts could otherwise land after it ended.
+PROBES = {"pools": "probe_pools", "threads": "probe_and_save"}
+ENDLESS = ("import sys\n"
+           "from autotune.install_probe import cli\n"
+           "real = getattr(cli, sys.argv[1])\n"
+           "def endless(*args, **kwargs):\n"
+           "    while True:\n"
+           "        real(*args, **kwargs)\n"
+           "setattr(cli, sys.argv[1], endless)\n"
+           "sys.exit(cli.main(sys.argv[2:]))\n")
 
 
 class Install:
-    """``autotune-install`` on the phased profile, its stderr read as it comes."""
+    """``autotune-install`` on the phased profile, its stderr read as it comes; ``endless``: the
+    phase whose probe repeats until stopped."""
 
-    def __init__(self, prof: str, db: Path, *extra: str):
+    def __init__(self, prof: str, db: Path, *extra: str, endless: str | None = None):
         self.db, self.lines = db, []
-        self.proc = subprocess.Popen(command("--profile", prof, "--db", str(db), *extra), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=db.parent)
+        cmd = command("--profile", prof, "--db", str(db), *extra)
+        if endless:
+            cmd[1:3] = ["-c", ENDLESS, PROBES[endless]]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=db.parent)
         self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
         self.reader.start()
 
@@ -238,7 +252,8 @@ def test_every_phase_stops_and_resumes_to_an_uninterrupted_runs_content(phased, 
     prof, whole = phased
     db = tmp_path / "db.h5"
     for i, (phase, sig) in enumerate(zip(("points", "pools", "threads"), signals, strict=True)):
-        code, err = Install(prof, db, *(["--resume"] if i else [])).stop_in(phase, sig)
+        endless = phase if phase in PROBES else None
+        code, err = Install(prof, db, *(["--resume"] if i else []), endless=endless).stop_in(phase, sig)
         if sig == signal.SIGTERM:
             assert code == 143 and "--resume" in err, (phase, code, err)
         else:

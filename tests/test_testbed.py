@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from mpi_helpers import MPI_TIMEOUT, mpi_env, mpiexec
+from mpi_helpers import MPI_TIMEOUT, mpi_env, mpiexec, run_checked
 
 from autotune import testbed
 from autotune.cli import main as cli_main
@@ -141,9 +141,7 @@ def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
         _own_cores(tb)
         cmd = testbed.mpiexec_command(tb, 4, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi",
                                               "--profile", str(prof), "--db", str(db)], mpiexec())
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(),
-                              cwd=tmp_path)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+        run_checked(cmd, tmp_path)
         shaping = _qdiscs(tb)                 # what the buckets passed, for a failure's message
         _mapping_testbed_runs(tb, tmp_path, db)
     finally:
@@ -183,8 +181,7 @@ def _mapping_testbed_runs(tb, tmp_path, db) -> None:
     cmd = testbed.mpiexec_command(tb, 4, [sys.executable, "-m", "autotune.cli", "bench", "mapping-testbed",
                                           "--db", str(db), "--n", "64", "--blocks", "32", "--reps", "1",
                                           "--out", str(out)], mpiexec())
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_checked(cmd, tmp_path)
     results = json.loads(out.read_text())
     assert {r["family"] for r in results} == {"gemm", "cholesky", "lu"}
     for r in results:
@@ -197,8 +194,7 @@ def test_mpi_job_runs_across_two_emulated_hosts(cluster, tmp_path):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
     cmd = testbed.mpiexec_command(cluster, 2, [sys.executable, str(script)], mpiexec())
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_checked(cmd, tmp_path)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("HOSTS"))
     words = line.split()
     assert words[1:3] == ["h0", "h1"]                  # one rank on each emulated host
@@ -281,13 +277,11 @@ def test_tuned_calls_place_their_processes_on_hosts_of_different_speeds(cluster,
     prof.write_text(yaml.safe_dump({**LINKS, "calibrate": False}))
     probe = testbed.mpiexec_command(cluster, 2, [sys.executable, "-m", "autotune.install_probe.cli", "--mpi",
                                                  "--profile", str(prof), "--db", str(db)], mpiexec())
-    proc = subprocess.run(probe, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_checked(probe, tmp_path)
     script = tmp_path / "placed.py"
     script.write_text(textwrap.dedent(PLACED))
     cmd = testbed.mpiexec_command(cluster, 2, [sys.executable, str(script), str(db)], mpiexec())
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_checked(cmd, tmp_path)
     assert proc.stdout.count("mapping (every count per host") == 2, proc.stdout      # gemm and LU
     assert "processes per host: h0 " in proc.stdout
     assert "CORRECT True True" in proc.stdout
@@ -302,8 +296,7 @@ def _placement_bench_runs(tb, tmp_path, db) -> None:
     cmd = testbed.mpiexec_command(tb, 2, [sys.executable, "-m", "autotune.cli", "bench", "placement", "--db",
                                           str(db), "--family", "gemm", "lu", "--n", "200", "--blocks", "32",
                                           "--reps", "1", "--out", str(out)], mpiexec())
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=MPI_TIMEOUT, env=mpi_env(), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_checked(cmd, tmp_path)
     results = json.loads(out.read_text())
     assert [(r["family"], r["n"]) for r in results] == [("gemm", 200), ("lu", 200)]
     for r in results:
