@@ -202,6 +202,19 @@ def test_model_lookahead_never_slower_and_two_ranks_beat_one():
         assert ahead["compute"] < 0.7 * one["compute"]
 
 
+def test_model_loop_pays_the_ranks_contention_the_roots_moves_do_not():
+    """Two ranks computing at once run 1.3x slower (the probe's factor): the loop's compute
+    grows by that, the root's distribution and collection (the other rank waiting) do not."""
+    from autotune.db.contention import ContendedSP, Contention
+
+    sizes = [64, 256, 512, 1024, 2048]
+    cont = Contention(p=[1] * 5 + [2] * 5, n=sizes * 2, t=[1.0] * 5 + [1.3] * 5)
+    plan = Plan("lu", 2, 1, 2, b=64)
+    free, shared = (model(2048, plan, sp, FakeCP()) for sp in (FakeSP(), ContendedSP(FakeSP(), cont, 2)))
+    assert shared["compute"] == pytest.approx(1.3 * free["compute"], rel=1e-6)
+    assert (shared["distribution"], shared["collection"]) == (free["distribution"], free["collection"])
+
+
 def test_solve_model_adds_the_back_substitution_and_no_collection():
     plan = Plan("gesv", 2, 1, 2, b=64)
     lu, sv = model(2048, plan, FakeSP(), FakeCP()), solve_model(2048, 16, plan, FakeSP(), FakeCP())

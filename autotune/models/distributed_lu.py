@@ -27,8 +27,9 @@ others receive panel K+1 when their update is done. Without look-ahead the colum
 K+1 after its whole step-K update. On r > 1 the row exchange waits for the process column's slowest
 member, and U12 leaves the process row of block row K after its trsm (the others wait). Phases as the run
 reports them (maximum over ranks): compute is the busiest rank's BLAS time, communication the rest
-of the loop. ``distribution``: the root's Fortran copy with its finiteness check (one pass) and the
-scatter (``colscatter_cold`` on 1 x c, packing and ``scatterv_cold`` on 2-D grids);
+of the loop. The loop's k come from the SP view the selector passes (slowed by the ranks computing
+at once); the root's moves below use ``alone``. ``distribution``: the root's Fortran copy with its
+finiteness check (one pass) and the scatter (``colscatter_cold`` on 1 x c, packing and ``scatterv_cold`` on 2-D grids);
 ``collection``: the gathered factor's page faults and transfer.
 
 The solve (1 x c) carries the right-hand sides as one more block column through the loop (the
@@ -193,13 +194,14 @@ def _moves(n: int, r: int, c: int, b: int, sp, cp, nrhs: int) -> tuple[float, fl
 
 
 def _one(n: int, plan, b: int, sp, cp, lookahead: bool, nrhs: int) -> dict[str, float]:
-    look = alone(sp)
-    st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, look, cp, nrhs)
+    """The phases of one block: the loop on ``sp`` as the selector passes it (slowed by the ranks
+    computing at once, ``contention``), the root's moves alone (the others wait)."""
+    st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, sp, cp, nrhs)
     t, busy = _loop(st, lookahead)
     loop = float(t.max())
     if nrhs:
-        loop += _ring(st, n, nrhs, plan.backend, plan.threads, look, cp)
-    dist, coll = _moves(n, plan.r, plan.c, b, look, cp, nrhs)
+        loop += _ring(st, n, nrhs, plan.backend, plan.threads, sp, cp)
+    dist, coll = _moves(n, plan.r, plan.c, b, alone(sp), cp, nrhs)
     compute = float(busy.max())
     return {"distribution": dist, "communication": max(loop - compute, 0.0), "compute": compute,
             "collection": coll, "total": dist + loop + coll}
