@@ -7,9 +7,8 @@ problems and fit this platform's per-(algorithm, phase) factors measured/analyti
 (oversubscribed ones too: their models are checked), keeps those predicted within ``max_ratio``
 of the best, the selector's choice and each algorithm's best plan (so every algorithm gets its
 factors, not only those the analytical model already favours), and every plan is forced and
-timed: median of ``reps``
-runs, the plans' runs interleaved round by round, each run from the same root-held matrices to
-the gathered result, each phase the slowest rank's.
+timed: median of ``reps`` runs, the plans' runs interleaved round by round, each run from the same
+root-held matrices to the gathered result, each phase the slowest rank's.
 """
 from __future__ import annotations
 

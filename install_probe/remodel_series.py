@@ -172,14 +172,21 @@ def _serve(over: FittedEntry, member: Candidate, pts: list, own: FittedEntry | N
            tol: float) -> FittedEntry | None:
     """The series' T(n, b) at ``member``'s block as its entry, if in use there (better than the
     analytical model on its check points, not wild, positive) and better than its own fit."""
-    check = Samples(np.array([p.n for p in pts], float), None, np.array([p.measured for p in pts]))
-    analytical = np.array([p.predicted for p in pts])
+    check, analytical = _checks(pts)
     b = np.full(check.n.size, float(member.param))
     bad = first_nonpositive(over, float(over.fit_n.min()), float(over.fit_n.max()) * EXTRAPOLATION, [member.param])
     scores = _scores(over.predict(check.n, b), check, analytical, tol, f"{over.reason}, at b = {member.param}", bad)
     if not scores["in_use"] or (own is not None and own.in_use and own.fitted_ape <= scores["fitted_ape"]):
         return None
     return over.at(member.param, **scores, check_n=check.n, check_t=check.t, check_analytical=analytical)
+
+
+def _checks(pts: list, blocks: bool = False) -> tuple[Samples, np.ndarray]:
+    """A series' check points as samples (with each point's block when ``blocks``) and the
+    analytical model's predictions there."""
+    a = np.array([p.cand.param for p in pts], float) if blocks else None
+    return (Samples(np.array([p.n for p in pts], float), a, np.array([p.measured for p in pts])),
+            np.array([p.predicted for p in pts]))
 
 
 def _time_fits(timer, series: dict[Candidate, list], cands: Sequence[Candidate], spec) -> None:
@@ -198,10 +205,9 @@ def _remodel_blocks(group: Candidate, members: list[Candidate], why: dict[Candid
     if len(fit) < 2:
         return None
     reason = next(why[c] for c in members if c in why)
-    check = Samples(np.array([p.n for p in pts], float), np.array([p.cand.param for p in pts], float),
-                    np.array([p.measured for p in pts]))
+    check, analytical = _checks(pts, blocks=True)
     try:
-        return fit_series(family, group, check, np.array([p.predicted for p in pts]),
+        return fit_series(family, group, check, analytical,
                           Samples(*(np.array(x, float) for x in zip(*fit, strict=True))), tol,
                           f"{reason} (one model over blocks {', '.join(str(c.param) for c in members)})",
                           spec.methods)
@@ -220,8 +226,7 @@ def _remodel(cand: Candidate, pts: list, why: str, spec, tol: float, timer,
     if len(sizes) < 2:
         return None
     fit = Samples(np.array(sizes, float), None, np.array([timed[n] for n in sizes]))
-    check = Samples(np.array([p.n for p in pts], float), None, np.array([p.measured for p in pts]))
-    analytical = np.array([p.predicted for p in pts])
+    check, analytical = _checks(pts)
     tried = []
     try:
         tried.append(fit_series(family, cand, check, analytical, fit, tol, why, spec.methods))

@@ -36,14 +36,15 @@ def output_problem(option: str, path: str | None) -> str:
     return ""
 
 
-def probed_sp(command: str, db):
-    """The system parameters of the database ``db``, or None after the one error line (the caller
-    exits 1) when it has no usable BLAS measurements."""
+def probed_sp(command: str, db, problem: str = ""):
+    """``(system parameters of the database db, 0)`` for a benchmark whose arguments passed, else
+    ``(None, status)`` after its one error line: ``problem`` (2), or no usable BLAS measurements (1)."""
+    if problem:
+        return None, error(command, problem)
     sp = load_sp(db)
     if sp.table is None:
-        error(command, f"no usable database ({sp.reason}): run `autotune-install` first")
-        return None
-    return sp
+        return None, error(command, f"no usable database ({sp.reason}): run `autotune-install` first", 1)
+    return sp, 0
 
 
 def mpi_world(command: str, problem: str = ""):

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, probed_sp, write_json
+from autotune.benchmarks._common import output_problem, probed_sp, write_json
 from autotune.config import options
 from autotune.families import FAMILIES as FAMILY_DEFS
 from autotune.families import as_problem
@@ -56,13 +56,11 @@ def run(args) -> int:
     """Time first and cached decisions per family; print one line each."""
     problem = output_problem("--out", args.out) or ("" if args.threads >= 1 and min(args.sizes) >= 1 else
                                                     "--threads and --sizes must be positive")
-    if problem:
-        return error("overhead", problem)
     res = {}
     with options(db=args.db):
-        sp = probed_sp("overhead", args.db)
+        sp, status = probed_sp("overhead", args.db, problem)
         if sp is None:
-            return 1
+            return status
         for family, strassen in FAMILIES:
             dims = [FAMILY_DEFS[family].square(n).dims for n in args.sizes]
             first = first_decisions(family, dims, sp, args.threads, strassen)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, probed_sp, write_json, write_text
+from autotune.benchmarks._common import output_problem, probed_sp, write_json, write_text
 from autotune.benchmarks.validate import SETTLE_SECONDS, measure, paired_regret, runner
 from autotune.db import load_sp
 from autotune.families import FAMILIES, as_problem
@@ -127,12 +127,9 @@ def _input_problem(args) -> str:
 
 def run(args) -> int:
     """Validate two copies, then score both on the held-out problems."""
-    problem = _input_problem(args)
-    if problem:
-        return error("remodel-ap", problem)
-    sp = probed_sp("remodel-ap", args.db)
+    sp, status = probed_sp("remodel-ap", args.db, _input_problem(args))
     if sp is None:
-        return 1
+        return status
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         copies = validated_copies(Path(sp.path), args.spec, work)

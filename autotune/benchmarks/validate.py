@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, probed_sp, write_json, write_text
+from autotune.benchmarks._common import output_problem, probed_sp, write_json, write_text
 from autotune.db import load_sp
 from autotune.families import FAMILIES, as_problem
 from autotune.select import as_candidate, rank
@@ -217,12 +217,9 @@ def _input_problem(args) -> str:
 
 def run(args) -> int:
     """Sweep every problem ``--passes`` times, score it, print and write the results."""
-    problem = _input_problem(args)
-    if problem:
-        return error("validate", problem)
-    sp = probed_sp("validate", args.db)
+    sp, status = probed_sp("validate", args.db, _input_problem(args))
     if sp is None:
-        return 1
+        return status
     rng = np.random.default_rng(0)
     results = [sweep(routine, dims, t, args, rng) for routine, dims, t in _problems(args)]
     for i in range(1, args.passes):

@@ -237,15 +237,14 @@ def explain(problem, plan, sp, cp) -> list[str]:
     """The terms the model adds to 001's phases for the chosen plan, each summed over the steps
     (the busiest rank's), and how the panel's sends are priced."""
     n, b = int(problem.order), int(min(plan.b, problem.order))
-    look = alone(sp)
-    st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, look, cp, 0)
+    st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, sp, cp, 0)
     lines = [f"U12 solves: {1e3 * st.trsm.sum(axis=0).max():.2f} ms on the trsm "
-             f"'{u12_pattern(look, plan.backend, plan.threads)}' series",
+             f"'{u12_pattern(sp, plan.backend, plan.threads)}' series",
              f"trailing update: {1e3 * st.update.sum(axis=0).max():.2f} ms, dgemm k at strips of "
              f"{LU_POLL_BLOCKS} block columns between polls",
              f"loop costs: {1e3 * st.copy_in.sum():.2f} ms receiving panels, {1e3 * st.pack.sum():.2f} ms packing "
              "them (the LU runs' calibration, else the Cholesky's)",
-             f"root's checked Fortran copy: {1e3 * movement.checked_copy(look, cp, float(n) * n):.2f} ms"]
+             f"root's checked Fortran copy: {1e3 * movement.checked_copy(alone(sp), cp, float(n) * n):.2f} ms"]
     if plan.r > 1:
         ms = [1e3 * st.gather.sum(), 1e3 * st.exchange.sum(axis=0).max(), 1e3 * st.down.sum(axis=0).max()]
         lines.append(f"column syncs on {plan.r} process rows: panel gathers {ms[0]:.2f} ms, row exchanges "
