@@ -215,6 +215,35 @@ def test_model_loop_pays_the_ranks_contention_the_roots_moves_do_not():
     assert (shared["distribution"], shared["collection"]) == (free["distribution"], free["collection"])
 
 
+class CachedSP(FakeSP):
+    """FakeSP whose additions cost 3x as much per element past 512 x 512 (memory no cache holds)."""
+
+    def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+        if routine == "add":
+            return np.where(np.asarray(x, float) > 512, 3e-9, 1e-9)
+        return super().k(routine, backend, threads, x, pattern, param, dtype)
+
+
+def test_update_traffic_is_what_a_larger_c_moves_beyond_the_timed_one():
+    from autotune.assumptions import COPY_SHARE
+    from autotune.models.movement import update_traffic
+
+    sp = CachedSP()
+    big, timed = 4096.0 ** 2, 400.0 ** 2
+    assert update_traffic(sp, big, timed) == pytest.approx(big * COPY_SHARE * 2e-9)
+    assert update_traffic(sp, 500.0 ** 2, timed) == 0.0            # both in cache: the probe paid it
+    assert update_traffic(sp, 0.0, timed) == 0.0
+
+
+def test_small_blocks_pay_the_trailing_matrix_traffic_more_often():
+    """Out of cache, each step reads and writes the trailing matrix once: b = 32 does it 4x as
+    often as b = 128, so its update costs more over the flops alone than b = 128's."""
+    plan = Plan("lu", 2, 1, 2, b=32)
+    extra = {b: model(3072, plan, CachedSP(), FakeCP(), b=b)["compute"]
+             - model(3072, plan, FakeSP(), FakeCP(), b=b)["compute"] for b in (32, 128)}
+    assert extra[128] > 0 and extra[32] > 3 * extra[128]
+
+
 def test_solve_model_adds_the_back_substitution_and_no_collection():
     plan = Plan("gesv", 2, 1, 2, b=64)
     lu, sv = model(2048, plan, FakeSP(), FakeCP()), solve_model(2048, 16, plan, FakeSP(), FakeCP())

@@ -101,7 +101,10 @@ class _Steps:
         strip = np.minimum(Nc, LU_POLL_BLOCKS * b)[:, None, :]
         gx = np.sqrt(np.maximum(M[:, :, None] * strip, 1.0))
         gk = _k(sp, "gemm", backend, threads, gx, "rankb", b)
-        self.update = 2.0 * s[:, None, None] * M[:, :, None] * Nc[:, None, :] * gk
+        # plus the trailing matrix's traffic beyond the probe's in-cache C of gx^2 (small b: memory bound)
+        area = M[:, :, None] * Nc[:, None, :]
+        self.traffic = movement.update_traffic(sp, area, gx * gx)
+        self.update = 2.0 * s[:, None, None] * area * gk + self.traffic
         # The first trailing block column of the next panel's owner (look-ahead) is its share.
         nxt = np.concatenate([s[1:], [0.0]])
         self.ahead = self.update * (nxt[:, None, None] / np.maximum(Nc[:, None, :], 1.0))
@@ -241,7 +244,8 @@ def explain(problem, plan, sp, cp) -> list[str]:
     lines = [f"U12 solves: {1e3 * st.trsm.sum(axis=0).max():.2f} ms on the trsm "
              f"'{u12_pattern(sp, plan.backend, plan.threads)}' series",
              f"trailing update: {1e3 * st.update.sum(axis=0).max():.2f} ms, dgemm k at strips of "
-             f"{LU_POLL_BLOCKS} block columns between polls",
+             f"{LU_POLL_BLOCKS} block columns between polls, {1e3 * st.traffic.sum(axis=0).max():.2f} ms of it "
+             "moving the trailing matrix beyond the probe's cached C",
              f"loop costs: {1e3 * st.copy_in.sum():.2f} ms receiving panels, {1e3 * st.pack.sum():.2f} ms packing "
              "them (the LU runs' calibration, else the Cholesky's)",
              f"root's checked Fortran copy: {1e3 * movement.checked_copy(alone(sp), cp, float(n) * n):.2f} ms"]

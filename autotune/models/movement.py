@@ -55,6 +55,16 @@ def copies(sp, elems: np.ndarray) -> np.ndarray:
     return COPY_SHARE * np.array([passes(sp, v) for v in e.ravel()]).reshape(e.shape)
 
 
+def update_traffic(sp, elems, timed) -> np.ndarray:
+    """Seconds a rank-b update of ``elems`` elements of C spends moving C beyond what the probe's
+    gemm paid on its own C of ``timed`` elements: a read and a write of each element (``copies``)
+    at the cost per element of memory that size, less that of the timed size (the probe's C stays
+    in cache between its repetitions, a trailing matrix larger than the caches does not)."""
+    e, t = (np.maximum(np.asarray(v, float), 1.0) for v in np.broadcast_arrays(elems, timed))
+    per = copies(sp, e) / e - copies(sp, t) / t
+    return np.where(np.asarray(elems, float) > 0, e * np.maximum(per, 0.0), 0.0)
+
+
 def cold_k(sp) -> float:
     """Seconds per element of an addition on memory no cache holds (the add series' largest sizes)."""
     return add_k(sp, COLD_SIDE)
