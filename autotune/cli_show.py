@@ -386,7 +386,16 @@ def phase_calibration_lines(path, key: str) -> list[str]:
             if f.family == family and (not f.p or f.factor != pooled):    # per p only where it differs
                 by_alg[f.algorithm].append(f"{f.phase}{f' (p={f.p})' if f.p else ''} x{f.factor:.2f}")
         lines += [f"  {alg:15s} {', '.join(items)}" for alg, items in sorted(by_alg.items())]
+        lines += [f"  T(n, p) {_plan_fit_line(f)}" for f in factors.plans.fits if f.series.family == family]
     return lines
+
+
+def _plan_fit_line(f) -> str:
+    """One fitted plan series: its formula, what it was fitted on, its held-out error and whether it is used."""
+    use = "in use" if f.in_use else "not used"
+    return (f"{str(f.series).removeprefix(f.series.family + ' ')}: {f.formula}; p = "
+            f"{', '.join(map(str, f.procs))}, {f.points} runs, held-out APE {f.ape_fit:.1f}% against "
+            f"{f.ape_factor:.1f}% with the factors: {use}")
 
 
 def _gbs(tw: float) -> str:

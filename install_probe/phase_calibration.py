@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 from autotune.install_probe.calibrate import PLAN
@@ -31,10 +31,13 @@ from autotune.distributed.plan import Phases
 from autotune.families import FAMILIES, Problem
 from autotune.models.fitted_phases import (
     PhaseFactor,
+    PhaseFactors,
     fit_phase_factors,
     load_phase_factors,
+    platform_factors,
     save_phase_factors,
 )
+from autotune.models.fitted_plans import PlanFit, Run, SeriesKey, fit_plan_models
 from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans, rank_plans
 from autotune.select.mapping import (
@@ -100,17 +103,19 @@ def _summary(runs: list) -> dict:
     run's phases carry that run's noise)."""
     walls = np.array([w for w, _ in runs])
     return {"total": float(np.median(walls)), "spread": float(np.subtract(*np.percentile(walls, [75, 25])) /
-                                                              np.median(walls)),
+                                                              np.median(walls)), "runs": walls.tolist(),
             **{p: float(np.median([ph[p] for _, ph in runs])) for p in PHASES}}
 
 
-def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> tuple[list, Plan]:
-    """(plan, prediction, analytical model) of each plan to time, and the selector's choice: the
-    root's ranking, broadcast (its failure raised on every rank)."""
+def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool,
+            also: frozenset = frozenset()) -> tuple[list, Plan]:
+    """(plan, prediction, analytical model, total with the phase factors alone) of each plan to time
+    (and of the plans ``also``), and the selector's choice: the root's ranking, broadcast (its
+    failure raised on every rank)."""
     ranked, error = None, ""
     if comm.rank == 0:
         try:
-            ranked = _root_ranking(family, n, comm.size, max_ratio, db, strassen)
+            ranked = _root_ranking(family, n, comm.size, max_ratio, db, strassen, also)
         except (DatabaseError, LookupError, OSError, ValueError) as exc:
             error = f"cannot rank the {family} plans at n = {n}: {type(exc).__name__}: {exc}"
     ranked, error = comm.bcast((ranked, error), root=0)
@@ -119,34 +124,43 @@ def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> 
     return ranked
 
 
-def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool) -> tuple[list, Plan]:
+def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool,
+                  also: frozenset = frozenset()) -> tuple[list, Plan]:
     """The root's part of ``_ranked``: every plan (oversubscribed too) within ``max_ratio`` of the
-    best predicted, each algorithm's best, and the selector's choice (ranks x threads <= cores)."""
+    best predicted, each algorithm's best, the selector's choice (ranks x threads <= cores) and the
+    plans ``also``."""
     sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
     prob, cores = FAMILIES[family].square(n), available_cores()
     dec = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
     choice = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
     best = dec.ranking[0].seconds
     first = {r.plan.algorithm: r for r in reversed(dec.ranking)}      # each algorithm's best plan
-    return [(r.plan, r.phases, r.model or r.phases) for r in dec.ranking
-            if r.seconds <= max_ratio * best or r.plan == choice or first[r.plan.algorithm] is r], choice
+    factors = platform_factors(sp, cp)
+    return [(r.plan, r.phases, r.model or r.phases,
+             factors.apply(family, r.plan.algorithm, r.model, r.plan.p)["total"] if r.model else r.seconds)
+            for r in dec.ranking
+            if r.seconds <= max_ratio * best or r.plan == choice or first[r.plan.algorithm] is r
+            or r.plan in also], choice
 
 
 def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
-             strassen: bool = False, verbose: bool = True) -> list[dict]:
+             strassen: bool = False, verbose: bool = True, whole_series: bool = False) -> list[dict]:
     """Time every plan to check on each order of ``sizes``: per problem its rows (plan, predicted
-    and analytical phases, measured phases) and the selector's choice. Collective."""
+    and analytical phases, measured phases) and the selector's choice. ``whole_series``: a plan
+    checked at one order is timed at every order (the runs a T(n, p) is fitted to). Collective."""
     rng = np.random.default_rng(0)
     results = []
     with options(db=db):
+        also = frozenset(row[0] for n in sizes for row in _ranked(family, n, comm, max_ratio, db, strassen)[0]
+                         ) if whole_series else frozenset()
         for n in sizes:
-            ranked, choice = _ranked(family, n, comm, max_ratio, db, strassen)
-            timed = measure(family, [plan for plan, _, _ in ranked], n, comm, reps, rng)
+            ranked, choice = _ranked(family, n, comm, max_ratio, db, strassen, also)
+            timed = measure(family, [row[0] for row in ranked], n, comm, reps, rng)
             rows = []
-            for (plan, predicted, model), measured in zip(ranked, timed, strict=True):
+            for (plan, predicted, model, factored), measured in zip(ranked, timed, strict=True):
                 rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm, "p": plan.p,
-                             "r": plan.r, "c": plan.c, "b": plan.b,
-                             "predicted": predicted, "model": model, "measured": measured})
+                             "r": plan.r, "c": plan.c, "b": plan.b, "series": asdict(SeriesKey.of(family, plan)),
+                             "predicted": predicted, "model": model, "factored": factored, "measured": measured})
                 if comm.rank == 0 and verbose:
                     print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
                           f"predicted {predicted['total'] * 1e3:.1f} ms", flush=True)
@@ -187,8 +201,20 @@ def fit(results: list[dict], db: str | None, nprocs: int, by: str = "autotune be
     info = {"nprocs": nprocs, "families": {**{f: i for f, i in old.family_infos().items() if f not in families},
                                            **_family_info(results, by)}}
     factors = kept + fit_phase_factors(rows)
-    save_phase_factors(path, key, factors, info=info)
+    fits = [f for f in old.plans.fits if f.series.family not in families] + plan_fits(results, factors)
+    save_phase_factors(path, key, factors, info=info, plans=fits)
     return key, factors
+
+
+def plan_fits(results: list[dict], factors: list[PhaseFactor]) -> list[PlanFit]:
+    """The fitted T(n, p) of each distributed plan series timed (``models.fitted_plans``), each run
+    beside its phase-factor model's total. Rows saved before they carried their series are left out."""
+    table = PhaseFactors(factors)
+    runs = [Run(SeriesKey(**r["series"]), int(prob["n"]), int(r["p"]), float(t),
+                table.apply(r["family"], r["algorithm"], r["model"], r["p"])["total"])
+            for prob in results for r in prob["rows"] if r["algorithm"] != "local" and "series" in r
+            for t in r["measured"].get("runs", [r["measured"]["total"]])]
+    return fit_plan_models(runs)
 
 
 def factor_lines(factors: list[PhaseFactor]) -> list[str]:
@@ -245,7 +271,8 @@ def calibrate_phases(world, db, cal: PhaseCalibration, verbose: bool = False) ->
         return None
     t0 = time.perf_counter()
     results = [prob for family in cal.families
-               for prob in validate(family, cal.sizes, world, cal.reps, cal.max_ratio, db, verbose=verbose)]
+               for prob in validate(family, cal.sizes, world, cal.reps, cal.max_ratio, db, verbose=verbose,
+                                    whole_series=True)]
     names, cores = world.allgather(socket.gethostname()), world.allgather(available_cores())
     if world.rank != 0:
         return None

@@ -8,7 +8,8 @@ interleaved round by round; each run from root-held matrices, the same for every
 gathered result), per-phase times are the maximum over ranks (each phase the median of its runs).
 Reports the absolute percentage error per phase and for the total, and per problem the best
 measured plan, the model's choice and the deviation t(choice) / t(best) - 1 (the layout of 001
-tables 3.44-3.45). Output JSON and Markdown, only where ``--out``/``--markdown`` say. The plans
+tables 3.44-3.45), beside the choice the phase factors alone make (without the fitted T(n, p),
+docs/models.md#fitted.plans), and the mean t(choice) / t(best) of both. Output JSON and Markdown, only where ``--out``/``--markdown`` say. The plans
 are ranked, run and fitted by ``autotune.install_probe.phase_calibration``, the step
 ``autotune-install --mpi`` ends with; ``--fit`` stores phase factors from these runs,
 ``--fit-from`` from earlier ``--out`` files (no runs, no mpiexec), both only into the database
@@ -54,14 +55,25 @@ def summarise(results: list[dict]) -> dict:
         best = min(rows, key=lambda r: r["measured"]["total"])
         # the selector's choice (ranks x threads <= cores); runs saved before it was kept: the first row
         chosen = next((r for r in rows if r["plan"] == prob.get("choice")), rows[0])
+        # what the phase factors alone would choose among the plans timed (without any fitted T(n, p))
+        factored = min(rows, key=lambda r: r.get("factored", r["predicted"]["total"]))
         table.append({"n": prob["n"], "best": best["plan"], "best_ms": best["measured"]["total"] * 1e3,
                       "chosen": chosen["plan"], "chosen_ms": chosen["measured"]["total"] * 1e3,
-                      "deviation_pct": (chosen["measured"]["total"] / best["measured"]["total"] - 1) * 100})
+                      "deviation_pct": (chosen["measured"]["total"] / best["measured"]["total"] - 1) * 100,
+                      "factored": factored["plan"],
+                      "factored_pct": (factored["measured"]["total"] / best["measured"]["total"] - 1) * 100})
     within = np.mean([t["deviation_pct"] <= 10.0 for t in table]) * 100 if table else float("nan")
-    return {"ape_median": {p: float(np.median(v)) if v else None for p, v in ape.items()},
+    return {"mean_regret": _mean_regret(table, "deviation_pct"),
+            "mean_regret_factored": _mean_regret(table, "factored_pct"),
+            "ape_median": {p: float(np.median(v)) if v else None for p, v in ape.items()},
             "ape_median_analytical": {p: float(np.median(v)) if v else None for p, v in analytical.items()},
             "ape_count": {p: len(v) for p, v in ape.items()}, "selection": table,
             "within_10pct": float(within)}
+
+
+def _mean_regret(table: list[dict], column: str) -> float | None:
+    """Mean of t(choice) / t(best) over the problems."""
+    return float(np.mean([1 + t[column] / 100 for t in table])) if table else None
 
 
 def markdown(results: list[dict], summary: dict) -> str:
@@ -74,12 +86,17 @@ def markdown(results: list[dict], summary: dict) -> str:
         a = summary["ape_median_analytical"][p]
         lines.append(f"| {p} | {'-' if v is None else f'{v:.1f}%'} | {'-' if a is None else f'{a:.1f}%'} | "
                      f"{summary['ape_count'][p]} |")
+    regret = ("" if summary["mean_regret"] is None else
+              f" Mean t(choice)/t(best) {summary['mean_regret']:.3f}; with the phase factors alone (no fitted "
+              f"T(n, p)) {summary['mean_regret_factored']:.3f}.")
     lines += ["", f"Selection: model's choice within 10% of the best measured in {summary['within_10pct']:.0f}% "
-              "of problems.", "", "| n | best measured | time (ms) | model's choice | time (ms) | deviation |",
-              "|---|---|---|---|---|---|"]
+              f"of problems.{regret}", "",
+              "| n | best measured | time (ms) | model's choice | time (ms) | deviation | phase factors alone "
+              "| deviation |",
+              "|---|---|---|---|---|---|---|---|"]
     for t in summary["selection"]:
         lines.append(f"| {t['n']} | {t['best']} | {t['best_ms']:.1f} | {t['chosen']} | {t['chosen_ms']:.1f} | "
-                     f"{t['deviation_pct']:.1f}% |")
+                     f"{t['deviation_pct']:.1f}% | {t.get('factored', '-')} | {t.get('factored_pct', 0.0):.1f}% |")
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,10 @@
 """Storage of the distributed models' phase factors: ``/fitted_phases/<platform key>``.
 
 Each member holds the attributes ``factors`` (JSON: one plain record per factor, the fields of
-``models.fitted_phases.PhaseFactor``), ``updated`` and ``info`` (JSON). Fitting the factors and
-applying them is ``autotune.models.fitted_phases``; this module only reads and writes records.
+``models.fitted_phases.PhaseFactor``), ``plans`` (JSON: one record per fitted T(n, p),
+``models.fitted_plans.PlanFit.record``; absent in older databases), ``updated`` and ``info``
+(JSON). Fitting the factors and applying them is ``autotune.models.fitted_phases``; this module
+only reads and writes records.
 """
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ GROUP = "fitted_phases"
 REBUILD = "autotune-install --mpi --np P --db {path}"
 
 
-def save_phase_records(path: str | os.PathLike, key: str, rows: Iterable[dict], info: dict | None = None) -> None:
-    """Write one platform's factor records, keeping the rest of the database."""
-    rows = [dict(r) for r in rows]
+def save_phase_records(path: str | os.PathLike, key: str, rows: Iterable[dict], info: dict | None = None,
+                       plans: Iterable[dict] = ()) -> None:
+    """Write one platform's factor records and plan-model records, keeping the rest of the database."""
+    rows, plans = [dict(r) for r in rows], [dict(r) for r in plans]
 
     def write(g) -> None:
         g.attrs["factors"] = json.dumps(rows)
+        g.attrs["plans"] = json.dumps(plans)
         g.attrs["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         g.attrs["info"] = json.dumps(info or {}, sort_keys=True, default=str)
 
@@ -38,8 +42,9 @@ def load_phase_records(path: str | os.PathLike | None, key: str | None, build: C
 
 
 def _meta(g) -> dict:
-    """What the factors were fitted from and when they were stored."""
-    return {"info": json.loads(g.attrs.get("info", "{}")), "updated": str(g.attrs.get("updated", ""))}
+    """What the factors were fitted from, when they were stored, and the plan-model records."""
+    return {"info": json.loads(g.attrs.get("info", "{}")), "updated": str(g.attrs.get("updated", "")),
+            "plans": json.loads(g.attrs.get("plans", "[]"))}
 
 
 __all__ = ["GROUP", "load_phase_records", "save_phase_records"]

@@ -20,6 +20,8 @@ import numpy as np
 
 from autotune.db.phase_factors import GROUP, load_phase_records, save_phase_records
 
+from .fitted_plans import PlanFit, PlanModels
+
 # The total has its own factor: the phases are not its terms where one holds a faster rank's
 # waits, off the critical path (SUMMA's broadcasts, BSR's gather); scaling them would move the
 # total by waits it never had.
@@ -85,12 +87,15 @@ def _median_ape(factor: float, ratios: list[float]) -> float:
 
 class PhaseFactors:
     """Lookup of fitted factors; 1 where none was fitted. ``info``: what they were fitted from,
-    ``updated``: when they were stored."""
+    ``updated``: when they were stored; ``plans``: the fitted T(n, p) of the same runs
+    (``models.fitted_plans``), which replace the factored model where they are in use."""
 
-    def __init__(self, factors: Iterable[PhaseFactor] = (), info: dict | None = None, updated: str = ""):
+    def __init__(self, factors: Iterable[PhaseFactor] = (), info: dict | None = None, updated: str = "",
+                 plans: Iterable[PlanFit] = ()):
         self.factors = list(factors)
         self._by_key = {(f.family, f.algorithm, f.phase, f.p): f.factor for f in self.factors}
         self.info, self.updated = dict(info or {}), updated
+        self.plans = PlanModels(plans)
 
     def family_infos(self) -> dict[str, dict]:
         """Per family calibrated (factors or not): its runs' ``sizes``, ``runs``, ``fitted`` date."""
@@ -98,7 +103,7 @@ class PhaseFactors:
         return dict(self.info.get("families") or {f.family: shared for f in self.factors})
 
     def __bool__(self) -> bool:
-        return bool(self._by_key)
+        return bool(self._by_key) or bool(self.plans)
 
     def factor(self, family: str, algorithm: str, phase: str, p: int = 0) -> float:
         """The factor fitted at ``p`` processes, else over all p, else 1."""
@@ -113,9 +118,10 @@ class PhaseFactors:
 
 
 def save_phase_factors(path: str | os.PathLike, key: str, factors: Iterable[PhaseFactor],
-                       info: dict | None = None) -> None:
-    """Write one platform's factors (stored by ``db.phase_factors``), keeping the rest of the database."""
-    save_phase_records(path, key, (asdict(f) for f in factors), info)
+                       info: dict | None = None, plans: Iterable[PlanFit] = ()) -> None:
+    """Write one platform's factors and plan models (stored by ``db.phase_factors``), keeping the
+    rest of the database."""
+    save_phase_records(path, key, (asdict(f) for f in factors), info, (f.record() for f in plans))
 
 
 def load_phase_factors(path: str | os.PathLike | None, key: str | None) -> PhaseFactors:
@@ -129,7 +135,8 @@ def platform_factors(sp, cp) -> PhaseFactors:
 
 
 def _build(rows: list[dict], meta: dict) -> PhaseFactors:
-    return PhaseFactors((PhaseFactor(**r) for r in rows), meta.get("info"), meta.get("updated", ""))
+    return PhaseFactors((PhaseFactor(**r) for r in rows), meta.get("info"), meta.get("updated", ""),
+                        (PlanFit.from_record(r) for r in meta.get("plans", ())))
 
 
 __all__ = ["GROUP", "PHASE_NAMES", "PhaseFactor", "PhaseFactors", "fit_phase_factors", "load_phase_factors",

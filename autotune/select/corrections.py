@@ -19,7 +19,8 @@ STEPS: dict[str, str] = {
     "contention": "cores shared: the previous call's pool or this pool waking, measured (one process); "
                   "ranks on shared cores (MPI)",
     "risk": "hedge on composed models: the prior, or validation's measured risk",
-    "calibration": "measured factors: learned corrections (one process), fitted phase factors (MPI)",
+    "calibration": "measured factors: learned corrections (one process); a plan series' fitted T(n, p), "
+                   "else fitted phase factors (MPI)",
 }
 
 P = TypeVar("P")

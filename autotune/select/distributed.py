@@ -240,7 +240,17 @@ def _contention_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[
 
 
 def _calibration_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
-    """The platform's fitted phase factors (``models.fitted_phases``) on every phase and the total."""
+    """The platform's fitted T(n, p) of the plan's series where one is in use (square problems: it
+    was fitted on them), its phases scaled to its total (``models.fitted_plans``); else the fitted
+    phase factors (``models.fitted_phases``) on every phase and the total."""
+    dims = ctx.problem.dims
+    fitted = ctx.factors.plans.seconds(ctx.family, ctx.plan, dims[0]) if len(set(dims)) == 1 else None
+    if fitted is not None:
+        t, fit = fitted
+        scale = t / phases["total"] if phases["total"] > 0 else 1.0
+        return ({ph: phases.get(ph, 0.0) * scale for ph in PHASE_NAMES},
+                f"fitted T(n, p) = {fit.formula} (held-out APE {fit.ape_fit:.1f}%, phase factors "
+                f"{fit.ape_factor:.1f}%)")
     out = ctx.factors.apply(ctx.family, ctx.plan.algorithm, phases, ctx.plan.p)
     applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
                if (f := ctx.factors.factor(ctx.family, ctx.plan.algorithm, ph, ctx.plan.p)) != 1.0]
