@@ -3,10 +3,13 @@ seal theirs, so the file reads as intact (only an unsealed edit reads as damage)
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
 
 import h5py
 
+from autotune.db.comm_lookup import CommParams
+from autotune.db.lookup import load_sp
 from autotune.db.store import seal
 
 
@@ -16,3 +19,20 @@ def edited(path, mode: str = "r+") -> Iterator[h5py.File]:
     with h5py.File(path, mode) as f:
         yield f
     seal(path)
+
+
+class TestPlatform(CommParams):
+    """Comm parameters of a made-up P = 4 platform (key ``test-P4``), for stored per-platform data."""
+
+    __test__ = False
+
+    @property
+    def platform(self) -> dict:
+        return {"key": "test-P4", "P": 4, "source": "test"}
+
+
+def platform_db(db, tmp_path):
+    """(path, sp, cp) of a copy of the database ``db`` with the ``TestPlatform``."""
+    path = tmp_path / "db.h5"
+    shutil.copy(db, path)
+    return path, load_sp(path), TestPlatform(None, "test", 4)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from db_helpers import TestPlatform
 
 from autotune import assumptions
-from autotune.db.comm_lookup import CommParams
 from autotune.db.lookup import load_sp
 from autotune.families import GemmProblem, as_problem
 from autotune.models import cholesky as chol_models
@@ -96,7 +96,7 @@ def test_local_and_distributed_use_the_same_step_names(db):
     assert set(rank_module.STEPS) <= set(ORDER)
     assert set(dist.PLAN_STEPS) | {"calibration"} <= set(ORDER)
     path = db
-    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    sp, cp = load_sp(path), TestPlatform(None, "test", 4)
     save_phase_factors(path, "test-P4", [PhaseFactor("gemm", "summa", "compute", 3.0, 4, 0.1, 66.0, 3.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -106,12 +106,6 @@ def test_local_and_distributed_use_the_same_step_names(db):
     for r in dec.ranking:
         assert _in_order([c.step for c in r.corrections])
     assert "corrections: " in dist.describe(dec, top=len(dec.ranking))
-
-
-class _Platform(CommParams):
-    @property
-    def platform(self) -> dict:
-        return {"key": "test-P4", "P": 4, "source": "test"}
 
 
 def test_the_assumptions_module_lists_every_constant_with_its_meaning():

@@ -6,10 +6,8 @@ import warnings
 
 import numpy as np
 import pytest
-from db_helpers import edited
+from db_helpers import edited, platform_db
 
-from autotune.db.comm_lookup import CommParams
-from autotune.db.lookup import load_sp
 from autotune.families import as_problem
 from autotune.models.fitted_phases import (
     PhaseFactor,
@@ -54,19 +52,6 @@ def test_apply_scales_each_fitted_phase_and_the_total_by_its_own_factor():
     assert PhaseFactors().apply("gemm", "summa", same) is same
 
 
-class _Platform(CommParams):
-    @property
-    def platform(self) -> dict:
-        return {"key": "test-P4", "P": 4, "source": "test"}
-
-
-def _platform_db(tiny_db, tmp_path):
-    """(path, sp, cp) of a copy of the tiny database with the test's P = 4 platform."""
-    path = tmp_path / "db.h5"
-    shutil.copy(tiny_db, path)
-    return path, load_sp(path), _Platform(None, "test", 4)
-
-
 def _save_three_rank_contention(path) -> None:
     """2 cores: 2 busy ranks run free; 3: the mean rank 1.5x slower, the slowest 2x, the fastest
     not at all; 4: every rank 2x."""
@@ -82,7 +67,7 @@ def _save_three_rank_contention(path) -> None:
 
 
 def test_stored_factors_change_the_prediction_and_the_ranking(tiny_db, tmp_path):
-    path, sp, cp = _platform_db(tiny_db, tmp_path)
+    path, sp, cp = platform_db(tiny_db, tmp_path)
     plan = Plan("summa", 2, 1, 2, b=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -125,7 +110,7 @@ def test_ranks_sharing_a_core_compute_slowest_and_the_rank_alone_waits_for_them(
     """3 ranks on 2 cores (``contention.lockstep``): two share a core, so compute is the slowest
     rank's 2x; BSR's rank alone on a core waits the difference in the gather (collection), off the
     total; SUMMA's pair on one core makes every step 2x too."""
-    path, sp, cp = _platform_db(tiny_db, tmp_path)
+    path, sp, cp = platform_db(tiny_db, tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         plans = Plan("bsr", 3, 3, 1), Plan("summa", 3, 1, 3, b=64)
@@ -163,7 +148,7 @@ def test_the_roots_solo_phases_run_at_the_uncontended_k(tiny_db, tmp_path):
     from autotune.db.contention import ContendedSP, load_contention
     from autotune.models import distributed_cholesky as dc
 
-    path, sp, cp = _platform_db(tiny_db, tmp_path)
+    path, sp, cp = platform_db(tiny_db, tmp_path)
     plan = Plan("cholesky", 3, 1, 3, b=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

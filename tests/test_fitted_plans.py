@@ -1,15 +1,13 @@
 """Fitted T(n, p) of the distributed plans (001 eq. 4.15): fitting, held-out choice, storage and use."""
 from __future__ import annotations
 
-import shutil
 import warnings
 
 import numpy as np
 import pytest
 from autotune.install_probe.phase_calibration import plan_fits
+from db_helpers import platform_db
 
-from autotune.db.comm_lookup import CommParams
-from autotune.db.lookup import load_sp
 from autotune.families import as_problem
 from autotune.models.fitted_phases import PhaseFactor, load_phase_factors, save_phase_factors
 from autotune.models.fitted_plans import PlanModels, Run, SeriesKey, fit_plan_models
@@ -65,16 +63,8 @@ def test_a_series_needs_three_orders():
     assert fit_plan_models(_runs((2, 4), sizes=(512, 1024))) == []
 
 
-class _Platform(CommParams):
-    @property
-    def platform(self) -> dict:
-        return {"key": "test-P4", "P": 4, "source": "test"}
-
-
 def test_calibration_runs_are_fitted_stored_and_replace_the_factored_prediction(tiny_db, tmp_path):
-    path = tmp_path / "db.h5"
-    shutil.copy(tiny_db, path)
-    sp, cp = load_sp(path), _Platform(None, "test", 4)
+    path, sp, cp = platform_db(tiny_db, tmp_path)
     plan = Plan("bsr", 2, 2, 1, threads=1, backend="numpy-openblas")
     rows = [{"family": "gemm", "n": n, "rows": [
         {"plan": str(plan), "family": "gemm", "algorithm": "bsr", "p": 2, "series": vars(SeriesKey.of("gemm", plan)),
