@@ -9,7 +9,8 @@ gathered result), per-phase times are the maximum over ranks (each phase the med
 Reports the absolute percentage error per phase and for the total, and per problem the best
 measured plan, the model's choice and the deviation t(choice) / t(best) - 1 (the layout of 001
 tables 3.44-3.45), beside the choice the phase factors alone make (without the fitted T(n, p),
-docs/models.md#fitted.plans), and the mean t(choice) / t(best) of both. Output JSON and Markdown, only where ``--out``/``--markdown`` say. The plans
+docs/models.md#fitted.plans), and the mean t(choice) / t(best) of both. Output JSON and
+Markdown, only where ``--out``/``--markdown`` say. The plans
 are ranked, run and fitted by ``autotune.install_probe.phase_calibration``, the step
 ``autotune-install --mpi`` ends with; ``--fit`` stores phase factors from these runs,
 ``--fit-from`` from earlier ``--out`` files (no runs, no mpiexec), both only into the database

@@ -384,7 +384,8 @@ def describe(dec: DistDecision, top: int = 12) -> str:
 
 
 def calibration_line(dec: DistDecision) -> str:
-    """Which phase calibration the ranking used, and the factors it applied to the chosen plan."""
+    """Which phase calibration the ranking used, and what it applied to the chosen plan: its
+    series' fitted T(n, p) (as its calibration step recorded it), else its factors."""
     cal = dec.calibration
     if cal is None:
         return "calibration: none (analytical models only)"
@@ -393,7 +394,8 @@ def calibration_line(dec: DistDecision) -> str:
     plan = dec.chosen
     applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
                if (f := cal.factors.factor(dec.family, plan.algorithm, ph, plan.p)) != 1.0]
-    used = (f"{plan.algorithm} factors " + ", ".join(applied) if applied
+    fitted = [c.note for c in dec.ranking[0].corrections if c.step == "calibration" and c.note.startswith("fitted")]
+    used = (fitted[0] if fitted else f"{plan.algorithm} factors " + ", ".join(applied) if applied
             else f"no factor for {plan.algorithm} (analytical)")
     return (f"calibration: phase factors of platform {cal.platform} (fitted {cal.fitted.replace('T', ' ')[:16]}"
             f"{runs}{sizes}); chosen plan: {used}")
