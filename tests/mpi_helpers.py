@@ -113,8 +113,10 @@ def run_checked(cmd: list[str], cwd, timeout: float = MPI_TIMEOUT) -> subprocess
 
 def fake_launch(monkeypatch, cli) -> dict:
     """Make ``cli.launch_comm_probe`` start a process that succeeds at once; returns the dict
-    that receives the command and environment it was started with."""
+    that receives the command and environment it was started with. Other processes (the hardware
+    query behind the run-time estimate, when no earlier test cached it) start for real."""
     seen: dict = {}
+    real = subprocess.Popen
 
     class Done:
         pid = 0
@@ -125,7 +127,10 @@ def fake_launch(monkeypatch, cli) -> dict:
         def wait(self, timeout=None):
             return 0
 
-    monkeypatch.setattr(subprocess, "Popen", Done)
+    def popen(cmd, *args, env=None, **kw):
+        return Done(cmd, env, **kw) if env is not None else real(cmd, *args, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
     monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
     return seen

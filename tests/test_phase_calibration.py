@@ -36,7 +36,7 @@ TINY = {
                "min_sample_seconds": 1e-5, "point_budget_seconds": 0.01},
     "passes": 1, "loggp": False, "check_sides": [128], "first_touch_sizes": [1 << 22], "pack_order": 256,
     "root_reps": 1, "step_waits": {"order": 128, "blocks": [16, 32]}, "loop_costs": [[128, 16], [256, 32]],
-    "phase_calibration": {"sizes": [128, 192], "reps": 1, "families": ["gemm", "cholesky"]},
+    "phase_calibration": {"sizes": [128, 160, 192], "reps": 2, "families": ["gemm", "cholesky"]},
 }
 TIMEOUT = 300
 
@@ -114,14 +114,17 @@ def test_installer_ends_with_the_phase_calibration(installed, capsys):
     assert set(infos) == {"gemm", "cholesky"}, proc.stdout
     _mapping_rows_price_the_timed_plans(path, load_comm(path, nprocs=2).host_speeds)
     for info in infos.values():
-        assert info["sizes"] == [128, 192] and info["runs"] >= 2 and info["by"] == "autotune-install --mpi"
+        assert info["sizes"] == [128, 160, 192] and info["runs"] >= 2 and info["by"] == "autotune-install --mpi"
+    # each plan series timed at every order, each fitted as a T(n, p) (in n alone: one process count)
+    assert stored.plans.fits and all(f.sizes == (128, 160, 192) and f.procs == (2,) for f in stored.plans.fits)
     assert "phase calibration:" in proc.stdout and f"from {sum(i['runs'] for i in infos.values())} runs" in proc.stdout
     assert cli.main(["explain", "gemm", "512", "--np", "2", "--db", str(path)]) == 0
     out = capsys.readouterr().out
-    assert f"calibration: phase factors of platform {key} (fitted " in out and "runs at n = 128, 192" in out
+    assert f"calibration: phase factors of platform {key} (fitted " in out and "runs at n = 128, 160, 192" in out
     assert cli.main(["show", "--db", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "phase calibration gemm: n = 128, 192" in out and "phase calibration cholesky" in out
+    assert "phase calibration gemm: n = 128, 160, 192" in out and "phase calibration cholesky" in out
+    assert "  T(n, p) " in out and "held-out APE" in out
 
 
 def _mapping_rows_price_the_timed_plans(path, speeds) -> None:
