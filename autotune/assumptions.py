@@ -206,3 +206,16 @@ LU_POLL_BLOCKS = _assume(
     "distributed/lu.py _LU.gemm; models/distributed_lu.py update")
 
 __all__ += ["LU_POLL_BLOCKS"]
+
+
+# -- fitted T(n, p) of the distributed plans (models/fitted_plans.py) -----------------------------
+
+PLAN_FIT_MAX_APE = _assume(
+    "PLAN_FIT_MAX_APE", 20.0,
+    "largest held-out median APE (%) of a plan series' fitted T(n, p) that may replace the phase-factor "
+    "model: past it the fit is no model of the series, even where the factors are worse",
+    SET_BY_HAND + " (001 Tables 4.9 and 4.11 accept deviations up to 15.7%; chosen after the emulated "
+    "cluster's runs, where fits at 50-60% held-out error picked plans 1.3-2.4x slower)",
+    "select/distributed.py calibration step")
+
+__all__ += ["PLAN_FIT_MAX_APE"]

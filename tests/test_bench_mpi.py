@@ -56,8 +56,13 @@ def test_mpi_validate_smoke_then_rescore_and_fit_from(tiny_db, tmp_path, capsys)
     again = tmp_path / "s.json"
     assert cli.main(["bench", "mpi-rescore", str(out), "--db", str(db), "--np", "2", "--family", "gemm",
                      "--out", str(again)]) == 0
-    assert "total" in capsys.readouterr().out
-    assert json.loads(again.read_text())["summary"]["selection"]
+    said = capsys.readouterr().out
+    assert "total" in said and "with the phase factors alone" in said
+    rescored = json.loads(again.read_text())
+    assert rescored["summary"]["selection"] and rescored["summary"]["mean_regret"] >= 1.0
+    rows = rescored["results"][0]["rows"]
+    assert rescored["results"][0]["choice"] == min(rows, key=lambda r: r["predicted"]["total"])["plan"]
+    assert all("factored" in r for r in rows if not r["plan"].startswith("local"))
     assert cli.main(["bench", "mpi-validate", "--fit-from", str(out), "--db", str(db)]) == 0
     assert "phase factors of platform" in capsys.readouterr().out
     assert cli.main(["bench", "mpi-rescore", str(tmp_path / "none.json"), "--db", str(db), "--np", "2",

@@ -108,3 +108,13 @@ def test_validation_reports_the_choice_the_phase_factors_alone_make():
     assert summary["mean_regret"] == 1.0 and summary["mean_regret_factored"] == pytest.approx(1.5)
     assert summary["selection"][0]["factored"] == "factored"
     assert "with the phase factors alone (no fitted T(n, p)) 1.500" in markdown(results, summary)
+
+
+def test_a_fit_that_misses_its_held_out_runs_by_more_than_the_cap_stays_unused():
+    from dataclasses import replace
+
+    from autotune.assumptions import PLAN_FIT_MAX_APE
+
+    (fit,) = fit_plan_models(_runs((2, 4)))
+    loose = replace(fit, ape_fit=PLAN_FIT_MAX_APE + 1, ape_factor=10 * PLAN_FIT_MAX_APE)
+    assert fit.in_use and not loose.in_use and PlanModels([loose]).get("gemm", BSR) is None

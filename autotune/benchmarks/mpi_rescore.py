@@ -1,7 +1,8 @@
 """``autotune bench mpi-rescore``: saved ``autotune bench mpi-validate`` runs re-scored with the
-current analytical models, without re-timing (no mpiexec): each distributed row's analytical
-prediction is replaced, then ``mpi_validate.summarise`` gives the median APE per phase
-(one-process rows keep their saved prediction).
+current models, without re-timing (no mpiexec): each distributed row's analytical prediction,
+the prediction in use and the phase factors' are replaced and each problem's choice is the row
+predicted fastest; then ``mpi_validate.summarise`` gives the median APE per phase and the mean
+t(choice)/t(best) beside the phase factors' alone (one-process rows keep their saved prediction).
 
     autotune bench mpi-rescore RUN.json ... --db DB --np P --family gemm   # P: the platform's world size
 """
@@ -16,6 +17,7 @@ from autotune.benchmarks.mpi_validate import summarise
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.families import DISTRIBUTED, FAMILIES
+from autotune.models.fitted_phases import platform_factors
 from autotune.plans import Plan
 from autotune.select.distributed import predict
 
@@ -33,13 +35,19 @@ def parse(text: str) -> Plan | None:
 
 
 def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
-    """``results`` with every distributed row's ``model`` predicted by the current code."""
+    """``results`` with every distributed row's ``model``, ``predicted`` (the database's fitted
+    T(n, p) or phase factors) and ``factored`` (the phase factors alone) from the current code, and
+    each problem's ``choice`` the row predicted fastest (the timed plans, oversubscribed or not)."""
+    factors = platform_factors(sp, cp)
     for res in results:
         problem = FAMILIES[family].square(res["n"])
         for row in res["rows"]:
             plan = parse(row["plan"])
             if plan is not None:
                 row["model"] = predict(problem, plan, sp, cp, fitted=False)
+                row["predicted"] = predict(problem, plan, sp, cp)
+                row["factored"] = factors.apply(family, plan.algorithm, row["model"], plan.p)["total"]
+        res["choice"] = min(res["rows"], key=lambda r: r["predicted"]["total"])["plan"]
     return results
 
 
@@ -69,6 +77,9 @@ def run(args) -> int:
     summary = summarise(rescore(results, args.family, sp, load_comm(args.db, nprocs=args.np)))
     ape = summary["ape_median_analytical"]
     print(" ".join(f"{k} {v:.1f}" if v is not None else f"{k} n/a" for k, v in ape.items()))
+    if summary["mean_regret"] is not None:
+        print(f"mean t(choice)/t(best): {summary['mean_regret']:.3f}; with the phase factors alone "
+              f"{summary['mean_regret_factored']:.3f} ({len(summary['selection'])} problems)")
     if args.out:
         write_json(args.out, {"results": results, "summary": summary})
     return 0

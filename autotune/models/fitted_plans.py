@@ -4,8 +4,8 @@ phase calibration's runs, so one model covers the orders and process counts betw
 
 A series is one algorithm on one grid shape (1 x p, p x 1 or r x c), block, recursion level,
 thread count and library. Its model is kept only where it predicts the runs of each order left
-out of its fit better than the analytical model with the phase factors does
-(docs/models.md#fitted.plans); elsewhere the factors stay.
+out of its fit better than the analytical model with the phase factors does, and within
+``PLAN_FIT_MAX_APE`` (docs/models.md#fitted.plans); elsewhere the factors stay.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from autotune.assumptions import PLAN_FIT_MAX_APE
 
 from .fit_select import select_terms
 from .fit_terms import TermSet
@@ -67,8 +69,9 @@ class PlanFit:
 
     @property
     def in_use(self) -> bool:
-        """Whether it replaces the factor model: better on the runs it was not fitted to."""
-        return self.ape_fit < self.ape_factor
+        """Whether it replaces the factor model: better on the runs it was not fitted to, and
+        within ``PLAN_FIT_MAX_APE`` of them."""
+        return self.ape_fit < self.ape_factor and self.ape_fit <= PLAN_FIT_MAX_APE
 
     def predict(self, n, p) -> np.ndarray:
         """Seconds at the broadcast (n, p) points (served only between the process counts fitted:
