@@ -107,15 +107,25 @@ def _summary(runs: list) -> dict:
             **{p: float(np.median([ph[p] for _, ph in runs])) for p in PHASES}}
 
 
-def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool,
-            also: frozenset = frozenset()) -> tuple[list, Plan]:
-    """(plan, prediction, analytical model, total with the phase factors alone) of each plan to time
-    (and of the plans ``also``), and the selector's choice: the root's ranking, broadcast (its
-    failure raised on every rank)."""
+@dataclass(frozen=True)
+class _Ranked:
+    """One plan of the root's ranking: its prediction in use, the analytical model's phases, the
+    total with the phase factors alone, and whether it is one to check (``_root_ranking``)."""
+
+    plan: Plan
+    predicted: dict
+    model: dict
+    factored: float
+    checked: bool
+
+
+def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> tuple[list[_Ranked], Plan]:
+    """Every plan of the root's ranking and the selector's choice, broadcast (its failure raised on
+    every rank)."""
     ranked, error = None, ""
     if comm.rank == 0:
         try:
-            ranked = _root_ranking(family, n, comm.size, max_ratio, db, strassen, also)
+            ranked = _root_ranking(family, n, comm.size, max_ratio, db, strassen)
         except (DatabaseError, LookupError, OSError, ValueError) as exc:
             error = f"cannot rank the {family} plans at n = {n}: {type(exc).__name__}: {exc}"
     ranked, error = comm.bcast((ranked, error), root=0)
@@ -124,11 +134,11 @@ def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool,
     return ranked
 
 
-def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool,
-                  also: frozenset = frozenset()) -> tuple[list, Plan]:
-    """The root's part of ``_ranked``: every plan (oversubscribed too) within ``max_ratio`` of the
-    best predicted, each algorithm's best, the selector's choice (ranks x threads <= cores) and the
-    plans ``also``."""
+def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool
+                  ) -> tuple[list[_Ranked], Plan]:
+    """The root's part of ``_ranked``: every plan (oversubscribed too), those to check marked: within
+    ``max_ratio`` of the best predicted, each algorithm's best, and the selector's choice (ranks x
+    threads <= cores)."""
     sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
     prob, cores = FAMILIES[family].square(n), available_cores()
     dec = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
@@ -136,11 +146,10 @@ def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strass
     best = dec.ranking[0].seconds
     first = {r.plan.algorithm: r for r in reversed(dec.ranking)}      # each algorithm's best plan
     factors = platform_factors(sp, cp)
-    return [(r.plan, r.phases, r.model or r.phases,
-             factors.apply(family, r.plan.algorithm, r.model, r.plan.p)["total"] if r.model else r.seconds)
-            for r in dec.ranking
-            if r.seconds <= max_ratio * best or r.plan == choice or first[r.plan.algorithm] is r
-            or r.plan in also], choice
+    return [_Ranked(r.plan, r.phases, r.model or r.phases,
+                    (r.model or r.phases)["total"] * factors.factor(family, r.plan.algorithm, "total", r.plan.p),
+                    r.seconds <= max_ratio * best or r.plan == choice or first[r.plan.algorithm] is r)
+            for r in dec.ranking], choice
 
 
 def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
@@ -151,21 +160,23 @@ def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | No
     rng = np.random.default_rng(0)
     results = []
     with options(db=db):
-        also = frozenset(row[0] for n in sizes for row in _ranked(family, n, comm, max_ratio, db, strassen)[0]
-                         ) if whole_series else frozenset()
+        ranked = {n: _ranked(family, n, comm, max_ratio, db, strassen) for n in sizes}
+        series = {r.plan for rows, _ in ranked.values() for r in rows if r.checked} if whole_series else set()
         for n in sizes:
-            ranked, choice = _ranked(family, n, comm, max_ratio, db, strassen, also)
-            timed = measure(family, [row[0] for row in ranked], n, comm, reps, rng)
+            timed_plans = [r for r in ranked[n][0] if r.checked or r.plan in series]
+            timed = measure(family, [r.plan for r in timed_plans], n, comm, reps, rng)
             rows = []
-            for (plan, predicted, model, factored), measured in zip(ranked, timed, strict=True):
+            for r, measured in zip(timed_plans, timed, strict=True):
+                plan = r.plan
                 rows.append({"plan": str(plan), "family": family, "algorithm": plan.algorithm, "p": plan.p,
                              "r": plan.r, "c": plan.c, "b": plan.b, "series": asdict(SeriesKey.of(family, plan)),
-                             "predicted": predicted, "model": model, "factored": factored, "measured": measured})
+                             "predicted": r.predicted, "model": r.model, "factored": r.factored,
+                             "measured": measured})
                 if comm.rank == 0 and verbose:
                     print(f"{family} n={n} {plan}: measured {measured['total'] * 1e3:.1f} ms, "
-                          f"predicted {predicted['total'] * 1e3:.1f} ms", flush=True)
-            results.append({"family": family, "n": n, "nprocs": comm.size, "rows": rows, "choice": str(choice),
-                            "reps": reps})
+                          f"predicted {r.predicted['total'] * 1e3:.1f} ms", flush=True)
+            results.append({"family": family, "n": n, "nprocs": comm.size, "rows": rows,
+                            "choice": str(ranked[n][1]), "reps": reps})
     return results
 
 
@@ -211,7 +222,7 @@ def plan_fits(results: list[dict], factors: list[PhaseFactor]) -> list[PlanFit]:
     beside its phase-factor model's total. Rows saved before they carried their series are left out."""
     table = PhaseFactors(factors)
     runs = [Run(SeriesKey(**r["series"]), int(prob["n"]), int(r["p"]), float(t),
-                table.apply(r["family"], r["algorithm"], r["model"], r["p"])["total"])
+                r["model"]["total"] * table.factor(r["family"], r["algorithm"], "total", r["p"]))
             for prob in results for r in prob["rows"] if r["algorithm"] != "local" and "series" in r
             for t in r["measured"].get("runs", [r["measured"]["total"]])]
     return fit_plan_models(runs)

@@ -46,7 +46,7 @@ def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
             if plan is not None:
                 row["model"] = predict(problem, plan, sp, cp, fitted=False)
                 row["predicted"] = predict(problem, plan, sp, cp)
-                row["factored"] = factors.apply(family, plan.algorithm, row["model"], plan.p)["total"]
+                row["factored"] = row["model"]["total"] * factors.factor(family, plan.algorithm, "total", plan.p)
         res["choice"] = min(res["rows"], key=lambda r: r["predicted"]["total"])["plan"]
     return results
 

@@ -243,18 +243,28 @@ def _calibration_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict
     """The platform's fitted T(n, p) of the plan's series where one is in use (square problems: it
     was fitted on them), its phases scaled to its total (``models.fitted_plans``); else the fitted
     phase factors (``models.fitted_phases``) on every phase and the total."""
-    dims = ctx.problem.dims
-    fitted = ctx.factors.plans.seconds(ctx.family, ctx.plan, dims[0]) if len(set(dims)) == 1 else None
+    fitted = _plan_fit(ctx.factors, ctx.problem, ctx.plan)
     if fitted is not None:
         t, fit = fitted
         scale = t / phases["total"] if phases["total"] > 0 else 1.0
-        return ({ph: phases.get(ph, 0.0) * scale for ph in PHASE_NAMES},
-                f"fitted T(n, p) = {fit.formula} (held-out APE {fit.ape_fit:.1f}%, phase factors "
-                f"{fit.ape_factor:.1f}%)")
+        return {ph: phases.get(ph, 0.0) * scale for ph in PHASE_NAMES}, _fit_note(fit)
     out = ctx.factors.apply(ctx.family, ctx.plan.algorithm, phases, ctx.plan.p)
     applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
                if (f := ctx.factors.factor(ctx.family, ctx.plan.algorithm, ph, ctx.plan.p)) != 1.0]
     return out, "phase factors " + ", ".join(applied) if applied else ""
+
+
+def _plan_fit(factors: PhaseFactors, problem: Problem, plan: Plan):
+    """(seconds, model) of the plan series' fitted T(n, p) in use at ``problem`` (square problems
+    only: it was fitted on them), else None."""
+    dims = problem.dims
+    return factors.plans.seconds(problem.family, plan, dims[0]) if len(set(dims)) == 1 else None
+
+
+def _fit_note(fit) -> str:
+    """What a fitted T(n, p) is and how well it predicted its held-out runs."""
+    return (f"fitted T(n, p) = {fit.formula} (held-out APE {fit.ape_fit:.1f}%, phase factors "
+            f"{fit.ape_factor:.1f}%)")
 
 
 PLAN_STEPS = {"overhead": _overhead_step, "contention": _contention_step}
@@ -385,7 +395,7 @@ def describe(dec: DistDecision, top: int = 12) -> str:
 
 def calibration_line(dec: DistDecision) -> str:
     """Which phase calibration the ranking used, and what it applied to the chosen plan: its
-    series' fitted T(n, p) (as its calibration step recorded it), else its factors."""
+    series' fitted T(n, p) where one is in use, else its factors."""
     cal = dec.calibration
     if cal is None:
         return "calibration: none (analytical models only)"
@@ -394,8 +404,8 @@ def calibration_line(dec: DistDecision) -> str:
     plan = dec.chosen
     applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
                if (f := cal.factors.factor(dec.family, plan.algorithm, ph, plan.p)) != 1.0]
-    fitted = [c.note for c in dec.ranking[0].corrections if c.step == "calibration" and c.note.startswith("fitted")]
-    used = (fitted[0] if fitted else f"{plan.algorithm} factors " + ", ".join(applied) if applied
+    fitted = _plan_fit(cal.factors, dec.problem, plan)
+    used = (_fit_note(fitted[1]) if fitted else f"{plan.algorithm} factors " + ", ".join(applied) if applied
             else f"no factor for {plan.algorithm} (analytical)")
     return (f"calibration: phase factors of platform {cal.platform} (fitted {cal.fitted.replace('T', ' ')[:16]}"
             f"{runs}{sizes}); chosen plan: {used}")
