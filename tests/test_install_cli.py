@@ -173,16 +173,19 @@ PHASED = dict(SLOW, name="phased", pools="tiny", thread_sps="quick",
               measure=[{"routines": ["gemm"], "pattern": "square", "sizes": [96, 128, 160, 192]}])
 # What each phase prints as it starts (points: the run is saved, its points pending).
 STARTS = {"pools": "autotune-install: pools: transitions", "threads": "autotune-install: thread SPs: measuring"}
-# The installer with one phase's probe repeated until a signal stops it: the quick thread SPs take
-# half a second, so a stop sent as the phase starts could otherwise land after it ended.
-PROBES = {"pools": "probe_pools", "threads": "probe_and_save"}
-ENDLESS = ("import sys\n"
+# The installer with one phase's probe (module:function) repeated until a signal stops it: the quick
+# thread SPs take half a second, so a stop sent as the phase starts could otherwise land after it
+# ended. The thread SPs repeat their measuring only, not its save (a stop there once hung the run).
+PROBES = {"pools": "cli:probe_pools", "threads": "threads:probe_threads"}
+ENDLESS = ("import importlib, sys\n"
            "from autotune.install_probe import cli\n"
-           "real = getattr(cli, sys.argv[1])\n"
+           "where, name = sys.argv[1].split(':')\n"
+           "module = importlib.import_module('autotune.install_probe.' + where)\n"
+           "real = getattr(module, name)\n"
            "def endless(*args, **kwargs):\n"
            "    while True:\n"
            "        real(*args, **kwargs)\n"
-           "setattr(cli, sys.argv[1], endless)\n"
+           "setattr(module, name, endless)\n"
            "sys.exit(cli.main(sys.argv[2:]))\n")
 
 
