@@ -76,13 +76,15 @@ def _gemm(a, b, *, alpha, beta, c, trans_a, trans_b, out, config, explain, comm,
     """``tuned_gemm`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if type(out) is tuple and len(out) == 1:       # numpy's ufunc form out=(array,)
         out = out[0]
+    if comm is not None:
+        refused = TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with comm") \
+            if ufunc_kwargs else None
+        return tuned_mpi.distributed_gemm(a, b, comm, root=root, config=config, explain=explain, alpha=alpha,
+                                          beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out, refused=refused)
     if ufunc_kwargs:
         extras = {"alpha": alpha, "beta": beta, "c": c, "trans_a": trans_a, "trans_b": trans_b, "config": config,
-                  "explain": explain, "comm": comm}
+                  "explain": explain}
         return _numpy_matmul(a, b, out, ufunc_kwargs, extras)
-    if comm is not None:
-        return tuned_mpi.distributed_gemm(a, b, comm, root=root, config=config, explain=explain, alpha=alpha,
-                                          beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out)
     return tuned_local.gemm(a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out,
                             config=config, explain=explain)
 
@@ -92,7 +94,7 @@ def _numpy_matmul(a, b, out, ufunc_kwargs: dict, extras: dict):
     change its arithmetic; they do not combine with the BLAS-style ``extras`` or tuning options."""
     x = extras
     if not (x["c"] is None and not x["trans_a"] and not x["trans_b"] and tuned_local.unit_scalars(x["alpha"], x["beta"])
-            and x["config"] is None and not x["explain"] and x["comm"] is None):
+            and x["config"] is None and not x["explain"]):
         raise TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with "
                         "alpha/beta/c/trans_a/trans_b/config/explain/comm")
     return np.matmul(a, b, out=out, **ufunc_kwargs)

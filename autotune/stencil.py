@@ -10,29 +10,25 @@ keeps the field distributed between calls (``DistributedField.advance``, ``gathe
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from autotune import tuned_mpi, tuned_stencil
 from autotune.families import CHECK_STEPS, StencilProblem
-from autotune.kernels.stencil import heat_weights
-
-
-def _heat(alpha) -> np.ndarray:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(alpha):
-        raise ValueError(f"alpha must be a finite real number, got {alpha!r}")
-    return heat_weights(float(alpha))
+from autotune.tuned_stencil import StencilArgs
 
 
 def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, check_finite: bool = True,
            config=None, explain: bool = False, phases=None, balance=None) -> np.ndarray | None:
     """``steps`` explicit heat steps of the field ``u0`` (edges fixed): a new float64 array (on the
     root under ``comm``; None on the other ranks)."""
-    return apply(u0, steps, _heat(alpha), comm=comm, root=root, check_finite=check_finite, config=config,
-                 explain=explain, phases=phases, balance=balance)
+    if comm is None:
+        return tuned_stencil.local(u0, steps, tuned_stencil.heat_stencil(alpha), check_finite=check_finite,
+                                   config=config, explain=explain)
+    return tuned_stencil.collective(u0, steps, StencilArgs(alpha=alpha, heat=True), comm, root=root,
+                                    check_finite=check_finite, config=config, explain=explain, phases=phases,
+                                    balance=balance)
 
 
 def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm=None,
@@ -45,14 +41,15 @@ def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radiu
     if comm is None:
         return tuned_stencil.local(u0, steps, tuned_stencil.stencil_of(weights, kernel, radius),
                                    check_finite=check_finite, config=config, explain=explain)
-    return tuned_stencil.collective(u0, steps, (weights, kernel, radius), comm, root=root,
+    return tuned_stencil.collective(u0, steps, StencilArgs(weights, kernel, radius), comm, root=root,
                                     check_finite=check_finite, config=config, explain=explain, phases=phases,
                                     balance=balance)
 
 
 class DistributedField:
     """A field kept in halo tiles over a plan's ranks between calls (collective to build, advance,
-    gather and free). Under a one-process plan the root holds it whole."""
+    gather and free). Under a one-process plan the root holds it whole. Every method's checks are
+    agreed by all ranks, so a bad ``steps`` or a freed field raises the same error on every rank."""
 
     def __init__(self, comm, agreed: tuned_stencil.Agreed, phases=None, horizon: int | None = None):
         from autotune.distributed.runs import open_run
@@ -60,6 +57,7 @@ class DistributedField:
         plan, stencil, root, a = agreed.plan, agreed.stencil, agreed.root, agreed.field
         self.comm, self.plan, self.stencil, self.root, self.phases = comm, plan, stencil, root, phases
         self.whole, self.run, self.field, self.rebalancer = None, None, None, None
+        self.freed = False
         if plan.algorithm == "local":
             self.whole = None if comm.rank != root else np.array(a, dtype=np.float64)
             return
@@ -77,9 +75,27 @@ class DistributedField:
 
         tuned_mpi.settled(comm, build)
 
+    def _agree(self, method: str, err: Exception | None = None, **args) -> None:
+        """Collective: every rank calls ``method`` with equal ``args`` on a field not freed, or
+        all raise the same ValueError (``err``: this rank's own)."""
+        from autotune.distributed.collective import agree_args
+
+        if self.freed:
+            err = ValueError(f"DistributedField.{method}: the field was freed (free() or the end of its with block)")
+        agree_args(self.comm, err, {"method": method, **args})
+
+    def _steps(self, steps) -> int:
+        """Collective: ``steps`` checked and agreed by every rank."""
+        try:
+            count, err = tuned_stencil.check_steps(steps), None
+        except ValueError as exc:
+            count, err = 0, exc
+        self._agree("advance", err, **({} if err else {"steps": count}))
+        return count
+
     def advance(self, steps: int) -> None:
         """Collective: ``steps`` more steps."""
-        steps = tuned_stencil.check_steps(steps)
+        steps = self._steps(steps)
         if self.plan.algorithm == "local":
             def work():
                 if self.comm.rank == self.root:
@@ -96,6 +112,7 @@ class DistributedField:
 
     def gather(self) -> np.ndarray | None:
         """Collective: a copy of the whole field on the root, None elsewhere."""
+        self._agree("gather")
         if self.plan.algorithm == "local":
             return None if self.whole is None else self.whole.copy()
         return tuned_mpi.settled(self.comm, lambda: None if self.field is None else self.field.gather())
@@ -103,9 +120,14 @@ class DistributedField:
     @property
     def local(self) -> np.ndarray | None:
         """This rank's tile (a view; the whole field on the root under a one-process plan)."""
+        if self.freed:
+            raise ValueError("DistributedField.local: the field was freed")
         return self.whole if self.field is None else self.field.local
 
     def free(self) -> None:
+        """Collective: release the tiles, requests and the plan's communicator (again: nothing)."""
+        self.freed = True
+        self.whole = None
         if self.rebalancer is not None:
             self.rebalancer.finish()
             self.rebalancer = None
@@ -129,8 +151,8 @@ def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int 
     """Collective: the root's ``u0`` cut into halo tiles on the plan chosen for ``steps`` steps
     per call (or ``config``); advance it with ``DistributedField.advance``, fetch it with ``gather``;
     with ``balance``, it rebalances while it advances (``DistributedField.rebalancer.events``)."""
-    agreed = tuned_stencil.agreed_plan(u0, 0, (weights, kernel, radius), comm, root, check_finite, config, explain,
-                                       plan_steps=steps, balance=balance)
+    agreed = tuned_stencil.agreed_plan(u0, 0, StencilArgs(weights, kernel, radius), comm, root, check_finite, config,
+                                       explain, plan_steps=steps, balance=balance, phases=phases)
     return DistributedField(comm, agreed, phases, horizon=steps)
 
 

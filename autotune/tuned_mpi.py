@@ -49,13 +49,14 @@ MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built again
 
 def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
                      alpha: float = 1.0, beta: float = 0.0, c=None, trans_a: bool = False, trans_b: bool = False,
-                     out=None) -> np.ndarray | None:
+                     out=None, refused: Exception | None = None) -> np.ndarray | None:
     """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the
-    product (in ``out`` if given); others get None."""
+    product (in ``out`` if given); others get None. ``refused``: this rank's error found before
+    the call (raised on every rank)."""
     require_mpi4py()
     extras = (alpha, beta, c, trans_a, trans_b, out)
     plan, args, ops = _decide("gemm", lambda: _gemm_problem(_gemm_operands(a, b, *extras)), comm, root, config,
-                              explain, phases, guard=_finite_for_strassen)
+                              explain, phases, guard=_finite_for_strassen, refused=refused)
     root = args["root"]
     if plan.algorithm == "local":
         return run_local(comm, root, plan, phases, lambda: tuned_local.gemm(
@@ -80,7 +81,9 @@ def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = Fa
     def problem():
         return _square_problem(a, lambda n: CholeskyProblem(n, bool(lower), memory_order(a)))
 
-    guard = _checked_finite if check_finite else None
+    def guard(plan, ops, ph):
+        return _checked_finite(plan, ops, ph) if check_finite else plan
+
     plan, args, _ = _decide("cholesky", problem, comm, root, config, explain, phases, guard=guard, lower=lower)
     root, lower = args["root"], args["lower"]
     if plan.algorithm == "local":
@@ -213,14 +216,17 @@ def require_mpi4py() -> None:
 
 
 def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases, *,
-            guard: Callable | None = None, **flags) -> tuple[Plan, dict, tuple | None]:
+            guard: Callable | None = None, refused: Exception | None = None,
+            **flags) -> tuple[Plan, dict, tuple | None]:
     """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
     and its operands (``operands() -> (operands, typed problem or None where untuned)``, evaluated
     on the root), or the same error on every rank: any exception on the root reaches the others.
-    ``guard(plan, operands, phases) -> plan``: the family's last word on the root's plan."""
+    ``guard(plan, operands, phases) -> plan``: the family's last word on the root's plan;
+    ``refused``: this rank's error found before the call."""
     from autotune.distributed.collective import agree_args, core_info, share
 
-    args, err = call_args(comm, root, family, **flags)
+    args, err = call_args(comm, root, family, phases=phases, **flags)
+    err = refused or err
     infos = agree_args(comm, err, args, core_info())
     root, plan, ops, err = args["root"], None, None, None
     if comm.rank == root:
@@ -233,17 +239,21 @@ def _decide(family: str, operands: Callable[[], tuple], comm, root, config, expl
     return share(comm, root, err, plan), args, ops
 
 
-def call_args(comm, root, family: str, **flags) -> tuple[dict, Exception | None]:
+def call_args(comm, root, family: str, phases=None, **flags) -> tuple[dict, Exception | None]:
     """This rank's arguments every rank must pass alike, as comparable values, and what is wrong
-    with them (``root`` must be an int in range(comm.size): every rank knows without asking)."""
+    with them (``root`` must be an int in range(comm.size), ``phases`` None or a ``Phases``: every
+    rank knows without asking)."""
+    from autotune.distributed.plan import Phases
+
     args: dict = {"family": family, "root": f"<{type(root).__name__}>"}
-    err = None
+    err = None if phases is None or isinstance(phases, Phases) else TypeError(
+        f"phases must be an autotune.distributed.plan.Phases or None, got {type(phases).__name__}")
     if isinstance(root, (bool, np.bool_)) or not isinstance(root, (int, np.integer)):
-        err = ValueError(f"root must be an int rank, got {type(root).__name__}")
+        err = err or ValueError(f"root must be an int rank, got {type(root).__name__}")
     else:
         args["root"] = int(root)
         if not 0 <= root < comm.size:
-            err = ValueError(f"root {root} is not a rank of the communicator (0..{comm.size - 1})")
+            err = err or ValueError(f"root {root} is not a rank of the communicator (0..{comm.size - 1})")
     for name, value in flags.items():
         try:
             args[name] = bool(value)

@@ -9,6 +9,7 @@ verdict in one broadcast, so all ranks raise together or run the same plan.
 """
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,8 +89,8 @@ def _time(kernel: Callable | None, radius: int, n: int = 128) -> float:
 
 
 def stencil_of(weights, kernel, radius) -> Stencil:
-    """The checked stencil: a square, odd-sided, finite 2-D weight matrix, or a callable kernel with
-    a positive int ``radius``; ValueError / TypeError otherwise."""
+    """The checked stencil: a square, odd-sided, finite, real 2-D weight matrix, or a callable
+    kernel with a positive int ``radius``; ValueError / TypeError otherwise."""
     if kernel is not None:
         if not callable(kernel):
             raise TypeError(f"kernel must be callable, got {type(kernel).__name__}")
@@ -100,6 +101,8 @@ def stencil_of(weights, kernel, radius) -> Stencil:
         return Stencil(None, kernel, int(radius))
     if weights is None:
         raise ValueError("pass the stencil's weights or a kernel")
+    if np.iscomplexobj(weights):
+        raise ValueError(f"weights must be real, got dtype {np.asarray(weights).dtype}")
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] % 2 == 0 or w.shape[0] < 3:
         raise ValueError(f"weights must be a square 2-D array of odd side >= 3, got shape {w.shape}")
@@ -109,6 +112,29 @@ def stencil_of(weights, kernel, radius) -> Stencil:
     if radius is not None and radius != rad:
         raise ValueError(f"radius {radius!r} does not match weights of side {w.shape[0]}")
     return Stencil(np.ascontiguousarray(w), None, rad)
+
+
+def heat_stencil(alpha) -> Stencil:
+    """The explicit heat step's 5-point stencil for a finite real ``alpha``; ValueError otherwise."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(alpha):
+        raise ValueError(f"alpha must be a finite real number, got {alpha!r}")
+    return stencil_of(kernels.heat_weights(float(alpha)), None, None)
+
+
+@dataclass(frozen=True)
+class StencilArgs:
+    """The stencil as a call passed it (weights, or a kernel and its radius, or heat2d's ``alpha``),
+    checked on every rank inside the agreement so that a bad one raises on all."""
+
+    weights: object = None
+    kernel: object = None
+    radius: object = None
+    alpha: object = None
+    heat: bool = False
+
+    def checked(self) -> Stencil:
+        return heat_stencil(self.alpha) if self.heat else stencil_of(self.weights, self.kernel, self.radius)
 
 
 def check_steps(steps) -> int:
@@ -168,8 +194,9 @@ def local(u, steps, stencil: Stencil, *, check_finite: bool = True, config=None,
 
 @dataclass(frozen=True)
 class Agreed:
-    """What every rank holds after the agreement: the plan and the checked arguments (the field and
-    problem on the root only), and with ``balance=`` the policy and the root's link costs."""
+    """What every rank holds after the agreement: the plan and the checked arguments (the field,
+    problem and ``explain`` on the root only), and with ``balance=`` the policy and the root's link
+    costs."""
 
     plan: Plan
     stencil: Stencil
@@ -179,25 +206,28 @@ class Agreed:
     problem: StencilProblem | None = None
     policy: Policy | None = None
     link: LinkCost | None = None
+    explain: bool = False
 
 
-def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, config, explain: bool,
-                plan_steps: int | None = None, balance=None) -> Agreed:
-    """Collective: every rank agrees on the arguments, then the root checks the field and chooses
-    the plan (and prices moving cells for ``balance``), shared in one broadcast."""
+def agreed_plan(u, steps, stencil_args: StencilArgs, comm, root, check_finite: bool, config, explain: bool,
+                plan_steps: int | None = None, balance=None, phases=None) -> Agreed:
+    """Collective: every rank checks and agrees on its arguments (the stencil, ``steps``,
+    ``plan_steps``, ``balance``, ``root``, ``phases``, the field's shape), then the root checks the
+    field and chooses the plan (and prices moving cells for ``balance``), shared in one broadcast."""
     from autotune.distributed.collective import agree_args, core_info, share
 
     tuned_mpi.require_mpi4py()
-    args, err = tuned_mpi.call_args(comm, root, "stencil")
-    stencil, steps_ok, policy = None, 0, None
+    args, err = tuned_mpi.call_args(comm, root, "stencil", phases=phases)
+    stencil, steps_ok, planned, policy = None, 0, 0, None
     try:
-        stencil = stencil_of(*stencil_args)
+        stencil = stencil_args.checked()
         steps_ok = check_steps(steps)
+        planned = steps_ok if plan_steps is None else check_steps(plan_steps)
         policy = policy_of(balance)
-        args.update(steps=steps_ok, stencil=stencil.key(), balance=policy)
+        args.update(steps=steps_ok, planned=planned, stencil=stencil.key(), balance=policy)
         if u is not None:                       # every rank that passes a field passes the same shape
             args["shape"] = tuple(np.shape(u))
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:
         err = err or exc
     infos = agree_args(comm, err, args, core_info())
     root = args["root"]
@@ -205,8 +235,8 @@ def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, c
     err = None
     if comm.rank == root:
         try:
+            explain = bool(explain)
             a = check_field(u, check_finite)
-            planned = plan_steps if plan_steps is not None else steps_ok
             problem = problem_of(a.shape, planned, stencil)
             small = min(a.shape) <= 2 * stencil.radius or planned == 0
             plan = Plan("local", 1) if small and config is None else tuned_mpi.root_plan(
@@ -217,7 +247,7 @@ def agreed_plan(u, steps, stencil_args: tuple, comm, root, check_finite: bool, c
         except Exception as exc:
             err = ValueError(str(exc)) if isinstance(exc, LookupError) else exc
     plan, link = share(comm, root, err, (plan, link))
-    return Agreed(plan, stencil, steps_ok, root, a, problem, policy, link)
+    return Agreed(plan, stencil, steps_ok, root, a, problem, policy, link, comm.rank == root and bool(explain))
 
 
 def _check_plan(plan: Plan, problem: StencilProblem) -> None:
@@ -230,13 +260,14 @@ def _check_plan(plan: Plan, problem: StencilProblem) -> None:
         raise ValueError("border_first runs one step per exchange: halo width = the stencil's radius")
 
 
-def collective(u, steps, stencil_args: tuple, comm, *, root=0, check_finite: bool = True, config=None,
+def collective(u, steps, stencil_args: StencilArgs, comm, *, root=0, check_finite: bool = True, config=None,
                explain: bool = False, phases=None, balance=None) -> np.ndarray | None:
     """Collective ``steps`` sweeps: the field on the root, None elsewhere."""
-    ag = agreed_plan(u, steps, stencil_args, comm, root, check_finite, config, explain, balance=balance)
+    ag = agreed_plan(u, steps, stencil_args, comm, root, check_finite, config, explain, balance=balance,
+                     phases=phases)
     t0 = time.perf_counter()
     out = _run(ag, comm, phases)
-    if explain and comm.rank == ag.root and ag.problem is not None:
+    if ag.explain and ag.problem is not None:
         print(measured_efficiency(ag.problem, ag.plan, time.perf_counter() - t0))
     return out
 
@@ -294,5 +325,5 @@ def sequential_estimate(problem: StencilProblem) -> float | None:
     return next(r.predicted for r in dec.ranking if r.candidate == dec.chosen)
 
 
-__all__ = ["CHECK_STEPS", "Agreed", "Stencil", "agreed_plan", "check_field", "check_steps", "collective", "local",
-           "problem_of", "sequential_estimate", "stencil_of"]
+__all__ = ["CHECK_STEPS", "Agreed", "Stencil", "StencilArgs", "agreed_plan", "check_field", "check_steps", "collective",
+           "heat_stencil", "local", "problem_of", "sequential_estimate", "stencil_of"]

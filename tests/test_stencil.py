@@ -2,6 +2,8 @@
 004's border/interior counts, the model's terms and the selector, the API's errors."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from autotune.kernels.stencil import Sweeper, heat_weights, reference, run_local
@@ -144,6 +146,14 @@ def test_bad_stencils():
         stencil.apply(u, 1, np.ones((3, 3)), kernel=laplace_kernel, radius=1)
     with pytest.raises(TypeError, match="callable"):
         stencil.apply(u, 1, kernel=3, radius=1)
+    with warnings.catch_warnings():              # complex weights: an error, not a ComplexWarning and a cast
+        warnings.simplefilter("error")
+        for bad in (heat_weights(0.1) * 1j, heat_weights(0.1).astype(complex)):
+            with pytest.raises(ValueError, match="weights must be real"):
+                stencil.apply(u, 1, bad)
+        for alpha in (1j, float("nan"), "0.1", None):
+            with pytest.raises(ValueError, match="alpha must be a finite real"):
+                stencil.heat2d(u, 1, alpha)
     # non-finite values pass when the caller says they are fine, as scipy's check_finite=False
     got = stencil.heat2d(np.full((5, 5), np.inf), 1, 0.1, check_finite=False)
     assert got.shape == (5, 5)

@@ -78,7 +78,7 @@ import numpy as np
 from mpi4py import MPI
 from autotune import stencil
 from autotune.kernels.stencil import heat_weights, reference
-from autotune.tuned_stencil import agreed_plan
+from autotune.tuned_stencil import StencilArgs, agreed_plan
 
 comm = MPI.COMM_WORLD
 me = comm.rank
@@ -86,7 +86,7 @@ u = np.random.default_rng(4).random((301, 257))
 out = stencil.heat2d(u if me == 0 else None, 20, 0.1, comm=comm, explain=me == 0)
 if me == 0:
     np.testing.assert_allclose(out, reference(u, 20, heat_weights(0.1)), rtol=1e-12)
-planned = agreed_plan(u if me == 0 else None, 1000, (heat_weights(0.1), None, None), comm, 0, True, None, False).plan
+planned = agreed_plan(u if me == 0 else None, 1000, StencilArgs(heat_weights(0.1)), comm, 0, True, None, False).plan
 with stencil.distribute(u if me == 0 else None, heat_weights(0.1), comm=comm, steps=1000) as field:
     assert field.plan == planned, (field.plan, planned)     # planned for the steps it is kept for
     field.advance(10)

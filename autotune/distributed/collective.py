@@ -2,14 +2,15 @@
 
 Ranks must raise the same error together, never leave others waiting in a collective: each
 rank checks its own inputs, then ``agree`` gathers the verdicts and every rank raises the first
-problem found (one message everywhere; the rank it came from keeps its exception's type, the
-others get the nearest builtin type). Only small Python objects cross here. Also: which cores
-the ranks may run on (a rank's affinity mask is not its node's core count).
+problem found (one message and one exception type everywhere: ``rebuilt``). Only small Python
+objects cross here. Also: which cores the ranks may run on (a rank's affinity mask is not its
+node's core count).
 """
 from __future__ import annotations
 
 import array
 import builtins
+import importlib
 import os
 import socket
 import time
@@ -52,9 +53,9 @@ def share(comm, root: int, error: Exception | None, value=None):
 def settle(comm, error: Exception | None) -> None:
     """Collective after work that only some ranks did (a plan on part of the communicator, a local
     plan on the root): if any rank has an error, every rank raises the lowest rank's, with its message
-    unchanged (a rank holding that very error raises its own). One nonblocking allreduce of a flag,
-    waited on with sleeping polls, so ranks with nothing to do take no core from those at work; the
-    errors themselves cross only when there is one."""
+    unchanged and the same type (``rebuilt``). One nonblocking allreduce of a flag, waited on with
+    sleeping polls, so ranks with nothing to do take no core from those at work; the errors
+    themselves cross only when there is one."""
     from mpi4py import MPI
 
     flag = array.array("i", [error is not None])
@@ -63,30 +64,59 @@ def settle(comm, error: Exception | None) -> None:
         return
     verdicts = comm.allgather(None if error is None else verdict_of(error))
     rank, verdict = next((r, v) for r, v in enumerate(verdicts) if v is not None)
-    if error is not None and verdict_of(error)[1] == verdict[1]:
-        raise error
-    raise rebuilt(verdict, rank, 1)
+    same = error is not None and (rank == comm.rank or str(error) == verdict[1])
+    raise rebuilt(verdict, rank, 1, error if same else None)
 
 
 def verdict_of(error: Exception) -> Verdict:
-    """What crosses the wire for an error: its class names, most derived first, and message."""
-    return tuple(c.__name__ for c in type(error).__mro__), str(error)
+    """What crosses the wire for an error: its classes as ``module:qualname``, most derived first,
+    and its message."""
+    return tuple(f"{c.__module__}:{c.__qualname__}" for c in type(error).__mro__), str(error)
 
 
 def rebuilt(verdict: Verdict, rank: int, size: int, own: Exception | None = None) -> Exception:
-    """The error to raise for ``rank``'s verdict: ``own``'s type on the rank it came from, the
-    nearest builtin (or numpy's LinAlgError) elsewhere; the same message on every rank."""
+    """The error every rank raises for ``rank``'s verdict: the same message, and the same type on
+    every rank, the most derived one each rank can name and build from the message alone (a
+    user's exception defined at module level, numpy's LinAlgError, a builtin). The rank it came
+    from raises ``own`` itself when it is of that type and message, else chains ``own`` as cause."""
     names, message = verdict
     message = f"rank {rank}: {message}" if size > 1 else message
-    types = [type(own)] if own is not None else [t for t in map(_error_type, names) if t is not None]
-    for cls in types:
+    cls = common_type(names, message)
+    if own is not None and type(own) is cls and str(own) == message:
+        return own
+    exc = cls(message)
+    exc.__cause__ = own
+    return exc
+
+
+def common_type(names: Sequence[str], message: str) -> type[Exception]:
+    """The first of ``names`` (``module:qualname``) that resolves to an Exception class built from
+    ``message`` alone with that message; RuntimeError when none does."""
+    for name in names:
+        cls = _named_class(name)
+        if cls is None:
+            continue
         try:
-            exc = cls(message)
+            if str(cls(message)) == message:
+                return cls
         except Exception:
             continue
-        exc.__cause__ = own
-        return exc
-    return own if own is not None else RuntimeError(message)
+    return RuntimeError
+
+
+def _named_class(name: str) -> type[Exception] | None:
+    """The Exception class ``module:qualname`` names, found as every rank of the same program finds
+    it (importing its module, which the rank that raised it had imported); None if there is none."""
+    module, _, qualname = name.partition(":")
+    if "<locals>" in qualname:
+        return None
+    try:
+        obj = builtins if module == "builtins" else importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    return obj if isinstance(obj, type) and issubclass(obj, Exception) else None
 
 
 def raise_first(comm, verdicts: Sequence[Verdict | None], own: Exception | None) -> None:
@@ -94,16 +124,6 @@ def raise_first(comm, verdicts: Sequence[Verdict | None], own: Exception | None)
     for rank, verdict in enumerate(verdicts):
         if verdict is not None:
             raise rebuilt(verdict, rank, comm.size, own if rank == comm.rank else None)
-
-
-def _error_type(name: str) -> type[Exception] | None:
-    """The class named ``name`` if every rank has it: numpy's LinAlgError or a builtin Exception."""
-    if name == "LinAlgError":
-        import numpy as np
-
-        return np.linalg.LinAlgError
-    cls = getattr(builtins, name, None)
-    return cls if isinstance(cls, type) and issubclass(cls, Exception) else None
 
 
 def quiet_wait(req, first: float = 2e-5, longest: float = 1e-3) -> None:

@@ -47,6 +47,7 @@ class HaloField:
                  layout: Layout | None = None):
         self.comm, self.problem, self.plan, self.sweeper, self.phases = comm, problem, plan, sweeper, phases
         self._types: list = []
+        self.error: Exception | None = None
         self._build(layout if layout is not None else layout_of(problem, plan), local)
 
     def _build(self, lay: Layout, local: np.ndarray) -> None:
@@ -101,10 +102,13 @@ class HaloField:
     def advance(self, steps: int, rebalancer=None) -> None:
         """Run ``steps`` steps of the plan's schedule (collective over the plan's ranks); with a
         ``Rebalancer`` (``distributed.balance``), each exchange period's times feed it and it may
-        move the field to new shares between periods."""
+        move the field to new shares between periods. An error in one rank's sweeps is raised on
+        every rank of the plan once the steps' exchanges are done."""
+        from .collective import settle
+
         if rebalancer is not None and self.phases is None:
             self.phases = Phases()
-        done = 0
+        self.error, done = None, 0
         while done < steps:
             n = 1 if self.plan.algorithm == "border_first" else min(self.substeps, steps - done)
             before = self.phases.mark("compute") if rebalancer is not None else None
@@ -115,9 +119,17 @@ class HaloField:
             done += n
             if rebalancer is not None:
                 rebalancer.period(self, self.phases.mark("compute") - before, n, steps - done)
+        settle(self.comm, self.error)
 
     def _sweep(self, rect: Rect) -> None:
-        self.sweeper(self.bufs[self.cur], self.bufs[1 - self.cur], rect)
+        """Sweep ``rect``; once a sweep raised, this rank skips the rest but keeps exchanging halos
+        (and balancing), so no rank waits for it, and ``advance`` raises that error on every rank."""
+        if self.error is not None:
+            return
+        try:
+            self.sweeper(self.bufs[self.cur], self.bufs[1 - self.cur], rect)
+        except Exception as exc:
+            self.error = exc
 
     def _period(self, n: int, overlap: bool) -> None:
         """One exchange, then ``n`` sub-steps (the first overlapped with it when ``overlap``)."""
