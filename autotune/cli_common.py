@@ -1,6 +1,9 @@
-"""How the ``autotune`` commands report a failure: one line, and the exit status."""
+"""How the ``autotune`` commands report a failure: one line, and the exit status; the argument
+types and parser they share for it."""
 from __future__ import annotations
 
+import argparse
+import math
 import sys
 
 
@@ -9,3 +12,24 @@ def error(command: str, message: str, status: int = 1) -> int:
     (2: the arguments are wrong, 1: the run failed)."""
     print(f"autotune {command}: error: {message}", file=sys.stderr)
     return status
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose argument errors are one line (``PROG: error: ...``, no usage block), exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_number(text: str) -> float:
+    """An argument that must be a finite number > 0 (argparse type: a scale, seconds to wait)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, not {text!r}")
+    return value
+
+
+__all__ = ["OneLineParser", "error", "positive_number"]

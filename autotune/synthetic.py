@@ -9,6 +9,8 @@ with the comm probe's links from the database (nominal links, with a warning, wi
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 
 from autotune.config import get_options
 from autotune.db.comm_lookup import load_comm
@@ -17,6 +19,7 @@ from autotune.models.pipeline import Hop, Prediction, comm_hop
 from autotune.models.pipeline import predict as _predict
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
+from autotune.tuned_mpi import call_args
 from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, load_spec, plan
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
@@ -30,12 +33,13 @@ def check(source) -> Plan:
 
 
 def scaled(spec: Spec, factor: float) -> Spec:
-    """``spec`` with every stage's mean and spread multiplied by ``factor`` (003's cases in less time)."""
-    if not factor > 0:
-        raise ValueError(f"a time scale must be > 0, not {factor}")
-    return dataclasses.replace(spec, workers=tuple(
+    """``spec`` with every stage's mean and spread multiplied by ``factor`` (003's cases in less time),
+    checked again (a scaled stage must keep the bounds); ValueError unless ``factor`` is finite and > 0."""
+    if not (isinstance(factor, numbers.Real) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"a time scale must be a finite number > 0, not {factor}")
+    return load_spec(dataclasses.replace(spec, workers=tuple(
         dataclasses.replace(w, stages=tuple(dataclasses.replace(s, mean=s.mean * factor, spread=s.spread * factor)
-                                            for s in w.stages)) for w in spec.workers))
+                                            for s in w.stages)) for w in spec.workers)).to_dict())
 
 
 def links(db=None, nprocs: int | None = None) -> Hop:
@@ -56,20 +60,40 @@ def tune(spec: Spec, processors: int | None = None, *, db=None, hosts: int | Non
     return _tune(spec, hop or links(db), budget, hosts)
 
 
-def run(spec: Spec | Plan, comm=None, *, timeout: float | None = None, root: int = 0, db=None,
-        hop: Hop | None = None):
-    """Run the workload on ``comm`` (default COMM_WORLD; collective): its ``Report`` on ``root``,
-    None elsewhere. PipelineError alike on every rank if its ranks cannot hold the plan; a rank
-    waiting past ``timeout`` (default: DEADLINE_FACTOR x the prediction with ``db``'s links
+def run(spec, comm=None, *, timeout: float | None = None, root: int = 0, db=None, hop: Hop | None = None):
+    """Run the workload (a ``Plan``, or a spec as ``check`` takes it) on ``comm`` (default
+    COMM_WORLD; collective): its ``Report`` on ``root``, None elsewhere. Every rank checks its spec,
+    ``timeout`` and ``root`` and the ranks agree on them (a bad or different one raises the same
+    error on every rank); PipelineError alike on every rank if its ranks cannot hold the plan; a
+    rank waiting past ``timeout`` (default: DEADLINE_FACTOR x the prediction with ``db``'s links
     + 60 s) aborts the job."""
+    from autotune.distributed.collective import agree_args
     from autotune.distributed.pipeline import run as run_plan
-    pl = spec if isinstance(spec, Plan) else plan(spec)
     if comm is None:
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
+    args, err = call_args(comm, root, "synthetic")
+    pl = None
+    try:
+        pl = spec if isinstance(spec, Plan) else plan(spec) if isinstance(spec, Spec) else check(spec)
+        timeout = _seconds(timeout)
+        args["spec"] = pl.spec.to_dict()
+    except Exception as exc:
+        err = err or exc
+    agree_args(comm, err, args)
     if timeout is None:
         timeout = DEADLINE_FACTOR * _predict(pl, hop or links(db, nprocs=comm.size)).seconds + 60.0
-    return run_plan(comm, pl, timeout, root, gemm_k(db) if pl.spec.work == "compute" else None)
+    return run_plan(comm, pl, timeout, args["root"], gemm_k(db) if pl.spec.work == "compute" else None)
+
+
+def _seconds(timeout) -> float | None:
+    """``timeout`` as seconds: None, or a finite real number above 0 (ValueError otherwise)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not (
+            math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"timeout must be a positive finite number of seconds or None, got {timeout!r}")
+    return float(timeout)
 
 
 def table(report, title: str = "") -> str:

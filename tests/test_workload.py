@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from importlib import resources
 
 import numpy as np
 import pytest
 
-from autotune import cli, synthetic
+from autotune import cli, synthetic, workload
+from autotune.models import pipeline as model_pipeline
 from autotune.models.pipeline import makespan, nominal_hop, predict
-from autotune.select.pipeline import options, rules, tune
-from autotune.workload import RULES, SpecError, load_spec, plan
+from autotune.select import pipeline as select_pipeline
+from autotune.select.pipeline import MAX_OPTIONS, count_options, options, rules, search_space, tune
+from autotune.workload import LIMITS, MAX_DEGREE, MAX_LAUNCH, MAX_STAGES, RULES, SpecError, launch_of, load_spec, plan
 
 CASES = resources.files("autotune.configs") / "synthetic"
 FREE = nominal_hop(0.0, 0.0, 0.0, 0.0)
@@ -216,3 +219,145 @@ def test_options_respect_the_budget():
     assert (("AGR_2", "IND", "REP_2"), 3) in got
     with pytest.raises(ValueError, match="processors"):
         tune(case("case2"), GBIT, 3)
+
+
+# -- a spec file's faults and the bounds (LIMITS): one line each, for check, tune and run alike ----------
+
+SMALL = {"task_bytes": 10, "initial_messages": 2, "iterations": 1, "reply_bytes": 1, "mean": 1.0, "workers": 1,
+         "stages": 1}
+
+
+def small(**change):
+    return {**SMALL, **change}
+
+
+@pytest.mark.parametrize("raw, words", [
+    (b"name: \xff\xfe\ntask_bytes: 1\n", "not UTF-8 text: byte 0xff at offset 6"),
+    (b"a: " + b"[" * 3000 + b"]" * 3000 + b"\n", "nested deeper than"),
+    (b"task_bytes: 10\ntask_bytes: 20\n", "key 'task_bytes' repeated, first on line 1"),
+    (b"workers:\n  - stages:\n      - {mean: 1, mean: 2}\n", "key 'mean' repeated"),
+    (b"task_bytes: " + b"1" * 5000 + b"\n", "a value cannot be read"),
+    (b"name: 2020-13-45\n", "a value cannot be read"),
+    (b"- 1\n- 2\n", "a spec is a mapping"),
+    (b"a: 1\n" * 20000, "bytes"),
+])
+def test_a_bad_spec_file_is_one_line(tmp_path, raw, words):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(SpecError) as exc:
+        load_spec(path)
+    assert len(exc.value.problems) == 1 and "\n" not in exc.value.problems[0], exc.value.problems
+    assert words in exc.value.problems[0], exc.value.problems
+
+
+def test_a_yaml_merge_may_override_without_a_duplicate():
+    spec = load_spec("task_bytes: 10\ninitial_messages: 2\niterations: 1\nreply_bytes: 1\n"
+                     "workers: [{stages: [{<<: {mean: 1, spread: 0.5}, mean: 2}]}]\n")
+    assert spec.workers[0].stages[0].mean == 2.0
+
+
+WIDE = [{"stages": [{"mean": 1, "type": "REP_64"}] + [{"mean": 1}] * 7}] * 8
+
+
+@pytest.mark.parametrize("limit, spec", [
+    ("workers", small(workers=10 ** 6)), ("workers", small(workers=[{}] * 9)),
+    ("stages", small(stages=10 ** 6)), ("stages", small(workers=[{"stages": [{}] * 9}])),
+    ("degree", small(workers=[{"stages": [{"type": "REP_10000"}]}])),
+    ("degree", small(workers=[{"stages": [{"type": "REP_" + "9" * 18}]}])),
+    ("initial_messages", small(initial_messages=10 ** 6)), ("tasks", small(iterations=10 ** 12)),
+    ("stage_tasks", small(iterations=25_000, workers=8, stages=8)),
+    ("bytes", small(task_bytes=10 ** 9)), ("bytes", small(reply_bytes=10 ** 9)),
+    ("seconds", small(mean=1e7)), ("seed", small(seed=-1)), ("launch", small(workers=WIDE))])
+def test_each_bound_gives_one_line_naming_it(limit, spec):
+    t = time.perf_counter()
+    with pytest.raises(SpecError) as exc:
+        load_spec(spec)
+    assert time.perf_counter() - t < 0.5
+    lines = [p for p in exc.value.problems if p.startswith(f"limit ({LIMITS[limit]})")]
+    assert len(lines) == 1 and "\n" not in lines[0], exc.value.problems
+
+
+def test_a_huge_integer_is_a_problem_not_a_traceback():
+    with pytest.raises(SpecError, match="must be a finite number"):
+        load_spec(small(mean=10 ** 400))
+
+
+def test_specs_at_the_bounds_plan_fast_and_count_replicas_exactly():
+    """REP_64 on every stage of 8 x 8 is too many ranks; REP_64 once plans in milliseconds with the
+    replicas' shares summing to the tasks (their counts were quadratic in k)."""
+    spec = load_spec(small(iterations=7, workers=[{"stages": [{"type": f"REP_{MAX_DEGREE}"}]}]))
+    t = time.perf_counter()
+    pl = plan(spec)
+    assert time.perf_counter() - t < 0.1
+    replicas = [p for p in pl.processes if p.role == "replica"]
+    assert len(replicas) == MAX_DEGREE and sum(p.sends - 1 for p in replicas) == spec.tasks
+    assert launch_of(spec.configuration) == (pl.launch, pl.processors, len(pl.processes), pl.level)
+
+
+def test_check_and_tune_agree_on_huge_iterations():
+    """check accepted iterations 1e12 and tune died allocating 466 TiB: both read load_spec's bound."""
+    with pytest.raises(SpecError, match="iterations x initial_messages"):
+        synthetic.check(small(iterations=10 ** 12))
+
+
+def test_launch_of_is_the_plans_launch():
+    spec = case("case1")
+    for types in [t for t, _ in options(spec.workers[0], 6)][::7]:
+        s = spec.configured((types, types))
+        pl = plan(s)
+        assert launch_of(s.configuration) == (pl.launch, pl.processors, len(pl.processes), pl.level), types
+
+
+def test_tuner_and_rules_keep_within_the_launch_bound(monkeypatch):
+    """With room for 12 ranks, 8 processors can replicate nothing (8 x 2 ranks): every choice the
+    tuner and the rules make is a spec load_spec accepts."""
+    monkeypatch.setattr(workload, "MAX_LAUNCH", 12)
+    monkeypatch.setattr(select_pipeline, "MAX_LAUNCH", 12)
+    spec = case("case1")
+    for choice in tune(spec, GBIT, 8):
+        assert launch_of(choice.configuration)[0] <= 12
+        assert load_spec(choice.spec.to_dict()) == choice.spec
+    assert launch_of(rules(spec, 8).configuration)[0] <= 12
+
+
+def test_tuner_screens_a_bounded_number_of_options():
+    for n in range(1, MAX_STAGES + 1):
+        for most in (n, 4 * n, MAX_LAUNCH):
+            r, g = search_space(n, most)
+            assert count_options(n, most, r, g) <= MAX_OPTIONS, (n, most)
+            assert n < 2 or (r >= 2 and g >= 2), (n, most, r, g)     # both replication and grouping kept
+    five = workload.Pipeline(case("case1").workers[0].stages[:1] * 5, 10)
+    assert count_options(5, 20) == len(options(five, 20))
+
+
+def test_many_workers_are_combined_by_their_slowest_not_exhaustively():
+    """8 workers' fronts of 10 options: 10^8 combinations exhaustively, at most 80 by the slowest."""
+    fronts = [[((f"w{w}o{k}",), k + 1, np.full(4, 10.0 - k)) for k in range(10)] for w in range(8)]
+    picks = list(select_pipeline._combinations(fronts, 1000))
+    assert 0 < len(picks) <= 80
+    assert all(len({o[2][0] for o in pick}) == 1 for pick in picks)      # each: every worker at one pace
+
+
+def test_vectorised_queues_equal_their_recurrences():
+    rng = np.random.default_rng(3)
+    arrive = np.sort(rng.uniform(0, 5, (4, 40)), axis=1)
+    t, gap = rng.uniform(0, 1, (4, 40)), 0.3
+    free, served, paced = np.zeros(4), np.empty_like(arrive), arrive.copy()
+    for i in range(40):
+        free = np.maximum(arrive[:, i], free) + t[:, i]
+        served[:, i] = free
+        if i:
+            paced[:, i] = np.maximum(paced[:, i], paced[:, i - 1] + gap)
+    assert np.allclose(model_pipeline._served(arrive, t), served, rtol=1e-12)
+    assert np.allclose(model_pipeline._paced(arrive, gap), paced, rtol=1e-12)
+
+
+@pytest.mark.parametrize("factor", [0, -1, float("nan"), float("inf")])
+def test_scaled_takes_a_finite_positive_factor(factor):
+    with pytest.raises(ValueError, match="finite number > 0"):
+        synthetic.scaled(case("case1"), factor)
+
+
+def test_scaled_stage_times_keep_the_bound():
+    with pytest.raises(SpecError, match="mean \\+ spread"):
+        synthetic.scaled(case("case1"), 1e300)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from autotune.models.stencil import link_primitive
 from autotune.workload import MANAGER, STAGE, Plan, Spec
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
+_KEPT_DRAWS = 1 << 14     # draws of at most this many values are kept, read-only (128 KB each)
 
 Hop = Callable[[float, bool], tuple[float, float]]
 """(bytes, between hosts?) -> (latency, seconds the message holds the sender's and receiver's links)"""
@@ -67,29 +69,45 @@ def _link(hop: Hop, host: tuple[int, ...], a: int, b: int, nbytes: float) -> tup
 
 def _paced(ready: np.ndarray, gap: float) -> np.ndarray:
     """Departures of messages ready at ``ready`` (n runs x tasks, in order) over a link that
-    carries one per ``gap`` seconds: the tasks in flight share it."""
+    carries one per ``gap`` seconds: the tasks in flight share it. out_i = max(ready_i, out_i-1 + gap),
+    i.e. i gap + the running max of ready_k - k gap."""
     if gap <= 0:
         return ready
-    out = ready.copy()
-    for i in range(1, out.shape[1]):
-        out[:, i] = np.maximum(out[:, i], out[:, i - 1] + gap)
-    return out
+    steps = np.arange(ready.shape[1]) * gap
+    return steps + np.maximum.accumulate(ready - steps, axis=1)
+
+
+def _served(arrive: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """When one server, free from 0, finishes tasks arriving at ``arrive`` (in order) that take ``t``:
+    done_i = max(arrive_i, done_i-1) + t_i, i.e. T_i + the running max of 0 and arrive_k - T_k-1
+    (T the running sum of t)."""
+    total = np.cumsum(t, axis=1)
+    return total + np.maximum(np.maximum.accumulate(arrive - (total - t), axis=1), 0.0)
 
 
 def draws(spec: Spec, worker: int, stage: int, n: int) -> np.ndarray:
-    """Uniform(-1, 1) draws (n runs x tasks per batch) of one stage: common to every configuration."""
-    rng = np.random.default_rng((spec.seed, worker, stage))
-    return rng.uniform(-1.0, 1.0, (n, spec.initial_messages))
+    """Uniform(-1, 1) draws (n runs x tasks per batch) of one stage: common to every configuration
+    (small ones are kept: the tuner screens hundreds of configurations on the same draws)."""
+    if n * spec.initial_messages <= _KEPT_DRAWS:
+        return _kept_draws(spec.seed, worker, stage, n, spec.initial_messages)
+    return np.random.default_rng((spec.seed, worker, stage)).uniform(-1.0, 1.0, (n, spec.initial_messages))
+
+
+@lru_cache(maxsize=1024)
+def _kept_draws(seed: int, worker: int, stage: int, n: int, tasks: int) -> np.ndarray:
+    out = np.random.default_rng((seed, worker, stage)).uniform(-1.0, 1.0, (n, tasks))
+    out.flags.writeable = False
+    return out
 
 
 def _units(pl: Plan, worker: int) -> list[tuple[int, tuple[int, ...]]]:
-    """The worker's stages in order as (process receiving its tasks, its servers)."""
-    out = []
-    for p in pl.processes:
-        if p.worker == worker and p.role == STAGE:
-            out.append((p.index, (p.index,)))
-        elif p.worker == worker and p.role == MANAGER:
-            out.append((p.index, p.replicas))
+    """The worker's stages in order as (process receiving its tasks, its servers), from its head
+    along each process's target back to the master."""
+    out, k = [], pl.heads[worker]
+    while k:
+        p = pl.processes[k]
+        out.append((k, p.replicas if p.role == MANAGER else (k,)))
+        k = p.target
     return out
 
 
@@ -135,22 +153,20 @@ def makespan(pl: Plan, worker: int, arrive: np.ndarray, hop: Hop, host: tuple[in
         t = _service(pl, worker, arrive.shape[0], receiver, merged, worker if draw_worker is None else draw_worker)
         lat, occ = _link(hop, host, receiver, nxt, out)
         incoming = _link(hop, host, upstream, receiver, spec.task_bytes)[1] if k else 0.0
-        done = np.empty_like(arrive)
         if servers == (receiver,):
-            free = np.zeros(arrive.shape[0])
-            for i in range(cm):
-                free = np.maximum(arrive[:, i], free) + t[:, i]
-                done[:, i] = free
+            done = _served(arrive, t)
             gap = max(occ, incoming)
         else:
+            done = np.empty_like(arrive)
             to = np.array([sum(_link(hop, host, receiver, s, spec.task_bytes)) for s in servers]) + wake
             back = np.array([sum(_link(hop, host, s, receiver, out)) for s in servers]) + wake
             free = np.zeros((arrive.shape[0], len(servers)))
             late = incoming if spec.task_bytes >= MPI_EAGER_BYTES else 0.0
             for i in range(cm):
-                r = np.argmin(free, axis=1)
-                free[rows, r] = np.maximum(arrive[:, i], free[rows, r] + late) + to[r] + t[:, i] + back[r]
-                done[:, i] = free[rows, r]
+                r = free.argmin(axis=1)
+                end = np.maximum(arrive[:, i], free[rows, r] + late) + to[r] + t[:, i] + back[r]
+                free[rows, r] = end
+                done[:, i] = end
             done = np.sort(done, axis=1)
             remote = [s for s in servers if host[s] != host[receiver]]
             share = len(remote) / len(servers)

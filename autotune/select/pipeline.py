@@ -1,23 +1,29 @@
 """Choose which stages of a synthetic workload (003) to group and which to replicate.
 
 ``tune`` ranks configurations by the model (``models.pipeline``) within a processor budget: each
-worker's groupings and replications are predicted alone on common draws, those no cheaper option
-beats are combined across workers (the iteration waits for the slowest), and the best
-combinations are predicted whole. ``rules`` is 003 §2.2's recipe (group consecutive fast stages,
+worker's groupings and replications are predicted alone on common draws (at most MAX_OPTIONS of
+them, on at most SCREEN_TASKS tasks), those no cheaper option beats are combined across workers
+(the iteration waits for the slowest), and the best combinations within MAX_LAUNCH ranks are
+predicted whole. ``rules`` is 003 §2.2's recipe (group consecutive fast stages,
 replicate the slowest), the baseline the tuner must beat.
 """
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 
 from autotune.models.pipeline import Hop, Prediction, makespan, predict
-from autotune.workload import Pipeline, Spec, parse_type, plan
+from autotune.workload import MAX_LAUNCH, Pipeline, Spec, footprint, launch_of, parse_type, plan
 
 MAX_REPLICAS = 4      # replication degrees tried per stage (the search space, not a guess of cost)
 SCREEN = 16           # sampled runs when screening one worker's options
+SCREEN_TASKS = 64     # tasks of a batch a screening runs: a pipeline's pace shows within a few dozen
+MAX_OPTIONS = 1000    # options screened per worker (up to 3 ms each); more shrink the degrees tried
+MAX_COMBINATIONS = 20_000   # workers' fronts combined exhaustively up to this many, else by their slowest
 FINALISTS = 6         # combinations predicted whole
 
 
@@ -34,17 +40,19 @@ class Choice:
         return self.spec.configuration
 
 
-def options(worker: Pipeline, most: int) -> list[tuple[tuple[str, ...], int]]:
+def options(worker: Pipeline, most: int, replicas: int = MAX_REPLICAS,
+            group: int | None = None) -> list[tuple[tuple[str, ...], int]]:
     """Every grouping / replication of a worker's stages taking at most ``most`` processors, with
-    the processors each takes."""
+    the processors each takes (replication degrees up to ``replicas``, groups up to ``group`` stages)."""
     n = len(worker.stages)
+    group = n if group is None else group
 
     def rest(j: int, left: int):
         if j == n:
             yield (), 0
             return
-        choices = [(("IND",), 1)] + [((f"REP_{r}",), r) for r in range(2, MAX_REPLICAS + 1)]
-        choices += [((f"AGR_{g}",) + ("IND",) * (g - 1), 1) for g in range(2, n - j + 1)]
+        choices = [(("IND",), 1)] + [((f"REP_{r}",), r) for r in range(2, replicas + 1)]
+        choices += [((f"AGR_{g}",) + ("IND",) * (g - 1), 1) for g in range(2, min(group, n - j) + 1)]
         for head, cost in choices:
             if cost <= left:
                 for tail, more in rest(j + len(head), left - cost):
@@ -52,16 +60,62 @@ def options(worker: Pipeline, most: int) -> list[tuple[tuple[str, ...], int]]:
     return list(rest(0, most))
 
 
+def count_options(n: int, most: int, replicas: int = MAX_REPLICAS, group: int | None = None) -> int:
+    """How many ``options`` a worker of ``n`` stages has (without listing them)."""
+    group = n if group is None else group
+
+    @cache
+    def rest(j: int, left: int) -> int:
+        if j == n:
+            return 1
+        total = rest(j + 1, left - 1) if left >= 1 else 0
+        total += sum(rest(j + 1, left - r) for r in range(2, replicas + 1) if r <= left)
+        total += sum(rest(j + g, left - 1) for g in range(2, min(group, n - j) + 1) if left >= 1)
+        return total
+    return rest(0, min(most, replicas * n))
+
+
+def search_space(n: int, most: int) -> tuple[int, int]:
+    """The (replication degree, group size) a worker of ``n`` stages is searched up to: every
+    option while they number at most MAX_OPTIONS; else the largest degree, then group size, that
+    keeps both replication and grouping (they grow about degree^n), else one of them."""
+    pairs = sorted(((r, g) for r in range(MAX_REPLICAS, 0, -1) for g in range(max(n, 1), 0, -1)),
+                   key=lambda rg: (-(min(rg[0], 2) + min(rg[1], 2)), -rg[0], -rg[1]))
+    return next((rg for rg in pairs if count_options(n, most, *rg) <= MAX_OPTIONS), (1, 1))
+
+
+def _candidates(worker: Pipeline, most: int) -> list[tuple[tuple[str, ...], int]]:
+    """The options screened for a worker: those of its search space, its own configuration and
+    its stages in one group (the cheapest, so the least budget always has a configuration), each
+    within MAX_LAUNCH ranks even alone."""
+    n = len(worker.stages)
+    listed = options(worker, most, *search_space(n, most))
+    own = tuple(s.type for s in worker.stages)
+    extra = [own, (f"AGR_{n}",) + ("IND",) * (n - 1) if n > 1 else ("IND",)]
+    seen = {types for types, _ in listed}
+    for types in extra:
+        if types not in seen and footprint(types)[0] <= most:
+            listed.append((types, footprint(types)[0]))
+            seen.add(types)
+    return [(types, cost) for types, cost in listed if launch_of((types,))[0] <= MAX_LAUNCH]
+
+
 def _alone(spec: Spec, w: int, types: tuple[str, ...], hop: Hop, n: int) -> np.ndarray:
-    """Sampled iteration makespans (n runs) of worker ``w`` configured ``types``, on its own hosts."""
-    pl = plan(replace(spec, workers=(spec.workers[w],), iterations=1).configured((types,)))
+    """Sampled iteration makespans (n runs) of worker ``w`` configured ``types``, on its own hosts,
+    on a batch of at most SCREEN_TASKS tasks."""
+    one = replace(spec, workers=(spec.workers[w],), iterations=1,
+                  initial_messages=min(spec.initial_messages, SCREEN_TASKS))
+    pl = plan(one.configured((types,)))
     return makespan(pl, 0, np.zeros(n), hop, pl.host_of(pl.processors), draw_worker=w)
 
 
-def _front(spec: Spec, w: int, most: int, hop: Hop) -> list[tuple[tuple[str, ...], int, np.ndarray]]:
-    """The worker's options no option with as few processors beats (by mean makespan)."""
+Option = tuple[tuple[str, ...], int, np.ndarray]
+
+
+def _front(spec: Spec, w: int, most: int, hop: Hop) -> list[Option]:
+    """The worker's options no option with as few processors beats (by mean makespan), cheapest first."""
     scored = sorted(((types, cost, _alone(spec, w, types, hop, SCREEN)) for types, cost in
-                     options(spec.workers[w], most)), key=lambda x: (x[1], x[2].mean()))
+                     _candidates(spec.workers[w], most)), key=lambda x: (x[1], x[2].mean()))
     front, best = [], np.inf
     for types, cost, t in scored:
         if t.mean() < best * 0.995:
@@ -70,9 +124,21 @@ def _front(spec: Spec, w: int, most: int, hop: Hop) -> list[tuple[tuple[str, ...
     return front
 
 
+def _combinations(fronts: list[list[Option]], processors: int):
+    """Combinations of one option per worker to rank: all of them while few, else for each
+    option's makespan the cheapest options of every worker within it (the slowest sets the pace)."""
+    if math.prod(len(f) for f in fronts) <= MAX_COMBINATIONS:
+        yield from itertools.product(*fronts)
+        return
+    for bound in sorted({float(t.mean()) for f in fronts for _, _, t in f}):
+        pick = [next((o for o in f if o[2].mean() <= bound), None) for f in fronts]
+        if None not in pick and 1 + sum(c for _, c, _ in pick) <= processors:
+            yield tuple(pick)
+
+
 def tune(spec: Spec, hop: Hop, processors: int, hosts: int | None = None, keep: int = FINALISTS) -> list[Choice]:
-    """Configurations of ``spec`` within ``processors`` processors, best predicted first (ties:
-    fewer processors). ValueError if even one processor per stage group does not fit."""
+    """Configurations of ``spec`` within ``processors`` processors and MAX_LAUNCH ranks, best
+    predicted first (ties: fewer processors). ValueError if even one processor per worker does not fit."""
     least = 1 + len(spec.workers)
     if processors < least:
         raise ValueError(f"{processors} processors cannot hold a master and {len(spec.workers)} workers "
@@ -80,10 +146,12 @@ def tune(spec: Spec, hop: Hop, processors: int, hosts: int | None = None, keep: 
     most = processors - least + 1
     fronts = [_front(spec, w, most, hop) for w in range(len(spec.workers))]
     combos = []
-    for pick in itertools.product(*fronts):
+    for pick in _combinations(fronts, processors):
         cost = 1 + sum(c for _, c, _ in pick)
-        if cost <= processors:
+        if cost <= processors and launch_of([types for types, _, _ in pick])[0] <= MAX_LAUNCH:
             combos.append((float(np.max([t for _, _, t in pick], axis=0).mean()), cost, pick))
+    if not combos:
+        raise ValueError(f"no configuration within {processors} processors launches at most {MAX_LAUNCH} ranks")
     combos.sort(key=lambda c: (c[0], c[1]))
     out = []
     for _, cost, pick in combos[:keep]:
@@ -94,8 +162,8 @@ def tune(spec: Spec, hop: Hop, processors: int, hosts: int | None = None, keep: 
 
 def rules(spec: Spec, processors: int) -> Spec:
     """003 §2.2's recipe: group runs of consecutive stages each faster than half the slowest stage
-    while their sum stays within it; then, while processors are left, replicate the stage slowest
-    per replica (stop when a group is the slowest)."""
+    while their sum stays within it; then, while processors are left (and the plan stays within
+    MAX_LAUNCH ranks), replicate the stage slowest per replica (stop when a group is the slowest)."""
     slowest = max(s.mean for w in spec.workers for s in w.stages)
     types = [_grouped(w, slowest) for w in spec.workers]
     used = plan(spec.configured(tuple(tuple(row) for row in types))).processors
@@ -106,16 +174,20 @@ def rules(spec: Spec, processors: int) -> Spec:
         if types[i][j].startswith("AGR"):
             return sum(s.mean for s in spec.workers[i].stages[j:j + parse_type(types[i][j])["degree"]])
         return spec.workers[i].stages[j].mean / reps[key]
+
+    def configuration() -> tuple[tuple[str, ...], ...]:
+        return tuple(tuple(f"REP_{reps[i, j]}" if reps.get((i, j), 1) > 1 else t for j, t in enumerate(row))
+                     for i, row in enumerate(types))
     while used < processors:
         key = max(reps, key=load)
         if types[key[0]][key[1]].startswith("AGR") or reps[key] >= MAX_REPLICAS:
             break
         reps[key] += 1
+        if launch_of(configuration())[0] > MAX_LAUNCH:
+            reps[key] -= 1
+            break
         used += 1
-    for (i, j), r in reps.items():
-        if r > 1:
-            types[i][j] = f"REP_{r}"
-    return spec.configured(tuple(tuple(row) for row in types))
+    return spec.configured(configuration())
 
 
 def _grouped(w: Pipeline, slowest: float) -> list[str]:
@@ -139,4 +211,4 @@ def _in_group(row: list[str], j: int) -> bool:
     return False
 
 
-__all__ = ["Choice", "MAX_REPLICAS", "options", "rules", "tune"]
+__all__ = ["Choice", "MAX_OPTIONS", "MAX_REPLICAS", "count_options", "options", "rules", "search_space", "tune"]
