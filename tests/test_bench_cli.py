@@ -1,5 +1,6 @@
 """`autotune bench`: regress writes ratios only where --out says, compares against a baseline
-(exit 0, 1 on a regression, 2 with one line for a missing, damaged or foreign baseline);
+(exit 0, 1 on a regression, 2 with one line for a missing, damaged or foreign baseline; the CI gate's
+thresholds, --fail-below, Ctrl-C and JUnit: test_bench_regress.py);
 validate, rescore, overhead and strassen-remodel run on the tiny database (comm-fit and mpi-repeat:
 test_bench_repeatability.py)."""
 from __future__ import annotations
@@ -51,8 +52,9 @@ def test_a_baseline_much_better_than_this_run_is_a_regression(tiny_db, saved, tm
     fast = tmp_path / "fast.json"
     fast.write_text(json.dumps(doc))
     assert _regress(tiny_db, "--baseline", str(fast), "--floor", "0.5") == 1
-    out = capsys.readouterr().out
-    assert "1 regression(s) in 4 case(s)" in out and f"REGRESSION {doc['results'][0]['case']}" in out
+    captured = capsys.readouterr()
+    assert "1 regression(s) in 4 case(s)" in captured.out and f"FAIL {doc['results'][0]['case']}: ratio" in captured.out
+    assert captured.err.strip().splitlines()[-1].startswith("autotune bench regress: error: 1 of 4 case(s) failed")
 
 
 def _foreign(saved, tmp_path) -> Path:

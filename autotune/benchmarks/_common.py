@@ -69,12 +69,16 @@ def report_root(comm, report: dict, out: str | None) -> None:
 
 def write_json(path: str, doc: dict) -> None:
     """Write ``doc`` atomically: an interrupted write leaves the previous file as it was."""
+    write_atomic(path, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` through a temporary file in the same directory, then rename it into place."""
     target = Path(path).expanduser()
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,47 +1,73 @@
-"""``autotune bench regress``: tuned calls against numpy/scipy, and regressions against a baseline.
+"""``autotune bench regress``: tuned calls against numpy/scipy, and a CI gate against a baseline.
 
 Each case runs A/B interleaved in one process on shared operands under one thread budget: a round
-times numpy/scipy, the tuned call (decision included), then numpy/scipy again (the two baseline
-calls swap places every round). The ratio of a round is the mean baseline time over the tuned time
-(above 1: tuned is faster); the ratio of its two baseline calls is the A/A ratio, which should be 1
-and whose spread is the noise of this machine at that size. A case regresses when its median ratio
-is below the baseline's by more than the noise measured in the same run (half the interquartile
-range of its ratios or of its A/A ratios, whichever is larger, plus the baseline's own), and at
-least ``--floor``.
+times numpy/scipy, the tuned call (decision included), then numpy/scipy again (the two reference
+calls swap places every round). The ratio of a round is the mean reference time over the tuned time
+(above 1: tuned is faster); the ratio of its two reference calls is the A/A ratio, which should be 1
+and whose spread is the noise of this machine at that size.
 
-    autotune bench regress --out RESULTS/regress.json                 # RESULTS: outside the checkout
+A case fails when its median ratio fell below the baseline's by more than its threshold, or when
+it is below ``--fail-below``. The threshold of a case is
+
+    max(--threshold, min(--max-threshold, run noise + baseline spread))
+
+(defaults 10% and 25%): run noise is half the interquartile range of this run's ratios or A/A
+ratios, whichever is larger, relative to its median; baseline spread is the baseline's recorded
+noise. A noisy run or a baseline that claims to be noisy may raise it to ``--max-threshold``,
+never further. ``--rounds N`` runs exactly N rounds per case; without it rounds are added for
+``--seconds`` (default 2) per case, from 7 up to 201.
+
+Exit status: 0 every case passed, 1 a regression or a case below ``--fail-below`` (one line on
+stderr says why), 2 bad arguments or an unusable baseline, 130 interrupted (Ctrl-C: what was
+measured is written to ``--out`` / ``--junit`` marked interrupted).
+
     autotune bench regress --save-baseline BASELINE.json              # this machine's reference
-    autotune bench regress --baseline BASELINE.json                   # exit 1 on a regression
+    autotune bench regress --baseline BASELINE.json --fail-below 0.95 --junit report.xml --out results.json
     autotune bench regress --sizes 64 200 --threads 1 --rounds 15     # a quick look
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
+import socket
 import sys
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune._version import __version__
-from autotune.benchmarks._common import error, half_iqr, output_problem, quartiles, timed, write_json
+from autotune.benchmarks._common import (
+    error,
+    half_iqr,
+    output_problem,
+    quartiles,
+    timed,
+    write_atomic,
+    write_json,
+)
 from autotune.calls import CALLS
 from autotune.config import options
-from autotune.db import load_sp
+from autotune.db import load_sp, location
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.families import FAMILIES, Problem
 from autotune.plans import ALGORITHMS
 from autotune.select import choose
 
-HELP = "tuned calls vs numpy/scipy (A/B), regressions against a baseline"
+HELP = "tuned calls vs numpy/scipy (A/B), a CI gate against a baseline"
 SIZES = (64, 128, 256, 512, 1000, 1024, 2048, 3000, 4096)
 RECT = ((2000, 200, 2000), (4000, 1000, 500), (500, 3000, 500), (128, 4096, 128), (3000, 64, 3000))
-MAX_ROUNDS = 201
+MIN_ROUNDS, MAX_ROUNDS, SECONDS = 7, 201, 2.0
+THRESHOLD, MAX_THRESHOLD = 0.10, 0.25
+INTERRUPTED = 130
 REQUIRED = ("case", "speedup_median", "speedup_q1", "speedup_q3")
+SUITE = "autotune.bench.regress"
 # The families with Strassen candidates (``--strassen`` runs their sizes from 1000 up again).
 STRASSEN = {family for algorithm, (family, _) in ALGORITHMS.items() if algorithm.startswith("strassen")}
 
@@ -65,6 +91,31 @@ class Case:
     def key(self) -> str:
         s = "+strassen" if self.strassen else ""
         return f"{self.routine}{s} {'x'.join(map(str, self.dims))} t={self.threads}"
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How many A/B rounds a case gets: from ``least`` to ``most``, adding rounds while ``seconds`` last."""
+
+    least: int = MIN_ROUNDS
+    most: int = MAX_ROUNDS
+    seconds: float = SECONDS
+
+    @classmethod
+    def of(cls, rounds: int | None, seconds: float | None) -> Rounds:
+        """Exactly ``rounds`` when given, else time-filled for ``seconds`` (default SECONDS)."""
+        if rounds is not None:
+            return cls(rounds, rounds, 0.0)
+        return cls(seconds=SECONDS if seconds is None else seconds)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What fails a case: a drop beyond its threshold (see ``threshold``) or a ratio below ``fail_below``."""
+
+    threshold: float = THRESHOLD
+    max_threshold: float = MAX_THRESHOLD
+    fail_below: float | None = None
 
 
 class BaselineError(ValueError):
@@ -93,34 +144,46 @@ def _square_dims(routine: str, n: int) -> tuple[int, ...]:
 
 
 def _calls(case: Case, rng):
-    """(baseline, tuned) zero-argument callables on shared operands (a Cholesky matrix built without
+    """(reference, tuned) zero-argument callables on shared operands (a Cholesky matrix built without
     BLAS: a spinning numpy pool would skew the first rounds)."""
     problem, calls = case.problem, CALLS[case.routine]
     operands = calls.operands(problem, rng)
     return (lambda: calls.reference(problem, *operands)), (lambda: calls.tuned(problem, *operands))
 
 
-def _rounds(base, tuned, rounds: int, seconds: float) -> tuple[list[float], list[float], list[float]]:
-    """Baseline-before, tuned and baseline-after times of at least ``rounds`` rounds (more while
-    ``seconds`` last, up to MAX_ROUNDS); the two baseline calls swap places every round."""
+def _rounds(base, tuned, plan: Rounds) -> tuple[list[float], list[float], list[float], bool]:
+    """Reference-before, tuned and reference-after times of the rounds ``plan`` asks for (the two
+    reference calls swap places every round), and whether Ctrl-C stopped them (the round it
+    interrupted is dropped)."""
     first, tt, last, start = [], [], [], time.perf_counter()
-    while len(tt) < max(rounds, 1) or (len(tt) < MAX_ROUNDS and time.perf_counter() - start < seconds):
-        a, t, b = timed(base), timed(tuned), timed(base)
-        first.append(a if len(tt) % 2 == 0 else b)
-        last.append(b if len(tt) % 2 == 0 else a)
-        tt.append(t)
-    return first, tt, last
+    try:
+        while len(tt) < plan.least or (len(tt) < plan.most and time.perf_counter() - start < plan.seconds):
+            a, t, b = timed(base), timed(tuned), timed(base)
+            first.append(a if len(tt) % 2 == 0 else b)
+            last.append(b if len(tt) % 2 == 0 else a)
+            tt.append(t)
+    except KeyboardInterrupt:
+        return first, tt, last, True
+    return first, tt, last, False
 
 
-def run_case(case: Case, rounds: int, seconds: float, db: str | None) -> dict:
-    """Time one case and summarise its ratios, A/A ratios and the selector's choice."""
+def run_case(case: Case, plan: Rounds, db: str | None) -> dict:
+    """Time one case and summarise its ratios, A/A ratios and the selector's choice; a case Ctrl-C
+    stopped after at least one round is summarised with ``interrupted`` set, before it re-raises."""
     rng = np.random.default_rng(abs(hash(case.dims)) % 2**32)
     base, tuned = _calls(case, rng)
     with threadpool_limits(case.threads), options(threads=case.threads, allow_strassen=case.strassen, db=db):
         base(), tuned()                                 # warm-up, first decision, library loads
-        first, tt, last = _rounds(base, tuned, rounds, seconds)
+        first, tt, last, stopped = _rounds(base, tuned, plan)
+        if not tt:
+            raise KeyboardInterrupt
         choice = _choice(case, db)
-    b1, t, b2 = np.array(first), np.array(tt), np.array(last)
+    return {**_summary(case, np.array(first), np.array(tt), np.array(last)), "choice": choice,
+            "interrupted": stopped}
+
+
+def _summary(case: Case, b1: np.ndarray, t: np.ndarray, b2: np.ndarray) -> dict:
+    """A case's ratio and A/A quartiles, its noise and median times from its rounds' times."""
     ratio, aa = (b1 + b2) / 2 / t, b1 / b2
     q1, med, q3 = quartiles(ratio)
     aq1, amed, aq3 = quartiles(aa)
@@ -128,8 +191,7 @@ def run_case(case: Case, rounds: int, seconds: float, db: str | None) -> dict:
             "strassen": case.strassen, "pairs": len(t), "speedup_median": med, "speedup_q1": q1,
             "speedup_q3": q3, "speedup_min": float(ratio.min()), "speedup_max": float(ratio.max()),
             "aa_median": amed, "aa_q1": aq1, "aa_q3": aq3, "noise": max(half_iqr(ratio), half_iqr(aa)),
-            "baseline_ms": float(np.median((b1 + b2) / 2) * 1e3), "tuned_ms": float(np.median(t) * 1e3),
-            "choice": choice}
+            "baseline_ms": float(np.median((b1 + b2) / 2) * 1e3), "tuned_ms": float(np.median(t) * 1e3)}
 
 
 def _choice(case: Case, db: str | None) -> str:
@@ -141,6 +203,15 @@ def _choice(case: Case, db: str | None) -> str:
 
 def _refresh(path: str) -> str:
     return f"refresh it on this machine with `autotune bench regress --save-baseline {path}`"
+
+
+def _check_result(r: dict) -> None:
+    """Raise ValueError unless a baseline case's ratios are positive and its noise, if recorded, a spread."""
+    for key in REQUIRED[1:]:
+        if not float(r[key]) > 0:
+            raise ValueError(f"{r['case']}: {key} {r[key]!r} is not a positive ratio")
+    if "noise" in r and not (math.isfinite(float(r["noise"])) and float(r["noise"]) >= 0):
+        raise ValueError(f"{r['case']}: noise {r['noise']!r} is not a spread")
 
 
 def load_baseline(path: str, current: dict) -> tuple[dict, str]:
@@ -156,9 +227,7 @@ def load_baseline(path: str, current: dict) -> tuple[dict, str]:
         if not isinstance(doc.get("fingerprint", {}), dict):
             raise TypeError("its fingerprint is not a mapping")
         for r in results.values():
-            for key in REQUIRED[1:]:
-                if not float(r[key]) > 0:
-                    raise ValueError(f"{r['case']}: {key} {r[key]!r} is not a positive ratio")
+            _check_result(r)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
         raise BaselineError(f"baseline {path} is damaged ({type(exc).__name__}: {exc}); {_refresh(path)}") from None
     stored = doc.get("fingerprint")
@@ -170,39 +239,54 @@ def load_baseline(path: str, current: dict) -> tuple[dict, str]:
     return results, ""
 
 
-def threshold(result: dict, base: dict, floor: float) -> float:
-    """Relative drop of the median ratio that counts as a regression: this run's noise plus the
-    baseline's (half-IQR of its ratios), at least ``floor``."""
-    base_noise = base.get("noise", (base["speedup_q3"] - base["speedup_q1"]) / 2 / base["speedup_median"])
-    return max(floor, result["noise"] + float(base_noise))
+def baseline_spread(base: dict) -> float:
+    """The baseline's recorded spread relative to its median: its noise, else half its IQR."""
+    if "noise" in base:
+        return float(base["noise"])
+    return max(0.0, (base["speedup_q3"] - base["speedup_q1"]) / 2 / base["speedup_median"])
 
 
-def compare(results: list[dict], baseline: dict[str, dict], floor: float) -> list[dict]:
-    """Annotate each result found in the baseline with its change and threshold; returns the regressions."""
-    flagged = []
-    for r in results:
-        b = baseline.get(r["case"])
-        if b is None:
-            continue
-        r["baseline_speedup"] = float(b["speedup_median"])
+def threshold(result: dict, base: dict, rule: Rule) -> float:
+    """Relative drop of the median ratio that fails a case: at least ``rule.threshold``; the run's
+    noise plus the baseline's spread raise it up to ``rule.max_threshold`` and no further, so that
+    neither a noisy run nor a baseline's own claim of noise can wave a regression through."""
+    noise = float(result["noise"]) + baseline_spread(base)
+    return max(rule.threshold, min(rule.max_threshold, noise if math.isfinite(noise) else math.inf))
+
+
+def judge(r: dict, base: dict | None, rule: Rule) -> list[str]:
+    """Annotate result ``r`` with its comparison with ``base`` (its baseline case, or None) and with
+    ``rule.fail_below``; returns why it fails (empty: it passes). An interrupted case is not judged."""
+    reasons: list[str] = []
+    if base is not None:
+        r["baseline_speedup"] = float(base["speedup_median"])
         r["change"] = r["speedup_median"] / r["baseline_speedup"] - 1
-        r["threshold"] = threshold(r, b, floor)
+        r["threshold"] = threshold(r, base, rule)
         r["regression"] = r["change"] < -r["threshold"]
-        if r["regression"]:
-            flagged.append(r)
-    return flagged
+        if r["regression"] and not r.get("interrupted"):
+            reasons.append(f"ratio {r['speedup_median']:.3f} vs baseline {r['baseline_speedup']:.3f} "
+                           f"({r['change']:+.1%}, threshold -{r['threshold']:.1%})")
+    if rule.fail_below is not None:
+        r["fail_below"] = rule.fail_below
+        r["below"] = r["speedup_median"] < rule.fail_below
+        if r["below"] and not r.get("interrupted"):
+            reasons.append(f"ratio {r['speedup_median']:.3f} below --fail-below {rule.fail_below:g}")
+    r["failures"] = reasons
+    r["status"] = "interrupted" if r.get("interrupted") else "failed" if reasons else "passed"
+    return reasons
 
 
 def line(r: dict) -> str:
-    """One case: median ratio [quartiles], A/A spread, times, choice, and the baseline verdict."""
+    """One case: median ratio [quartiles], A/A spread, times, choice, and its verdict."""
     text = (f"{r['case']:30s} ratio {r['speedup_median']:6.3f} [{r['speedup_q1']:.3f}, {r['speedup_q3']:.3f}] "
             f"A/A {r['aa_median']:.3f} ({r['pairs']} rounds; {r['baseline_ms']:.3f} vs {r['tuned_ms']:.3f} ms) "
             f"{r['choice']}")
     if "change" in r:
-        verdict = "REGRESSION" if r["regression"] else "ok"
         text += (f" | baseline {r['baseline_speedup']:.3f}: {r['change']:+.1%} "
-                 f"(threshold {r['threshold']:.1%}) {verdict}")
-    return text
+                 f"(threshold -{r['threshold']:.1%}) {'REGRESSION' if r['regression'] else 'ok'}")
+    if "below" in r:
+        text += f" | {'BELOW' if r['below'] else 'ok'} --fail-below {r['fail_below']:g}"
+    return text + (" | interrupted" if r.get("interrupted") else "")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -213,25 +297,132 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routines", nargs="+", choices=list(FAMILIES),
                    default=["gemm", "cholesky"], help="default: gemm cholesky (the baselines' cases)")
     p.add_argument("--strassen", action="store_true", help="also run gemm n >= 1000 with Strassen allowed")
-    p.add_argument("--rounds", type=int, default=7, help="A/B rounds per case at least")
-    p.add_argument("--seconds", type=float, default=2.0,
-                   help=f"keep adding rounds for this long per case (up to {MAX_ROUNDS})")
-    p.add_argument("--floor", type=float, default=0.05, help="smallest relative drop flagged as a regression")
-    p.add_argument("--baseline", metavar="FILE", help="flag regressions against this baseline (exit 1)")
+    p.add_argument("--rounds", type=int, default=None, help="exactly this many A/B rounds per case")
+    p.add_argument("--seconds", type=float, default=None,
+                   help=f"without --rounds: add rounds for this long per case, {MIN_ROUNDS} to {MAX_ROUNDS} "
+                        f"(default {SECONDS:g})")
+    p.add_argument("--threshold", "--floor", dest="threshold", type=float, default=THRESHOLD,
+                   help=f"smallest relative drop of a case's median ratio that fails it (default {THRESHOLD:g})")
+    p.add_argument("--max-threshold", type=float, default=MAX_THRESHOLD,
+                   help=f"the most the run's noise and the baseline's spread raise it to (default {MAX_THRESHOLD:g})")
+    p.add_argument("--fail-below", type=float, default=None, metavar="RATIO",
+                   help="fail a case whose median ratio (numpy/scipy time over tuned time) is below RATIO")
+    p.add_argument("--baseline", metavar="FILE", help="fail on a regression against this baseline (exit 1)")
     p.add_argument("--save-baseline", metavar="FILE", help="store this run as the machine's baseline")
     p.add_argument("--out", metavar="FILE.json", help="write the results here")
+    p.add_argument("--junit", metavar="FILE.xml", help="write a JUnit XML report here (one testcase per case)")
 
 
 def _input_problem(args) -> str:
-    if args.rounds < 1 or any(t < 1 for t in args.threads) or any(n < 1 for n in args.sizes or [1]):
+    if (args.rounds is not None and args.rounds < 1) or any(t < 1 for t in args.threads) \
+            or any(n < 1 for n in args.sizes or [1]):
         return "--rounds, --threads and --sizes must be positive"
-    if args.seconds < 0 or args.floor < 0:
-        return "--seconds and --floor must not be negative"
-    return output_problem("--out", args.out) or output_problem("--save-baseline", args.save_baseline)
+    if args.rounds is not None and args.seconds:
+        return "--rounds runs exactly that many rounds and --seconds fills time: give one of them"
+    if args.seconds is not None and not args.seconds >= 0:
+        return "--seconds must not be negative"
+    if not (0 <= args.threshold < 1 and 0 <= args.max_threshold < 1):
+        return "--threshold and --max-threshold are relative drops: from 0 to below 1"
+    if args.fail_below is not None and not (args.fail_below > 0 and math.isfinite(args.fail_below)):
+        return "--fail-below must be a positive ratio"
+    outputs = (("--out", args.out), ("--save-baseline", args.save_baseline), ("--junit", args.junit))
+    return next((problem for problem in (output_problem(o, path) for o, path in outputs) if problem), "")
+
+
+def _measure(todo: list[Case], plan: Rounds, db: str | None, baseline: dict, rule: Rule) -> tuple[list[dict], bool]:
+    """Run, judge and print the cases one by one; returns the results and whether Ctrl-C stopped the run."""
+    results: list[dict] = []
+    try:
+        for case in todo:
+            r = run_case(case, plan, db)
+            judge(r, baseline.get(r["case"]), rule)
+            results.append(r)
+            print(line(r), flush=True)
+            if r["interrupted"]:
+                return results, True
+    except KeyboardInterrupt:
+        return results, True
+    return results, False
+
+
+def _database(db: str | None) -> dict:
+    """Which database the tuned calls used and whether it held measurements or they fell back to defaults."""
+    sp = load_sp(db)
+    return {"path": str(location.resolve(db)), "status": "measured" if sp.table is not None else "fallback",
+            "reason": sp.reason}
+
+
+def _options(args) -> dict:
+    return {k: v for k, v in vars(args).items() if not callable(v)}
+
+
+def _document(args, fingerprint: dict, results: list[dict], run: dict) -> dict:
+    """The run as written to --out / --save-baseline: machine, database, options, rule, verdicts, results."""
+    return {"command": "autotune bench regress", "timestamp": run["timestamp"], "status": run["status"],
+            "interrupted": run["interrupted"], "seconds": run["seconds"], "hostname": socket.gethostname(),
+            "cpu": fingerprint.get("cpu_model"), "fingerprint": fingerprint,
+            "machine": platform.processor() or platform.machine(), "python": sys.version.split()[0],
+            "numpy": np.__version__, "autotune": __version__, "database": _database(args.db),
+            "baseline": args.baseline, "options": _options(args),
+            "rule": {"threshold": args.threshold, "max_threshold": args.max_threshold,
+                     "fail_below": args.fail_below,
+                     "formula": "max(threshold, min(max_threshold, run noise + baseline spread))"},
+            "summary": _counts(results, run["cases"]), "results": results}
+
+
+def _counts(results: list[dict], planned: int) -> dict:
+    return {"planned": planned, "run": len(results), "complete": sum(not r["interrupted"] for r in results),
+            "compared": sum("change" in r for r in results),
+            "regressions": sum(bool(r.get("regression")) and r["status"] == "failed" for r in results),
+            "below": sum(bool(r.get("below")) and r["status"] == "failed" for r in results),
+            "failed": sum(r["status"] == "failed" for r in results)}
+
+
+def junit(doc: dict) -> ET.Element:
+    """The run as a JUnit XML ``<testsuites>``: one testcase per case (its time the tuned median),
+    a ``<failure>`` per failing case, ``<skipped>`` for the case Ctrl-C cut short and an
+    ``<error>`` testcase for the interrupted run."""
+    results, counts = doc["results"], doc["summary"]
+    attrs = {"tests": len(results) + doc["interrupted"], "failures": counts["failed"],
+             "errors": int(doc["interrupted"]), "skipped": sum(r["status"] == "interrupted" for r in results),
+             "time": f"{doc['seconds']:.3f}"}
+    root = ET.Element("testsuites", {"name": SUITE, **{k: str(v) for k, v in attrs.items()}})
+    suite = ET.SubElement(root, "testsuite", {"name": SUITE, **{k: str(v) for k, v in attrs.items()},
+                                              "timestamp": doc["timestamp"], "hostname": doc["hostname"]})
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("database", doc["database"]["path"]), ("database_status", doc["database"]["status"]),
+                        ("baseline", doc["baseline"]), *doc["rule"].items(), ("cpu", doc["cpu"])):
+        ET.SubElement(props, "property", {"name": name, "value": "" if value is None else str(value)})
+    for r in results:
+        _testcase(suite, r)
+    if doc["interrupted"]:
+        case = ET.SubElement(suite, "testcase", {"classname": SUITE, "name": "run", "time": "0"})
+        message = f"interrupted after {counts['complete']} of {counts['planned']} case(s)"
+        ET.SubElement(case, "error", {"type": "interrupted", "message": message})
+    return root
+
+
+def _testcase(suite: ET.Element, r: dict) -> None:
+    case = ET.SubElement(suite, "testcase", {"classname": f"{SUITE}.{r['routine']}", "name": r["case"],
+                                             "time": f"{r['tuned_ms'] / 1e3:.9f}"})
+    if r["status"] == "interrupted":
+        ET.SubElement(case, "skipped", {"message": f"interrupted after {r['pairs']} round(s)"})
+    for reason in r["failures"]:
+        kind = "below" if "--fail-below" in reason else "regression"
+        ET.SubElement(case, "failure", {"type": kind, "message": f"{r['case']}: {reason}"}).text = line(r)
+    ET.SubElement(case, "system-out").text = line(r)
+
+
+def write_junit(path: str, doc: dict) -> None:
+    """Write ``doc``'s JUnit XML report atomically."""
+    root = junit(doc)
+    ET.indent(root)
+    write_atomic(path, ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
 
 
 def run(args) -> int:
-    """Run the cases, print one line each, write --out / --save-baseline, compare with --baseline."""
+    """Run the cases, print one line each, write --out / --save-baseline / --junit, and gate on
+    --baseline and --fail-below."""
     problem = _input_problem(args)
     if problem:
         return error("regress", problem)
@@ -242,32 +433,66 @@ def run(args) -> int:
             baseline, note = load_baseline(args.baseline, fingerprint)
         except BaselineError as exc:
             return error("regress", str(exc))
+    rule = Rule(args.threshold, args.max_threshold, args.fail_below)
     sizes, rect = (args.sizes, ()) if args.sizes else (SIZES, RECT)
-    results = []
-    for case in cases(sizes, rect, args.threads, args.routines, args.strassen):
-        results.append(run_case(case, args.rounds, args.seconds, args.db))
-        compare(results[-1:], baseline, args.floor)
-        print(line(results[-1]), flush=True)
-    doc = {"fingerprint": fingerprint, "machine": platform.processor() or platform.machine(),
-           "python": sys.version.split()[0], "numpy": np.__version__, "autotune": __version__, "results": results}
-    for path in (args.out, args.save_baseline):
-        if path:
-            write_json(path, doc)
-    return _verdict(args, results, baseline, note)
+    todo = cases(sizes, rect, args.threads, args.routines, args.strassen)
+    if baseline:
+        print(f"threshold per case: {_rule_text(rule)}", flush=True)
+    timestamp, start = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
+    results, interrupted = _measure(todo, Rounds.of(args.rounds, args.seconds), args.db, baseline, rule)
+    run_info = {"timestamp": timestamp, "seconds": time.perf_counter() - start, "interrupted": interrupted,
+                "cases": len(todo), "status": _status(results, interrupted)}
+    doc = _document(args, fingerprint, results, run_info)
+    written = _write(args, doc)
+    if interrupted:
+        where = f"; partial results in {', '.join(written)}" if written else ""
+        done = doc["summary"]["complete"]
+        return error("regress", f"interrupted after {done} of {len(todo)} case(s){where}", INTERRUPTED)
+    return _verdict(args, results, note)
 
 
-def _verdict(args, results: list[dict], baseline: dict, note: str) -> int:
-    if not args.baseline:
-        return 0
+def _rule_text(rule: Rule) -> str:
+    if rule.threshold >= rule.max_threshold:
+        return f"{rule.threshold:.1%} (fixed: --threshold is not below --max-threshold)"
+    return f"max({rule.threshold:.1%}, min({rule.max_threshold:.1%}, run noise + baseline spread))"
+
+
+def _status(results: list[dict], interrupted: bool) -> str:
+    if interrupted:
+        return "interrupted"
+    return "failed" if any(r["status"] == "failed" for r in results) else "passed"
+
+
+def _write(args, doc: dict) -> list[str]:
+    """Write the files asked for (an interrupted run is no baseline: --save-baseline is left as it
+    was); returns their paths."""
+    paths = [args.out] + ([] if doc["interrupted"] else [args.save_baseline])
+    for path in filter(None, paths):
+        write_json(path, doc)
+    if args.junit:
+        write_junit(args.junit, doc)
+    return [p for p in (*paths, args.junit) if p]
+
+
+def _verdict(args, results: list[dict], note: str) -> int:
+    """Print each failing case and a summary; the one-line reason on stderr and exit 1 if any failed."""
     if note:
         print(f"note: {note}")
     compared = [r for r in results if "change" in r]
-    if not compared:
+    if args.baseline and not compared:
         return error("regress", f"baseline {args.baseline} has none of this run's cases; "
                                 f"{_refresh(args.baseline)} or run its sizes and threads")
-    flagged = [r for r in compared if r["regression"]]
-    print(f"{len(flagged)} regression(s) in {len(compared)} case(s) compared with {args.baseline}"
-          + "".join(f"\nREGRESSION {r['case']}: ratio {r['speedup_median']:.3f} vs baseline "
-                    f"{r['baseline_speedup']:.3f} ({r['change']:+.1%}, threshold {r['threshold']:.1%})"
-                    for r in flagged))
-    return 1 if flagged else 0
+    failed = [r for r in results if r["failures"]]
+    for r in failed:
+        print("".join(f"FAIL {r['case']}: {reason}\n" for reason in r["failures"]), end="")
+    counts = _counts(results, len(results))
+    parts = ([f"{counts['regressions']} regression(s) in {len(compared)} case(s) compared with {args.baseline}"]
+             if args.baseline else []) \
+        + ([f"{counts['below']} of {len(results)} case(s) below --fail-below {args.fail_below:g}"]
+           if args.fail_below is not None else [])
+    if parts:
+        print("; ".join(parts), flush=True)
+    if not failed:
+        return 0
+    return error("regress", f"{len(failed)} of {len(results)} case(s) failed ({'; '.join(parts)}), "
+                            f"first {failed[0]['case']}: {failed[0]['failures'][0]}", 1)
