@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from autotune.cli_common import OneLineParser, positive_number
 from autotune.db import DatabaseError, load, resolve
 from autotune.db import comm as dbc
 from autotune.db.comm import hardware
@@ -26,10 +27,11 @@ from .pools import probe_pools
 from .profile import BLAS_DEFAULT as BLAS_DEFAULT_PROFILE
 from .profile import COMM_DEFAULT as MPI_DEFAULT_PROFILE
 from .profile import ProfileError, load_profile
-from .runner import ProbeError, finish_phase, run_probe
+from .runner import ProbeError, Progress, finish_phase, progress_mode, run_probe
 from .threads import probe_and_save
 
 STOP_GRACE_SECONDS = 5.0   # after SIGTERM, how long the launched mpiexec and ranks get before SIGKILL
+DEFAULT_TIMEOUT_SECONDS = 3600.0   # --mpi --np: the launched run's time limit
 # Built-in profiles whose install ends with the validation step (unless --no-validate), so that the
 # database holds the check points `autotune report` draws, and the validation spec each runs
 # (install_probe.validate.SPECS); `quick` skips it to stay well under a minute.
@@ -39,7 +41,7 @@ MIN_VALIDATION_SECONDS = 60.0
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autotune-install", description=__doc__)
+    p = OneLineParser(prog="autotune-install", description=__doc__)
     p.add_argument("--profile", default=None,
                    help=f"quick | standard | full | PATH.yaml (default: {BLAS_DEFAULT_PROFILE}; "
                         f"with --mpi: {MPI_DEFAULT_PROFILE})")
@@ -47,14 +49,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="measure only these routines and/or backends (e.g. --only gemm potrf mkl)")
     p.add_argument("--resume", action="store_true", help="finish an interrupted run of the same profile")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (on a terminal) or phase lines (elsewhere)")
     val = p.add_argument_group("validation: check models on off-grid sizes, store fitted ones where needed")
-    val.add_argument("--validate", action="store_true",
-                     help="run only the validation step on the existing database (--profile quick|standard|FILE)")
-    val.add_argument("--with-validate", action="store_true",
-                     help="after measuring, run the validation step (standard and full do unless --no-validate)")
-    val.add_argument("--no-validate", action="store_true",
-                     help="end a standard or full install without the validation step")
+    step = val.add_mutually_exclusive_group()
+    step.add_argument("--validate", action="store_true",
+                      help="run only the validation step on the existing database (--profile quick|standard|FILE)")
+    step.add_argument("--with-validate", action="store_true",
+                      help="after measuring, run the validation step (standard and full do unless --no-validate)")
+    step.add_argument("--no-validate", action="store_true",
+                      help="end a standard or full install without the validation step")
     val.add_argument("--tol", type=float, default=3.0, help="validation tolerance, median APE in percent (default 3)")
     mpi = p.add_argument_group("MPI communication probe (ts, tw per primitive, p and message size)")
     mpi.add_argument("--mpi", action="store_true",
@@ -63,13 +67,18 @@ def parser() -> argparse.ArgumentParser:
     mpi.add_argument("--np", type=int, default=None, metavar="P",
                      help="with --mpi outside mpiexec: number of processes to launch (default: physical cores, "
                           "at least 2); P above the core count is probed as its own, oversubscribed platform")
-    mpi.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
-                     help="with --mpi --np: stop the launched mpiexec after this long (default 3600)")
+    mpi.add_argument("--timeout", type=positive_number, default=None, metavar="SECONDS",
+                     help=f"with --mpi outside mpiexec: stop the launched mpiexec after this long "
+                          f"(default {DEFAULT_TIMEOUT_SECONDS:g})")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    for option in ("np", "timeout"):
+        if getattr(args, option) is not None and not args.mpi:
+            p.error(f"--{option} applies only with --mpi (the MPI probe's launch)")
     if args.profile is None:
         args.profile = MPI_DEFAULT_PROFILE if args.mpi else BLAS_DEFAULT_PROFILE
     problem = db_path_problem(args.db)
@@ -92,13 +101,25 @@ def main_probe(args, stop: StopSignals) -> int:
         if profile.time_limit_minutes and not only:
             print(f"autotune-install: {limit_line(profile, validates(args))}", file=sys.stderr, flush=True)
         result = run_probe(profile, args.db, only=only, resume=args.resume,
-                           progress=False if args.no_progress else None, after=phases_after(args, profile, only))
+                           progress=False if args.no_progress else None, after=phases_after(args, profile, only),
+                           completing=stop.hold)
     except (ProfileError, ProbeError, OSError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:       # before the run was first saved: nothing to keep
         print("autotune-install: interrupted before measuring; nothing was written", file=sys.stderr)
         return stop.exit_code()
+    try:
+        code = report_points(result, stop)
+        return code if code is not None else run_phases(args, profile, result, stop)
+    except KeyboardInterrupt:       # between the points and the next phase
+        print(f"autotune-install: interrupted; the measurements are kept in {result.path}. "
+              "Run again with --resume to finish.", file=sys.stderr)
+        return stop.exit_code()
+
+
+def report_points(result, stop: StopSignals) -> int | None:
+    """Print the point sweep's outcome; its exit status if the install ends here, else None."""
     for name, why in result.skipped_backends.items():
         print(f"autotune-install: skipped backend {name}: {why}", file=sys.stderr)
     for key, why in result.failures.items():
@@ -109,9 +130,7 @@ def main_probe(args, stop: StopSignals) -> int:
         return 1
     state = "complete" if result.complete else "interrupted"
     print(f"autotune-install: {state}: {result.measured} points in {result.path} ({result.seconds:.1f} s)")
-    if not result.complete:
-        return stop.exit_code()
-    return run_phases(args, profile, result, stop)
+    return None if result.complete else stop.exit_code()
 
 
 def phases_after(args, profile, only) -> tuple[str, ...]:
@@ -123,27 +142,37 @@ def phases_after(args, profile, only) -> tuple[str, ...]:
 
 def run_phases(args, profile, result, stop: StopSignals) -> int:
     """The run's pending phases after the points, each marked done in the database when it ends; a
-    stop signal keeps what was done (exit 128 + the signal) and ``--resume`` runs the rest."""
-    spent = result.seconds
-    for phase in result.pending:
-        try:
+    stop signal keeps what was done (exit 128 + the signal) and ``--resume`` runs the rest. The
+    save that completes the run holds stop signals: a stop then finds the run complete (exit 0)."""
+    spent, phase = result.seconds, None
+    try:
+        for i, phase in enumerate(result.pending):
             seconds, code = PHASES[phase](args, profile, spent)
             if code:
                 return code
+            if i == len(result.pending) - 1:
+                stop.hold()
             finish_phase(result.path, phase)
-        except KeyboardInterrupt:
-            print(f"autotune-install: interrupted during {PHASE_NAMES[phase]}; the measurements before it are "
-                  f"kept in {result.path}. Run again with --resume to finish.", file=sys.stderr)
-            return stop.exit_code()
-        spent += seconds
+            spent += seconds
+    except KeyboardInterrupt:
+        print(f"autotune-install: interrupted during {PHASE_NAMES.get(phase, 'the phases')}; the measurements "
+              f"before it are kept in {result.path}. Run again with --resume to finish.", file=sys.stderr)
+        return stop.exit_code()
+    if stop.signum is not None:
+        print(f"autotune-install: {signal.Signals(stop.signum).name} arrived while the run's end was saved; "
+              f"the run is complete", file=sys.stderr)
     return 0
+
+
+def _progress(args, phase: str, unit: str = "points") -> Progress:
+    """The phase's progress display: a bar on a terminal, a line elsewhere, none with --no-progress."""
+    return Progress(phase, progress_mode(False if args.no_progress else None), unit)
 
 
 def main_pools(args, profile, spent: float = 0.0) -> tuple[float, int]:
     """Measure the thread-pool transition costs of the profile's libraries; the seconds it took."""
-    say = (lambda m: None) if args.no_progress else \
-        (lambda m: print(f"autotune-install: pools: {m}", file=sys.stderr, flush=True))
-    info = probe_pools(args.db, profile.backends, profile.pools, say)
+    with _progress(args, "pool transitions", "transitions") as bar:
+        info = probe_pools(args.db, profile.backends, profile.pools, bar)
     print(f"autotune-install: thread-pool transitions of {', '.join(info['libraries'])} "
           f"(hot window {info['hot_window'] * 1e3:g} ms) in {info['seconds']:.1f} s")
     return float(info["seconds"]), 0
@@ -151,10 +180,9 @@ def main_pools(args, profile, spent: float = 0.0) -> tuple[float, int]:
 
 def main_thread_sps(args, profile, spent: float = 0.0) -> tuple[float, int]:
     """Measure the thread SPs of each kernel version (001 §6.3.1); the seconds it took."""
-    if not args.no_progress:
-        print("autotune-install: thread SPs: measuring", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    sps = probe_and_save(resolve(args.db), quick=profile.thread_sps == "quick")
+    with _progress(args, "thread SPs", "steps") as bar:
+        sps = probe_and_save(resolve(args.db), quick=profile.thread_sps == "quick", progress=bar)
     seconds = time.perf_counter() - t0
     print(f"autotune-install: thread SPs of {', '.join(sorted(sps.versions))} in {seconds:.1f} s")
     return seconds, 0
@@ -213,7 +241,7 @@ def db_path_problem(db) -> str | None:
 # -- stopping on SIGINT, SIGTERM and SIGHUP --------------------------------------------------------
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP arrived: unwinds as Ctrl-C does (checkpoint, stop the launched ranks)."""
+    """A stop signal arrived: unwinds as Ctrl-C does (checkpoint, stop the launched ranks)."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -221,28 +249,39 @@ class Stopped(KeyboardInterrupt):
 
 
 class StopSignals:
-    """Which stop signal arrived, for the exit status: 128 + its number (130 for Ctrl-C)."""
+    """Which stop signal arrived, for the exit status: 128 + its number (130 for Ctrl-C). Raises
+    ``Stopped`` on each until ``hold``: from then on they are only recorded."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.holding = False
 
     def handler(self, signum: int, frame) -> None:
         self.signum = signum
-        raise Stopped(signum)
+        if not self.holding:
+            raise Stopped(signum)
+
+    def hold(self) -> None:
+        """The save that completes the run begins: a stop from here on would leave a complete run
+        reported as stopped, so it is only recorded (a stop before this left the run resumable)."""
+        self.holding = True
 
     def exit_code(self) -> int:
         return 128 + (self.signum or signal.SIGINT)
 
 
+STOP_SIGNALS = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None)
+
+
 @contextlib.contextmanager
 def stop_signals():
-    """While inside, SIGTERM and SIGHUP raise ``Stopped`` as SIGINT raises KeyboardInterrupt, so
-    ``timeout`` or a closed terminal stops the run as Ctrl-C does. Main thread only; a signal the
-    parent set to be ignored (nohup) stays ignored."""
+    """While inside, SIGINT, SIGTERM and SIGHUP raise ``Stopped`` (a KeyboardInterrupt), so ``timeout``
+    or a closed terminal stops the run as Ctrl-C does. Main thread only; a signal the parent set to
+    be ignored (nohup) stays ignored."""
     stop, old = StopSignals(), {}
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:
+        for sig in STOP_SIGNALS:
+            if signal.getsignal(sig) is not signal.SIG_IGN:
                 old[sig] = signal.signal(sig, stop.handler)
     try:
         yield stop
@@ -256,9 +295,8 @@ def signals_ignored():
     """SIGINT, SIGTERM and SIGHUP ignored while inside: a second signal must not cut the cleanup short."""
     old = {}
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if sig is not None:
-                old[sig] = signal.signal(sig, signal.SIG_IGN)
+        for sig in STOP_SIGNALS:
+            old[sig] = signal.signal(sig, signal.SIG_IGN)
     try:
         yield
     finally:
@@ -272,14 +310,13 @@ def main_validate(args, spec: str | None = None, budget: float | None = None) ->
     from .validate import validate
 
     try:
-        report = validate(args.db, spec or args.profile, tol=args.tol, progress=not args.no_progress,
-                          budget_seconds=budget)
+        with _progress(args, "validation") as bar:
+            report = validate(args.db, spec or args.profile, tol=args.tol, progress=bar, budget_seconds=budget)
     except (ValueError, LookupError, PermissionError) as exc:
         print(f"autotune-install: error: {exc}", file=sys.stderr)
         return 2
     print(report.text())
     return 0
-
 
 
 # -- --mpi: the communication probe -----------------------------------------------------------------
@@ -295,6 +332,10 @@ def main_mpi(args) -> int:
     size = mpi_world_size_env()
     if size is not None and size < 2:
         print("autotune-install: error: --mpi under mpiexec needs at least 2 processes", file=sys.stderr)
+        return 2
+    if size is not None and (args.np is not None or args.timeout is not None):
+        print("autotune-install: error: --np and --timeout are for the launch autotune-install makes itself; "
+              "under mpiexec its -n sets P", file=sys.stderr)
         return 2
     if size is not None:
         from .comm import main as comm_main
@@ -314,7 +355,8 @@ def main_mpi(args) -> int:
         print("autotune-install: error: --np must be at least 2", file=sys.stderr)
         return 2
     with stop_signals():       # not under mpiexec: a rank blocked in MPI would run no Python handler
-        return launch_comm_probe(nprocs, args.profile, args.db, timeout=args.timeout, quiet=args.no_progress)
+        return launch_comm_probe(nprocs, args.profile, args.db, timeout=args.timeout or DEFAULT_TIMEOUT_SECONDS,
+                                 quiet=args.no_progress)
 
 
 def _physical_cores() -> int:
@@ -383,12 +425,11 @@ def launch_comm_probe(nprocs: int, profile: str, db=None, *, timeout: float = 36
         proc = subprocess.Popen(tied_to_this_process(cmd), env=env, start_new_session=True)
         code = proc.wait(timeout=timeout)
     except (subprocess.TimeoutExpired, KeyboardInterrupt) as exc:
-        if proc is not None:
-            stop_launched(proc)
+        left = stop_launched(proc) if proc is not None else []
         timed_out = isinstance(exc, subprocess.TimeoutExpired)
         why = f"timed out after {timeout:g} s" if timed_out else f"stopped by {_signal_name(exc)}"
-        print(f"autotune-install: MPI probe {why}; mpiexec and its ranks ended; {kept(path, before)}",
-              file=sys.stderr, flush=True)
+        ended = f"still running: pids {' '.join(map(str, left))}" if left else "mpiexec and its ranks ended"
+        print(f"autotune-install: MPI probe {why}; {ended}; {kept(path, before)}", file=sys.stderr, flush=True)
         return 124 if timed_out else 128 + getattr(exc, "signum", signal.SIGINT)
     seconds = time.perf_counter() - t0
     if code != 0:
@@ -451,28 +492,40 @@ def gemm_rate(db: Path | None) -> float | None:
 
 # -- ending the launched mpiexec ----------------------------------------------------------------------
 
-def stop_launched(proc, grace: float = STOP_GRACE_SECONDS) -> None:
-    """End ``proc`` (mpiexec, leader of its own process group) and everything it started: SIGTERM
-    to its group and to each descendant (Open MPI puts every rank in a process group of its own),
-    then SIGKILL to whatever is left after ``grace`` seconds. Descendants are listed before the
-    first signal: once mpiexec is gone its ranks are no longer its children."""
+def stop_launched(proc, grace: float = STOP_GRACE_SECONDS) -> list[int]:
+    """End ``proc`` (mpiexec, leader of its own session and process group) and everything it started:
+    SIGTERM to its group and to each process below it or in its session (Open MPI puts every rank
+    in a process group of its own, and a rank whose mpiexec died is no longer its child), then
+    SIGKILL to whatever is left after ``grace`` seconds. The family is listed again while waiting,
+    the newcomers signalled too: a dying mpiexec may still have started a rank. Returns the pids
+    still running (none, unless one outlives SIGKILL)."""
     import time
 
+    family: dict[int, str] = {}
     with signals_ignored():
-        family = descendants(proc.pid)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            family.update(descendants(proc.pid))
-            _signal_all(proc.pid, family, sig)
+            _signal_newcomers(proc.pid, family, sig, everyone=True)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and not _all_gone(proc, family):
                 time.sleep(0.05)
+                _signal_newcomers(proc.pid, family, sig)
             if _all_gone(proc, family):
-                return
+                return []
+    return sorted(pid for pid, start in family.items() if _alive(pid, start))
 
 
-def _signal_all(leader: int, family: dict[int, str], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(leader, sig)
+def _signal_newcomers(leader: int, family: dict[int, str], sig: int, everyone: bool = False) -> None:
+    """Add the processes launched under ``leader`` not yet in ``family`` and send ``sig`` to them
+    (to the whole family and the leader's group if ``everyone``)."""
+    new = {pid: start for pid, start in launched(leader).items() if pid not in family}
+    family.update(new)
+    _signal_all(leader, family if everyone else new, sig, group=everyone)
+
+
+def _signal_all(leader: int, family: dict[int, str], sig: int, group: bool = True) -> None:
+    if group:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, sig)
     for pid, start in family.items():
         if _alive(pid, start):
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -498,20 +551,30 @@ def _alive(pid: int, start: str) -> bool:
     return fields is not None and fields[19] == start and fields[0] not in ("Z", "X")
 
 
-def descendants(root: int) -> dict[int, str]:
-    """pid -> start time of every process below ``root`` (Linux /proc; empty elsewhere)."""
+def launched(leader: int) -> dict[int, str]:
+    """pid -> start time of every process below ``leader`` or in the session it leads (Linux /proc)."""
+    below, session = _tree(leader)
+    return {**session, **below}
+
+
+def _tree(root: int) -> tuple[dict[int, str], dict[int, str]]:
+    """(the processes below ``root``, those of the session ``root`` leads), pid -> start time, from one
+    read of /proc."""
     children: dict[int, list[tuple[int, str]]] = {}
+    session = {}
     for entry in Path("/proc").glob("[0-9]*"):
         fields = _stat(int(entry.name))
         if fields is not None:
             children.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
+            if int(fields[3]) == root and int(entry.name) != root:
+                session[int(entry.name)] = fields[19]
     out, todo = {}, [root]
     while todo:
         for pid, start in children.get(todo.pop(), ()):
             if pid not in out:
                 out[pid] = start
                 todo.append(pid)
-    return out
+    return out, session
 
 
 def platform_stamps(path: Path) -> dict[str, str]:

@@ -21,6 +21,8 @@ from autotune.db import resolve
 from autotune.db.pools import COLD, ROW_DTYPE, save_transitions
 
 GEMM = Callable[[], None]
+# A progress callback: (points done, points planned, the point measured now).
+Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -97,23 +99,34 @@ class _Bench:
         return float(np.median(times))
 
 
-def measure(backends: dict, spec: PoolSpec, progress: Callable[[str], None] = lambda s: None) -> np.ndarray:
+def _sources(ends: list[tuple[str, int]], to: tuple[str, int], n: int, spec: PoolSpec) -> list[tuple[tuple, float]]:
+    """The (from, gap) transitions into ``to`` at size ``n``: gap 0 from every end; the spec's gaps
+    (the hot window) from the smallest size only, between pools of several threads."""
+    return [(frm, gap) for frm, gap in itertools.product(ends, (0.0,) + spec.gaps)
+            if not gap or (n == min(spec.sizes) and min(frm[1], to[1]) >= 2)]
+
+
+def measure(backends: dict, spec: PoolSpec, progress: Progress | None = None) -> np.ndarray:
     """Rows of ``db.pools.ROW_DTYPE``: every (from, to) transition at gap 0 for every size, at the
-    spec's gaps for the smallest between multi-threaded pools, and the cold starts."""
+    spec's gaps for the smallest between multi-threaded pools, and the cold starts; ``progress``
+    hears (rows done, rows planned, the row measured now) as each row starts."""
     bench = _Bench(backends, spec)
     ends = [(name, t) for name in backends for t in spec.threads if t <= backends[name].max_threads]
+    plan = [(to, n, _sources(ends, to, n, spec)) for to in ends for n in spec.sizes]
+    total = sum(1 + len(sources) for *_, sources in plan)
+    tick = progress or (lambda done, total, what: None)
     rows = []
     try:
-        for to in ends:
-            progress(f"transitions into {to[0]} {to[1]}t")
-            for n in spec.sizes:
-                own = bench.after(to, to, n, 0.0)
-                rows.append((COLD, 0, to[0], to[1], 0.0, n, own, bench.cold(to, n)))
-                for frm, gap in itertools.product(ends, (0.0,) + spec.gaps):
-                    if gap and (n != min(spec.sizes) or min(frm[1], to[1]) < 2):
-                        continue            # the hot window: from the smallest size, pools of several threads
-                    t = own if (frm, gap) == (to, 0.0) else bench.after(frm, to, n, gap)
-                    rows.append((frm[0], frm[1], to[0], to[1], gap, n, own, t))
+        for to, n, sources in plan:
+            into = f"-> {to[0]}:{to[1]} n={n}"
+            tick(len(rows), total, f"cold {into}")
+            own = bench.after(to, to, n, 0.0)
+            rows.append((COLD, 0, to[0], to[1], 0.0, n, own, bench.cold(to, n)))
+            for frm, gap in sources:
+                tick(len(rows), total, f"{frm[0]}:{frm[1]} {into}" + (f" gap {gap:g} s" if gap else ""))
+                t = own if (frm, gap) == (to, 0.0) else bench.after(frm, to, n, gap)
+                rows.append((frm[0], frm[1], to[0], to[1], gap, n, own, t))
+        tick(len(rows), total, "")
     finally:
         for be in backends.values():
             be.set_threads(be.max_threads)
@@ -134,9 +147,9 @@ def hot_window(rows: np.ndarray) -> float:
     return float(later[0]) if later.size else float(gaps.max())
 
 
-def probe_pools(db_path, names, spec: str = "standard", say: Callable[[str], None] = lambda s: None) -> dict:
+def probe_pools(db_path, names, spec: str = "standard", progress: Progress | None = None) -> dict:
     """Measure the transitions between the loaded libraries among ``names`` and store them in the
-    database; returns the stored info (spec, libraries, hot window, seconds)."""
+    database; returns the stored info (spec, libraries, hot window, seconds). ``progress``: as ``measure``'s."""
     t0 = time.perf_counter()
     loaded = {}
     for name in dict.fromkeys(n for n in names if n not in NO_POOL):
@@ -146,7 +159,7 @@ def probe_pools(db_path, names, spec: str = "standard", say: Callable[[str], Non
             continue
         if be.set_threads is not None:      # skipped: a library whose thread count cannot be set
             loaded[name] = be
-    rows = measure(loaded, SPECS[spec], say)
+    rows = measure(loaded, SPECS[spec], progress)
     info = {"spec": spec, "libraries": sorted(loaded), "hot_window": hot_window(rows),
             "seconds": round(time.perf_counter() - t0, 1)}
     save_transitions(resolve(db_path), rows, info)

@@ -1,9 +1,12 @@
 """Running a probe: load backends, measure every task, checkpoint atomically, resume after Ctrl-C."""
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +24,14 @@ from .profile import Profile
 from .timing import lower_median, measure
 
 CHECKPOINT_SECONDS = 5.0
+# The progress bar: redrawn at least this often (its clock runs on during a long point), the
+# narrowest bar beside the "what is measured now" field (dropped if there is no room left for 10
+# characters of it), and the size assumed of a terminal that reports 0 x 0.
+REDRAW_SECONDS = 1.0
+MIN_BAR = 10
+FALLBACK_TERMINAL = (80, 24)
+BAR_FORMAT = "{desc} {percentage:3.0f}%|{bar}| {elapsed}<{remaining} left{postfix}"
+BAR_FIXED = len(" 100%|| 00:00:00<00:00:00 left, ")   # BAR_FORMAT's characters beside desc, bar and postfix
 # After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
 # and Intel OpenMP workers busy-wait for a while) so it does not steal a core from the next group.
 SETTLE_SECONDS = 0.3
@@ -137,7 +148,8 @@ def call_overhead(be, routine: str, timing, rng) -> float:
 
 
 def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, resume: bool = False,
-              progress: bool | None = None, seed: int = 0, after: tuple[str, ...] = ()) -> ProbeResult:
+              progress: bool | None = None, seed: int = 0, after: tuple[str, ...] = (),
+              completing: Callable[[], None] | None = None) -> ProbeResult:
     """Measure ``profile`` into the database at ``db_path``; a Ctrl-C leaves a valid, resumable file.
     ProbeError, with the database untouched, when the plan holds no point (e.g. --only names an
     unavailable backend): an empty run would leave tuned calls silently untuned.
@@ -150,6 +162,8 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
 
     ``after``: the phases that follow the points (pools, thread SPs, validation), stored with the
     run (a resumed run keeps its own); the run is complete once ``finish_phase`` marked each done.
+    ``completing`` is called just before the save that marks the run complete (none follows the
+    points): the installer stops raising on stop signals there. ``progress``: see ``progress_mode``.
     """
     _check_only(only)
     path = resolve(db_path)
@@ -164,24 +178,13 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     if not tasks and not done:           # before the first save: the database stays as it was
         raise ProbeError(f"nothing was measured: {nothing_to_measure(profile, backends, skipped, only)}; "
                          f"{path} left as it was")
-    session = _Session(profile, backends, db, path, run_id, _bar(tasks, profile, progress), seed)
-    try:
-        save(db, path)
-        first = session.run_pass(tasks)
-        for i in range(1, profile.timing.passes):
-            order = reversed(tasks) if i % 2 else iter(tasks)
-            again = [t for t in order if first.get(t.key, np.inf) < profile.timing.repass_seconds]
-            session.bar.total += sum(t.eta_weight(profile.timing.min_reps) for t in again)
-            session.run_pass(again)
-    except KeyboardInterrupt:
-        session.checkpoint()
-        session.bar.close()
-        print(f"\nautotune-install: interrupted; {len(db.keys(run_id))} points kept in {path}. "
+    with Progress("points", progress_mode(progress) if tasks else "off") as bar:     # a resume may have none
+        session = _Session(profile, backends, db, path, run_id, bar, seed)
+        complete = session.measure_all(tasks, completing)
+    if not complete:
+        print(f"autotune-install: interrupted; {len(db.keys(run_id))} points kept in {path}. "
               "Run again with --resume to finish.", file=sys.stderr)
         return ProbeResult(path, len(db.keys(run_id)), skipped, False, session.elapsed, session.failures)
-    session.bar.close()
-    _done(db.run, "points")
-    session.checkpoint()
     return ProbeResult(path, len(db.keys(run_id)), skipped, True, session.elapsed, session.failures,
                        tuple(db.run["pending"]))
 
@@ -196,6 +199,12 @@ def finish_phase(path, phase: str) -> None:
 def _done(run: dict, phase: str) -> None:
     run["pending"] = [p for p in run.get("pending", []) if p != phase]
     run["complete"] = not run["pending"]
+
+
+def _reopen(run: dict, phase: str) -> None:
+    """Mark ``phase`` pending again, first (a stop during the save that marked it done)."""
+    run["pending"] = [phase, *(p for p in run.get("pending", []) if p != phase)]
+    run["complete"] = False
 
 
 class _Session:
@@ -217,6 +226,30 @@ class _Session:
         _checkpoint(self.db, self.rows, self.path)
         self.rows, self.last = [], time.perf_counter()
 
+    def measure_all(self, tasks: list[Task], completing: Callable[[], None] | None) -> bool:
+        """Every pass over ``tasks``, then the save marking the points done; False if a stop came
+        first (the points then stay pending in the saved file, whatever save it interrupted)."""
+        reps = self.profile.timing.min_reps
+        self.bar.plan(len(tasks), sum(t.eta_weight(reps) for t in tasks))
+        try:
+            save(self.db, self.path)
+            first = self.run_pass(tasks)
+            for i in range(1, self.profile.timing.passes):
+                order = reversed(tasks) if i % 2 else iter(tasks)
+                again = [t for t in order if first.get(t.key, np.inf) < self.profile.timing.repass_seconds]
+                self.bar.phase = f"points (pass {i + 1})"
+                self.bar.plan(len(again), sum(t.eta_weight(reps) for t in again))
+                self.run_pass(again)
+            if completing is not None and self.db.run["pending"] == ["points"]:
+                completing()
+            _done(self.db.run, "points")
+            self.checkpoint()
+        except KeyboardInterrupt:
+            _reopen(self.db.run, "points")
+            self.checkpoint()
+            return False
+        return True
+
     def run_pass(self, tasks: list[Task]) -> dict[tuple, float]:
         """Measure ``tasks`` once more; each point's record becomes the lower median of its passes so
         far. Returns key -> this pass's median."""
@@ -227,12 +260,12 @@ class _Session:
                 be.extra["warm_up"]()
             with be.threads(threads):
                 for task in group:
-                    self.bar.set_postfix_str(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
+                    self.bar.at(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
                     row = self._measure(be, task)
                     if row is not None:
                         medians[task.key] = row[8]
                         self.rows.append(self._lower_median(task.key, row))
-                    self.bar.update(task.eta_weight(self.profile.timing.min_reps))
+                    self.bar.step(task.eta_weight(self.profile.timing.min_reps))
                     if time.perf_counter() - self.last > CHECKPOINT_SECONDS:
                         self.checkpoint()
             if threads > 1:
@@ -276,10 +309,127 @@ def _groups(tasks: list[Task]):
         yield key, list(group)
 
 
-def _bar(tasks: list[Task], profile: Profile, progress: bool | None):
-    from tqdm import tqdm
+# -- progress ---------------------------------------------------------------------------------------
 
-    total = sum(t.eta_weight(profile.timing.min_reps) for t in tasks)
-    return tqdm(total=total, disable=None if progress is None else not progress, unit="s", unit_scale=False,
-                desc=f"probe {profile.name}", bar_format="{l_bar}{bar}| {elapsed}<{remaining} {postfix}",
-                file=sys.stderr)
+def progress_mode(progress: bool | None = None, file=None) -> str:
+    """How a phase shows its progress on ``file`` (stderr): "bar" on a terminal (or if ``progress``
+    is True), "lines" elsewhere (a log or a pipe: one line as the phase starts), "off" if False."""
+    if progress is False:
+        return "off"
+    file = sys.stderr if file is None else file
+    return "bar" if progress or _isatty(file) else "lines"
+
+
+def _isatty(file) -> bool:
+    try:
+        return bool(file.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def terminal_size(file) -> tuple[int, int]:
+    """(columns for the bar, rows) of the terminal at ``file``: a terminal reporting 0 x 0 (a
+    container's, a serial console) gets FALLBACK_TERMINAL, where tqdm would hide its bar."""
+    try:
+        cols, rows = os.get_terminal_size(file.fileno())
+    except (AttributeError, ValueError, OSError):
+        cols, rows = 0, 0
+    return (cols if cols > 0 else FALLBACK_TERMINAL[0]) - 1, rows if rows > 0 else FALLBACK_TERMINAL[1]
+
+
+class Progress:
+    """One install phase's progress on stderr. "bar": a tqdm bar with the phase, its points done of
+    planned, the time elapsed and left (from each point's guessed seconds), and the point measured
+    now, redrawn every REDRAW_SECONDS; "lines": one line as the phase starts; "off": nothing.
+
+    Also callable as ``progress(done, total, what)`` (every point weighing the same), the form in
+    which the pool, thread-SP and validation probes report as they start each point."""
+
+    def __init__(self, phase: str, mode: str = "lines", unit: str = "points"):
+        self.phase, self.mode, self.unit = phase, mode, unit
+        self.done = self.total = 0
+        self.started = False
+        self.bar = None
+        self._closed = threading.Event()
+        self._redrawer: threading.Thread | None = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def plan(self, points: int, seconds: float | None = None) -> None:
+        """``points`` more to measure, guessed at ``seconds`` together (default one each); the
+        first call starts the display."""
+        weight = float(points if seconds is None else seconds)
+        self.total += points
+        if self.mode == "lines" and not self.started:
+            print(f"autotune-install: {self.phase}: {points} {self.unit}", file=sys.stderr, flush=True)
+        elif self.mode == "bar":
+            if self.bar is None:
+                self._open(weight)
+            else:
+                self.bar.total += weight
+            self.bar.set_description_str(self._label(), refresh=False)
+        self.started = True
+
+    def at(self, what: str) -> None:
+        """Name the point being measured now (beside the bar, as much as fits)."""
+        if self.bar is not None:
+            room = self.bar.ncols - len(self._label()) - BAR_FIXED - MIN_BAR
+            self.bar.set_postfix_str(what[:room] if room >= 10 else "", refresh=False)
+
+    def step(self, seconds: float = 1.0, points: int = 1) -> None:
+        """``points`` planned points done, guessed at ``seconds``."""
+        self.done += points
+        if self.bar is not None:
+            self.bar.set_description_str(self._label(), refresh=False)
+            self.bar.update(seconds)
+
+    def __call__(self, done: int, total: int, what: str = "") -> None:
+        if total != self.total:             # fewer: points a deadline left untimed
+            self.plan(total - self.total)
+        self.at(what)
+        if done > self.done:
+            self.step(done - self.done, done - self.done)
+
+    def note(self, message: str) -> None:
+        """A message line during the phase (above the bar on a terminal)."""
+        if self.mode == "off":
+            return
+        line = f"autotune-install: {self.phase}: {message}"
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """End the display: the bar's last state stays on its line."""
+        self._closed.set()
+        if self._redrawer is not None:
+            self._redrawer.join()
+            self._redrawer = None
+        if self.bar is not None:
+            self.bar.set_postfix_str("", refresh=False)
+            self.bar.close()
+            self.bar = None
+
+    def _label(self) -> str:
+        return f"{self.phase} {self.done}/{self.total}"
+
+    def _open(self, total: float) -> None:
+        from tqdm import tqdm
+
+        cols, rows = terminal_size(sys.stderr)
+        self.bar = tqdm(total=total, file=sys.stderr, ncols=cols, nrows=rows, desc=self._label(),
+                        bar_format=BAR_FORMAT, mininterval=0.2, leave=True)
+        self._redrawer = threading.Thread(target=self._redraw, name="autotune-progress", daemon=True)
+        self._redrawer.start()
+
+    def _redraw(self) -> None:
+        """Keep the elapsed time moving while one point runs long (a large size, a thread-SP step)."""
+        while not self._closed.wait(REDRAW_SECONDS):
+            bar = self.bar
+            if bar is not None:
+                bar.refresh()

@@ -30,6 +30,8 @@ from autotune.models import multicore
 from autotune.select.candidates import NESTED_BACKEND
 
 FLOOR = 1e-12  # smallest T_gen / T_work reported (a fit at or below zero means "not resolved")
+# A progress callback: (steps done, steps planned, the step measured now).
+Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,33 @@ def fit_version(rows: list[tuple], barrier_rows: list[tuple], c: int, max_thread
     return VersionSPs(float(t_gen), float(t_work), float(t_syn), ratio, line, max_threads)
 
 
-def measure_version(module, c: int, plan: Plan) -> tuple[list[tuple], list[tuple]]:
-    """Time generate and pfor (two sizes) and barriers (one) at P = 1..2C with one version's module."""
+class _Steps:
+    """Counts a probe's steps for a progress callback, told as each step starts."""
+
+    def __init__(self, total: int, progress: Progress | None = None):
+        self.total, self.done, self.progress = total, -1, progress
+
+    def __call__(self, what: str) -> None:
+        """Step ``what`` starts (the one before it is done)."""
+        self.done += 1
+        if self.progress is not None:
+            self.progress(self.done, self.total, what)
+
+    def end(self) -> None:
+        if self.progress is not None:
+            self.progress(self.total, self.total, "")
+
+
+def _quiet(what: str) -> None:
+    """A step nobody follows."""
+
+
+def measure_version(module, c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> tuple[list, list]:
+    """Time generate and pfor (two sizes) and barriers (one) at P = 1..2C with one version's module
+    (one ``step`` per P)."""
     rows, barrier_rows = [], []
     for p in range(1, 2 * c + 1):
+        step(f"P={p}")
         for n in plan.gen_sizes:
             rows.append(("generate", p, n, best_time(module.generate, p, n, reps=plan.reps)))
             rows.append(("pfor", p, c * n, best_time(module.pfor, p, c * n, reps=plan.reps)))
@@ -182,23 +207,26 @@ def _add_operands(n: int) -> tuple[np.ndarray, ...]:
     return tuple(np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
 
 
-def probe_kernels(module, c: int, plan: Plan) -> dict:
+def probe_kernels(module, c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> dict:
     """Seconds per element of one thread of the version's Jacobi sweep and addition at each of the
     plan's sizes, alone at P = 1..2C (oversubscribed too: each kernel's own switching cost) and
     (the addition) right after a BLAS gemm at P = 1..C threads, as Strassen's additions run (the
-    start of the threads included): the tables ``models.multicore.kernel_seconds`` reads."""
+    start of the threads included): the tables ``models.multicore.kernel_seconds`` reads. One
+    ``step`` per size alone and per size after the gemm."""
     be = backends.get(NESTED_BACKEND)
     w = np.asfortranarray(np.random.default_rng(2).random((WAKE_GEMM, WAKE_GEMM)))
     alone, after = list(range(1, 2 * c + 1)), list(range(1, c + 1))
     threads = {"jacobi": alone, "add": alone, "add_after_blas": after}
     tables = {k: np.zeros((len(plan.kernel_sizes), len(ps))) for k, ps in threads.items()}
     for i, n in enumerate(plan.kernel_sizes):      # alone: no BLAS pool spinning beside them
+        step(f"kernels n={n}")
         old, new = np.random.default_rng(3).random((n, n)), np.empty((n, n))
         a, b, out = _add_operands(n)
         for j, p in enumerate(alone):
             tables["jacobi"][i, j] = median_time(module.jacobi_sweep, old, new, p, reps=plan.reps) * p / (n * n)
             tables["add"][i, j] = median_time(module.add, a, b, out, 1.0, p, reps=plan.reps) * p / (n * n)
     for i, n in enumerate(plan.kernel_sizes):
+        step(f"add after gemm n={n}")
         a, b, out = _add_operands(n)
         for j, p in enumerate(after):
             with be.threads(p):
@@ -220,17 +248,19 @@ def _product(be, h: int, p2: int, levels: int, reps: int) -> float:
         return median_time(sequential_strassen, s, t, out, levels - 1, gemm, reps=reps)
 
 
-def probe_driver(c: int, plan: Plan) -> dict:
+def probe_driver(c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> dict:
     """Nested Strassen's driver at each of the plan's sizes, levels 1 and 2, and P1 x P2 <= 2C (P1 <= 7,
     P2 within the library's threads): its median time less its 7 products shared out over P1
     workers and C cores (models.multicore.shared_makespan), per element of C. This is what the
-    products leave out: additions into fresh buffers, the pool, BLAS threads spinning between calls."""
+    products leave out: additions into fresh buffers, the pool, BLAS threads spinning between calls.
+    One ``step`` per size."""
     be = backends.get(NESTED_BACKEND)
     configs = [(p1, p2, lv) for lv in (1, 2) for p1 in range(1, min(7, 2 * c) + 1)
                for p2 in range(1, min(2 * c // p1, be.max_threads) + 1)]
     reps = min(plan.reps, DRIVER_REPS)
     secs = np.zeros((len(plan.nested_sizes), len(configs)))
     for i, n in enumerate(plan.nested_sizes):
+        step(f"nested Strassen n={n}")
         a, b = (np.asfortranarray(np.random.default_rng(j).random((n, n))) for j in (1, 2))
         out = np.empty((n, n), order="F")
         prods = {(p2, lv): _product(be, n // 2, p2, lv, reps) for _, p2, lv in configs}
@@ -251,34 +281,54 @@ def probe_pool(c: int, plan: Plan) -> float:
     return max(b, FLOOR)
 
 
-def probe_threads(versions: list[str] | None = None, quick: bool = False) -> ThreadSPs:
+def probe_threads(versions: list[str] | None = None, quick: bool = False,
+                  progress: Progress | None = None) -> ThreadSPs:
     """Measure and fit the thread SPs of the kernel versions (all available ones by default) and of
-    nested Strassen; ``quick`` for a few-second run (tests)."""
+    nested Strassen; ``quick`` for a few-second run (tests). ``progress`` hears (steps done,
+    planned, the step now) as each step starts."""
     t0 = time.perf_counter()
     plan = QUICK if quick else FULL
     c = cores()
     names = [v for v in (versions or kernel_versions.available()) if v != "blas" and load(v) is not None]
+    blas = versions is None or "blas" in versions
+    step = _Steps(_step_count(len(names), c, plan, blas), progress)
     found, points = {}, {}
     for name in names:
         module = load(name)
-        rows, barrier_rows = measure_version(module, c, plan)
+        named = functools.partial(_named_step, step, name)
+        rows, barrier_rows = measure_version(module, c, plan, named)
         fitted = fit_version(rows, barrier_rows, c, _pool_limit(module))
-        found[name] = replace(fitted, kernels=probe_kernels(module, c, plan))
+        found[name] = replace(fitted, kernels=probe_kernels(module, c, plan, named))
         points[name] = {"rows": rows, "barriers": barrier_rows}
     strassen = None
-    if versions is None or "blas" in versions:
+    if blas:
+        step("blas gemm")
         found["blas"], t_mul = probe_blas(c, plan)
         add_version = "omp" if "omp" in found else next(iter(names), None)
         if add_version is not None:
-            strassen = StrassenSPs(probe_pool(c, plan), t_mul, probe_add(load(add_version), c, plan),
-                                   found[add_version].sw_cpu_line, probe_driver(c, plan))
+            step("nested Strassen pool and additions")
+            pool, add = probe_pool(c, plan), probe_add(load(add_version), c, plan)
+            strassen = StrassenSPs(pool, t_mul, add, found[add_version].sw_cpu_line, probe_driver(c, plan, step))
+    step.end()
     info = {"quick": quick, "seconds": time.perf_counter() - t0, "cores": c, "points": points}
     return ThreadSPs(c, found, strassen, info)
 
 
-def probe_and_save(path: str | os.PathLike, versions: list[str] | None = None, quick: bool = False) -> ThreadSPs:
+def _named_step(step: Callable[[str], None], name: str, what: str) -> None:
+    step(f"{name} {what}")
+
+
+def _step_count(versions: int, c: int, plan: Plan, blas: bool) -> int:
+    """The steps ``probe_threads`` reports: per version one per P and two per kernel size; the BLAS
+    gemm; nested Strassen's pool and additions, and one per driver size."""
+    strassen = 1 + len(plan.nested_sizes) if blas and versions else 0
+    return versions * (2 * c + 2 * len(plan.kernel_sizes)) + blas + strassen
+
+
+def probe_and_save(path: str | os.PathLike, versions: list[str] | None = None, quick: bool = False,
+                   progress: Progress | None = None) -> ThreadSPs:
     """``probe_threads`` then store the result in ``/threads/default`` of the database at ``path``."""
-    sps = probe_threads(versions, quick)
+    sps = probe_threads(versions, quick, progress)
     save_threads(path, sps)
     return sps
 

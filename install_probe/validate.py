@@ -14,7 +14,6 @@ sizes, measured, predicted, the model in use and why) for ``autotune report``.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field, fields, replace
@@ -136,12 +135,15 @@ def _dims(family: str, n) -> tuple[int, ...]:
 
 
 class Timer:
-    """Times (family, n, candidate) points, settling thread pools when the library or threads change."""
+    """Times (family, n, candidate) points, settling thread pools when the library or threads change;
+    ``progress`` hears (points timed, points planned, the point timed now) as each starts."""
 
-    def __init__(self, spec: Spec, seed: int = 0, deadline: float = math.inf):
+    def __init__(self, spec: Spec, seed: int = 0, deadline: float = math.inf, progress=None):
         self.spec, self.rng, self.cache = spec, np.random.default_rng(seed), {}
         self.last: tuple[str, int] | None = None
         self.runs, self.seconds, self.skipped = 0, 0.0, 0
+        self.planned = 0
+        self.progress = progress
         self.deadline = deadline            # perf_counter() after which no new point is timed
 
     @property
@@ -154,10 +156,13 @@ class Timer:
         if key not in self.cache:
             if self.expired:
                 return math.nan
+            self.planned += 1
             self.cache[key] = self._measure(family, n, cand)
         return self.cache[key]
 
     def _measure(self, family: str, n: int, cand: Candidate) -> float:
+        if self.progress is not None:
+            self.progress(self.runs, self.planned, f"{family} n={n} {cand.algorithm} {cand.backend} t={cand.threads}")
         group = (cand.backend, cand.threads)
         if self.last is not None and group != self.last and max(cand.threads, self.last[1]) > 1:
             time.sleep(self.spec.settle)      # the previous library's pool spins for a while
@@ -176,12 +181,15 @@ class Timer:
         model error that the fitted models then learn."""
         order = sorted(dict.fromkeys((f, int(n), c) for f, n, c in points),
                        key=lambda p: (p[2].threads, p[2].backend, p[0], p[1], p[2]))
+        runs, planned = self.runs, sum(key not in self.cache for key in order) + (self.spec.passes - 1) * len(order)
+        self.planned += planned
         for i in range(self.spec.passes):
             for key in order if i % 2 == 0 else order[::-1]:
                 if (i == 0 and key in self.cache) or self.expired:
                     continue
                 t = self._measure(*key)
                 self.cache[key] = min(self.cache.get(key, math.inf), t)
+        self.planned -= planned - (self.runs - runs)        # those the deadline left untimed
         self.skipped += sum(key not in self.cache for key in order)
         return {p: self.cache.get((p[0], int(p[1]), p[2]), math.nan) for p in points}
 
@@ -325,41 +333,52 @@ def _model_reason(entry: FittedEntry | None, flagged: str | None, ape: float, to
 
 # ----------------------------------------------------------------------------- the step
 
-def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, progress: bool = True,
+def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, progress=True,
              sp=None, save: bool = True, budget_seconds: float | None = None) -> Report:
     """Time the selector's candidates on check points, remodel the series the analytical model gets wrong, store.
 
     ``sp`` replaces the system parameters read from ``db_path`` (tests pass a deliberately wrong
     one); entries are written to ``/fitted/default`` of ``db_path`` unless ``save=False``. Past
     ``budget_seconds`` no new point is timed: the step scores and stores what it has (check points
-    come first), so an install keeps its time limit.
+    come first), so an install keeps its time limit. ``progress``: True for the installer's
+    display (``runner.progress_mode``), False for none, or a ``runner.Progress`` to report to.
     """
+    from .runner import Progress, progress_mode
+
+    if progress is True:
+        with Progress("validation", progress_mode()) as bar:
+            return _validate(db_path, profile_name_or_spec, tol, bar, sp, save, budget_seconds)
+    return _validate(db_path, profile_name_or_spec, tol, progress or None, sp, save, budget_seconds)
+
+
+def _validate(db_path, profile_name_or_spec, tol: float, progress, sp, save: bool,
+              budget_seconds: float | None) -> Report:
+    """``validate`` with its progress display (None: none)."""
     spec = load_spec(profile_name_or_spec)
     path = resolve(db_path)
     sp = load_sp(path, refresh=True) if sp is None else sp
     if sp.table is None:
         raise LookupError(f"no usable system parameters in {path} ({getattr(sp, 'reason', '')}): run the probe first")
     t0 = time.perf_counter()
-    timer = Timer(spec, deadline=t0 + budget_seconds if budget_seconds is not None else math.inf)
-    say = (lambda msg: print(f"autotune-install: validate: {msg}", file=sys.stderr, flush=True)) if progress \
-        else (lambda msg: None)
+    timer = Timer(spec, deadline=t0 + budget_seconds if budget_seconds is not None else math.inf, progress=progress)
+    say = getattr(progress, "note", None) or (lambda msg: None)
     problems = _check(spec, sp, timer, say)
     series: dict[Candidate, list[Point]] = defaultdict(list)
     for pts in problems.values():
         for p in pts:
             series[p.cand].append(p)
     flagged = _flag(problems, series, spec, tol)
-    say(f"{len(series)} candidate series checked, {len(flagged)} to remodel")
     entries = remodel_all(series, flagged, spec, tol, timer, sp)
     report = Report(str(path), spec.name, tol, spec.min_seconds, entries=list(entries.values()),
                     risk=measured_risk(problems))
     _summarise(report, series, entries, spec, sp, flagged)
     report.runs, report.seconds, report.skipped = timer.runs, time.perf_counter() - t0, timer.skipped
+    if progress is not None:
+        progress(timer.runs, timer.planned)
     if save:
         save_fitted(path, report.entries, info=report.summary())
         save_validation(path, report.points, info=report.summary())
     clear_cache()                               # decisions taken before were ranked without these models
-    say(report.text().splitlines()[-1])
     return report
 
 
@@ -373,7 +392,6 @@ def _check(spec: Spec, sp, timer: Timer, say) -> dict[tuple[str, int], list[Poin
             except LookupError as exc:          # nothing measured for this family
                 say(f"skipping {fam} n={n}: {exc}")
     todo = [(p.family, p.n, p.cand) for pts in problems.values() for p in pts]
-    say(f"timing {len(todo)} candidate check points ({spec.name})")
     measured = timer.many(todo)
     for key, pts in list(problems.items()):
         for p in pts:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -171,8 +172,8 @@ def _launch_probe(prof, db, log, cwd) -> subprocess.Popen:
 PHASED = dict(SLOW, name="phased", pools="tiny", thread_sps="quick",
               timing={**SLOW["timing"], "min_sample_seconds": 0.05, "passes": 1},
               measure=[{"routines": ["gemm"], "pattern": "square", "sizes": [96, 128, 160, 192]}])
-# What each phase prints as it starts (points: the run is saved, its points pending).
-STARTS = {"pools": "autotune-install: pools: transitions", "threads": "autotune-install: thread SPs: measuring"}
+# What each phase prints as it starts off a terminal (points: the run is saved, its points pending).
+STARTS = {"pools": "autotune-install: pool transitions: ", "threads": "autotune-install: thread SPs: "}
 # The installer with one phase's probe (module:function) repeated until a signal stops it: the quick
 # thread SPs take half a second, so a stop sent as the phase starts could otherwise land after it
 # ended. The thread SPs repeat their measuring only, not its save (a stop there once hung the run).
@@ -285,6 +286,107 @@ def test_stop_launched_kills_what_ignores_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _signal_self(sig: int = signal.SIGTERM) -> None:
+    """Deliver ``sig`` to this process now: its Python handler runs before the next line of the caller."""
+    os.kill(os.getpid(), sig)
+
+
+def _fake_thread_sps(path, quick=False, progress=None):
+    """The thread-SP phase without its measuring (what is tested here is the run's state around it)."""
+    return SimpleNamespace(versions={"fake": None})
+
+
+@pytest.mark.parametrize("last", ["points", "threads"])
+def test_a_stop_as_the_run_completes_never_leaves_it_complete_and_stopped(tmp_path, capsys, monkeypatch, last):
+    """SIGTERM right after the save that completes the run (the points' own, or the thread SPs', the
+    last phase): the run is complete and the installer says so, exit 0; never exit 143 over a run
+    that --resume then refuses."""
+    prof = write_yaml(tmp_path / "p.yaml", dict(TINY, **({"thread_sps": "quick"} if last == "threads" else {})))
+    db = tmp_path / "db.h5"
+    monkeypatch.setattr(cli, "probe_and_save", _fake_thread_sps)
+    real_finish, real_save = cli.finish_phase, runner_mod.save
+
+    def finish_then_stop(path, phase):
+        real_finish(path, phase)
+        _signal_self()
+
+    def save_then_stop(d, path):
+        real_save(d, path)
+        if d.run["complete"]:
+            _signal_self()
+
+    if last == "threads":
+        monkeypatch.setattr(cli, "finish_phase", finish_then_stop)
+    else:
+        monkeypatch.setattr(runner_mod, "save", save_then_stop)
+    code = cli.main(["--profile", prof, "--db", str(db), "--no-progress"])
+    err = capsys.readouterr().err
+    assert (code, load(db).run["complete"]) == (0, True), (code, load(db).run, err)
+    assert "SIGTERM arrived while the run's end was saved; the run is complete" in err, err
+
+
+def test_a_stop_just_before_the_last_phase_is_saved_resumes(tmp_path, capsys, monkeypatch):
+    """SIGTERM as the thread-SP probe returns, before its phase is saved: exit 143, the phase still
+    pending, and --resume finishes the run."""
+    prof, db = write_yaml(tmp_path / "p.yaml", dict(TINY, thread_sps="quick")), tmp_path / "db.h5"
+    def probe_then_stop(*args, **kwargs):
+        sps = _fake_thread_sps(*args, **kwargs)
+        _signal_self()
+        return sps
+
+    monkeypatch.setattr(cli, "probe_and_save", probe_then_stop)
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress"]) == 128 + signal.SIGTERM
+    assert load(db).run["complete"] is False and load(db).run["pending"] == ["threads"]
+    assert "--resume" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "probe_and_save", _fake_thread_sps)
+    assert cli.main(["--profile", prof, "--db", str(db), "--no-progress", "--resume"]) == 0
+    assert load(db).run["complete"] is True
+
+
+# Stands in for mpiexec: leaves behind a process in a group of its own whose parent has exited (as a
+# rank outliving its dying mpiexec), which writes its pid to argv[1] and holds the installer's output.
+ORPHANING_MPIEXEC = ("import os, sys, time\n"
+                     "middle = os.fork()\n"
+                     "if middle == 0:\n"
+                     "    os.setpgid(0, 0)\n"
+                     "    if os.fork() == 0:\n"
+                     "        with open(sys.argv[1] + '.tmp', 'w') as f:\n"
+                     "            f.write(str(os.getpid()))\n"
+                     "        os.rename(sys.argv[1] + '.tmp', sys.argv[1])\n"
+                     "        time.sleep(120)\n"
+                     "    os._exit(0)\n"
+                     "os.waitpid(middle, 0)\n"
+                     "time.sleep(120)\n")
+# autotune-install with that in place of mpiexec: argv[1] the fake's code, argv[2] its pid file.
+WITH_FAKE_MPIEXEC = ("import sys\n"
+                     "from autotune.install_probe import cli\n"
+                     "code, pidfile = sys.argv[1:3]\n"
+                     "cli.find_mpiexec = lambda: sys.executable\n"
+                     "cli.mpiexec_command = lambda exe, n: [exe, '-c', code, pidfile]\n"
+                     "sys.exit(cli.main(sys.argv[3:]))\n")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_timeout_ends_what_the_launch_left_and_returns(tmp_path):
+    """--timeout: the installer ends every process of the launch, also one no longer below mpiexec
+    nor in its group, and exits 124: its output closes (a caller reading it is not left waiting)."""
+    mpi_env()                                   # skips without mpi4py, as --mpi stops there
+    pidfile = tmp_path / "orphan.pid"
+    cmd = [sys.executable, "-c", WITH_FAKE_MPIEXEC, ORPHANING_MPIEXEC, str(pidfile),
+           "--mpi", "--np", "2", "--timeout", "2", "--db", str(tmp_path / "db.h5"), "--no-progress"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert pidfile.exists(), f"the fake launch left no process behind:\n{done.stderr}"
+        orphan = int(pidfile.read_text())
+        assert done.returncode == 124, done.stderr
+        assert "timed out after 2 s; mpiexec and its ranks ended" in done.stderr, done.stderr
+        assert wait_for(lambda: stat(orphan) is None or stat(orphan)[0] in "ZX", 5), cmdline(orphan)
+    finally:
+        if pidfile.exists():
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
 # -- 2. a run that measures nothing ---------------------------------------------------------------------
@@ -464,3 +566,50 @@ def test_time_limit_must_be_positive():
     with pytest.raises(ProfileError, match="time_limit_minutes"):
         parse_profile({**TINY_PROFILE, "time_limit_minutes": 0}, "bad")
     assert load_profile("standard").time_limit_minutes and load_profile("full").time_limit_minutes is None
+
+
+# -- 5. arguments that would be ignored or end the run at once ------------------------------------------
+
+def _parse_error(argv: list[str], capsys) -> str:
+    """``argv`` is refused before anything runs: exit 2 and one line; returns it."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("autotune-install: error: ") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("option", [["--np", "2"], ["--timeout", "60"]])
+def test_mpi_launch_options_need_mpi(tmp_path, capsys, option):
+    prof = write_yaml(tmp_path / "t.yaml", TINY)
+    db = tmp_path / "db.h5"
+    err = _parse_error([*option, "--profile", prof, "--db", str(db), "--no-progress"], capsys)
+    assert f"{option[0]} applies only with --mpi" in err and not db.exists()
+
+
+@pytest.mark.parametrize("pair", [("--validate", "--no-validate"), ("--with-validate", "--no-validate"),
+                                  ("--validate", "--with-validate")])
+def test_validation_options_exclude_each_other(tmp_path, capsys, pair):
+    err = _parse_error([*pair, "--profile", write_yaml(tmp_path / "t.yaml", TINY), "--db", str(tmp_path / "db.h5")],
+                       capsys)
+    assert "not allowed with argument" in err
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "soon"])
+def test_timeout_must_be_a_positive_number_of_seconds(tmp_path, monkeypatch, capsys, value):
+    seen = fake_launch(monkeypatch, cli)
+    err = _parse_error(["--mpi", "--np", "2", "--timeout", value, "--db", str(tmp_path / "db.h5")], capsys)
+    assert "--timeout" in err and "finite number > 0" in err and "cmd" not in seen
+
+
+def test_launch_options_under_mpiexec_are_an_error(tmp_path, monkeypatch, capsys):
+    """Under mpiexec the launcher's -n sets P: --np (and --timeout) would be ignored."""
+    from autotune.install_probe import comm
+
+    mpi_env()
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setattr(comm, "main", lambda argv: 0)
+    assert cli.main(["--mpi", "--np", "4", "--db", str(tmp_path / "db.h5")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "under mpiexec its -n sets P" in err
+    assert cli.main(["--mpi", "--db", str(tmp_path / "db.h5")]) == 0

@@ -434,7 +434,8 @@ def test_cli_sigint_then_resume(tmp_path):
     db = load(path)
     plan = planned(SLOW_TINY)
     assert db.run["complete"] is False
-    assert 0 < len(db.records) < len(plan)
+    # some points kept (all of them when the stop fell in a later pass: 8 of 8 once in a loaded run)
+    assert 0 < len(db.records) <= len(plan)
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
     proc = _cli("--profile", prof, "--db", str(path), "--no-progress", "--resume")
