@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from autotune.db import DatabaseError, load, location
+from autotune.db._warn import warn_user
 from autotune.db.learned import read_learned, save_learned
 from autotune.models.fit_select import select_terms
 from autotune.models.fit_terms import TermSet
@@ -465,6 +466,5 @@ def _read_learned(p: Path) -> dict[Candidate, Correction]:
     except Exception as exc:
         if str(p) not in _warned:
             _warned.add(str(p))
-            warnings.warn(f"autotune: learned corrections in {p} unreadable ({exc}); ignoring them",
-                          RuntimeWarning, stacklevel=3)
+            warn_user(f"autotune: learned corrections in {p} unreadable ({exc}); ignoring them")
         return {}

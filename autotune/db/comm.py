@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import fingerprint as fp
 from . import location
+from ._warn import warn_user
 from .comm_pmodel import PMODEL_DTYPE
 from .store import COMM_GROUP, SCHEMA_VERSION, file_version, member_problem, open_file, replace_group
 
@@ -232,8 +232,8 @@ def _pmodels(g) -> np.ndarray | None:
     try:
         return np.asarray(g["pmodels"][...]).astype(PMODEL_DTYPE) if "pmodels" in g else None
     except UNREADABLE as exc:
-        warnings.warn(f"communication platform {g.name}: its (p, m) models do not read ({type(exc).__name__}: "
-                      f"{exc}); using its measured curves only", stacklevel=2)
+        warn_user(f"communication platform {g.name}: its (p, m) models do not read ({type(exc).__name__}: "
+                  f"{exc}); using its measured curves only", UserWarning)
         return None
 
 

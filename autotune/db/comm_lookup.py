@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 from autotune.assumptions import DEFAULT_COMPUTE_SKEW, DEFAULT_FIRST_TOUCH, DEFAULT_TS, DEFAULT_TW
 
 from . import location
+from ._warn import warn_user
 from .comm import (
     COLLECTIVES,
     GRID_PRIMITIVES,
@@ -135,8 +135,8 @@ def _models(platform: Platform | None) -> dict:
     try:
         return models_from_rows(platform.pmodels if platform is not None else None)
     except UNREADABLE as exc:
-        warnings.warn(f"communication platform {platform.key}: its (p, m) models are not usable "
-                      f"({type(exc).__name__}: {exc}); using its measured curves only", stacklevel=2)
+        warn_user(f"communication platform {platform.key}: its (p, m) models are not usable "
+                  f"({type(exc).__name__}: {exc}); using its measured curves only", UserWarning)
         return {}
 
 
@@ -318,7 +318,7 @@ class CommParams:
     def _warn(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=5)   # the caller of time() / ts_tw()
+            warn_user(message)
 
     def _curve(self, primitive: str, p: int, grid) -> _Curve | None:
         """The fitted curve to use: a measured p / grid's own; at a p not measured (the broadcast's

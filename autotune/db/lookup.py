@@ -13,7 +13,6 @@ import functools
 import os
 import shlex
 import time
-import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -22,6 +21,7 @@ from autotune.assumptions import DEFAULT_RATE, DRIFT_PERCENTILE, MAX_DRIFT_CORRE
 from autotune.routines import ROUTINES
 
 from . import location
+from ._warn import warn_user
 from .fingerprint import stale_backends
 from .store import Database, DatabaseError, load, valid_mask
 
@@ -247,7 +247,7 @@ class SystemParameters:
     def _warn(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            warn_user(message)
 
 
 _CACHE: dict[tuple, SystemParameters] = {}

@@ -12,7 +12,6 @@ import functools
 import json
 import os
 import time
-import warnings
 import weakref
 from collections.abc import Iterable
 
@@ -20,6 +19,7 @@ import numpy as np
 
 from autotune.backends.pools import PoolState
 
+from ._warn import warn_user
 from .store import kept_with, read_member, readable_rows, replace_group
 
 GROUP = "pools"
@@ -145,8 +145,7 @@ def _parse(g) -> Transitions:
     rows = g["rows"][()]
     ok = readable_rows(rows) & (rows["gap"] >= 0) & (rows["x"] >= 1) & (rows["t_alone"] > 0) & (rows["t_after"] > 0)
     if not ok.all():
-        warnings.warn(f"ignoring {int((~ok).sum())} of {len(ok)} unreadable thread-pool rows in {g.file.filename}",
-                      RuntimeWarning, stacklevel=4)
+        warn_user(f"ignoring {int((~ok).sum())} of {len(ok)} unreadable thread-pool rows in {g.file.filename}")
     return Transitions(rows[ok], info)
 
 

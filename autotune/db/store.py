@@ -36,7 +36,6 @@ import os
 import stat
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ import numpy as np
 
 from . import fingerprint as fp
 from . import location
+from ._warn import warn_user
 
 SCHEMA_VERSION = 3
 # Root versions read as SCHEMA_VERSION on read: 2 kept a version per group (below), same layout.
@@ -447,7 +447,7 @@ def read_member(path: str | os.PathLike | None, group: str, member: str | None, 
                     check_member(f, group, f[group][member], path, rebuild)
                 _MEMBER_CACHE[key] = parse(f[group][member]) if found else empty()
         except Exception as exc:   # damaged: no correction, one warning
-            warnings.warn(f"ignoring unreadable {what} in {path}: {exc}", RuntimeWarning, stacklevel=3)
+            warn_user(f"ignoring unreadable {what} in {path}: {exc}")
             _MEMBER_CACHE[key] = empty()
     return _MEMBER_CACHE[key]
 
@@ -474,5 +474,5 @@ def read_group_member(path: str | os.PathLike | None, group: str, member: str, p
         reason = f"{what} unusable in {path} ({type(exc).__name__}: {exc}){consequence}"
         if reason not in _UNUSABLE_WARNED:
             _UNUSABLE_WARNED.add(reason)
-            warnings.warn(reason, RuntimeWarning, stacklevel=3)
+            warn_user(reason)
         return None, {}, reason
