@@ -20,7 +20,7 @@ from autotune.config import available_cores, available_memory, options
 from autotune.db import load_sp, resolve
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, load_platform, measured_platform
-from autotune.families import DISTRIBUTED, FAMILIES, as_problem
+from autotune.families import DISTRIBUTED, FAMILIES, as_problem, label
 from autotune.models.mapping import database_k
 from autotune.select import mapping as sm
 from autotune.select import rank
@@ -31,10 +31,12 @@ from autotune.select.distributed import rank_plans
 def cmd_explain(args) -> int:
     """Rank the candidates for one problem, print them with the SP values used; optionally run it."""
     problem = _explain_usage_problem(args, tuple(args.dims))
-    dims = () if problem else _with_steps(as_problem(args.routine, problem_dims(args.routine, tuple(args.dims))),
-                                          args.steps).dims
     if problem:
         return error("explain", problem, 2)
+    try:
+        dims = _with_steps(as_problem(args.routine, problem_dims(args.routine, tuple(args.dims))), args.steps).dims
+    except ValueError as exc:       # sizes whose operands no machine holds
+        return error("explain", str(exc).removeprefix("explain: "), 2)
     problem = _memory_problem(args.routine, dims) if args.run else ""
     if problem:
         return error("explain", problem)
@@ -116,8 +118,7 @@ def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
     free = available_memory()
     if need <= free:
         return ""
-    shape = "x".join(map(str, dims))
-    return (f"--run: the operands of {routine} {shape} need {need / 2**30:,.1f} GiB, more than the "
+    return (f"--run: the operands of {label(routine, dims)} need {need / 2**30:,.1f} GiB, more than the "
             f"{free / 2**30:,.1f} GiB of memory available")
 
 
@@ -149,5 +150,4 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
         t0 = time.perf_counter()
         call()
         times.append(time.perf_counter() - t0)
-    shape = "x".join(map(str, dims))
-    print(f"ran tuned_{routine} {shape} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
+    print(f"ran tuned_{label(routine, dims)} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")

@@ -27,6 +27,10 @@ HALOS = (1, 2, 4)
 STENCIL_BACKENDS = ("numba-stencil", "numpy-stencil")
 # Steps of the stencil problems checks, reports and benchmarks use.
 CHECK_STEPS = 100
+# Bytes a problem's float64 operands may need together (16 PiB: more memory than any machine has, and
+# far below what int64 indices address); larger sizes are refused, not ranked at absurd times.
+MAX_PROBLEM_BYTES = 2**54
+_ITEM = 8           # float64
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,18 @@ class Problem:
         """The problem of order ``n`` that checks, reports and benchmarks use."""
         return cls(*cls.expand((int(n),)))
 
+    @classmethod
+    def size_label(cls, dims: tuple[int, ...]) -> str:
+        """The selector's ``dims`` as people read them: ``4096x4096x4096``."""
+        return "x".join(map(str, dims))
+
+    @classmethod
+    def operands(cls, dims: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        """The shapes of the matrices a problem of ``dims`` holds: an order-n problem's n x n."""
+        return tuple((d, d) for d in dims)
+
     def __str__(self) -> str:
-        return f"{self.family} {'x'.join(map(str, self.dims))}"
+        return f"{self.family} {self.size_label(self.dims)}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,11 @@ class _RightHandSides(Problem):
         return sizes + (1,) if len(sizes) == 1 else sizes
 
     @classmethod
+    def operands(cls, dims: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        n, nrhs = dims
+        return ((n, n), (n, nrhs))
+
+    @classmethod
     def square(cls, n: int) -> Problem:
         return cls(int(n), CHECK_NRHS)
 
@@ -96,6 +115,11 @@ class GemmProblem(Problem):
     n: int
     family: ClassVar[str] = "gemm"
     dim_names: ClassVar[tuple[str, ...]] = ("m", "k", "n")
+
+    @classmethod
+    def operands(cls, dims: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        m, k, n = dims
+        return ((m, k), (k, n), (m, n))
 
 
 @dataclass(frozen=True)
@@ -163,6 +187,16 @@ class StencilProblem(Problem):
         return sizes + (CHECK_STEPS,)
 
     @classmethod
+    def size_label(cls, dims: tuple[int, ...]) -> str:
+        """``800x800, 200 steps``: the steps are a count, not a dimension of the field."""
+        rows, cols, steps = dims
+        return f"{rows}x{cols}, {steps} step{'s' if steps != 1 else ''}"
+
+    @classmethod
+    def operands(cls, dims: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+        return ((dims[0], dims[1]),)
+
+    @classmethod
     def square(cls, n: int) -> Problem:
         return cls(int(n), int(n), CHECK_STEPS)
 
@@ -180,6 +214,12 @@ class Family:
     distributed: tuple[str, ...] = ()           # its distributed algorithms (``Plan.algorithm``)
     mapping: str | None = None   # the algorithm the mapping model prices (None: no mapping search)
     blocks: tuple[int, ...] = BLOCKS
+    several: tuple[str, ...] = ()   # where ``routine`` is None: the library routines it calls
+
+    @property
+    def library_routines(self) -> tuple[str, ...]:
+        """Every library routine its calls need (a backend without one cannot run the family)."""
+        return self.several or ((self.routine,) if self.routine else ())
 
     @property
     def library(self) -> str:
@@ -201,7 +241,12 @@ class Family:
             raise ValueError(f"{self.name} takes {' or '.join(map(str, self.short))} size(s), got {sizes!r}")
         if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in sizes):
             raise ValueError(f"sizes must be positive integers, got {sizes!r}")
-        return self.of(self.problem.expand(tuple(int(d) for d in sizes)))
+        dims = self.problem.expand(tuple(int(d) for d in sizes))
+        need = sum(r * c for r, c in self.problem.operands(dims)) * _ITEM
+        if need > MAX_PROBLEM_BYTES:
+            raise ValueError(f"sizes {', '.join(map(str, sizes))} too large: the float64 operands would need "
+                             f"{need:.3g} bytes, more than any machine holds ({MAX_PROBLEM_BYTES >> 50} PiB)")
+        return self.of(dims)
 
     def square(self, n: int) -> Problem:
         """The problem of order ``n`` that checks, reports and benchmarks use."""
@@ -222,7 +267,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            distributed=("lu",), mapping="lu"),
     Family("solve", SolveProblem, (1, 2), ("gesv", "scipy-openblas"),
            lambda p: flops("getrf", {"n": p.n}) + flops("getrs", {"n": p.n, "nrhs": p.nrhs}), None,
-           distributed=("gesv",)),
+           distributed=("gesv",), several=("getrf", "getrs")),
     Family("lu_solve", LuSolveProblem, (1, 2), ("getrs", "scipy-openblas"),
            lambda p: flops("getrs", {"n": p.n, "nrhs": p.nrhs}), "getrs"),
     Family("stencil", StencilProblem, (2,), ("sweep", "numpy-stencil"),
@@ -241,6 +286,12 @@ def family(name: str) -> Family:
         return FAMILIES[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown routine family {name!r}; choose from {', '.join(FAMILIES)}") from None
+
+
+def label(name: str, dims) -> str:
+    """``gemm 4096x4096x4096``, ``stencil 800x800, 200 steps``: a problem of family ``name`` on the
+    selector's ``dims``, as explain and the decisions print it."""
+    return f"{name} {family(name).problem.size_label(tuple(int(d) for d in dims))}"
 
 
 def as_problem(name: str, dims, **flags) -> Problem:
@@ -270,5 +321,6 @@ __all__ = [
     "StencilProblem",
     "as_problem",
     "family",
+    "label",
     "usable_blocks",
 ]

@@ -37,6 +37,7 @@ DIST_NPROCS = (2, 4)
 APE_TOLERANCE = 10.0
 # ... scored on predictions of at least this many seconds (as `autotune bench validate`'s summary).
 APE_MIN_SECONDS = 1e-3
+VALIDATE_HINT = "autotune-install --validate"    # the command that stores check points
 _STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
           "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
           "font-size:90%;text-align:left}th{background:#eee}.note{color:#666;font-style:italic}"
@@ -417,7 +418,8 @@ def _validation_rows(path: Path | None, validation) -> tuple[list[dict], str]:
         rows += extra
         sources.append(str(validation) if extra else f"no measured candidates in {validation}")
     if not rows:
-        return [], "; ".join([reason or "none in the database", *sources]) + " (run `autotune-install --validate`)"
+        why = "; ".join([reason or "none in the database", *sources])
+        return [], why if VALIDATE_HINT in why else f"{why} (run `{VALIDATE_HINT}`)"
     return rows, " and ".join(sources)
 
 

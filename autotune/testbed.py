@@ -153,9 +153,17 @@ def available() -> str:
     return ""
 
 
+MAX_HOSTS = 200
+
+
+def _count_problem(count: int) -> str:
+    """Why ``count`` hosts cannot be asked for ("" if they can)."""
+    return "" if 1 <= count <= MAX_HOSTS else f"between 1 and {MAX_HOSTS} hosts, got {count}"
+
+
 def _check(hosts: list[Host]) -> None:
-    if not 1 <= len(hosts) <= 200:
-        raise ArgumentError(f"between 1 and 200 hosts, got {len(hosts)}")
+    if _count_problem(len(hosts)):
+        raise ArgumentError(_count_problem(len(hosts)))
     for h in hosts:
         if h.rate is not None and not _RATE.match(h.rate):
             raise ArgumentError(f"{h.name}: rate {h.rate!r} is not like 1gbit, 500mbit")
@@ -169,7 +177,11 @@ def _check(hosts: list[Host]) -> None:
 
 def hosts_from(count: int, rates: list[str] | None = None, cpus: list[int] | None = None,
                slots: int = 1, burst: int | None = None) -> list[Host]:
-    """``count`` hosts h0.., the i-th with ``rates[i]`` / ``cpus[i]`` (the last value repeats)."""
+    """``count`` hosts h0.., the i-th with ``rates[i]`` / ``cpus[i]`` (the last value repeats);
+    ArgumentError for a count outside 1..MAX_HOSTS."""
+    if _count_problem(count):
+        raise ArgumentError(_count_problem(count))
+
     def pick(values, i):
         return None if not values else values[min(i, len(values) - 1)]
 
@@ -438,10 +450,22 @@ def parse_cpu(text: str) -> int | None:
         raise ArgumentError(f"cpu share must be an integer percent or 'none', got {text!r}") from None
 
 
+def host_count(text: str) -> int:
+    """``--hosts`` as given on a command line: an integer in 1..MAX_HOSTS (argparse's type)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an integer number of hosts, got {text!r}") from None
+    if _count_problem(count):
+        raise argparse.ArgumentTypeError(_count_problem(count))
+    return count
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="testbed_command", required=True)
     u = sub.add_parser("up", help="start the emulated hosts")
-    u.add_argument("--hosts", type=int, default=2)
+    u.add_argument("--hosts", type=host_count, required=True, metavar="H",
+                   help=f"how many emulated hosts (1..{MAX_HOSTS})")
     u.add_argument("--rate", nargs="+", help="link rate per host (tc syntax: 1gbit, 500mbit; the last repeats)")
     u.add_argument("--cpu", type=int, nargs="+", help="CPU share per host, percent of one core (the last repeats)")
     u.add_argument("--slots", type=int, default=1, help="MPI slots per host")
@@ -484,9 +508,19 @@ def _command(args) -> int:
         set_cpu(args.host, pct)
         print(f"testbed: {args.host} cpu={'no cap' if pct is None else f'{pct}%'}")
         return 0
+    if args.testbed_command == "mpiexec":
+        _check_job(args.np, args.argv)
     tb = Testbed.load()
     if args.testbed_command == "show":
         print(json.dumps(asdict(tb), indent=1))
         print("mpiexec options: " + shlex.join(tb.mpiexec_args()))
         return 0
     return run_job(tb, args.np, args.argv)
+
+
+def _check_job(np_: int, argv: list[str]) -> None:
+    """``testbed mpiexec NP CMD...``'s arguments, before any testbed is looked at (ArgumentError: exit 2)."""
+    if np_ < 1:
+        raise ArgumentError(f"mpiexec: NP must be a positive number of ranks, got {np_}")
+    if not argv:
+        raise ArgumentError("mpiexec: no command to run (autotune testbed mpiexec NP CMD...)")

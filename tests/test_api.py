@@ -269,6 +269,43 @@ def test_forced_config_errors(db):
         tuned_gemm(a, a, config={"algorithm": "blas", "backend": "mkl", "threads": 1, "block": 3})
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_incomplete_config_says_what_a_config_takes(db, dtype):
+    """A config dict missing keys is a ValueError naming them, the keys, the family's algorithms
+    and the backends that load here (docs/usage.md#config), not Candidate's own TypeError text."""
+    a = np.eye(48, dtype=dtype)
+    with pytest.raises(ValueError) as err:
+        tuned_gemm(a, a, config={"algorithm": "blas"})
+    text = str(err.value)
+    assert text.startswith("config misses backend, threads; a gemm config takes algorithm, backend, threads")
+    assert "algorithms ['blas', 'strassen', 'strassen_nested']" in text and "'numpy-openblas'" in text
+    assert "__init__" not in text
+
+
+def test_a_backend_not_available_here_is_a_bad_config(db, monkeypatch):
+    """A forced backend that does not load here (not installed) or lacks the family's routines is a
+    ValueError listing the backends that do, as usage.md says; the load failure is its cause."""
+    from autotune.backends import BackendUnavailable
+    from autotune.select import candidates
+
+    real = candidates.get_backend
+
+    def without_blis(name):
+        if name == "blis":
+            raise BackendUnavailable("BLIS not installed (pip install blis)")
+        return real(name)
+
+    monkeypatch.setattr(candidates, "get_backend", without_blis)
+    a = np.eye(40)
+    with pytest.raises(ValueError, match=r"backend 'blis' is not available here \(BLIS not installed") as err:
+        tuned_gemm(a, a, config=Candidate("blas", "blis", 1))
+    assert isinstance(err.value.__cause__, BackendUnavailable)
+    here = str(err.value).split("backends here ")[1]
+    assert "'numpy-openblas'" in here and "'blis'" not in here
+    with pytest.raises(ValueError, match="backend 'numba-stencil' has no potrf"):
+        tuned_cholesky(a.astype(np.float32), config={"algorithm": "potrf", "backend": "numba-stencil", "threads": 1})
+
+
 @pytest.mark.parametrize("n", [8, 64])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 def test_forced_config_is_checked_at_every_size_and_dtype(db, n, dtype):

@@ -11,9 +11,10 @@ from autotune.benchmarks import mpi_validate as mv
 @pytest.mark.parametrize(("argv", "expect"), [
     (["explain", "gemm", "300", "--threads", "1", "--run"], ["chose", "ran tuned_gemm"]),
     (["explain", "cholesky", "200", "--top", "3"], ["chose", "GF/s", "more candidates"]),
-    (["explain", "stencil", "300", "200", "--steps", "5", "--run"], ["chose sweep", "ran tuned_stencil 300x200x5"]),
-    (["explain", "stencil", "1000", "1000", "--np", "2"], ["stencil 1000x1000x100 on up to 2 ranks", "border cells CF",
-                                                         "nothing to hide"]),
+    (["explain", "stencil", "300", "200", "--steps", "5", "--run"],
+     ["stencil 300x200, 5 steps, thread budget", "chose sweep", "ran tuned_stencil 300x200, 5 steps"]),
+    (["explain", "stencil", "1000", "1000", "--np", "2"],
+     ["stencil 1000x1000, 100 steps on up to 2 ranks", "border cells CF", "nothing to hide"]),
 ])
 def test_cli_explain(tiny_db, capsys, argv, expect):
     assert cli.main([*argv, "--db", str(tiny_db)]) == 0

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from db_helpers import edited
 
+import autotune
 from autotune import cli, cli_explain
 from autotune.db import RECORD_DTYPE, Database, save
 
@@ -88,10 +89,35 @@ def test_show_plot_into_a_missing_directory(tiny_db, tmp_path, capsys):
     assert not target.parent.exists()
 
 
-def test_report_out_creates_missing_directories(tmp_path, capsys):
+def test_report_out_creates_missing_directories(tiny_db, tmp_path, capsys):
     out = tmp_path / "missing" / "dir"
-    assert cli.main(["report", "--out", str(out), "--db", str(tmp_path / "none.h5")]) == 0
+    assert cli.main(["report", "--out", str(out), "--db", str(tiny_db)]) == 0
     assert (out / "index.html").is_file() and "report written" in capsys.readouterr().out
+
+
+def test_report_without_a_database_fails_as_show_does(tmp_path, capsys):
+    """No database: one line and exit 1, as `autotune show` and `refit` (not "report written")."""
+    missing = str(tmp_path / "none.h5")
+    _fails(["show", "--db", missing], 1, capsys, "no database at")
+    _fails(["report", "--out", str(tmp_path / "r"), "--db", missing], 1, capsys, f"no database at {missing}")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("dims", [["99999999999999999999"], ["27397080"], ["10", "10", "99999999999999999999"],
+                                  ["99999999999999999999", "3"]])
+def test_explain_rejects_sizes_no_machine_holds(capsys, dims):
+    """Sizes whose float64 operands need more than 16 PiB are a bad argument, before any database is
+    read: no ranking of absurd times (1e53 ms), no model looping over a billion blocks."""
+    routine = "stencil" if len(dims) == 2 else "gemm"
+    _fails(["explain", routine, *dims], 2, capsys, "too large", "more than any machine holds (16 PiB)")
+    with pytest.raises(ValueError, match="too large"):
+        autotune.explain(routine, *map(int, dims))
+
+
+def test_explain_takes_the_largest_problem_that_fits(tiny_db, capsys):
+    """gemm of order 27397079: three operands of 8 n^2 bytes, just within 2**54."""
+    assert cli.main(["explain", "gemm", "27397079", "--db", str(tiny_db), "--top", "1"]) == 0
+    assert "gemm 27397079x27397079x27397079, thread budget" in capsys.readouterr().out
 
 
 def test_report_bad_out_and_validation_paths(tmp_path, capsys):

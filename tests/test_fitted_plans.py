@@ -86,8 +86,8 @@ def test_calibration_runs_are_fitted_stored_and_replace_the_factored_prediction(
         other = predict(as_problem("gemm", (1000, 1000, 900)), plan, sp, cp)     # not square: the factors
     assert got["total"] == pytest.approx(_t(1000, 2), rel=0.03)
     assert got["compute"] / got["total"] == pytest.approx(model["compute"] / model["total"])
-    assert other["compute"] == pytest.approx(1.2 * predict(as_problem("gemm", (1000, 1000, 900)), plan, sp, cp,
-                                                           fitted=False)["compute"])
+    factored = 1.2 * predict(as_problem("gemm", (1000, 1000, 900)), plan, sp, cp, fitted=False)["compute"]
+    assert other["compute"] == pytest.approx(min(factored, other["total"]))     # a phase is held at the total
     ranked = next(r for r in dec.ranking if r.plan == plan)
     note = next(c.note for c in ranked.corrections if c.step == "calibration")
     assert note.startswith("fitted T(n, p) = ") and "held-out APE" in note

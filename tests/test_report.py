@@ -45,11 +45,25 @@ def test_report_without_validation(tiny_db, tmp_path):
     assert not (tmp_path / "r" / "pred_vs_measured.png").exists()
 
 
+def test_report_hints_the_validation_step_once(tiny_db, tmp_path):
+    """Without check points the page says once which command stores them."""
+    text = html.unescape(write_report(tmp_path / "r", db=tiny_db).read_text())
+    assert text.count("run `autotune-install --validate") == 1, text
+
+
 def test_report_without_db(tmp_path, capsys):
-    assert main(["report", "--out", str(tmp_path / "r"), "--db", str(tmp_path / "missing.h5")]) == 0
-    text = (tmp_path / "r" / "index.html").read_text()
+    """No database: one line and exit 1 (as `autotune show`), no page written."""
+    missing = tmp_path / "missing.h5"
+    assert main(["report", "--out", str(tmp_path / "r"), "--db", str(missing)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"autotune report: error: no database at {missing} (run autotune-install first)\n"
+    assert not (tmp_path / "r").exists()
+
+
+def test_library_report_without_db_is_a_note(tmp_path):
+    """``write_report`` itself (no CLI) still notes a missing database on the page."""
+    text = write_report(tmp_path / "r", db=tmp_path / "missing.h5").read_text()
     assert "no database at" in text and "choice maps are skipped" in text
-    assert "report written" in capsys.readouterr().out
 
 
 def test_report_with_fitted_entries(tiny_db, tmp_path):

@@ -21,9 +21,12 @@ def test_hosts_and_their_checks():
     assert [h.ip for h in hosts] == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
     assert [h.rate for h in hosts] == ["1gbit"] * 3 and [h.cpu for h in hosts] == [100, 50, 50]
     assert {h.slots for h in hosts} == {2} and hosts[1].ns == "at-h1"
-    for bad in (testbed.hosts_from(1, rates=["fast"]), testbed.hosts_from(1, cpus=[0]), testbed.hosts_from(0)):
+    for bad in (testbed.hosts_from(1, rates=["fast"]), testbed.hosts_from(1, cpus=[0]), []):
         with pytest.raises(testbed.TestbedError):
             testbed._check(bad)
+    for count in (0, -1, 201):
+        with pytest.raises(testbed.ArgumentError, match=f"between 1 and 200 hosts, got {count}$"):
+            testbed.hosts_from(count)
 
 
 def test_agent_and_mpiexec_options(tmp_path):
@@ -51,6 +54,32 @@ def test_cli_reports_a_missing_testbed(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
     assert cli_main(["testbed", "show"]) == 1
     assert capsys.readouterr().err.startswith("autotune testbed: error: no testbed is up")
+
+
+def test_up_needs_a_host_count_in_range(capsys):
+    """``--hosts`` is required (as docs/cli.md shows it) and out of range is refused saying what was
+    given, by argparse (exit 2) before anything is built."""
+    for argv, said in ((["testbed", "up"], "the following arguments are required: --hosts"),
+                       (["testbed", "up", "--hosts", "-1"], "between 1 and 200 hosts, got -1"),
+                       (["testbed", "up", "--hosts", "0"], "between 1 and 200 hosts, got 0"),
+                       (["testbed", "up", "--hosts", "201"], "between 1 and 200 hosts, got 201"),
+                       (["testbed", "up", "--hosts", "two"], "an integer number of hosts, got 'two'")):
+        with pytest.raises(SystemExit) as exit_:
+            cli_main(argv)
+        assert exit_.value.code == 2
+        assert said in capsys.readouterr().err, argv
+
+
+def test_mpiexec_without_a_command_is_one_line(tmp_path, monkeypatch, capsys):
+    """``testbed mpiexec NP`` with no command (or NP < 1) exits 2 with one line, before looking for a
+    testbed: mpiexec is never started."""
+    monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
+    monkeypatch.setattr(testbed.subprocess, "Popen", None)       # a launch would fail loudly
+    for argv, said in ((["2"], "no command to run"),
+                       (["0", "hostname"], "NP must be a positive number of ranks, got 0")):
+        assert cli_main(["testbed", "mpiexec", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("autotune testbed: error: mpiexec: ") and said in err, err
 
 
 JOB = """
@@ -351,7 +380,7 @@ def test_down_ends_a_running_job_which_then_fails(tmp_path, monkeypatch, capsys)
                                env={**mpi_env(), "AUTOTUNE_TESTBED_DIR": str(work)}, cwd=tmp_path)
         ready, _, _ = select.select([job.stdout], [], [], MPI_TIMEOUT)
         assert ready and job.stdout.readline() == "running\n", job.poll()
-        assert cli_main(["testbed", "up"]) == 1
+        assert cli_main(["testbed", "up", "--hosts", "2"]) == 1
         err = capsys.readouterr().err
         assert f"running job {job.pid} (2 ranks: {os.path.basename(sys.executable)} -c import time" in err, err
         testbed.down(work)

@@ -248,10 +248,20 @@ def _calibration_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict
         t, fit = fitted
         scale = t / phases["total"] if phases["total"] > 0 else 1.0
         return {ph: phases.get(ph, 0.0) * scale for ph in PHASE_NAMES}, _fit_note(fit)
-    out = ctx.factors.apply(ctx.family, ctx.plan.algorithm, phases, ctx.plan.p)
+    out, held = _within_total(ctx.factors.apply(ctx.family, ctx.plan.algorithm, phases, ctx.plan.p))
     applied = [f"{ph} x{f:.2f}" for ph in PHASE_NAMES
                if (f := ctx.factors.factor(ctx.family, ctx.plan.algorithm, ph, ctx.plan.p)) != 1.0]
-    return out, "phase factors " + ", ".join(applied) if applied else ""
+    note = "phase factors " + ", ".join(applied) if applied else ""
+    return out, note + (f"; {', '.join(held)} held at the total" if held else "")
+
+
+def _within_total(phases: dict[str, float]) -> tuple[dict[str, float], list[str]]:
+    """``phases`` with no phase above the total, and the phases that were: each phase is part of the
+    run the total times, but its own factor and the total's, fitted apart, can scale it past the
+    total (outside the fitted orders, mostly). The total, which ranks the plan, is kept."""
+    total = phases["total"]
+    held = [ph for ph in PHASES if phases.get(ph, 0.0) > total]
+    return ({ph: min(v, total) if ph in held else v for ph, v in phases.items()} if held else phases), held
 
 
 def _plan_fit(factors: PhaseFactors, problem: Problem, plan: Plan):
@@ -375,7 +385,7 @@ def _set_efficiency(ranking: list[DistRanked], problem: Problem, sp) -> None:
 
 def describe(dec: DistDecision, top: int = 12) -> str:
     """Text ranking: plan, predicted total and phases."""
-    lines = [f"{dec.family} {'x'.join(map(str, dec.dims))} on up to {dec.nprocs} ranks: chose {dec.chosen}",
+    lines = [f"{dec.problem} on up to {dec.nprocs} ranks: chose {dec.chosen}",
              calibration_line(dec)]
     lines += [f"  {t}" for t in dec.terms()]
     fp = None if dec.chosen.algorithm == "local" else plan_footprint(dec.dims, dec.chosen)

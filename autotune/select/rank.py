@@ -12,7 +12,7 @@ from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN
 from autotune.backends.pools import PoolState
 from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
-from autotune.families import FAMILIES, Problem
+from autotune.families import FAMILIES, Problem, label
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models import lu as lu_models
@@ -74,7 +74,7 @@ class Decision:
     def describe(self, top: int = 12) -> str:
         """The choice; the SP values the ``top`` candidates used, each listed once; then per candidate
         its ranked and model times, the SP values it read, and the corrections that changed it."""
-        lines = [f"{self.family} {'x'.join(map(str, self.dims))}, thread budget {self.threads}: chose {self.chosen}"]
+        lines = [f"{label(self.family, self.dims)}, thread budget {self.threads}: chose {self.chosen}"]
         lines.append(f"  after: {self.after.backend} {self.after.threads}t (its pool still counts)" if self.after
                      else "  after: an idle spell (no pool hot)")
         lines.append(f"  memory: {memory.local(self.dims, self.family, self.chosen).describe()}")
