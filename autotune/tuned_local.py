@@ -52,9 +52,10 @@ def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
     transitions = transitions_for(sp)
     pools.set_hot_window(transitions.hot_window, transitions.foreign_gap)
     after = pools.from_code(pools.state_code() if state is None else state)
-    if after == pools.FOREIGN:
+    if after == pools.FOREIGN:      # the family's library, if it has a pool (a stencil backend has none)
         library = FAMILIES[problem.family].library
-        after = pools.PoolState(library, backends.get(library).get_threads(), 0.0)
+        be = backends.get(library)
+        after = pools.PoolState(library, be.get_threads(), 0.0) if be.get_threads else None
     if explain:
         dec = rank(problem, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after,
                    memory_bytes=opts.memory_cap)

@@ -35,6 +35,7 @@ def _probe(tmp_path, wanted: list[int], nprocs: int = 2) -> list[dict]:
 
 
 def test_the_issues_faults_raise_alike_on_every_rank(tmp_path):
+    """Without a database (the tuned calls fall back)."""
     wanted = sorted({i for m in ISSUE for i in fault_probe.select(2, 1, m)})
     records = _probe(tmp_path, wanted)
     bad = [r for r in records if r["verdict"] not in ("ok", "alike")]
@@ -48,6 +49,8 @@ def test_the_issues_faults_raise_alike_on_every_rank(tmp_path):
 
 
 @pytest.mark.parametrize("nprocs, every", [(2, 17), (3, 41)])
-def test_a_sample_of_every_call_and_argument_ends_alike(tmp_path, nprocs, every):
+def test_a_sample_of_every_call_and_argument_ends_alike(tmp_path, nprocs, every, tiny_db, monkeypatch):
+    """With a measured database (the tuned plans)."""
+    monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
     records = _probe(tmp_path, fault_probe.select(nprocs, every), nprocs)
     assert all(r["verdict"] in ("ok", "alike") for r in records), fault_probe.summary(records)

@@ -114,6 +114,19 @@ def test_heat2d_is_numpy_and_keeps_the_input(tiny_db):
     np.testing.assert_allclose(stencil.heat2d(ints, 2, 0.1), reference(ints, 2, heat_weights(0.1)))
 
 
+def test_a_stencil_decides_after_a_gap_that_may_hide_a_numpy_call(tiny_db):
+    """After such a gap the family's library is taken to have run last; numpy's slices have no
+    pool, so the decision is an idle spell's (it raised 'NoneType' object is not callable)."""
+    from autotune.kernels import _front
+
+    from autotune.families import StencilProblem
+    from autotune.tuned_local import decide
+
+    with autotune.options(db=str(tiny_db)):
+        cand, _ = decide(StencilProblem(40, 40, 5), None, False, state=_front.FOREIGN)
+    assert cand is not None and cand.family == "stencil"
+
+
 def test_missing_database_runs_numpy_with_a_warning(tmp_path):
     u = np.random.default_rng(4).random((20, 20))
     with autotune.options(db=str(tmp_path / "none.h5")), pytest.warns(RuntimeWarning, match="unavailable"):
