@@ -82,10 +82,11 @@ class PipelineError(ValueError):
 
 
 class SpecError(ValueError):
-    """A spec that cannot be planned: one line per problem, each naming its rule."""
+    """A spec that cannot be planned: one line per problem, each naming its rule (one message:
+    one problem, as the other ranks of a collective run rebuild it)."""
 
-    def __init__(self, problems: list[str]):
-        self.problems = _one_per_rule(problems)
+    def __init__(self, problems: list[str] | str):
+        self.problems = _one_per_rule([problems] if isinstance(problems, str) else problems)
         super().__init__("; ".join(self.problems))
 
 

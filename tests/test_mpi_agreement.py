@@ -157,6 +157,10 @@ def test_rebuilt_errors_have_one_type_on_every_rank():
         np.matmul("x", np.ones((2, 2)))
     except TypeError as exc:          # numpy's private _UFuncNoLoopError: its public base everywhere
         assert type(rebuilt(verdict_of(exc), 0, 2, exc)) is type(rebuilt(verdict_of(exc), 0, 2))
+    from autotune.workload import SpecError
+
+    spec = SpecError(["rule 1) workers > 0: got 0"])      # rebuilt from its message alone: its own type
+    assert type(rebuilt(verdict_of(spec), 0, 2)) is SpecError
     same = ValueError("bad")
     assert rebuilt(verdict_of(same), 0, 1, same) is same                # its own rank keeps it as is
 
