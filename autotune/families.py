@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+import numpy as np
+
 from autotune.routines import CHECK_NRHS, STENCIL_FLOPS, flops
 
 # Blocks of the block-cyclic layouts and SUMMA panels: the panel and rank-b block parameters the
@@ -75,6 +77,11 @@ class Problem:
         """The shapes of the matrices a problem of ``dims`` holds: an order-n problem's n x n."""
         return tuple((d, d) for d in dims)
 
+    @property
+    def note(self) -> str:
+        """What the flags change in the price, for explain (empty: nothing)."""
+        return ""
+
     def __str__(self) -> str:
         return f"{self.family} {self.size_label(self.dims)}"
 
@@ -108,18 +115,68 @@ class _RightHandSides(Problem):
 
 @dataclass(frozen=True)
 class GemmProblem(Problem):
-    """``op(a) op(b)`` with op(a) m x k and op(b) k x n."""
+    """``op(a) op(b)`` with op(a) m x k and op(b) k x n; ``layout``: the transpositions of the BLAS
+    call the operands' memory orders make (``gemm_layout``), ``copied``: elements of operands that
+    are neither C- nor Fortran-contiguous (each candidate copies them first)."""
 
     m: int
     k: int
     n: int
+    layout: str = "nn"
+    copied: int = 0
     family: ClassVar[str] = "gemm"
     dim_names: ClassVar[tuple[str, ...]] = ("m", "k", "n")
+
+    @property
+    def note(self) -> str:
+        """The operands' layout as it is priced (explain's note), empty for C-ordered operands."""
+        if self.layout == "nn" and not self.copied:
+            return ""
+        copied = f"; {self.copied} elements of operands in neither order copied first" if self.copied else ""
+        return (f"layout: {GEMM_LAYOUTS[self.layout]}{copied}; the libraries measured in it are ranked "
+                "(numpy's own call always)")
 
     @classmethod
     def operands(cls, dims: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
         m, k, n = dims
         return ((m, k), (k, n), (m, n))
+
+
+# What each gemm layout is: the transpositions of the Fortran-ordered BLAS call ``dispatch.gemm``
+# makes (a C-ordered product is computed as its transpose), and "aat", ``a @ a.T`` on one buffer,
+# which numpy's matmul computes with syrk (half the flops).
+GEMM_LAYOUTS = {"nn": "BLAS call nn", "tn": "BLAS call tn (op(a) transposed)", "nt": "BLAS call nt (op(b) transposed)",
+                "tt": "BLAS call tt (both transposed)", "aat": "a @ a.T on one buffer (numpy: syrk)"}
+
+
+def gemm_layout(a: np.ndarray, b: np.ndarray, trans_a: bool = False, trans_b: bool = False,
+                out_fortran: bool = False) -> tuple[str, int]:
+    """(layout, elements copied) of ``op(a) op(b)`` as ``dispatch.gemm.run_gemm`` calls BLAS on it:
+    into a C-ordered result (unless ``out_fortran``) it computes the transpose, with swapped operands;
+    an operand in neither order is copied to Fortran order."""
+    x, y = (a.T if trans_a else a), (b.T if trans_b else b)
+    if _one_buffer_transposed(x, y):
+        return "aat", 0
+    if not out_fortran:
+        a, b, trans_a, trans_b = b, a, not trans_b, not trans_a
+    (ta, ca), (tb, cb) = _fortran_flag(a, trans_a), _fortran_flag(b, trans_b)
+    return ("t" if ta else "n") + ("t" if tb else "n"), ca + cb
+
+
+def _fortran_flag(x: np.ndarray, trans: bool) -> tuple[bool, int]:
+    """The BLAS transposition of ``x`` as a Fortran operand, and the elements copied to make it one."""
+    if x.flags.f_contiguous:
+        return trans, 0
+    if x.flags.c_contiguous:
+        return not trans, 0
+    return trans, int(x.size)
+
+
+def _one_buffer_transposed(x: np.ndarray, y: np.ndarray) -> bool:
+    """``y`` is ``x.T`` on the same memory (numpy's matmul then calls syrk)."""
+    return (x.ndim == 2 and (x.flags.c_contiguous or x.flags.f_contiguous)
+            and y.shape == x.shape[::-1] and y.strides == x.strides[::-1]
+            and x.__array_interface__["data"][0] == y.__array_interface__["data"][0])
 
 
 @dataclass(frozen=True)

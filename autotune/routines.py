@@ -145,6 +145,10 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Pattern("cols", "a stencil sweep over param border columns of height x (strided: a tile's left/right)", {
         "stencil": lambda x, h: {"m": x, "n": _i(h)},
     }, needs_param=True),
+    *(Pattern(name, f"square gemm of order x whose BLAS call transposes {what} (dispatch.gemm's Fortran-ordered "
+                    "call: a C-ordered operand is the transpose of a Fortran one)", {
+        "gemm": lambda x, _: {"m": x, "n": x, "k": x},
+    }) for name, what in (("tn", "a"), ("nt", "b"), ("tt", "both"))),
     Pattern("dispatch", "a whole tuned call forcing this library's candidate on C-ordered x-by-x operands "
             "(entry checks, dispatch, library call): minus the library's own time, what a tuned call adds", {
         "gemm": lambda x, _: {"m": x, "n": x, "k": x},
@@ -152,6 +156,8 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
 )}
 
 SEGMENT_FRACTIONS = (1 / 8, 3 / 8, 5 / 8, 7 / 8)
+# The BLAS transpositions of a gemm (op(a), op(b)) by the pattern its k is measured on ("nn": "square").
+TRANSPOSED = {"tn": (True, False), "nt": (False, True), "tt": (True, True)}
 # Right-hand sides of the solve problems the model checks, reports and benchmarks use (off the
 # probe's rhs grid; the common case of a handful of columns).
 CHECK_NRHS = 16

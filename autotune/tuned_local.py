@@ -14,7 +14,7 @@ from autotune.config import Options, get_options
 from autotune.db import load_sp
 from autotune.db.pools import transitions_for
 from autotune.dispatch import cholesky_runner, run_cholesky, run_gemm
-from autotune.families import FAMILIES, CholeskyProblem, GemmProblem, Problem
+from autotune.families import FAMILIES, CholeskyProblem, GemmProblem, Problem, gemm_layout
 from autotune.kernels import _front
 from autotune.kernels._matadd import zero_triangle
 from autotune.plans import Candidate
@@ -89,18 +89,20 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
             return generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     hot = plain and out is None and config is None and not explain and a.ndim == 2 and b.ndim == 2
     opts, state = get_options(), pools.state_code()
-    cand, dec = decide(GemmProblem(m, k, n), config, explain, opts, state)
+    into_out = out is not None and _direct_target(out, a, b, (m, n)) and out.flags.f_contiguous
+    layout, copied = gemm_layout(a, b, trans_a, trans_b, into_out)
+    cand, dec = decide(GemmProblem(m, k, n, layout, copied), config, explain, opts, state)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
             _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
         return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     direct = out is None or _direct_target(out, a, b, (m, n))
-    own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"
-           and backends.get(cand.backend).get_threads() == cand.threads)
+    own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"     # numpy's own call (its syrk on aat)
+           and (layout == "aat" or backends.get(cand.backend).get_threads() == cand.threads))
     if plain and (own or not direct):
         aligned = own and out is None and ((cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK)
                                            or 8 * m * n >= _front.BLOCK_CACHE_MIN)
-        if own and hot and not learn.enabled():
+        if own and hot and layout != "aat" and not learn.enabled():    # the C path keys shapes, not layouts
             _front.remember(a.shape + b.shape, aligned, opts, cand.threads, state)
         target = _front.aligned_empty((m, n)) if aligned else out
         threads = cand.threads if own else None

@@ -18,7 +18,7 @@ import autotune
 from autotune.backends import Backend
 from autotune.calls import spd_matrix
 from autotune.plans import Candidate
-from autotune.routines import dims_of
+from autotune.routines import TRANSPOSED, dims_of
 
 
 @dataclass
@@ -68,6 +68,16 @@ def build(be: Backend, routine: str, pattern: str, x: int, param: float,
 def _gemm_square(be, d, rng, alpha: float = 1.0, beta: float = 0.0):
     a, b, c = _mat(rng, d["m"], d["k"]), _mat(rng, d["k"], d["n"]), _mat(rng, d["m"], d["n"])
     return Call(_op(be, "gemm", alpha, a, b, beta, c))
+
+
+def _gemm_transposed(flags: tuple[bool, bool]):
+    """Square gemm whose call transposes the operands ``flags`` says (patterns tn, nt, tt)."""
+    def builder(be, d, rng):
+        m, k, n = d["m"], d["k"], d["n"]
+        a = _mat(rng, k, m) if flags[0] else _mat(rng, m, k)
+        b = _mat(rng, n, k) if flags[1] else _mat(rng, k, n)
+        return Call(_op(be, "gemm", 1.0, a, b, 0.0, _mat(rng, m, n), trans_a=flags[0], trans_b=flags[1]))
+    return builder
 
 
 def _gemm_rankb(be, d, rng):
@@ -228,6 +238,7 @@ def _stencil(be, d, rng):
 
 _BUILDERS = {
     ("gemm", "square"): _gemm_square, ("gemm", "panel"): _gemm_panel,
+    **{("gemm", name): _gemm_transposed(flags) for name, flags in TRANSPOSED.items()},
     ("gemm", "stripe"): _gemm_square, ("gemm", "rankb"): _gemm_rankb, ("gemm", "dispatch"): _gemm_dispatch,
     ("syrk", "square"): _syrk_square, ("syrk", "panel"): _syrk_panel,
     ("trsm", "square"): _trsm_square, ("trsm", "panel"): _trsm_panel, ("trsm", "u12"): _trsm_u12,

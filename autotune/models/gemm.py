@@ -7,7 +7,7 @@ import numpy as np
 from autotune.db.threads import ThreadSPs, VersionSPs, driver_extra
 from autotune.routines import flops
 
-from . import multicore
+from . import movement, multicore
 
 # Element passes per Strassen level of ``autotune.kernels.strassen`` (the 3-temporary schedule
 # of docs/models.md#gemm.strassen, fused additions): 5 on quadrants of A (S1), 5 on quadrants of
@@ -36,13 +36,30 @@ def lookup_size(m: float, k: float, n: float) -> np.ndarray:
     return np.cbrt(np.asarray(m, float) * np.asarray(k, float) * np.asarray(n, float))
 
 
-def blas(m: int, k: int, n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
-    """``2mkn * k3_gemm(backend, threads, size)``; ``parts``, if given, receives it as the one term."""
-    kk = sp.k("gemm", backend, threads, lookup_size(m, k, n))
-    t = float(flops("gemm", {"m": m, "n": n, "k": k}) * kk)
+def blas(m: int, k: int, n: int, backend: str, threads: int, sp, parts: dict | None = None,
+         layout: str = "nn", copied: int = 0) -> float:
+    """``2mkn * k3_gemm(backend, threads, size)`` on the k series of the BLAS call's ``layout`` (tn, nt
+    and tt measured as their own patterns; "aat" is numpy's syrk: ``n(n+1)k * k3_syrk``), plus the
+    copy of ``copied`` elements of operands in neither memory order; ``parts``, if given, receives
+    the terms."""
+    x = lookup_size(m, k, n)
+    if layout == "aat":
+        t = float(flops("syrk", {"n": m, "k": k}) * sp.k("syrk", backend, threads, x))
+    else:
+        pattern = "square" if layout == "nn" else layout
+        t = float(flops("gemm", {"m": m, "n": n, "k": k}) * sp.k("gemm", backend, threads, x, pattern))
+    move = movement.copy(sp, copied) if copied else 0.0
     if parts is not None:
         parts["gemm"] = t
-    return t
+        if move:
+            parts["copy"] = move
+    return t + move
+
+
+def transposed_copies(m: int, k: int, n: int, layout: str) -> int:
+    """Elements a Strassen candidate copies to undo its call's transpositions (``_around``: the
+    C-ordered product's operands, op(b)^T n x k and op(a)^T k x m)."""
+    return (n * k if layout[0] == "t" else 0) + (k * m if layout[1] == "t" else 0)
 
 
 def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,

@@ -17,6 +17,7 @@ from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models import lu as lu_models
 from autotune.models import memory
+from autotune.models import movement as movement_models
 from autotune.models import stencil as stencil_models
 from autotune.models.dispatch import dispatch as dispatch_model
 from autotune.models.fitted import fitted_for, override
@@ -172,27 +173,45 @@ def _floor(table, flop: float, routines, backend: str, threads: int, upto: float
     return FLOOR_SLACK * flop * min(table.k_min(r, backend, threads, pat, upto=upto) for r, pat in routines)
 
 
+def _layout_measured(table, backend: str, threads: int, layout: str) -> bool:
+    """Is a BLAS gemm on ``backend`` priced on a series measured in this layout? ("nn": square; the
+    transposed layouts: their own patterns; "aat", numpy's syrk, only numpy's own call runs.)"""
+    if layout == "aat":
+        return False
+    return table.has("gemm", backend, threads, "square" if layout == "nn" else layout)
+
+
 def _gemm_groups(problem: Problem, table, budget: int, allow_strassen: bool,
                  tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    """The gemm candidates in the problem's layout: a library never measured in it is no candidate,
+    but for the reference call (numpy's own matmul), which runs whatever the layout."""
     dims = problem.dims
     m, k, n = dims
+    layout, copied = problem.layout, problem.copied
     tsp = tsp or ThreadSPs()
     levels = tuple(lv for lv in STRASSEN_LEVELS if min(m, k, n) / 2**lv >= MIN_STRASSEN_LEAF)
+    levels = levels if layout != "aat" else ()
     can_add = table.has("add", STRASSEN_ADD_BACKEND, 1, "view")
     can_omp = omp_add_sps(tsp) is not None
     variants = (0,) * can_add + (1,) * can_omp        # Strassen's addition kernel version (models.gemm)
+    reference = FAMILIES["gemm"].incumbent
     for be in _backends(table):
         for t in _threads(table, "gemm", be, budget):
-            yield Evaluation("blas", be, t, (0,), (0,),
-                             lambda sp, p, v, parts=None, be=be, t=t: [gemm_models.blas(m, k, n, be, t, sp, parts)])
+            measured = _layout_measured(table, be, t, layout)
+            if measured or ("blas", be) == reference:
+                priced = layout if measured or layout == "aat" else "nn"
+                yield Evaluation("blas", be, t, (0,), (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t, priced=priced: [
+                                     gemm_models.blas(m, k, n, be, t, sp, parts, priced, copied)])
             if allow_strassen and levels and variants:
                 leaf_flops = 2.0 * m * k * n * (7 / 8) ** max(levels)
                 yield Evaluation("strassen", be, t, levels, variants,
                                  lambda sp, p, v, parts=None, be=be, t=t: _strassen_variants(
-                                     m, k, n, p, v, be, t, sp, tsp, parts),
+                                     m, k, n, p, v, be, t, sp, tsp, parts,
+                                     copied + gemm_models.transposed_copies(m, k, n, layout)),
                                  _floor(table, leaf_flops, [("gemm", "square")], be, t, max(dims)))
     if allow_strassen and tsp.strassen is not None and NESTED_BACKEND in _backends(table) \
-            and max(dims) <= NESTED_MAX_ASPECT * min(dims):
+            and max(dims) <= NESTED_MAX_ASPECT * min(dims) and layout == "nn" and not copied:
         nested = tuple(lv for lv in NESTED_LEVELS if min(m, k, n) / 2**lv >= MIN_STRASSEN_LEAF)
         blas = tsp.versions.get("blas")
         lib_max = blas.max_threads if blas is not None and blas.max_threads > 0 else budget   # P2: the library's
@@ -203,8 +222,10 @@ def _gemm_groups(problem: Problem, table, budget: int, allow_strassen: bool,
                                      m, k, n, p, p1, t, tsp, sp, NESTED_BACKEND, parts))
 
 
-def _strassen_variants(m, k, n, levels, variants, be: str, t: int, sp, tsp: ThreadSPs, parts: dict | None):
-    """Times of a Strassen group, variant-major: 0 the fused additions (add/view SPs), 1 the OpenMP add."""
+def _strassen_variants(m, k, n, levels, variants, be: str, t: int, sp, tsp: ThreadSPs, parts: dict | None,
+                       copied: int = 0):
+    """Times of a Strassen group, variant-major: 0 the fused additions (add/view SPs), 1 the OpenMP add;
+    each plus the copy of ``copied`` elements (operands in neither order, transposed ones)."""
     out, split = [], {}
     for v in variants:
         part: dict | None = {} if parts is not None else None
@@ -214,9 +235,12 @@ def _strassen_variants(m, k, n, levels, variants, be: str, t: int, sp, tsp: Thre
             out.append(gemm_models.strassen_omp(m, k, n, levels, be, t, sp, tsp, parts=part))
         for key, val in (part or {}).items():
             split.setdefault(key, []).append(np.atleast_1d(val))
+    move = movement_models.copy(sp, copied) if copied else 0.0
     if parts is not None:
         parts.update({key: np.concatenate(vals) for key, vals in split.items()})
-    return np.concatenate(out)
+        if move:
+            parts["copy"] = np.full(len(levels) * len(variants), move)
+    return np.concatenate(out) + move
 
 
 def _thread_sps(sp) -> ThreadSPs:
@@ -353,7 +377,7 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
     ranking, dropped = keep_fitting(ranking, lambda r: memory.local(dims, family, r.candidate).root_bytes,
                                     memory_bytes, lambda r: str(r.candidate), "candidates")
     chosen, incumbent, notes = _apply_margin(family, ranking)
-    notes += dropped
+    notes = ([problem.note] if problem.note else []) + notes + dropped
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
     return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes, after)
