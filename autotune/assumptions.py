@@ -219,3 +219,39 @@ PLAN_FIT_MAX_APE = _assume(
     "select/distributed.py calibration step")
 
 __all__ += ["PLAN_FIT_MAX_APE"]
+
+
+# -- busy probes (install_probe/timing.py, install_probe/runner.py, db/noise.py) ----------------------
+
+MIN_CPU_SHARE = _assume(
+    "MIN_CPU_SHARE", 0.8,
+    "least share of the CPU a probed point's threads must get while timed (the lower of the measuring "
+    "thread's CPU time over wall time and, where /proc has it, the threads' CPU time over CPU plus "
+    "run-queue wait): below it another program took cores and the point is measured again, then kept as noisy",
+    "chosen from quick probes on a 2-core VM (965 timings each): quiet, 1st percentile 0.95 at 1 thread and "
+    "0.92 at 2 threads, 4 of 965 below 0.8; with both cores kept busy by two shell loops, median 0.99 at 1 "
+    "thread (the scheduler often leaves it a core) and 0.48 at 2, and the points kept below 0.8 read a median "
+    "1.9x (1 thread) and 2.6x (2 threads) slower than the quiet run; a thread sharing its core with one busy "
+    "program gets 0.5, three runnable threads on two cores 0.67",
+    "install_probe/runner.py remeasuring; db/noise.py noise_bits and the install's verdict")
+MAX_SPREAD = _assume(
+    "MAX_SPREAD", 1.0,
+    "largest interquartile range of a point's repeats, relative to their median, before the point is measured "
+    "again and, if it stays so, kept as noisy",
+    "chosen from a quiet quick probe on a 2-core VM: 99th percentile 0.88, 6 of 965 points beyond 1.0 (calls "
+    "of 1-3 us timed one per sample, and laswp); with both cores busy 57 of 960",
+    "install_probe/runner.py remeasuring; db/noise.py noise_bits")
+REMEASURES = _assume(
+    "REMEASURES", 2,
+    "rounds in which the points still noisy after the probe's passes are measured again (each round after "
+    "the one before, so a disturbance of a few seconds spoils one attempt, not all)",
+    SET_BY_HAND + " (FFTW's planner and ATLAS repeat a timing that looks disturbed a small number of times)",
+    "install_probe/runner.py _Session.remeasure")
+REMEASURE_BUDGET = _assume(
+    "REMEASURE_BUDGET", 0.5,
+    "longest the remeasuring rounds may take, as a share of the passes' time: on a machine that stays busy "
+    "measuring again cannot help, and the verdict says so",
+    SET_BY_HAND + " (a busy quick install then ends within 1.5x its passes)",
+    "install_probe/runner.py _Session.remeasure")
+
+__all__ += ["MAX_SPREAD", "MIN_CPU_SHARE", "REMEASURES", "REMEASURE_BUDGET"]

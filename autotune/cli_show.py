@@ -14,6 +14,7 @@ from autotune.db import DatabaseError, load, resolve
 from autotune.db.comm import PRIMITIVES, library_id, loggp_lines, read_platforms
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.db.lookup import INVALID, remeasure_command
+from autotune.db.noise import series_noise, verdict
 from autotune.db.pools import COLD, Transitions, load_transitions
 from autotune.db.store import valid_mask
 from autotune.db.threads import ThreadSPs, load_threads
@@ -86,9 +87,12 @@ def other_patterns_line(records: np.ndarray) -> list[str]:
 def series_lines(records: np.ndarray) -> list[str]:
     """One line per measured series: routine/pattern, backend, threads, point count, sizes, params."""
     lines = [f"Measured series ({len(records)} points): routine/pattern x backend x threads, sizes"]
+    noise = series_noise(records)
     for (rt, pat, be, t), rows in _group_rows(records).items():
         params = sorted({float(p) for p in rows["param"] if p})
         extra = f", params {', '.join(f'{p:g}' for p in params)}" if params else ""
+        noisy = noise[(rt, be, t, pat)].noisy if (rt, be, t, pat) in noise else 0
+        extra += f", {noisy} noisy" if noisy else ""
         lines.append(f"  {rt:6s}/{pat:8s} {be:16s} t={t}: {len(rows):3d} points, "
                      f"n {rows['x'].min()}..{rows['x'].max()}{extra}")
     return lines
@@ -107,10 +111,17 @@ def summary(db, path=None, verbose: bool = False) -> list[str]:
     """Fingerprint, libraries, last run and the best-GFLOP/s table (every series with ``verbose``)."""
     usable = db.records[valid_mask(db.records)]
     lines = machine_lines(db.fingerprint) + backend_lines(db.backends, verbose) + [_run_line(db)]
+    lines += verdict_lines(db, path)
     lines += invalid_note(db, path)
     lines += [""] + best_table(usable)
     lines += [""] + series_lines(usable) if verbose else other_patterns_line(usable)
     return lines
+
+
+def verdict_lines(db, path=None) -> list[str]:
+    """The probe's verdict on its points (``db.noise.verdict``, as ``autotune-install`` ends with it)."""
+    lines = verdict(db.records, db.run, path).lines
+    return [line[0].upper() + line[1:] if i == 0 else f"  {line}" for i, line in enumerate(lines)]
 
 
 def _run_line(db) -> str:
@@ -126,15 +137,21 @@ def summary_json(db) -> dict:
     """Everything the text summary shows, machine-readable: every series and its best GFLOP/s."""
     ok = valid_mask(db.records)
     series = []
+    noise = series_noise(db.records)
     for key, rows in _group_rows(db.records[ok]).items():
         routine, pattern, backend, threads = key
         gf = 1e-9 / rows["k"]
+        n = noise[(routine, backend, threads, pattern)]
         series.append({"routine": routine, "pattern": pattern, "backend": backend, "threads": threads,
                        "points": len(rows), "sizes": sorted({int(x) for x in rows["x"]}),
                        "params": sorted({float(p) for p in rows["param"] if p}),
-                       "best_gflops": float(gf.max()), "best_at": int(rows["x"][int(gf.argmax())])})
+                       "best_gflops": float(gf.max()), "best_at": int(rows["x"][int(gf.argmax())]),
+                       "noisy_points": n.noisy, "median_spread": n.median_spread,
+                       "median_cpu_share": n.median_cpu_share})
+    found = verdict(db.records, db.run)
     return {"fingerprint": db.fingerprint, "backends": db.backends, "run": db.run, "points": len(db.records),
-            "invalid_points": int((~ok).sum()), "series": series}
+            "invalid_points": int((~ok).sum()), "series": series,
+            "verdict": {"state": found.state, "lines": list(found.lines)}}
 
 
 def _group_rows(records: np.ndarray) -> dict[tuple, np.ndarray]:

@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from autotune import backends as bk
+from autotune.assumptions import REMEASURE_BUDGET, REMEASURES
 from autotune.backends import BACKENDS
 from autotune.db import RECORD_DTYPE, Database, DatabaseError, DatabaseMissing, load, resolve, save
+from autotune.db.noise import NOISE_RETRIED, NOISY, verdict
 from autotune.routines import ROUTINES
 
 from . import operands
@@ -35,6 +37,7 @@ BAR_FIXED = len(" 100%|| 00:00:00<00:00:00 left, ")   # BAR_FORMAT's characters 
 # After a multi-threaded group, wait for that library's thread pool to stop spinning (OpenBLAS
 # and Intel OpenMP workers busy-wait for a while) so it does not steal a core from the next group.
 SETTLE_SECONDS = 0.3
+FIELD = {name: i for i, name in enumerate(RECORD_DTYPE.names)}   # a record tuple's field positions
 
 
 class ProbeError(ValueError):
@@ -43,7 +46,8 @@ class ProbeError(ValueError):
 
 @dataclass
 class ProbeResult:
-    """A point sweep's outcome; ``pending``: the run's phases after the points still to do."""
+    """A point sweep's outcome; ``pending``: the run's phases after the points still to do;
+    ``verdict``: whether the machine was quiet while measuring (``db.noise.verdict``, once complete)."""
 
     path: Path
     measured: int
@@ -52,6 +56,7 @@ class ProbeResult:
     seconds: float = 0.0
     failures: dict[tuple, str] = field(default_factory=dict)
     pending: tuple[str, ...] = ()
+    verdict: tuple[str, ...] = ()
 
 
 def load_backends(names) -> tuple[dict, dict[str, str]]:
@@ -111,7 +116,23 @@ def _row(task: Task, sample, t_call: float, run_id: str, ref: float = 0.0) -> tu
     fl = task.flops
     work = max(sample.median - t_call, 0.5 * sample.median)  # never let noise make k vanish
     return (task.routine, task.backend, task.threads, task.dtype, task.pattern, task.param, task.x, fl,
-            sample.median, sample.minimum, sample.q1, sample.q3, sample.reps, t_call, work / fl, run_id, ref)
+            sample.median, sample.minimum, sample.q1, sample.q3, sample.reps, t_call, work / fl, run_id, ref,
+            sample.t_wall, sample.t_cpu, sample.cpu_share, sample.noise)
+
+
+def _noisy(row: tuple) -> bool:
+    return bool(row[FIELD["noise"]] & NOISY)
+
+
+def kept_row(rows: list[tuple]) -> tuple:
+    """What a point measured several times keeps: the lower-median of its quiet measurements (marked
+    NOISE_RETRIED if a noisy one was dropped), or of all of them if none was quiet (kept noisy)."""
+    quiet = [r for r in rows if not _noisy(r)]
+    kept = lower_median(quiet or rows, key=lambda r: r[FIELD["t_median"]])
+    if quiet and len(quiet) < len(rows):
+        i = FIELD["noise"]
+        kept = kept[:i] + (kept[i] | NOISE_RETRIED,) + kept[i + 1:]
+    return kept
 
 
 class DriftReference:
@@ -158,7 +179,9 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
     again, in alternately reversed order; each point keeps the lower median of its passes (the
     faster of two, the middle of three). A machine's speed can wander by several percent over
     seconds to minutes; a point timed at a few moments spread over the run is less at the mercy of
-    one of them, so two runs agree better.
+    one of them, so two runs agree better. Then the points still noisy (``autotune.db.noise``: short
+    of CPU, or a wide spread) are measured again (``_Session.remeasure``); those that stay noisy are
+    kept flagged, and the verdict (``db.noise.verdict``) says so.
 
     ``after``: the phases that follow the points (pools, thread SPs, validation), stored with the
     run (a resumed run keeps its own); the run is complete once ``finish_phase`` marked each done.
@@ -186,7 +209,7 @@ def run_probe(profile: Profile, db_path=None, *, only: set[str] | None = None, r
               "Run again with --resume to finish.", file=sys.stderr)
         return ProbeResult(path, len(db.keys(run_id)), skipped, False, session.elapsed, session.failures)
     return ProbeResult(path, len(db.keys(run_id)), skipped, True, session.elapsed, session.failures,
-                       tuple(db.run["pending"]))
+                       tuple(db.run["pending"]), verdict(db.records, db.run, path).lines)
 
 
 def finish_phase(path, phase: str) -> None:
@@ -233,6 +256,7 @@ class _Session:
         self.bar.plan(len(tasks), sum(t.eta_weight(reps) for t in tasks))
         try:
             save(self.db, self.path)
+            started = time.perf_counter()
             first = self.run_pass(tasks)
             for i in range(1, self.profile.timing.passes):
                 order = reversed(tasks) if i % 2 else iter(tasks)
@@ -240,6 +264,7 @@ class _Session:
                 self.bar.phase = f"points (pass {i + 1})"
                 self.bar.plan(len(again), sum(t.eta_weight(reps) for t in again))
                 self.run_pass(again)
+            self.remeasure(tasks, time.perf_counter() - started)
             if completing is not None and self.db.run["pending"] == ["points"]:
                 completing()
             _done(self.db.run, "points")
@@ -250,21 +275,37 @@ class _Session:
             return False
         return True
 
-    def run_pass(self, tasks: list[Task]) -> dict[tuple, float]:
-        """Measure ``tasks`` once more; each point's record becomes the lower median of its passes so
-        far. Returns key -> this pass's median."""
+    def remeasure(self, tasks: list[Task], spent: float) -> None:
+        """Up to REMEASURES rounds over the points still noisy, each after the one before, within
+        REMEASURE_BUDGET x ``spent`` (the passes' seconds): a point quiet in one keeps that one."""
+        deadline = time.perf_counter() + REMEASURE_BUDGET * spent
+        reps = self.profile.timing.min_reps
+        for i in range(REMEASURES):
+            noisy = [t for t in tasks if t.key in self.passes and _noisy(kept_row(self.passes[t.key]))]
+            if not noisy or time.perf_counter() >= deadline:
+                return
+            self.bar.phase = f"points (noisy, again {i + 1})"
+            self.bar.plan(len(noisy), sum(t.eta_weight(reps) for t in noisy))
+            self.run_pass(noisy, deadline)
+
+    def run_pass(self, tasks: list[Task], deadline: float = np.inf) -> dict[tuple, float]:
+        """Measure ``tasks`` once more (those reached before ``deadline``); each point's record becomes
+        ``kept_row`` of its measurements so far. Returns key -> this pass's median."""
         medians = {}
         for (name, threads), group in _groups(tasks):
+            if time.perf_counter() >= deadline:
+                self.bar.step(sum(t.eta_weight(self.profile.timing.min_reps) for t in group), len(group))
+                continue
             be = self.backends[name]
             if "warm_up" in be.extra:
                 be.extra["warm_up"]()
             with be.threads(threads):
                 for task in group:
                     self.bar.at(f"{name} t={threads} {task.routine}/{task.pattern} {task.x}")
-                    row = self._measure(be, task)
+                    row = self._measure(be, task) if time.perf_counter() < deadline else None
                     if row is not None:
-                        medians[task.key] = row[8]
-                        self.rows.append(self._lower_median(task.key, row))
+                        medians[task.key] = row[FIELD["t_median"]]
+                        self.rows.append(self._kept(task.key, row))
                     self.bar.step(task.eta_weight(self.profile.timing.min_reps))
                     if time.perf_counter() - self.last > CHECKPOINT_SECONDS:
                         self.checkpoint()
@@ -272,11 +313,11 @@ class _Session:
                 time.sleep(SETTLE_SECONDS)
         return medians
 
-    def _lower_median(self, key: tuple, row: tuple) -> tuple:
-        """The record of this point's pass with the lower median time over its passes so far."""
+    def _kept(self, key: tuple, row: tuple) -> tuple:
+        """The record this point keeps of its measurements so far (``kept_row``)."""
         rows = self.passes.setdefault(key, [])
         rows.append(row)
-        return lower_median(rows, key=lambda r: r[8])
+        return kept_row(rows)
 
     def _measure(self, be, task: Task) -> tuple | None:
         """One point's record, or None (failure recorded) if the routine raised."""

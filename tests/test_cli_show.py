@@ -18,9 +18,9 @@ def db_path(tmp_path):
                 fl = 2.0 * x**3
                 k = 1e-10 / t
                 rows.append(("gemm", be, t, "float64", "square", 0.0, x, fl, k * fl, k * fl, k * fl, k * fl, 3,
-                             0.0, k, "run", 0.0))
+                             0.0, k, "run", 0.0, 3 * k * fl, 3 * k * fl * t, 1.0, 0))
             rows.append(("trsm", be, t, "float64", "panel", 64.0, 256, 256 * 64.0**2, 1e-3, 1e-3, 1e-3, 1e-3,
-                         3, 0.0, 1e-10, "run", 0.0))
+                         3, 0.0, 1e-10, "run", 0.0, 3e-3, 3e-3 * t, 1.0, 0))
     path = tmp_path / "sp.h5"
     save(Database(records=np.array(rows, dtype=RECORD_DTYPE), backends={"numpy-openblas": {"version": "x"}},
                   run={"profile": "test", "complete": True}), path)

@@ -19,7 +19,8 @@ def records(points, *, routine="gemm", backend=BE, threads=1, pattern="square", 
     rows = []
     for pt in points:
         x, param, k = (pt[0], 0.0, pt[1]) if len(pt) == 2 else pt
-        rows.append((routine, backend, threads, dtype, pattern, param, x, 1.0, k, k, k, k, 1, 0.0, k, "r", 0.0))
+        rows.append((routine, backend, threads, dtype, pattern, param, x, 1.0, k, k, k, k, 1, 0.0, k, "r", 0.0,
+                     0.0, 0.0, 0.0, 0))
     return np.array(rows, dtype=RECORD_DTYPE)
 
 

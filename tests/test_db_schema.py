@@ -15,7 +15,8 @@ import autotune
 from autotune.db import RECORD_DTYPE, SCHEMA_VERSION, Database, SchemaMismatch, comm_lookup, load, load_sp, save
 from autotune.db.fitted import FittedRecord, read_fitted, save_fitted
 from autotune.db.learned import read_learned, save_learned
-from autotune.db.store import MIGRATABLE
+from autotune.db.noise import verdict
+from autotune.db.store import MIGRATABLE, PER_GROUP_VERSIONS
 from autotune.db.validation import read_validation, save_validation
 from autotune.models.fitted_phases import PhaseFactor, load_phase_factors, save_phase_factors
 
@@ -61,13 +62,23 @@ def full_db(tmp_path):
     return path
 
 
+# The /k fields schema 4 added (the timing noise); files of schema 3 and before have none of them.
+NOISE_FIELDS = ("t_wall", "t_cpu", "cpu_share", "noise")
+
+
 def as_written_by(path, version: int, member_version: int = 1) -> None:
-    """Relabel a file as written by an autotune of root ``version`` (per-group versions ``member_version``)."""
+    """Relabel a file as written by an autotune of root ``version``: per-group versions
+    ``member_version`` where that version kept them, /k rows without the fields added since."""
     with edited(path, "r+") as f:
         f.attrs["schema_version"] = version
         for group, attr in LEGACY.items():
             for g in f[group].values():
                 g.attrs[attr] = member_version
+        if version < 4 and "k" in f:
+            rows = f["k"][...]
+            old = np.dtype([(n, RECORD_DTYPE[n]) for n in RECORD_DTYPE.names if n not in NOISE_FIELDS])
+            del f["k"]
+            f.create_dataset("k", data=np.array([tuple(r[n] for n in old.names) for r in rows], old), maxshape=(None,))
 
 
 def readable_everything(path) -> None:
@@ -89,9 +100,10 @@ def test_one_version_at_the_root_and_none_per_group(full_db):
     readable_everything(full_db)
 
 
-def test_an_older_file_is_migrated_on_read_and_left_unchanged(full_db):
+@pytest.mark.parametrize("version", sorted(MIGRATABLE))
+def test_an_older_file_is_migrated_on_read_and_left_unchanged(full_db, version):
     assert SCHEMA_VERSION - 1 in MIGRATABLE
-    as_written_by(full_db, SCHEMA_VERSION - 1)
+    as_written_by(full_db, version)
     before = full_db.read_bytes()
     readable_everything(full_db)
     cp = comm_lookup.load_comm(full_db, nprocs=2, refresh=True)
@@ -101,7 +113,7 @@ def test_an_older_file_is_migrated_on_read_and_left_unchanged(full_db):
 
 
 def test_a_group_the_migration_cannot_read_is_refused_the_rest_kept(full_db):
-    as_written_by(full_db, SCHEMA_VERSION - 1)
+    as_written_by(full_db, min(PER_GROUP_VERSIONS))
     with edited(full_db, "r+") as f:
         for g in f["comm"].values():
             g.attrs["comm_schema"] = 0
@@ -135,6 +147,28 @@ def test_an_unreadable_version_is_refused_naming_the_rebuild(full_db, version):
     with pytest.raises(SchemaMismatch):             # a writer neither relabels nor loses the records
         save_validation(full_db, [check_point()])
     assert full_db.read_bytes() == before
+
+
+def test_records_before_the_noise_fields_read_as_not_checked_and_are_rewritten_with_them(full_db, capsys):
+    """Schema 3's /k rows (no CPU share, no noise bits) read with those fields 0: not checked, never
+    noisy; the verdict says it cannot tell, in show too. The next write stores them in today's layout."""
+    from autotune import cli
+
+    as_written_by(full_db, 3)
+    with h5py.File(full_db, "r") as f:
+        assert "noise" not in f["k"].dtype.names
+    db = load(full_db, check_machine=False)
+    assert db.records.dtype == RECORD_DTYPE and len(db.records) == 7
+    assert all(not db.records[n].any() for n in NOISE_FIELDS)
+    np.testing.assert_array_equal(db.records["k"], blas_db().records["k"])
+    found = verdict(db.records, db.run, full_db)
+    assert found.state == "unknown" and "before autotune checked their CPU" in found.lines[0]
+    assert cli.main(["show", "--db", str(full_db)]) == 0
+    assert "Verdict: unknown" in capsys.readouterr().out
+    save_validation(full_db, [check_point()])             # any group's write rewrites /k in today's layout
+    with h5py.File(full_db, "r") as f:
+        assert int(f.attrs["schema_version"]) == SCHEMA_VERSION and f["k"].dtype == RECORD_DTYPE
+    np.testing.assert_array_equal(load(full_db, check_machine=False).records, db.records)
 
 
 def test_a_refused_database_never_breaks_a_tuned_call(full_db):

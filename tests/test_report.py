@@ -125,7 +125,7 @@ def test_a_standard_install_ends_with_the_validation_unless_opted_out(monkeypatc
 
     monkeypatch.setattr(cli, "run_probe", lambda *a, **kw: SimpleNamespace(
         complete=True, measured=3, failures={}, skipped_backends={}, path=tmp_path / "db.h5", seconds=1.0,
-        pending=kw["after"]))
+        pending=kw["after"], verdict=()))
     monkeypatch.setitem(cli.PHASES, "pools", lambda *a: (0.0, 0))        # measured in their own tests
     monkeypatch.setitem(cli.PHASES, "threads", lambda *a: (0.0, 0))
     monkeypatch.setattr(cli, "finish_phase", lambda *a: None)

@@ -7,6 +7,8 @@ This module owns the file and every group in it. Layout: root attributes ``schem
 the Python-level per-call cost that was inside the timing (0 where calls were looped natively;
 timed on 1x1 operands otherwise); ``k = (t_median - t_call) / flops`` excludes it, so a
 compiled driver is charged ``flops * k`` and a Python caller ``flops * k + calls * t_call``.
+``t_wall``, ``t_cpu``, ``cpu_share`` and ``noise`` say whether the machine was busy while the point
+was timed (``db.noise``: the share of the CPU its threads got and why it is noisy; 0: not recorded).
 Writers take ``PATH.lock`` and replace the file atomically, so a reader sees either the old
 or the new file, never a torn one, and never waits for the lock. Every file written is sealed: its
 first ``USERBLOCK`` bytes (an HDF5 user block, which the library skips) hold the SHA-256 of the rest,
@@ -23,8 +25,10 @@ parameters of the kernel versions) and ``/validation`` (``db.validation``). A fi
 such groups (no ``/k``) reads as DatabaseMissing for the BLAS side.
 
 Older files: a root version in ``MIGRATABLE`` is read as the current one after a pure renaming
-or defaulting on read (nothing is written); its members must then carry the per-group version
-``LEGACY_MEMBER_VERSION`` names. Any other version is refused with the command that rebuilds it.
+or defaulting on read (nothing is written): ``/k`` rows without the fields added since get them as 0
+(``as_records``); the members of a file of a version in ``PER_GROUP_VERSIONS`` must carry the
+per-group version ``LEGACY_MEMBER_VERSION`` names. Any other version is refused with the command
+that rebuilds it.
 """
 from __future__ import annotations
 
@@ -46,10 +50,12 @@ from . import fingerprint as fp
 from . import location
 from ._warn import warn_user
 
-SCHEMA_VERSION = 3
-# Root versions read as SCHEMA_VERSION on read: 2 kept a version per group (below), same layout.
-MIGRATABLE = frozenset({2})
-# In a MIGRATABLE file, the attribute each member of a group carried and the one value readable now.
+SCHEMA_VERSION = 4
+# Root versions read as SCHEMA_VERSION on read: 3's /k rows lack the timing-noise fields (read as 0,
+# not recorded); 2 also kept a version per group (below).
+MIGRATABLE = frozenset({2, 3})
+PER_GROUP_VERSIONS = frozenset({2})
+# In a PER_GROUP_VERSIONS file, the attribute each member of a group carried and the one value readable now.
 LEGACY_MEMBER_VERSION = {"comm": ("comm_schema", 1), "fitted": ("fitted_schema", 1),
                          "learned": ("learned_schema", 1)}
 REBUILD = "autotune-install --profile quick --db {path}"
@@ -63,6 +69,9 @@ RECORD_DTYPE = np.dtype([
     ("t_median", "f8"), ("t_min", "f8"), ("t_q1", "f8"), ("t_q3", "f8"), ("reps", "i4"),
     ("t_call", "f8"), ("k", "f8"), ("run_id", "S16"),
     ("ref", "f8"),   # drift reference: the backend's own reference gemm time near this point (0: none)
+    # over the timed samples: wall and process CPU seconds, the share of the CPU the threads got
+    # (install_probe.timing.cpu_share), the noise bits (db.noise.NOISE_*); 0: not recorded (schema 3 and before)
+    ("t_wall", "f8"), ("t_cpu", "f8"), ("cpu_share", "f8"), ("noise", "i4"),
 ])
 COMM_GROUP = "comm"   # communication parameters (autotune.db.comm); kept across BLAS saves
 # Groups beside /k, carried over when the BLAS records are rewritten (see the module docstring).
@@ -111,9 +120,9 @@ def schema_problem(version: int, path, rebuild: str = REBUILD) -> str | None:
 
 def member_problem(version: int, group: str, g, path, rebuild: str = REBUILD) -> str | None:
     """Why member ``g`` of ``/group`` in a file of root ``version`` cannot be read, or None: the
-    root's problem, else (in a MIGRATABLE file) a per-group version other than the readable one."""
+    root's problem, else (in a PER_GROUP_VERSIONS file) a per-group version other than the readable one."""
     problem = schema_problem(version, path, rebuild)
-    if problem is not None or version == SCHEMA_VERSION or group not in LEGACY_MEMBER_VERSION:
+    if problem is not None or version not in PER_GROUP_VERSIONS or group not in LEGACY_MEMBER_VERSION:
         return problem
     attr, readable = LEGACY_MEMBER_VERSION[group]
     found = g.attrs.get(attr, -1)
@@ -128,6 +137,18 @@ def check_member(f, group: str, g, path, rebuild: str = REBUILD) -> None:
     problem = member_problem(file_version(f), group, g, path, rebuild)
     if problem is not None:
         raise SchemaMismatch(problem)
+
+
+def as_records(rows: np.ndarray) -> np.ndarray:
+    """``/k`` rows as RECORD_DTYPE, field by name: a field an older schema lacks is 0 (not recorded)."""
+    rows = np.asarray(rows)
+    if rows.dtype == RECORD_DTYPE:
+        return rows.copy()
+    out = np.zeros(rows.shape, RECORD_DTYPE)
+    for name in RECORD_DTYPE.names:
+        if rows.dtype.names is not None and name in rows.dtype.names:
+            out[name] = rows[name]
+    return out
 
 
 def record_key(row) -> tuple:
@@ -200,7 +221,7 @@ def load(path: str | os.PathLike, *, check_machine: bool = True) -> Database:
             problem = schema_problem(version, path)
             if problem is not None:
                 raise SchemaMismatch(problem)
-            db = Database(records=np.asarray(f["k"][...]).astype(RECORD_DTYPE),
+            db = Database(records=as_records(f["k"][...]),
                           fingerprint=json.loads(f.attrs["fingerprint"]),
                           backends=json.loads(f.attrs.get("backends", "{}")),
                           run=json.loads(f.attrs.get("run", "{}")))
@@ -403,6 +424,8 @@ def _copy_file(src, dst, group: str, member: str, path) -> None:
     for name in src:
         if name in KEPT_GROUPS or name == group:
             _copy_group(src, dst, name, member if name == group else None, path)
+        elif name == "k":
+            dst.create_dataset("k", data=as_records(src["k"][...]), maxshape=(None,))
         else:
             src.copy(src[name], dst, name)
 
