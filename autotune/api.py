@@ -15,6 +15,7 @@ import numpy as np
 
 from autotune import tuned_local, tuned_lu, tuned_mpi
 from autotune.backends import pools
+from autotune.budget import Budget
 from autotune.config import get_options
 from autotune.db import load_sp
 from autotune.families import as_problem, family
@@ -37,9 +38,11 @@ def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen
     ``(n, nrhs)`` (one right-hand side by default). ``str()`` of it is what ``explain=True`` prints.
     ``after="LIBRARY:THREADS"`` decides as right after such a call (default: after an idle spell).
 
-    Unset arguments come from the options in force (``autotune.options``). Raises ValueError for
-    bad arguments, DatabaseUnavailable (a LookupError) when there is no usable database, and
-    LookupError when nothing measured fits the thread budget.
+    Unset arguments come from the options in force (``autotune.options``); the thread budget is the
+    one a tuned call has here and now (``Options.budget``: the smallest limit the user set, named on
+    the decision's first line). Raises ValueError for bad arguments, DatabaseUnavailable (a
+    LookupError) when there is no usable database, and LookupError when nothing measured fits the
+    thread budget.
     """
     shape = problem_dims(routine, dims)
     opts = get_options()
@@ -50,11 +53,13 @@ def explain(routine: str, *dims: int, threads: int | None = None, allow_strassen
     if sp.table is None:
         raise DatabaseUnavailable(f"explain: no usable database ({sp.reason}); run autotune-install to measure "
                                   "this machine (tuned calls fall back to numpy/scipy meanwhile)")
-    budget = opts.thread_budget if threads is None else int(threads)
+    budget = opts.budget if threads is None else Budget(int(threads), f"threads={int(threads)} asked")
     strassen = opts.allow_strassen if allow_strassen is None else bool(allow_strassen)
     after_state = None if after is None else pools.parse(after)
-    return rank(as_problem(routine, shape), sp, budget, strassen, explain=True, after=after_state,
-                memory_bytes=opts.memory_cap)
+    dec = rank(as_problem(routine, shape), sp, budget.threads, strassen, explain=True, after=after_state,
+               memory_bytes=opts.memory_cap)
+    dec.limit = budget.source
+    return dec
 
 
 def problem_dims(routine: str, dims: tuple) -> tuple[int, ...]:

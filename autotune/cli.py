@@ -78,7 +78,7 @@ def parser() -> argparse.ArgumentParser:
                      help="gemm: N or M K N; cholesky, lu: N; solve, lu_solve: N [NRHS]; stencil: ROWS COLS")
     exp.add_argument("--steps", type=int, default=None,
                      help=f"stencil: steps per call (default {CHECK_STEPS})")
-    exp.add_argument("--threads", type=int, default=None, help="thread budget (default: all cores)")
+    exp.add_argument("--threads", type=int, default=None, help="thread budget (default: the smallest limit set here)")
     exp.add_argument("--strassen", action="store_true", help="allow Strassen (changes rounding error)")
     exp.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
     exp.add_argument("--top", type=int, default=12, help="how many ranked candidates to print")

@@ -14,6 +14,7 @@ from autotune.api import (
     tuned_lu_solve,
 )
 from autotune.backends import pools
+from autotune.budget import Budget
 from autotune.calls import CALLS
 from autotune.cli_common import error
 from autotune.config import available_cores, available_memory, options
@@ -53,8 +54,10 @@ def cmd_explain(args) -> int:
         except ValueError as exc:
             return error("explain", f"--{exc}", 2)
         try:
-            dec = rank(as_problem(args.routine, dims), sp, opts.thread_budget, opts.allow_strassen, explain=True,
+            budget = Budget(args.threads, f"--threads {args.threads}") if args.threads else opts.budget
+            dec = rank(as_problem(args.routine, dims), sp, budget.threads, opts.allow_strassen, explain=True,
                        after=after, memory_bytes=opts.memory_cap)
+            dec.limit = budget.source
         except LookupError as exc:
             return error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
         print(describe(dec, top=args.top))

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
+from autotune.budget import Budget, thread_budget
+
 _cores: list = [0, 0.0]     # cached core count and when to look again (it is asked on every call)
 _memory: list = [0, 0.0]    # the same for the available memory
 MEMORY_GRAIN = 256 << 20    # the available memory is rounded down to this, so decisions cached under it last
@@ -61,7 +63,8 @@ def _read_available() -> int:
 
 @dataclass(frozen=True)
 class Options:
-    """``threads``: most threads a tuned call may use (default: all available cores).
+    """``threads``: most threads a tuned call may use (default: all available cores; other limits
+    the user set, such as ``threadpool_limits`` or a cgroup quota, may lower it: ``budget``).
     ``allow_strassen``: Strassen changes rounding error, so it is opt-in.
     ``db``: database path (None: $AUTOTUNE_DB or the per-user default).
     ``workspace_bytes``: most bytes the distributed runs keep in buffers reused between calls
@@ -81,7 +84,15 @@ class Options:
 
     @property
     def thread_budget(self) -> int:
-        return self.threads if self.threads is not None else available_cores()
+        """Most threads a tuned call may use: the smallest limit set (``budget``)."""
+        return self.budget.threads
+
+    @property
+    def budget(self) -> Budget:
+        """The thread budget and the limit that sets it: ``threads``, the thread-count environment
+        variables, the count left on numpy's and scipy's OpenBLAS (``threadpool_limits``), the
+        cgroup CPU quota or the affinity mask, whichever is smallest (``autotune.budget``)."""
+        return thread_budget(self.threads, available_cores())
 
     @property
     def memory_cap(self) -> int | None:

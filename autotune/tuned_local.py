@@ -57,8 +57,10 @@ def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
         be = backends.get(library)
         after = pools.PoolState(library, be.get_threads(), 0.0) if be.get_threads else None
     if explain:
-        dec = rank(problem, sp, opts.thread_budget, opts.allow_strassen, explain=True, after=after,
+        budget = opts.budget
+        dec = rank(problem, sp, budget.threads, opts.allow_strassen, explain=True, after=after,
                    memory_bytes=opts.memory_cap)
+        dec.limit = budget.source
         print(dec)
         return dec.chosen, dec
     try:

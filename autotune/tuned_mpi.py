@@ -419,11 +419,13 @@ def _placement(problem: Problem, names: list[str], cores: list[int], root: int, 
 
 def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
     """``plan`` with no more BLAS threads per rank than the fewest cores a rank running it may use
-    (its affinity mask; the root alone runs a local plan)."""
+    (its affinity mask; the root alone runs a local plan) and than the root's thread budget (its
+    quota, thread variables and library limits: the ranks start alike)."""
     from autotune.distributed.collective import mask_cores
 
     own = mask_cores(infos)
     most = own[root] if plan.algorithm == "local" else min(own[r] for r in plan.used_ranks(len(own), root))
+    most = min(most, get_options().thread_budget)
     return plan if plan.threads <= most else dataclasses.replace(plan, threads=most)
 
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from autotune.cli_common import OneLineParser, positive_number
+from autotune.config import get_options
 from autotune.db import DatabaseError, load, resolve
 from autotune.db import comm as dbc
 from autotune.db.comm import hardware
@@ -100,6 +101,8 @@ def main_probe(args, stop: StopSignals) -> int:
         only = {t for tok in args.only for t in tok.split(",") if t} if args.only else None
         if profile.time_limit_minutes and not only:
             print(f"autotune-install: {limit_line(profile, validates(args))}", file=sys.stderr, flush=True)
+        if line := budget_line(profile):
+            print(f"autotune-install: {line}", file=sys.stderr, flush=True)
         result = run_probe(profile, args.db, only=only, resume=args.resume,
                            progress=False if args.no_progress else None, after=phases_after(args, profile, only),
                            completing=stop.hold)
@@ -130,6 +133,8 @@ def report_points(result, stop: StopSignals) -> int | None:
         return 1
     state = "complete" if result.complete else "interrupted"
     print(f"autotune-install: {state}: {result.measured} points in {result.path} ({result.seconds:.1f} s)")
+    for line in result.verdict:
+        print(f"autotune-install: {line}")
     return None if result.complete else stop.exit_code()
 
 
@@ -212,6 +217,13 @@ def limit_line(profile, validating: bool) -> str:
     check = ", the check of its models included (--no-validate skips it)" if validating else ""
     return (f"profile {profile.name!r} takes about {profile.time_limit_minutes:g} minutes on two cores{check}; "
             "other programs on the machine make it longer")
+
+
+def budget_line(profile) -> str:
+    """The thread budget when it keeps some of the profile's thread counts from being measured ("" if none)."""
+    budget = get_options().budget
+    most = max((t for m in profile.measures for t in (m.threads or profile.threads)), default=0)
+    return f"thread budget {budget}: thread counts above it are not measured" if most > budget.threads else ""
 
 
 def db_path_problem(db) -> str | None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.config import get_options
 from autotune.routines import PATTERNS, ROUTINES, dims_of, flops
 
 from .profile import Profile
@@ -41,15 +42,16 @@ class Task:
 
 def expand(profile: Profile, backends: dict, only: set[str] | None = None) -> list[Task]:
     """Tasks for the available ``backends`` (name -> Backend), filtered by ``only`` (routine
-    or backend names), grouped by backend and thread count, sizes ascending."""
-    tasks = set()
+    or backend names), grouped by backend and thread count, sizes ascending. Thread counts above
+    the thread budget (``Options.budget``: what a tuned call here may use) are not measured."""
+    tasks, budget = set(), get_options().thread_budget
     for m in profile.measures:
         for b in m.backends or profile.backends:
             be = backends.get(b)
             if be is None or (only and _excluded(only, b)):
                 continue
             for t in m.threads or profile.threads:
-                if t > be.max_threads:
+                if t > be.max_threads or t > budget:
                     continue
                 for r in m.routines:
                     if not be.supports(PATTERNS[m.pattern].driver(r)) or (only and _excluded_routine(only, r)):

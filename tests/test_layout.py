@@ -94,3 +94,12 @@ def test_aat_is_priced_as_syrk_and_copies_are_paid(layout_sp):
     plain, _ = _ranked(layout_sp, GemmProblem(200, 200, 200))
     copied, _ = _ranked(layout_sp, GemmProblem(200, 200, 200, "nn", 40000))
     assert copied["scipy-openblas"].model_seconds > plain["scipy-openblas"].model_seconds
+
+
+def test_the_reference_is_never_pruned_and_explain_shows_it(layout_sp):
+    from autotune.select import choose
+
+    for problem in (GemmProblem(200, 200, 200), GemmProblem(200, 200, 200, "tt"), GemmProblem(500, 90, 300)):
+        dec = choose(problem, layout_sp, 1)            # prunes by lower bounds, never the reference
+        assert dec.incumbent is not None, problem
+        assert "reference: " in dec.describe() and f"{dec.incumbent}" in dec.describe()

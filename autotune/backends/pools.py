@@ -7,13 +7,16 @@ path that runs a library call notes it here.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from autotune.budget import set_library_limit
 from autotune.kernels import _front
 
-from . import BACKENDS
+from . import BACKENDS, BackendUnavailable, get
 
 CODES: dict[str, int] = {name: i + 1 for i, name in enumerate(BACKENDS)}
 NAMES: dict[int, str] = {code: name for name, code in CODES.items()}
@@ -72,7 +75,13 @@ def state_code() -> int:
     return _front.pool_code()
 
 
-_HELD = threading.local()          # per Python thread: library codes it holds a lease on
+class _Held(threading.local):
+    """Per Python thread: the library codes it holds a lease on (None: none yet)."""
+
+    codes: set[int] | None = None
+
+
+_HELD = _Held()
 LEASE_POLL_SECONDS = 2e-4          # how often a waiting call looks again (C holders do not signal)
 
 
@@ -115,11 +124,51 @@ class lease:
             self.backend.set_threads(_front.lease_before(self.code))
 
 
+# The libraries numpy's and scipy's own calls run on: the thread count the program left on them
+# (threadpool_limits, their setters, OPENBLAS_NUM_THREADS at start) caps every tuned call.
+USER_LIBRARIES = ("numpy-openblas", "scipy-openblas")
+_getters: list[tuple[str, int, Callable[[], int]]] | None = None
+
+
+def user_limit() -> tuple[int, str] | None:
+    """The fewest threads the program left set on the ``USER_LIBRARIES`` and that library (None:
+    none loads): each library's count now, or while this Python thread holds it at autotune's
+    count, the count its lease restores. O(1): one C call per library."""
+    global _getters
+    if _getters is None:
+        _getters = _user_getters()
+    held = _HELD.codes
+    best = None
+    for name, code, count in _getters:
+        n = _front.lease_before(code) if held and code in held else count()
+        if n >= 1 and (best is None or n < best[0]):
+            best = (n, name)
+    return best
+
+
+def _user_getters() -> list[tuple[str, int, Callable[[], int]]]:
+    """(name, code, count reader) of each user library that loads: its C getter where known."""
+    out = []
+    for name in USER_LIBRARIES:
+        try:
+            be = get(name)
+        except BackendUnavailable:
+            continue
+        if be.thread_addresses:
+            out.append((name, CODES[name], ctypes.CFUNCTYPE(ctypes.c_int)(be.thread_addresses[1])))
+        elif be.get_threads is not None:
+            out.append((name, CODES[name], be.get_threads))
+    return out
+
+
+set_library_limit(user_limit)
+
+
 def set_hot_window(seconds: float, foreign_gap: float = float("inf")) -> None:
     """How long after a call its pool still changes the next call's cost, and after how long a call
     of the program's own may have run in between (both from the measured SPs)."""
     _front.set_hot_window(max(0.0, float(seconds)), max(0.0, float(foreign_gap)))
 
 
-__all__ = ["CODES", "FOREIGN", "NAMES", "PoolState", "from_code", "hot", "last", "lease", "note", "parse",
-           "set_hot_window", "state_code"]
+__all__ = ["CODES", "FOREIGN", "NAMES", "USER_LIBRARIES", "PoolState", "from_code", "hot", "last", "lease", "note",
+           "parse", "set_hot_window", "state_code", "user_limit"]

@@ -65,6 +65,16 @@ class Decision:
     incumbent: Candidate | None = None
     notes: list[str] = field(default_factory=list)
     after: PoolState | None = None     # the library call before this one, while its pool counts
+    limit: str = ""                    # what set the thread budget (``autotune.budget``), for explain
+
+    def _reference_line(self) -> str:
+        """The reference call (numpy/scipy's own) beside the choice, and the margin between them."""
+        ref = self.predicted(self.incumbent)
+        line = (f"  reference: {self.incumbent} (numpy/scipy's call) {ref * 1e3:.3f} ms predicted; another "
+                f"candidate replaces it only when predicted more than {INCUMBENT_MARGIN:.0%} faster")
+        if self.chosen != self.incumbent:
+            line += f" ({self.chosen}: {ref / self.predicted(self.chosen):.2f}x)"
+        return line
 
     def predicted(self, cand: Candidate) -> float:
         for r in self.ranking:
@@ -75,7 +85,10 @@ class Decision:
     def describe(self, top: int = 12) -> str:
         """The choice; the SP values the ``top`` candidates used, each listed once; then per candidate
         its ranked and model times, the SP values it read, and the corrections that changed it."""
-        lines = [f"{label(self.family, self.dims)}, thread budget {self.threads}: chose {self.chosen}"]
+        budget = f"{self.threads} ({self.limit})" if self.limit else f"{self.threads}"
+        lines = [f"{label(self.family, self.dims)}, thread budget {budget}: chose {self.chosen}"]
+        if self.incumbent is not None:
+            lines.append(self._reference_line())
         lines.append(f"  after: {self.after.backend} {self.after.threads}t (its pool still counts)" if self.after
                      else "  after: an idle spell (no pool hot)")
         lines.append(f"  memory: {memory.local(self.dims, self.family, self.chosen).describe()}")
@@ -356,8 +369,9 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
     if prune:
         groups.sort(key=lambda g: g.floor * _charge(family, g, ev))
     best, skipped = np.inf, 0
+    reference = FAMILIES[family].incumbent          # never pruned: the choice is always weighed against it
     for g in groups:
-        if prune and g.floor * _charge(family, g, ev) > best:
+        if prune and (g.algorithm, g.backend) != reference and g.floor * _charge(family, g, ev) > best:
             skipped += g.size
             continue
         view = _Recorder(sp) if explain else sp
