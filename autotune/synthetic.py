@@ -20,7 +20,8 @@ from autotune.models.pipeline import predict as _predict
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
 from autotune.tuned_mpi import call_args
-from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, load_spec, plan
+from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, plan
+from autotune.workload_read import load_spec
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
 GEMM_BACKEND = "numpy-openblas"    # the library a compute stage's gemm calls run on (numpy's matmul)
