@@ -17,9 +17,9 @@ import pytest
 import yaml
 from autotune.install_probe import cli
 from autotune.install_probe import runner as runner_mod
-from autotune.install_probe.cli import STOP_GRACE_SECONDS
 from autotune.install_probe.comm_estimate import estimate_seconds, points_seconds
 from autotune.install_probe.comm_profile import load_comm_profile
+from autotune.install_probe.stopping import STOP_GRACE_SECONDS
 from mpi_helpers import fake_launch, mpi_env
 
 from autotune import backends as bk
@@ -368,7 +368,6 @@ WITH_FAKE_MPIEXEC = ("import sys\n"
                      "sys.exit(cli.main(sys.argv[3:]))\n")
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_timeout_ends_what_the_launch_left_and_returns(tmp_path):
     """--timeout: the installer ends every process of the launch, also one no longer below mpiexec
     nor in its group, and exits 124: its output closes (a caller reading it is not left waiting)."""
