@@ -30,6 +30,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ CGROUP_VIEW = "cgroup-cpu"
 # CFS period of a host's CPU quota: short, so a capped host is slow evenly, as a slower processor
 # is, rather than in bursts (with 100 ms a half-core host runs 50 ms, then answers no message for 50).
 PERIOD_US = 5_000
+STOP_GRACE = 5.0          # seconds a job's launcher has to end on SIGTERM before it is killed
 _RATE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$")
 _ALIAS = Path(f"/sys/class/net/{BRIDGE}/ifalias")      # the live testbed's state directory
 
@@ -357,12 +359,13 @@ def down(workdir: Path | None = None) -> list[dict]:
 
 
 def _started(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot), None if there is none: with its pid it
-    tells a process from a later one given the same pid."""
+    """When process ``pid`` started (clock ticks since boot), None if there is none or it has ended
+    (a zombie): with its pid it tells a process from a later one given the same pid."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 def _jobs(jobs_dir: Path) -> list[tuple[Path, dict]]:
@@ -385,13 +388,20 @@ def running(tb: Testbed) -> list[dict]:
 
 def _stop_jobs(workdir: Path) -> list[dict]:
     """Unregister the running jobs of the testbed in ``workdir`` (which tells each it was taken
-    down) and end their launchers; their ranks die with the namespaces."""
+    down) and end their launchers, killed if they outlast STOP_GRACE: a launcher still running when
+    the links go can wait for its daemons' connections for minutes. Their ranks die with the namespaces."""
     jobs = _jobs(workdir / "jobs")
-    for path, job in jobs:
+    launchers = [(job["launcher"], job["launcher_start"]) for _, job in jobs if job["launcher_start"] is not None]
+    for path, _ in jobs:
         path.unlink(missing_ok=True)
-        if _started(job["launcher"]) == job["launcher_start"]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(job["launcher"], signal.SIGTERM)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid, start in launchers:
+            if _started(pid) == start:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + STOP_GRACE
+        while any(_started(pid) == start for pid, start in launchers) and time.monotonic() < deadline:
+            time.sleep(0.05)
     return [job for _, job in jobs]
 
 
