@@ -1,10 +1,12 @@
 """How the ``autotune`` commands report a failure: one line, and the exit status; the argument
-types and parser they share for it."""
+types and parser they share for it, and the check of a file a command will write."""
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+from pathlib import Path
 
 
 def error(command: str, message: str, status: int = 1) -> int:
@@ -21,6 +23,20 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def output_problem(option: str, path: str | None) -> str:
+    """Why ``path`` cannot take a result file ("" if it can, or if None), checked before any work."""
+    if path is None:
+        return ""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return f"{option} {path}: is a directory"
+    if not p.parent.is_dir():
+        return f"{option} {path}: directory {p.parent} does not exist"
+    if not os.access(p.parent, os.W_OK) or p.exists() and not os.access(p, os.W_OK):
+        return f"{option} {path}: not writable"
+    return ""
+
+
 def positive_number(text: str) -> float:
     """An argument that must be a finite number > 0 (argparse type: a scale, seconds to wait)."""
     try:
@@ -32,4 +48,4 @@ def positive_number(text: str) -> float:
     return value
 
 
-__all__ = ["OneLineParser", "error", "positive_number"]
+__all__ = ["OneLineParser", "error", "output_problem", "positive_number"]

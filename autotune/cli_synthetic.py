@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import yaml
 
 from autotune import synthetic
-from autotune.cli_common import OneLineParser, positive_number
+from autotune.benchmarks._common import write_atomic
+from autotune.cli_common import OneLineParser, error, output_problem, positive_number
 from autotune.workload import MAX_LAUNCH, SpecError
 
-PROG = "autotune synthetic"
+COMMAND = "synthetic"       # every error line reads ``autotune synthetic: error: ...``
 
 
 def _count(text: str) -> int:
@@ -26,18 +26,6 @@ def _count(text: str) -> int:
     if not 1 <= value <= MAX_LAUNCH:
         raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_LAUNCH}, not {text!r}")
     return value
-
-
-def _unwritable(out: str) -> str | None:
-    """Why ``--out`` cannot be written (checked before tuning), or None."""
-    path = Path(out).expanduser()
-    if path.is_dir():
-        return f"--out {out}: is a directory"
-    if not path.parent.is_dir():
-        return f"--out {out}: no directory {path.parent}"
-    if not os.access(path.parent, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
-        return f"--out {out}: not writable"
-    return None
 
 
 def _root() -> bool:
@@ -53,7 +41,7 @@ def _spec(args):
     except SpecError as exc:
         if _root():
             for line in exc.problems:
-                print(f"{PROG}: error: {args.spec}: {line}", file=sys.stderr)
+                error(COMMAND, f"{args.spec}: {line}")
         return 2
 
 
@@ -71,10 +59,9 @@ def _line(label: str, spec, seconds: float, spread: float, processors: int) -> s
 
 
 def cmd_tune(args) -> int:
-    problem = _unwritable(args.out) if args.out else None
+    problem = output_problem("--out", args.out)
     if problem:
-        print(f"{PROG}: error: {problem}", file=sys.stderr)
-        return 2
+        return error(COMMAND, problem, 2)
     spec = _spec(args)
     if isinstance(spec, int):
         return spec
@@ -84,8 +71,7 @@ def cmd_tune(args) -> int:
     try:
         ranked = synthetic.tune(spec, budget, hosts=args.hosts, hop=hop)
     except ValueError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return error(COMMAND, str(exc), 2)
     base = synthetic.predict(own, hosts=args.hosts, hop=hop)
     print(f"{spec.name or args.spec}: {budget} processors, predicted run times")
     print(_line("original", spec, base.seconds, base.spread, own.processors))
@@ -96,10 +82,9 @@ def cmd_tune(args) -> int:
         print(_line(f"model #{i + 1}", c.spec, c.prediction.seconds, c.prediction.spread, c.processors))
     if args.out:
         try:
-            Path(args.out).expanduser().write_text(yaml.safe_dump(ranked[0].spec.to_dict(), sort_keys=False))
+            write_atomic(args.out, yaml.safe_dump(ranked[0].spec.to_dict(), sort_keys=False).encode())
         except OSError as exc:
-            print(f"{PROG}: error: --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            return error(COMMAND, f"--out {args.out}: {exc.strerror or exc}", 2)
         print(f"best configuration written to {args.out}")
     return 0
 
@@ -111,14 +96,11 @@ def cmd_run(args) -> int:
     try:
         from mpi4py import MPI
     except ImportError:
-        print(f"{PROG}: error: mpi4py is missing (pip install 'autotune[mpi]')", file=sys.stderr)
-        return 2
+        return error(COMMAND, "mpi4py is missing (pip install 'autotune[mpi]')", 2)
     try:
         report = synthetic.run(spec, MPI.COMM_WORLD, timeout=args.timeout, db=args.db)
     except synthetic.PipelineError as exc:
-        if MPI.COMM_WORLD.rank == 0:
-            print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
+        return error(COMMAND, str(exc), 2) if MPI.COMM_WORLD.rank == 0 else 2
     if report is not None:
         print(synthetic.table(report, f"{spec.name or args.spec}: {len(report.rows)} processes"))
     return 0

@@ -20,7 +20,7 @@ from autotune.models.pipeline import predict as _predict
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
 from autotune.tuned_mpi import call_args
-from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, plan
+from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, plan, spec_problems
 from autotune.workload_read import load_spec
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
@@ -38,9 +38,14 @@ def scaled(spec: Spec, factor: float) -> Spec:
     checked again (a scaled stage must keep the bounds); ValueError unless ``factor`` is finite and > 0."""
     if not (isinstance(factor, numbers.Real) and math.isfinite(factor) and factor > 0):
         raise ValueError(f"a time scale must be a finite number > 0, not {factor}")
-    return load_spec(dataclasses.replace(spec, workers=tuple(
+    factor = float(factor)          # a numpy scalar would leave numpy floats in the spec's YAML
+    out = dataclasses.replace(spec, workers=tuple(
         dataclasses.replace(w, stages=tuple(dataclasses.replace(s, mean=s.mean * factor, spread=s.spread * factor)
-                                            for s in w.stages)) for w in spec.workers)).to_dict())
+                                            for s in w.stages)) for w in spec.workers))
+    problems = spec_problems(out)
+    if problems:
+        raise SpecError(problems)
+    return out
 
 
 def links(db=None, nprocs: int | None = None) -> Hop:

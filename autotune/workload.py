@@ -6,7 +6,8 @@ with a mean time and a spread, each stage independent (IND), the head of a group
 sharing one host (AGR_k) or replicated k times behind a communication manager (REP_k). ``plan``
 turns a valid spec into processes, processors and the message counts a run must show
 (docs/usage.md#synthetic). Every count is bounded by what the runner, the model and the tuner can
-do (``LIMITS``), checked by ``workload_read.load_spec`` for check, tune and run alike.
+do (``LIMITS``), checked by ``spec_problems`` (``workload_read.load_spec`` for check, tune and run
+alike, ``Spec.configured`` for the tuner's configurations).
 """
 from __future__ import annotations
 
@@ -150,7 +151,7 @@ class Spec:
             stages = tuple(replace(s, **parse_type(t)) for s, t in zip(w.stages, row, strict=True))
             workers.append(replace(w, stages=stages))
         spec = replace(self, workers=tuple(workers))
-        problems = structure_problems(spec) or bound_problems(spec)
+        problems = spec_problems(spec)
         if problems:
             raise SpecError(problems)
         return spec
@@ -194,9 +195,16 @@ def structure_problems(spec: Spec) -> list[str]:
     return problems
 
 
+def spec_problems(spec: Spec) -> list[str]:
+    """Every rule and bound a built spec (read, configured or scaled) can break: its structure, then
+    (only for a structurally valid spec) its limits."""
+    return structure_problems(spec) or bound_problems(spec)
+
+
 def bound_problems(spec: Spec) -> list[str]:
     """The limits a structurally valid spec must also keep (LIMITS): degrees first, as a plan of a
-    huge degree is itself too big to make, then tasks, bytes and the ranks its plan launches."""
+    huge degree is itself too big to make, then tasks, bytes, the ranks its plan launches and its
+    stage times."""
     problems = [limit_problem("degree", f"worker {i} stage {j} is {s.type}") for i, w in enumerate(spec.workers)
                 for j, s in enumerate(w.stages) if s.degree > MAX_DEGREE]
     if spec.initial_messages > MAX_INITIAL_MESSAGES:
@@ -214,6 +222,20 @@ def bound_problems(spec: Spec) -> list[str]:
         if ranks > MAX_LAUNCH:
             problems.append(limit_problem("launch", f"the plan launches {ranks:,} ranks ({processors:,} processors "
                                              f"x {level} per processor, or {processes:,} processes)"))
+    return problems + _time_problems(spec)
+
+
+def _time_problems(spec: Spec) -> list[str]:
+    """Each stage's mean + spread within MAX_STAGE_SECONDS, and its mean still > 0 (rule 6: the reader
+    checks it, a stage scaled down to nothing breaks it)."""
+    problems = []
+    for i, w in enumerate(spec.workers):
+        for j, s in enumerate(w.stages):
+            if not s.mean > 0:
+                problems.append(f"rule 6 ({RULES[6]}): worker {i} stage {j}'s mean is {s.mean:g}")
+            elif s.mean + s.spread > MAX_STAGE_SECONDS:
+                problems.append(limit_problem("seconds", f"worker {i} stage {j} has mean {s.mean:g} "
+                                                         f"and spread {s.spread:g}"))
     return problems
 
 
@@ -234,8 +256,15 @@ def footprint(types) -> tuple[int, int, int]:
 
 def launch_of(configuration) -> tuple[int, int, int, int]:
     """(ranks to launch, processors, processes, level) of a master and workers configured
-    ``configuration`` (one row of types per worker): ``Plan.launch`` without making the plan."""
-    shapes = [footprint(row) for row in configuration]
+    ``configuration`` (one row of types per worker): what ``plan`` takes as its launch."""
+    return launch_of_footprints(footprint(row) for row in configuration)
+
+
+def launch_of_footprints(footprints) -> tuple[int, int, int, int]:
+    """(ranks to launch, processors, processes, level) of a master and workers of these
+    ``footprint``s: 003's max(processors x level, processes), arithmetic only (the tuner prices
+    thousands of combinations of footprints it computed once)."""
+    shapes = list(footprints)
     processors = 1 + sum(s[0] for s in shapes)
     processes = 1 + sum(s[1] for s in shapes)
     level = max([s[2] for s in shapes] + [1])
@@ -308,15 +337,14 @@ def plan(spec: Spec) -> Plan:
     end. Those answers and a last manager's end are never waited for: the source leaves them
     unreceived (sent 525, received 520); here they are drained at shutdown, counted apart."""
     procs: list[dict] = [{"role": MASTER, "processor": 0}]
-    processors = 1
-    heads = []
+    free, heads = 1, []            # the next processor to deal, each worker's first process
     for i, w in enumerate(spec.workers):
         previous, group_end, group_cpu = 0, 0, 0
         for j, s in enumerate(w.stages):
             first, last = j == 0, j == len(w.stages) - 1
             if s.kind == "REP":
-                cpus = list(range(processors, processors + s.degree))
-                processors += s.degree
+                cpus = list(range(free, free + s.degree))
+                free += s.degree
                 m = len(procs)
                 reps = tuple(range(m + 1, m + 1 + s.degree))
                 procs.append({"role": MANAGER, "processor": cpus[0], "worker": i, "stage": j, "source": previous,
@@ -326,7 +354,7 @@ def plan(spec: Spec) -> Plan:
                 me = m
             else:
                 if j >= group_end:                   # a new processor: an IND stage or a group's head
-                    group_cpu, processors = processors, processors + 1
+                    group_cpu, free = free, free + 1
                     group_end = j + (s.degree if s.kind == "AGR" else 1)
                 me = len(procs)
                 procs.append({"role": STAGE, "processor": group_cpu, "worker": i, "stage": j, "source": previous,
@@ -337,11 +365,9 @@ def plan(spec: Spec) -> Plan:
                 heads.append(me)
             previous = me
         procs[previous]["target"] = 0
-    counted = _counts(spec, procs)
-    level = max(2 if any(p["role"] == MANAGER for p in procs) else 1,
-                max((s.degree for w in spec.workers for s in w.stages if s.kind == "AGR"), default=1))
-    processes = tuple(Process(index=k, **p) for k, p in enumerate(counted))
-    return Plan(spec, processes, processors, max(processors * level, len(processes)), tuple(heads))
+    processes = tuple(Process(index=k, **p) for k, p in enumerate(_counts(spec, procs)))
+    launch, processors, _, _ = launch_of(spec.configuration)
+    return Plan(spec, processes, processors, launch, tuple(heads))
 
 
 def _counts(spec: Spec, procs: list[dict]) -> list[dict]:

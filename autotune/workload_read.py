@@ -16,7 +16,6 @@ from autotune.workload import (
     MAX_DEPTH,
     MAX_MESSAGE_BYTES,
     MAX_SPEC_BYTES,
-    MAX_STAGE_SECONDS,
     MAX_STAGES,
     MAX_WORKERS,
     RULES,
@@ -29,10 +28,9 @@ from autotune.workload import (
     Spec,
     SpecError,
     Stage,
-    bound_problems,
     limit_problem,
     parse_type,
-    structure_problems,
+    spec_problems,
 )
 
 
@@ -43,14 +41,14 @@ def load_spec(source) -> Spec:
         data, name = source, ""
     else:
         path = _as_path(source)
-        text, name = (_read_file(path), path.stem) if path is not None else (str(source), "")
+        text, name = (_read_file(path), path.stem) if path is not None else (_sized(str(source)), "")
         data = _parse(text)
     if not isinstance(data, Mapping):
         raise SpecError(["a spec is a mapping of its parameters (task_bytes, initial_messages, ...)"])
     problems: list[str] = []
     spec = _read(data, problems, name)
     if spec is not None:
-        problems += structure_problems(spec) or bound_problems(spec)
+        problems += spec_problems(spec)
     if problems:
         raise SpecError(problems)
     return spec
@@ -130,10 +128,16 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{what} (line {mark.line + 1}, column {mark.column + 1})" if mark else what
 
 
-def _parse(text: str):
-    """The YAML document in ``text``; SpecError with one line if it is not one."""
+def _sized(text: str) -> str:
+    """Spec text given as text (a file's is bounded as it is read): SpecError with one line if it
+    is over MAX_SPEC_BYTES in UTF-8."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:
         raise SpecError([limit_problem("spec", f"the spec has more than {MAX_SPEC_BYTES:,} bytes")])
+    return text
+
+
+def _parse(text: str):
+    """The YAML document in ``text``; SpecError with one line if it is not one."""
     try:
         return yaml.load(text, Loader=_SpecLoader)
     except yaml.YAMLError as exc:
@@ -256,8 +260,6 @@ def _stage(data, where: str, defaults: dict, problems: list[str]) -> Stage | Non
     _positive(mean, 6, f"{where}'s mean", problems)
     if mean is not None and spread is not None and not 0 <= spread <= max(mean, 0):
         problems.append(f"rule 7 ({RULES[7]}): {where} has spread {spread:g} and mean {mean:g}")
-    elif mean is not None and spread is not None and mean + spread > MAX_STAGE_SECONDS:
-        problems.append(limit_problem("seconds", f"{where} has mean {mean:g} and spread {spread:g}"))
     try:
         kind = parse_type(data.get("type", "IND"))
     except SpecError as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.cli_common import output_problem as output_problem  # the benchmarks' check of --out
 from autotune.db import load_sp
 from autotune.tuned_mpi import MPI_MISSING
 
@@ -22,18 +23,6 @@ def error(command: str, message: str, status: int = 2) -> int:
     (2: bad input, 1: a failed run or a regression)."""
     print(f"autotune bench {command}: error: {message}", file=sys.stderr)
     return status
-
-
-def output_problem(option: str, path: str | None) -> str:
-    """Why ``path`` cannot take a result file ("" if it can), checked before anything is timed."""
-    if path is None:
-        return ""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        return f"{option} {path}: is a directory"
-    if not p.parent.is_dir():
-        return f"{option} {path}: directory {p.parent} does not exist"
-    return ""
 
 
 def probed_sp(command: str, db, problem: str = ""):

@@ -25,7 +25,8 @@ from autotune.models.stencil import link_primitive
 from autotune.workload import MANAGER, STAGE, Plan, Spec
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
-_KEPT_DRAWS = 1 << 14     # draws of at most this many values are kept, read-only (128 KB each)
+_KEPT_DRAWS = 1 << 14     # a stage's SAMPLES-run draws are kept, read-only, up to this many values (128 KB)
+_KEPT_STAGES = 128        # stages whose draws are kept (16 MB at most)
 
 Hop = Callable[[float, bool], tuple[float, float]]
 """(bytes, between hosts?) -> (latency, seconds the message holds the sender's and receiver's links)"""
@@ -86,16 +87,22 @@ def _served(arrive: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def draws(spec: Spec, worker: int, stage: int, n: int) -> np.ndarray:
-    """Uniform(-1, 1) draws (n runs x tasks per batch) of one stage: common to every configuration
-    (small ones are kept: the tuner screens hundreds of configurations on the same draws)."""
-    if n * spec.initial_messages <= _KEPT_DRAWS:
-        return _kept_draws(spec.seed, worker, stage, n, spec.initial_messages)
-    return np.random.default_rng((spec.seed, worker, stage)).uniform(-1.0, 1.0, (n, spec.initial_messages))
+    """Uniform(-1, 1) draws (n runs x tasks per batch) of one stage: common to every configuration.
+    A generator fills its rows in order, so n runs' draws are the first n of SAMPLES runs': those
+    are kept when small (the tuner screens hundreds of configurations on the same draws)."""
+    if n <= SAMPLES and SAMPLES * spec.initial_messages <= _KEPT_DRAWS:
+        return _kept_draws(spec.seed, worker, stage, spec.initial_messages)[:n]
+    return _drawn(spec.seed, worker, stage, n, spec.initial_messages)
 
 
-@lru_cache(maxsize=1024)
-def _kept_draws(seed: int, worker: int, stage: int, n: int, tasks: int) -> np.ndarray:
-    out = np.random.default_rng((seed, worker, stage)).uniform(-1.0, 1.0, (n, tasks))
+def _drawn(seed: int, worker: int, stage: int, n: int, tasks: int) -> np.ndarray:
+    return np.random.default_rng((seed, worker, stage)).uniform(-1.0, 1.0, (n, tasks))
+
+
+@lru_cache(maxsize=_KEPT_STAGES)
+def _kept_draws(seed: int, worker: int, stage: int, tasks: int) -> np.ndarray:
+    """A stage's draws for SAMPLES runs, read-only."""
+    out = _drawn(seed, worker, stage, SAMPLES, tasks)
     out.flags.writeable = False
     return out
 

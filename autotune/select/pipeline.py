@@ -12,12 +12,21 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 
 from autotune.models.pipeline import Hop, Prediction, makespan, predict
-from autotune.workload import MAX_LAUNCH, Pipeline, Spec, footprint, launch_of, parse_type, plan
+from autotune.workload import (
+    MAX_LAUNCH,
+    Pipeline,
+    Spec,
+    footprint,
+    launch_of,
+    launch_of_footprints,
+    parse_type,
+    plan,
+)
 
 MAX_REPLICAS = 4      # replication degrees tried per stage (the search space, not a guess of cost)
 SCREEN = 16           # sampled runs when screening one worker's options
@@ -44,7 +53,11 @@ def options(worker: Pipeline, most: int, replicas: int = MAX_REPLICAS,
             group: int | None = None) -> list[tuple[tuple[str, ...], int]]:
     """Every grouping / replication of a worker's stages taking at most ``most`` processors, with
     the processors each takes (replication degrees up to ``replicas``, groups up to ``group`` stages)."""
-    n = len(worker.stages)
+    return list(iter_options(len(worker.stages), most, replicas, group))
+
+
+def iter_options(n: int, most: int, replicas: int = MAX_REPLICAS, group: int | None = None):
+    """``options`` of a worker of ``n`` stages, one at a time (counting a few stops early)."""
     group = n if group is None else group
 
     def rest(j: int, left: int):
@@ -57,22 +70,13 @@ def options(worker: Pipeline, most: int, replicas: int = MAX_REPLICAS,
             if cost <= left:
                 for tail, more in rest(j + len(head), left - cost):
                     yield head + tail, cost + more
-    return list(rest(0, most))
+    return rest(0, most)
 
 
-def count_options(n: int, most: int, replicas: int = MAX_REPLICAS, group: int | None = None) -> int:
-    """How many ``options`` a worker of ``n`` stages has (without listing them)."""
-    group = n if group is None else group
-
-    @cache
-    def rest(j: int, left: int) -> int:
-        if j == n:
-            return 1
-        total = rest(j + 1, left - 1) if left >= 1 else 0
-        total += sum(rest(j + 1, left - r) for r in range(2, replicas + 1) if r <= left)
-        total += sum(rest(j + g, left - 1) for g in range(2, min(group, n - j) + 1) if left >= 1)
-        return total
-    return rest(0, min(most, replicas * n))
+def count_options(n: int, most: int, replicas: int = MAX_REPLICAS, group: int | None = None,
+                  stop: int | None = None) -> int:
+    """How many ``options`` a worker of ``n`` stages has, counting at most ``stop`` of them."""
+    return sum(1 for _ in itertools.islice(iter_options(n, most, replicas, group), stop))
 
 
 def search_space(n: int, most: int) -> tuple[int, int]:
@@ -81,23 +85,23 @@ def search_space(n: int, most: int) -> tuple[int, int]:
     keeps both replication and grouping (they grow about degree^n), else one of them."""
     pairs = sorted(((r, g) for r in range(MAX_REPLICAS, 0, -1) for g in range(max(n, 1), 0, -1)),
                    key=lambda rg: (-(min(rg[0], 2) + min(rg[1], 2)), -rg[0], -rg[1]))
-    return next((rg for rg in pairs if count_options(n, most, *rg) <= MAX_OPTIONS), (1, 1))
+    return next((rg for rg in pairs if count_options(n, most, *rg, stop=MAX_OPTIONS + 1) <= MAX_OPTIONS),
+                (1, 1))
 
 
-def _candidates(worker: Pipeline, most: int) -> list[tuple[tuple[str, ...], int]]:
-    """The options screened for a worker: those of its search space, its own configuration and
-    its stages in one group (the cheapest, so the least budget always has a configuration), each
-    within MAX_LAUNCH ranks even alone."""
+Footprint = tuple[int, int, int]
+"""A worker's (processors, processes, most processes on one processor): ``workload.footprint``."""
+
+
+def _candidates(worker: Pipeline, most: int) -> list[tuple[tuple[str, ...], Footprint]]:
+    """The options screened for a worker, with their footprints: those of its search space, its own
+    configuration and its stages in one group (the cheapest, so the least budget always has a
+    configuration), each within ``most`` processors and MAX_LAUNCH ranks even alone."""
     n = len(worker.stages)
-    listed = options(worker, most, *search_space(n, most))
-    own = tuple(s.type for s in worker.stages)
-    extra = [own, (f"AGR_{n}",) + ("IND",) * (n - 1) if n > 1 else ("IND",)]
-    seen = {types for types, _ in listed}
-    for types in extra:
-        if types not in seen and footprint(types)[0] <= most:
-            listed.append((types, footprint(types)[0]))
-            seen.add(types)
-    return [(types, cost) for types, cost in listed if launch_of((types,))[0] <= MAX_LAUNCH]
+    listed = [types for types, _ in options(worker, most, *search_space(n, most))]
+    listed += [tuple(s.type for s in worker.stages), (f"AGR_{n}",) + ("IND",) * (n - 1) if n > 1 else ("IND",)]
+    shaped = [(types, footprint(types)) for types in dict.fromkeys(listed)]
+    return [(types, fp) for types, fp in shaped if fp[0] <= most and launch_of_footprints([fp])[0] <= MAX_LAUNCH]
 
 
 def _alone(spec: Spec, w: int, types: tuple[str, ...], hop: Hop, n: int) -> np.ndarray:
@@ -109,18 +113,25 @@ def _alone(spec: Spec, w: int, types: tuple[str, ...], hop: Hop, n: int) -> np.n
     return makespan(pl, 0, np.zeros(n), hop, pl.host_of(pl.processors), draw_worker=w)
 
 
-Option = tuple[tuple[str, ...], int, np.ndarray]
+class Option(NamedTuple):
+    """One worker's screened configuration; ``_combinations`` reads only its processors ([1]) and
+    times ([2])."""
+
+    types: tuple[str, ...]
+    processors: int
+    times: np.ndarray           # sampled iteration makespans of the worker alone
+    footprint: Footprint
 
 
 def _front(spec: Spec, w: int, most: int, hop: Hop) -> list[Option]:
     """The worker's options no option with as few processors beats (by mean makespan), cheapest first."""
-    scored = sorted(((types, cost, _alone(spec, w, types, hop, SCREEN)) for types, cost in
-                     _candidates(spec.workers[w], most)), key=lambda x: (x[1], x[2].mean()))
+    scored = sorted((Option(types, fp[0], _alone(spec, w, types, hop, SCREEN), fp) for types, fp in
+                     _candidates(spec.workers[w], most)), key=lambda o: (o.processors, o.times.mean()))
     front, best = [], np.inf
-    for types, cost, t in scored:
-        if t.mean() < best * 0.995:
-            front.append((types, cost, t))
-            best = t.mean()
+    for option in scored:
+        if option.times.mean() < best * 0.995:
+            front.append(option)
+            best = option.times.mean()
     return front
 
 
@@ -130,9 +141,9 @@ def _combinations(fronts: list[list[Option]], processors: int):
     if math.prod(len(f) for f in fronts) <= MAX_COMBINATIONS:
         yield from itertools.product(*fronts)
         return
-    for bound in sorted({float(t.mean()) for f in fronts for _, _, t in f}):
+    for bound in sorted({float(o[2].mean()) for f in fronts for o in f}):
         pick = [next((o for o in f if o[2].mean() <= bound), None) for f in fronts]
-        if None not in pick and 1 + sum(c for _, c, _ in pick) <= processors:
+        if None not in pick and 1 + sum(o[1] for o in pick) <= processors:
             yield tuple(pick)
 
 
@@ -147,15 +158,15 @@ def tune(spec: Spec, hop: Hop, processors: int, hosts: int | None = None, keep: 
     fronts = [_front(spec, w, most, hop) for w in range(len(spec.workers))]
     combos = []
     for pick in _combinations(fronts, processors):
-        cost = 1 + sum(c for _, c, _ in pick)
-        if cost <= processors and launch_of([types for types, _, _ in pick])[0] <= MAX_LAUNCH:
-            combos.append((float(np.max([t for _, _, t in pick], axis=0).mean()), cost, pick))
+        ranks, cost, _, _ = launch_of_footprints(o.footprint for o in pick)
+        if cost <= processors and ranks <= MAX_LAUNCH:
+            combos.append((float(np.max([o.times for o in pick], axis=0).mean()), cost, pick))
     if not combos:
         raise ValueError(f"no configuration within {processors} processors launches at most {MAX_LAUNCH} ranks")
     combos.sort(key=lambda c: (c[0], c[1]))
     out = []
     for _, cost, pick in combos[:keep]:
-        s = spec.configured(tuple(types for types, _, _ in pick))
+        s = spec.configured(tuple(o.types for o in pick))
         out.append(Choice(s, cost, predict(plan(s), hop, hosts)))
     return sorted(out, key=lambda c: (round(c.prediction.seconds, 6), c.processors))
 
@@ -211,4 +222,5 @@ def _in_group(row: list[str], j: int) -> bool:
     return False
 
 
-__all__ = ["Choice", "MAX_OPTIONS", "MAX_REPLICAS", "count_options", "options", "rules", "search_space", "tune"]
+__all__ = ["Choice", "MAX_OPTIONS", "MAX_REPLICAS", "count_options", "iter_options", "options", "rules",
+           "search_space", "tune"]
