@@ -13,10 +13,9 @@ from autotune.benchmarks import add_parser as add_bench_parser
 from autotune.cli_common import error
 from autotune.cli_explain import cmd_explain
 from autotune.cli_show import cmd_show
-from autotune.db import resolve
 from autotune.families import CHECK_STEPS, FAMILIES
 from autotune.learn import refit
-from autotune.report import load_validation, write_report
+from autotune.report import load_validation, missing_database, write_report
 
 
 def cmd_refit(args) -> int:
@@ -50,9 +49,9 @@ def cmd_report(args) -> int:
         except (ValueError, KeyError, TypeError) as exc:
             return error("report", f"--validation {args.validation}: not an `autotune bench validate` output "
                                     f"({exc})", 2)
-    db = resolve(args.db)
-    if not db.is_file():            # as `autotune show` and `explain`: nothing to report on
-        return error("report", f"no database at {db} (run autotune-install first)")
+    missing = missing_database(args.db)
+    if missing:                     # as `autotune show` and `explain`: nothing to report on
+        return error("report", missing)
     try:
         page = write_report(out, db=args.db, validation=args.validation)   # creates DIR and its parents
     except OSError as exc:

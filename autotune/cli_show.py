@@ -14,7 +14,7 @@ from autotune.db import DatabaseError, load, resolve
 from autotune.db.comm import PRIMITIVES, library_id, loggp_lines, read_platforms
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.db.lookup import INVALID, remeasure_command
-from autotune.db.noise import series_noise, verdict
+from autotune.db.noise import noise_of, verdict
 from autotune.db.pools import COLD, Transitions, load_transitions
 from autotune.db.store import valid_mask
 from autotune.db.threads import ThreadSPs, load_threads
@@ -85,13 +85,13 @@ def other_patterns_line(records: np.ndarray) -> list[str]:
 
 
 def series_lines(records: np.ndarray) -> list[str]:
-    """One line per measured series: routine/pattern, backend, threads, point count, sizes, params."""
+    """One line per series of the usable ``records``: routine/pattern, backend, threads, point count,
+    sizes, params and how many points were kept noisy."""
     lines = [f"Measured series ({len(records)} points): routine/pattern x backend x threads, sizes"]
-    noise = series_noise(records)
     for (rt, pat, be, t), rows in _group_rows(records).items():
         params = sorted({float(p) for p in rows["param"] if p})
         extra = f", params {', '.join(f'{p:g}' for p in params)}" if params else ""
-        noisy = noise[(rt, be, t, pat)].noisy if (rt, be, t, pat) in noise else 0
+        noisy = noise_of(rows).noisy
         extra += f", {noisy} noisy" if noisy else ""
         lines.append(f"  {rt:6s}/{pat:8s} {be:16s} t={t}: {len(rows):3d} points, "
                      f"n {rows['x'].min()}..{rows['x'].max()}{extra}")
@@ -137,11 +137,9 @@ def summary_json(db) -> dict:
     """Everything the text summary shows, machine-readable: every series and its best GFLOP/s."""
     ok = valid_mask(db.records)
     series = []
-    noise = series_noise(db.records)
-    for key, rows in _group_rows(db.records[ok]).items():
-        routine, pattern, backend, threads = key
+    for (routine, pattern, backend, threads), rows in _group_rows(db.records[ok]).items():
         gf = 1e-9 / rows["k"]
-        n = noise[(routine, backend, threads, pattern)]
+        n = noise_of(rows)
         series.append({"routine": routine, "pattern": pattern, "backend": backend, "threads": threads,
                        "points": len(rows), "sizes": sorted({int(x) for x in rows["x"]}),
                        "params": sorted({float(p) for p in rows["param"] if p}),

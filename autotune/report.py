@@ -96,9 +96,10 @@ def load_validation(path) -> list[dict]:
 
 def db_validation(path: Path | None) -> tuple[list[dict], str]:
     """The validation step's check points stored in the database, as report rows (predicted: the
-    model in use), and why there are none ("" if there are)."""
+    model in use), and why there are none ("" if there are). Where storing them is the remedy the
+    reason names VALIDATE_HINT: ``read_validation``'s reason for an absent group does, as do these."""
     if path is None:
-        return [], "no database"
+        return [], f"no database (run `{VALIDATE_HINT}`)"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         group = read_validation(path)
@@ -111,7 +112,7 @@ def db_validation(path: Path | None) -> tuple[list[dict], str]:
                      "threads": p["threads"], "candidate": str(cand), "size": float(p["n"]),
                      "predicted": p["in_use"], "analytical": p["predicted"], "measured": p["measured"],
                      "model": p["model"], "reason": p["reason"]})
-    return rows, group.reason or ("" if rows else f"no measured check points in {path}")
+    return rows, group.reason or ("" if rows else f"no measured check points in {path} (run `{VALIDATE_HINT}`)")
 
 
 def _by(rows: list[dict], *keys: str) -> dict:
@@ -397,11 +398,18 @@ def _akaike_section(fitted: dict, out: Path) -> str:
 
 # -- the page ---------------------------------------------------------------------------------------
 
+def missing_database(db) -> str:
+    """Why there is nothing to report on: no database file at ``db`` ("" when there is one)."""
+    path = location.resolve(db)
+    return "" if path.is_file() else f"no database at {path} (run autotune-install first)"
+
+
 def _database(db) -> tuple[Path | None, object, str]:
     """(path, SystemParameters or None, description)."""
+    missing = missing_database(db)
+    if missing:
+        return None, None, missing
     path = location.resolve(db)
-    if not path.is_file():
-        return None, None, f"no database at {path}: run autotune-install first"
     sp = load_sp(path, refresh=True)
     if sp.table is None:
         return path, None, f"database {path} is not usable here ({sp.reason})"
@@ -418,8 +426,7 @@ def _validation_rows(path: Path | None, validation) -> tuple[list[dict], str]:
         rows += extra
         sources.append(str(validation) if extra else f"no measured candidates in {validation}")
     if not rows:
-        why = "; ".join([reason or "none in the database", *sources])
-        return [], why if VALIDATE_HINT in why else f"{why} (run `{VALIDATE_HINT}`)"
+        return [], "; ".join([reason, *sources])
     return rows, " and ".join(sources)
 
 

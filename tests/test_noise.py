@@ -14,12 +14,12 @@ from autotune.install_probe.timing import Clocks, Sample, cpu_share, measure
 from autotune import cli as autotune_cli
 from autotune.assumptions import MAX_SPREAD, MIN_CPU_SHARE, REMEASURES
 from autotune.db import RECORD_DTYPE, Database, load, save
+from autotune.db import noise as noise_module
 from autotune.db.noise import (
     NOISE_CPU,
     NOISE_RETRIED,
     NOISE_SPREAD,
     noise_bits,
-    read_series_noise,
     series_noise,
     verdict,
 )
@@ -33,13 +33,15 @@ PASSES = 2               # the default: every point this cheap is timed twice
 
 # -- classification ------------------------------------------------------------------------------
 
-def test_a_point_short_of_cpu_or_spread_wide_is_noisy():
+def test_a_point_short_of_cpu_or_spread_wide_is_noisy(monkeypatch):
     assert noise_bits(0.45, 0.05) == NOISE_CPU                 # two threads sharing their cores
     assert noise_bits(0.98, 0.05) == 0
     assert noise_bits(0.0, 0.05) == 0                          # not measured: never noisy
     assert noise_bits(0.98, 1.5) == NOISE_SPREAD
     assert noise_bits(0.45, 1.5) == NOISE_CPU | NOISE_SPREAD
-    assert noise_bits(0.98, 0.5, max_spread=0.25) == NOISE_SPREAD
+    with monkeypatch.context() as m:
+        m.setattr(noise_module, "MAX_SPREAD", 0.25)
+        assert noise_bits(0.98, 0.5) == NOISE_SPREAD
     assert noise_bits(0.98, 0.5) == (NOISE_SPREAD if 0.5 > MAX_SPREAD else 0)
     assert Sample(1.0, 1.0, 1.0, 1.0, 3, cpu_share=0.45).noise == NOISE_CPU
     assert Sample(1.0, 0.5, 0.5, 2.0, 3, cpu_share=1.0).noise == NOISE_SPREAD     # IQR 1.5 x the median
@@ -132,7 +134,7 @@ def test_a_busy_probe_is_measured_again_kept_noisy_and_the_install_and_show_say_
     assert said[1].startswith("the machine was busy while measuring") and "again on a quiet machine" in said[1]
     assert f"--db {tmp_path / 'db.h5'}" in said[1]
     assert _show_verdict(tmp_path / "db.h5", capsys) == said
-    noise = read_series_noise(tmp_path / "db.h5")
+    noise = series_noise(load(tmp_path / "db.h5", check_machine=False).records)
     assert noise[("gemm", "numpy-openblas", 2, "square")].noisy_share == 1.0
     assert noise[("gemm", "numpy-openblas", 2, "square")].median_cpu_share == pytest.approx(0.45)
 
@@ -208,5 +210,6 @@ def test_records_not_checked_are_named_beside_checked_ones(tmp_path):
     assert verdict(rec).lines == ("verdict: quiet; 1 point measured before autotune checked their CPU not checked",)
     assert verdict(rec[:0]).lines == ()
     save(Database(records=rec[2:], run={"profile": "quick", "complete": True}), tmp_path / "old.h5")
-    assert read_series_noise(tmp_path / "old.h5")[("potrf", "numpy-openblas", 1, "square")].checked == 0
-    assert read_series_noise(tmp_path / "missing.h5") == {}
+    old = series_noise(load(tmp_path / "old.h5", check_machine=False).records)
+    assert old[("potrf", "numpy-openblas", 1, "square")].checked == 0
+    assert series_noise(rec[:0]) == {}

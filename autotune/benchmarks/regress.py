@@ -35,6 +35,7 @@ import socket
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -168,8 +169,9 @@ def _rounds(base, tuned, plan: Rounds) -> tuple[list[float], list[float], list[f
 
 
 def run_case(case: Case, plan: Rounds, db: str | None) -> dict:
-    """Time one case and summarise its ratios, A/A ratios and the selector's choice; a case Ctrl-C
-    stopped after at least one round is summarised with ``interrupted`` set, before it re-raises."""
+    """Time one case and summarise its ratios, A/A ratios and the selector's choice. A case Ctrl-C
+    stopped after at least one round is summarised with ``interrupted`` set (the caller ends the
+    run there); Ctrl-C before its first round ended raises KeyboardInterrupt."""
     rng = np.random.default_rng(abs(hash(case.dims)) % 2**32)
     base, tuned = _calls(case, rng)
     with threadpool_limits(case.threads), options(threads=case.threads, allow_strassen=case.strassen, db=db):
@@ -255,25 +257,33 @@ def threshold(result: dict, base: dict, rule: Rule) -> float:
 
 
 def judge(r: dict, base: dict | None, rule: Rule) -> list[str]:
-    """Annotate result ``r`` with its comparison with ``base`` (its baseline case, or None) and with
-    ``rule.fail_below``; returns why it fails (empty: it passes). An interrupted case is not judged."""
-    reasons: list[str] = []
+    """Annotate result ``r`` with its comparison with ``base`` (its baseline case, or None), with
+    ``rule.fail_below``, its ``failures`` ({"kind": "regression" or "below", "message"}) and its
+    ``status``; returns the failures' messages (empty: it passes). An interrupted case is not judged."""
     if base is not None:
         r["baseline_speedup"] = float(base["speedup_median"])
         r["change"] = r["speedup_median"] / r["baseline_speedup"] - 1
         r["threshold"] = threshold(r, base, rule)
         r["regression"] = r["change"] < -r["threshold"]
-        if r["regression"] and not r.get("interrupted"):
-            reasons.append(f"ratio {r['speedup_median']:.3f} vs baseline {r['baseline_speedup']:.3f} "
-                           f"({r['change']:+.1%}, threshold -{r['threshold']:.1%})")
     if rule.fail_below is not None:
         r["fail_below"] = rule.fail_below
         r["below"] = r["speedup_median"] < rule.fail_below
-        if r["below"] and not r.get("interrupted"):
-            reasons.append(f"ratio {r['speedup_median']:.3f} below --fail-below {rule.fail_below:g}")
-    r["failures"] = reasons
-    r["status"] = "interrupted" if r.get("interrupted") else "failed" if reasons else "passed"
-    return reasons
+    interrupted = bool(r.get("interrupted"))
+    r["failures"] = [] if interrupted else _failures(r)
+    r["status"] = "interrupted" if interrupted else "failed" if r["failures"] else "passed"
+    return [f["message"] for f in r["failures"]]
+
+
+def _failures(r: dict) -> list[dict]:
+    """Why the judged result ``r`` fails, kind and message: a regression, a ratio below --fail-below."""
+    out = []
+    if r.get("regression"):
+        out.append({"kind": "regression", "message": f"ratio {r['speedup_median']:.3f} vs baseline "
+                    f"{r['baseline_speedup']:.3f} ({r['change']:+.1%}, threshold -{r['threshold']:.1%})"})
+    if r.get("below"):
+        out.append({"kind": "below",
+                    "message": f"ratio {r['speedup_median']:.3f} below --fail-below {r['fail_below']:g}"})
+    return out
 
 
 def line(r: dict) -> str:
@@ -358,7 +368,9 @@ def _options(args) -> dict:
 
 def _document(args, fingerprint: dict, results: list[dict], run: dict) -> dict:
     """The run as written to --out / --save-baseline: machine, database, options, rule, verdicts, results."""
-    return {"command": "autotune bench regress", "timestamp": run["timestamp"], "status": run["status"],
+    counts = _counts(results, run["cases"])
+    return {"command": "autotune bench regress", "timestamp": run["timestamp"],
+            "status": _status(counts, run["interrupted"]),
             "interrupted": run["interrupted"], "seconds": run["seconds"], "hostname": socket.gethostname(),
             "cpu": fingerprint.get("cpu_model"), "fingerprint": fingerprint,
             "machine": platform.processor() or platform.machine(), "python": sys.version.split()[0],
@@ -367,15 +379,20 @@ def _document(args, fingerprint: dict, results: list[dict], run: dict) -> dict:
             "rule": {"threshold": args.threshold, "max_threshold": args.max_threshold,
                      "fail_below": args.fail_below,
                      "formula": "max(threshold, min(max_threshold, run noise + baseline spread))"},
-            "summary": _counts(results, run["cases"]), "results": results}
+            "summary": counts, "results": results}
 
 
 def _counts(results: list[dict], planned: int) -> dict:
+    """The run's summary: cases planned, run, complete and compared, failures of each kind, cases failed."""
+    kinds = Counter(f["kind"] for r in results for f in r["failures"])
     return {"planned": planned, "run": len(results), "complete": sum(not r["interrupted"] for r in results),
-            "compared": sum("change" in r for r in results),
-            "regressions": sum(bool(r.get("regression")) and r["status"] == "failed" for r in results),
-            "below": sum(bool(r.get("below")) and r["status"] == "failed" for r in results),
-            "failed": sum(r["status"] == "failed" for r in results)}
+            "compared": sum("change" in r for r in results), "regressions": kinds["regression"],
+            "below": kinds["below"], "failed": sum(r["status"] == "failed" for r in results)}
+
+
+def _status(counts: dict, interrupted: bool) -> str:
+    """The run's status from its summary: interrupted, failed (any case failed) or passed."""
+    return "interrupted" if interrupted else "failed" if counts["failed"] else "passed"
 
 
 def junit(doc: dict) -> ET.Element:
@@ -407,9 +424,8 @@ def _testcase(suite: ET.Element, r: dict) -> None:
                                              "time": f"{r['tuned_ms'] / 1e3:.9f}"})
     if r["status"] == "interrupted":
         ET.SubElement(case, "skipped", {"message": f"interrupted after {r['pairs']} round(s)"})
-    for reason in r["failures"]:
-        kind = "below" if "--fail-below" in reason else "regression"
-        ET.SubElement(case, "failure", {"type": kind, "message": f"{r['case']}: {reason}"}).text = line(r)
+    for f in r["failures"]:
+        ET.SubElement(case, "failure", {"type": f["kind"], "message": f"{r['case']}: {f['message']}"}).text = line(r)
     ET.SubElement(case, "system-out").text = line(r)
 
 
@@ -441,26 +457,20 @@ def run(args) -> int:
     timestamp, start = datetime.now(timezone.utc).isoformat(timespec="seconds"), time.perf_counter()
     results, interrupted = _measure(todo, Rounds.of(args.rounds, args.seconds), args.db, baseline, rule)
     run_info = {"timestamp": timestamp, "seconds": time.perf_counter() - start, "interrupted": interrupted,
-                "cases": len(todo), "status": _status(results, interrupted)}
+                "cases": len(todo)}
     doc = _document(args, fingerprint, results, run_info)
     written = _write(args, doc)
     if interrupted:
         where = f"; partial results in {', '.join(written)}" if written else ""
         done = doc["summary"]["complete"]
         return error("regress", f"interrupted after {done} of {len(todo)} case(s){where}", INTERRUPTED)
-    return _verdict(args, results, note)
+    return _verdict(args, doc, note)
 
 
 def _rule_text(rule: Rule) -> str:
     if rule.threshold >= rule.max_threshold:
         return f"{rule.threshold:.1%} (fixed: --threshold is not below --max-threshold)"
     return f"max({rule.threshold:.1%}, min({rule.max_threshold:.1%}, run noise + baseline spread))"
-
-
-def _status(results: list[dict], interrupted: bool) -> str:
-    if interrupted:
-        return "interrupted"
-    return "failed" if any(r["status"] == "failed" for r in results) else "passed"
 
 
 def _write(args, doc: dict) -> list[str]:
@@ -474,19 +484,18 @@ def _write(args, doc: dict) -> list[str]:
     return [p for p in (*paths, args.junit) if p]
 
 
-def _verdict(args, results: list[dict], note: str) -> int:
+def _verdict(args, doc: dict, note: str) -> int:
     """Print each failing case and a summary; the one-line reason on stderr and exit 1 if any failed."""
     if note:
         print(f"note: {note}")
-    compared = [r for r in results if "change" in r]
-    if args.baseline and not compared:
+    results, counts = doc["results"], doc["summary"]
+    if args.baseline and not counts["compared"]:
         return error("regress", f"baseline {args.baseline} has none of this run's cases; "
                                 f"{_refresh(args.baseline)} or run its sizes and threads")
     failed = [r for r in results if r["failures"]]
     for r in failed:
-        print("".join(f"FAIL {r['case']}: {reason}\n" for reason in r["failures"]), end="")
-    counts = _counts(results, len(results))
-    parts = ([f"{counts['regressions']} regression(s) in {len(compared)} case(s) compared with {args.baseline}"]
+        print("".join(f"FAIL {r['case']}: {f['message']}\n" for f in r["failures"]), end="")
+    parts = ([f"{counts['regressions']} regression(s) in {counts['compared']} case(s) compared with {args.baseline}"]
              if args.baseline else []) \
         + ([f"{counts['below']} of {len(results)} case(s) below --fail-below {args.fail_below:g}"]
            if args.fail_below is not None else [])
@@ -494,5 +503,5 @@ def _verdict(args, results: list[dict], note: str) -> int:
         print("; ".join(parts), flush=True)
     if not failed:
         return 0
-    return error("regress", f"{len(failed)} of {len(results)} case(s) failed ({'; '.join(parts)}), "
-                            f"first {failed[0]['case']}: {failed[0]['failures'][0]}", 1)
+    return error("regress", f"{counts['failed']} of {len(results)} case(s) failed ({'; '.join(parts)}), "
+                            f"first {failed[0]['case']}: {failed[0]['failures'][0]['message']}", 1)

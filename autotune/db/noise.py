@@ -7,12 +7,13 @@ plus run-queue wait; 1 on a quiet machine at any thread count, about 0.5 for two
 their cores with two busy programs) and its noise bits (``noise``). A record of schema 3 or before
 has 0 in all four: not checked, never noisy. The probe measures a noisy point again
 (``install_probe.runner``) and keeps it flagged if it stays so; the install and ``autotune show``
-print ``verdict``; ``series_noise`` gives selection the noise of each series to price it with.
+print ``verdict``. ``noise_of`` and ``series_noise`` give the noise of each series, which ``autotune
+show`` prints; they are provided for selection to price a series' uncertainty with (issue 61 item 3).
 """
 from __future__ import annotations
 
 import os
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from autotune.assumptions import MAX_SPREAD, MIN_CPU_SHARE
 
 from .lookup import remeasure_command
-from .store import DatabaseError, load, valid_mask
+from .store import valid_mask
 
 NOISE_CPU = 1        # its threads got less than MIN_CPU_SHARE of the CPU: another program took cores
 NOISE_SPREAD = 2     # its repeats' interquartile range exceeded MAX_SPREAD times their median
@@ -31,12 +32,11 @@ SERIES_LISTED = 4    # series a verdict names before "and N more"
 SeriesKey = tuple[str, str, int, str]      # (routine, backend, threads, pattern)
 
 
-def noise_bits(cpu_share: float, spread: float, min_cpu_share: float = MIN_CPU_SHARE,
-               max_spread: float = MAX_SPREAD) -> int:
-    """The noise bits of one measurement: NOISE_CPU below ``min_cpu_share`` (0: not measured, never
-    noisy), NOISE_SPREAD above ``max_spread``."""
-    starved = 0 < cpu_share < min_cpu_share
-    return (NOISE_CPU if starved else 0) | (NOISE_SPREAD if spread > max_spread else 0)
+def noise_bits(cpu_share: float, spread: float) -> int:
+    """The noise bits of one measurement: NOISE_CPU below MIN_CPU_SHARE (0: not measured, never
+    noisy), NOISE_SPREAD above MAX_SPREAD."""
+    starved = 0 < cpu_share < MIN_CPU_SHARE
+    return (NOISE_CPU if starved else 0) | (NOISE_SPREAD if spread > MAX_SPREAD else 0)
 
 
 def spreads(records: np.ndarray) -> np.ndarray:
@@ -65,30 +65,23 @@ class SeriesNoise:
     median_cpu_share: float
 
 
+def noise_of(rows: np.ndarray) -> SeriesNoise:
+    """The ``SeriesNoise`` of one series' usable records (the caller groups and filters them)."""
+    checked = rows[rows["cpu_share"] > 0]
+    noisy = checked[noisy_mask(checked)]
+    share = len(noisy) / len(checked) if len(checked) else 0.0
+    cpu = float(np.median(checked["cpu_share"])) if len(checked) else 0.0
+    return SeriesNoise(len(rows), len(checked), len(noisy), int(((noisy["noise"] & NOISE_CPU) != 0).sum()),
+                       share, float(np.median(spreads(rows))), cpu)
+
+
 def series_noise(records: np.ndarray) -> dict[SeriesKey, SeriesNoise]:
-    """(routine, backend, threads, pattern) -> its ``SeriesNoise``, over the usable records: what a
-    model's uncertainty for that series is priced from."""
+    """(routine, backend, threads, pattern) -> its ``noise_of``, over the usable records, by key."""
     records = records[valid_mask(records)]
-    index: dict[SeriesKey, list[int]] = {}
+    index: dict[SeriesKey, list[int]] = defaultdict(list)
     for i, r in enumerate(records):
-        index.setdefault(_series_key(r), []).append(i)
-    out = {}
-    for key in sorted(index):
-        rows = records[index[key]]
-        checked = rows[rows["cpu_share"] > 0]
-        noisy = checked[noisy_mask(checked)]
-        out[key] = SeriesNoise(len(rows), len(checked), len(noisy), int(((noisy["noise"] & NOISE_CPU) != 0).sum()),
-                               len(noisy) / len(checked) if len(checked) else 0.0, float(np.median(spreads(rows))),
-                               float(np.median(checked["cpu_share"])) if len(checked) else 0.0)
-    return out
-
-
-def read_series_noise(path: str | os.PathLike | None) -> dict[SeriesKey, SeriesNoise]:
-    """``series_noise`` of the database at ``path`` ({} when it is missing or unusable)."""
-    try:
-        return series_noise(load(path, check_machine=False).records)
-    except (DatabaseError, OSError):
-        return {}
+        index[_series_key(r)].append(i)
+    return {key: noise_of(records[index[key]]) for key in sorted(index)}
 
 
 @dataclass(frozen=True)
@@ -159,4 +152,4 @@ def _remeasure(records: np.ndarray, noisy: np.ndarray, run: dict | None, path) -
 
 
 __all__ = ["NOISE_CPU", "NOISE_RETRIED", "NOISE_SPREAD", "NOISY", "SeriesKey", "SeriesNoise", "Verdict",
-           "noise_bits", "noisy_mask", "read_series_noise", "series_noise", "spreads", "verdict"]
+           "noise_bits", "noise_of", "noisy_mask", "series_noise", "spreads", "verdict"]

@@ -140,10 +140,11 @@ def check_member(f, group: str, g, path, rebuild: str = REBUILD) -> None:
 
 
 def as_records(rows: np.ndarray) -> np.ndarray:
-    """``/k`` rows as RECORD_DTYPE, field by name: a field an older schema lacks is 0 (not recorded)."""
+    """``/k`` rows as RECORD_DTYPE, field by name: a field an older schema lacks is 0 (not recorded).
+    Rows already of RECORD_DTYPE are returned as they are, not copied: pass rows just read."""
     rows = np.asarray(rows)
     if rows.dtype == RECORD_DTYPE:
-        return rows.copy()
+        return rows
     out = np.zeros(rows.shape, RECORD_DTYPE)
     for name in RECORD_DTYPE.names:
         if rows.dtype.names is not None and name in rows.dtype.names:
