@@ -38,6 +38,17 @@ def _openblas_info(name: str, path: str, template: str) -> dict[str, str]:
     return info
 
 
+def _thread_control(lib: ctypes.CDLL, path: str):
+    """(setter, getter, C addresses) of a library's thread count: threadpoolctl's setter, and as
+    getter the library's own C function called directly where its address is known (a fifth of
+    threadpoolctl's cost: tuned calls read the count on every call), else threadpoolctl's."""
+    setter, getter = threadpool_setter(path)
+    addresses = openblas_thread_addresses(lib)
+    if addresses:
+        getter = ctypes.CFUNCTYPE(ctypes.c_int)(addresses[1])
+    return setter, getter, addresses
+
+
 def _numpy_add(a, b, c, beta=1.0, repeat=1):
     """c = a + beta b with numpy's ufunc (a Python-level loop for ``repeat``: numpy's real cost)."""
     for _ in range(repeat):
@@ -53,11 +64,11 @@ def numpy_openblas() -> Backend:
     table = BlasTable(symbol_addresses(lib, "scipy_{}_64_"))
     ops = {r: getattr(table, r) for r in (*table.addresses, *DRIVERS)}
     ops["add"] = _numpy_add
-    setter, getter = threadpool_setter(path)
+    setter, getter, addresses = _thread_control(lib, path)
     info = _openblas_info("numpy-openblas", path, "scipy_{}64_")
     info.update(package_info("numpy"))
     return Backend("numpy-openblas", ops, info, setter, getter, int_dtype="int64", native_repeat=True,
-                   thread_addresses=openblas_thread_addresses(lib))
+                   thread_addresses=addresses)
 
 
 def scipy_openblas() -> Backend:
@@ -69,8 +80,8 @@ def scipy_openblas() -> Backend:
     ops = {r: getattr(table, r) for r in (*table.addresses, *DRIVERS)}
     ops["add"] = add
     path = _scipy_lib_path()
-    setter, getter = threadpool_setter(path)
+    setter, getter, addresses = _thread_control(ctypes.CDLL(path), path)
     info = _openblas_info("scipy-openblas", path, "scipy_{}")
     info.update(package_info("scipy"))
     return Backend("scipy-openblas", ops, info, setter, getter, int_dtype="int32", native_repeat=True,
-                   thread_addresses=openblas_thread_addresses(ctypes.CDLL(path)))
+                   thread_addresses=addresses)

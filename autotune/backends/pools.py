@@ -7,7 +7,6 @@ path that runs a library call notes it here.
 """
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -76,9 +75,10 @@ def state_code() -> int:
 
 
 class _Held(threading.local):
-    """Per Python thread: the library codes it holds a lease on (None: none yet)."""
+    """Per Python thread: the library codes it holds a lease on (each thread starts with none)."""
 
-    codes: set[int] | None = None
+    def __init__(self):
+        self.codes: set[int] = set()
 
 
 _HELD = _Held()
@@ -98,9 +98,7 @@ class lease:
         self.backend, self.threads, self.code = backend, threads, CODES[backend.name]
 
     def __enter__(self) -> None:
-        held = getattr(_HELD, "codes", None)
-        if held is None:
-            held = _HELD.codes = set()
+        held = _HELD.codes
         self.nested = self.code in held
         if self.nested:
             return
@@ -133,30 +131,30 @@ _getters: list[tuple[str, int, Callable[[], int]]] | None = None
 def user_limit() -> tuple[int, str] | None:
     """The fewest threads the program left set on the ``USER_LIBRARIES`` and that library (None:
     none loads): each library's count now, or while this Python thread holds it at autotune's
-    count, the count its lease restores. O(1): one C call per library."""
+    count, the count its lease restores. O(1): one C call per library. Another thread's lease is
+    not told apart (the C lease table gives Python no holder count): during it the count read is
+    the one that lease set."""
     global _getters
     if _getters is None:
         _getters = _user_getters()
     held = _HELD.codes
     best = None
     for name, code, count in _getters:
-        n = _front.lease_before(code) if held and code in held else count()
+        n = _front.lease_before(code) if code in held else count()
         if n >= 1 and (best is None or n < best[0]):
             best = (n, name)
     return best
 
 
 def _user_getters() -> list[tuple[str, int, Callable[[], int]]]:
-    """(name, code, count reader) of each user library that loads: its C getter where known."""
+    """(name, code, count reader) of each user library that loads and can tell its count."""
     out = []
     for name in USER_LIBRARIES:
         try:
             be = get(name)
         except BackendUnavailable:
             continue
-        if be.thread_addresses:
-            out.append((name, CODES[name], ctypes.CFUNCTYPE(ctypes.c_int)(be.thread_addresses[1])))
-        elif be.get_threads is not None:
+        if be.get_threads is not None:
             out.append((name, CODES[name], be.get_threads))
     return out
 
