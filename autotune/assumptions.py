@@ -44,6 +44,12 @@ INCUMBENT_MARGIN = _assume(
     "fraction by which an alternative must be predicted faster than the library default to replace it",
     SET_BY_HAND + " (about the run-to-run difference of two standard probe runs)",
     "final choice rule (select/rank.py _apply_margin)")
+NOISY_MARGIN = _assume(
+    "NOISY_MARGIN", 1.0,
+    "margin added, times the share of a series' points kept noisy by the probe, to what an alternative must be "
+    "predicted faster than the reference by (a series measured all noisy must be predicted twice as fast)",
+    SET_BY_HAND + " (a busy probe measured rates 4-16x off the quiet ones here; issue 61)",
+    "final choice rule (select/rank.py _margin)")
 FLOOR_SLACK = _assume(
     "FLOOR_SLACK", 0.8,
     "slack on the lower bound total flops x fastest k used to prune candidate groups",
@@ -75,7 +81,7 @@ MEMORY_SHARE = _assume(
     SET_BY_HAND + " to fit distributed Cholesky validation runs", "models/cholesky.py, models/distributed_cholesky.py")
 
 __all__ = ["ASSUMPTIONS", "COMPOSED_RISK", "COPY_SHARE", "FILL_SHARE", "FLOOR_SLACK", "INCUMBENT_MARGIN",
-           "LOOP_SHARE", "MEMORY_SHARE", "READ_SHARE", "Assumption"]
+           "LOOP_SHARE", "MEMORY_SHARE", "NOISY_MARGIN", "READ_SHARE", "Assumption"]
 
 # -- tuned calls in one process (tuned_local.py, tuned_lu.py) ----------------------------------------
 
@@ -89,6 +95,18 @@ ALIGNED_OUTPUT_WORK = _assume(
     "m*n*k from which numpy's own multi-threaded gemm writes into a cache-line-aligned output (an "
     "unaligned output slows multi-threaded dgemm; below it the extra allocation costs more than it saves)",
     SET_BY_HAND, "tuned_local.py gemm")
+
+GUARD_ROUNDS = _assume(
+    "GUARD_ROUNDS", 2,
+    "calls of the choice and of the reference call, run in turn, the run-time guard times per key before it "
+    "keeps the choice (its best time strictly under the reference's best) or demotes it",
+    SET_BY_HAND + " (two: the best of two drops a first call's one-time costs; every call computes the "
+    "user's result, so the trial adds no work)", "guard.py")
+GUARD_CLASS_STEPS = _assume(
+    "GUARD_CLASS_STEPS", 2,
+    "size classes per octave of each dimension the run-time guard keys on (2: orders within a factor "
+    "sqrt 2 share a verdict, times compared per flop)",
+    SET_BY_HAND, "guard.py key")
 
 # -- distributed buffers (distributed/workspace.py) ---------------------------------------------------
 
@@ -110,10 +128,19 @@ WORKSPACE_FALLBACK_BYTES = _assume(
     "the reused buffers' limit where the physical memory cannot be read (non-POSIX)",
     SET_BY_HAND, "distributed/workspace.py limit_bytes")
 
-__all__ += ["ALIGNED_OUTPUT_WORK", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES",
+__all__ += ["ALIGNED_OUTPUT_WORK", "GUARD_CLASS_STEPS", "GUARD_ROUNDS", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE",
+            "WORKSPACE_FALLBACK_BYTES",
             "WORKSPACE_SHARE"]
 
 # -- defaults where nothing was measured, and lookup policies (db/lookup.py, db/comm.py) --------------
+
+EXTRAPOLATION_PENALTY = _assume(
+    "EXTRAPOLATION_PENALTY", 0.25,
+    "k read past a series' measured sizes is its nearest measured value times (1 + this) per octave "
+    "beyond them (a series measured to 512 pays 1.56x at 2048, one measured to 1024 pays 1.25x)",
+    SET_BY_HAND + " (so an unmeasured size ranks behind a measured one of the same rate, the further "
+    "out the more)",
+    "db/lookup.py SPTable.k; explain marks every such k")
 
 DEFAULT_RATE = _assume(
     "DEFAULT_RATE", {3: 20e9, 2: 2e9, 1: 1e9},
@@ -148,7 +175,7 @@ DEFAULT_COMPUTE_SKEW = _assume(
     SET_BY_HAND, "db/comm.py CommParams.compute_skew")
 
 __all__ += ["DEFAULT_COMPUTE_SKEW", "DEFAULT_FIRST_TOUCH", "DEFAULT_RATE", "DEFAULT_TS", "DEFAULT_TW",
-            "DRIFT_PERCENTILE", "MAX_DRIFT_CORRECTION", "RECHECK_SECONDS"]
+            "DRIFT_PERCENTILE", "EXTRAPOLATION_PENALTY", "MAX_DRIFT_CORRECTION", "RECHECK_SECONDS"]
 
 # -- stencils (models/stencil.py) ---------------------------------------------------------------------
 

@@ -64,19 +64,26 @@ def test_loglog_interpolation_between_points(tab):
     assert 4e-10 < float(tab.k("gemm", BE, 1, 50)) < 1e-9
 
 
-def test_clamps_outside_measured_range(tab):
+def test_outside_measured_range_the_end_value_is_penalised(tab):
     for x in (0, 1, 2, 9, 9.99):
-        assert tab.k("gemm", BE, 1, x) == pytest.approx(1e-9, rel=1e-12), x
+        assert tab.k("gemm", BE, 1, x) == pytest.approx(1e-9 * _penalty(x, 10), rel=1e-12), x
     for x in (1001, 10**4, 10**9):
-        assert tab.k("gemm", BE, 1, x) == pytest.approx(2e-10, rel=1e-12), x
+        assert tab.k("gemm", BE, 1, x) == pytest.approx(2e-10 * _penalty(x, 1000), rel=1e-12), x
+
+
+def _penalty(x, edge):
+    """The extrapolation factor at size x beyond the measured edge (hand-computed)."""
+    from autotune.assumptions import EXTRAPOLATION_PENALTY
+
+    return (1 + EXTRAPOLATION_PENALTY) ** abs(math.log2(max(x, 1) / edge))
 
 
 def test_vectorised_sizes_keep_shape(tab):
     xs = np.array([[1, 10, 20], [100, 500, 10**6]])
     out = tab.k("gemm", BE, 1, xs)
     assert out.shape == xs.shape
-    expected = [[1e-9, 1e-9, loglog(20, 10, 1e-9, 100, 4e-10)],
-                [4e-10, loglog(500, 100, 4e-10, 1000, 2e-10), 2e-10]]
+    expected = [[1e-9 * _penalty(1, 10), 1e-9, loglog(20, 10, 1e-9, 100, 4e-10)],
+                [4e-10, loglog(500, 100, 4e-10, 1000, 2e-10), 2e-10 * _penalty(10**6, 1000)]]
     np.testing.assert_allclose(out, expected, rtol=1e-12)
     # element-wise equals scalar calls
     for x, v in zip(xs.ravel(), out.ravel(), strict=True):
@@ -144,7 +151,8 @@ def test_param_and_size_interpolate_together():
     expected = math.sqrt(lo * hi)  # param 8 halfway (in log) between 4 and 16
     assert tab.k("gemm", BE, 1, x, "panel", 8.0) == pytest.approx(expected, rel=1e-12)
     out = tab.k("gemm", BE, 1, np.array([5, 50, 5000]), "panel", 8.0)
-    np.testing.assert_allclose(out, [math.sqrt(1e-9 * 8e-9), expected, math.sqrt(1e-10 * 8e-10)], rtol=1e-12)
+    np.testing.assert_allclose(out, [math.sqrt(1e-9 * 8e-9) * _penalty(5, 10), expected,
+                                     math.sqrt(1e-10 * 8e-10) * _penalty(5000, 200)], rtol=1e-12)
 
 
 def test_three_params_pick_the_right_bracket():
@@ -226,11 +234,19 @@ def series(draw):
 @given(series(), queries)
 def test_property_interpolated_value_within_measured_range(data, qs):
     xs, ks = data
-    out = table(records(zip(xs, ks, strict=True))).k("gemm", BE, 1, np.array(qs))
+    out = table(records(zip(xs, ks, strict=True))).k("gemm", BE, 1, np.array(qs)) / _penalties(qs, xs)
     assert out.shape == (len(qs),)
     assert np.all(np.isfinite(out))
     assert np.all(out >= min(ks) * (1 - REL))
     assert np.all(out <= max(ks) * (1 + REL))
+
+
+def _penalties(qs, xs) -> np.ndarray | float:
+    """The extrapolation factor of each query against the measured sizes ``xs``."""
+    from autotune.db.lookup import _penalty as factor
+
+    lx = np.log(np.maximum(np.asarray(qs, dtype=float), 1.0))
+    return factor(lx, math.log(max(min(xs), 1.0)), math.log(max(max(xs), 1.0))) if len(qs) else 1.0
 
 
 @settings(max_examples=150, deadline=None, database=None)
@@ -238,7 +254,7 @@ def test_property_interpolated_value_within_measured_range(data, qs):
 def test_property_monotone_data_stays_monotone(data, qs, increasing):
     xs, ks = data
     ks = sorted(ks, reverse=not increasing)
-    qs = np.sort(np.array(qs))
+    qs = np.clip(np.sort(np.array(qs)), min(xs), max(xs))    # outside, the penalty grows away from both ends
     out = table(records(zip(xs, ks, strict=True))).k("gemm", BE, 1, qs)
     steps = np.diff(out)
     tol = REL * np.maximum(out[:-1], out[1:])
@@ -253,6 +269,7 @@ def test_property_monotone_data_stays_monotone(data, qs, increasing):
 def test_property_param_blend_within_range(lo, hi, param, qs):
     pts = [(x, 2.0, k) for x, k in zip(*lo, strict=True)] + [(x, 32.0, k) for x, k in zip(*hi, strict=True)]
     out = table(records(pts, pattern="panel")).k("gemm", BE, 1, np.array(qs), "panel", param)
+    out = out / _penalties(qs, lo[0] + hi[0])
     allk = lo[1] + hi[1]
     assert np.all(out >= min(allk) * (1 - REL))
     assert np.all(out <= max(allk) * (1 + REL))
@@ -294,3 +311,34 @@ def test_property_k_min_bounds_every_lookup_up_to_its_cut(upto, x, param, seed):
     bound = tab.k_min("gemm", BE, 1, "panel", upto=upto)
     assert bound <= tab.k("gemm", BE, 1, np.array([x]), "panel", param)[0] * (1 + 1e-12)
     assert tab.k_min("gemm", BE, 1, "panel") <= bound
+
+
+# -- measured ranges (issue 61 item 2) -----------------------------------------------------------
+
+def test_past_the_measured_sizes_k_is_penalised_per_octave(tab):
+    from autotune.assumptions import EXTRAPOLATION_PENALTY as P
+
+    assert tab.measured_range("gemm", BE, 1) == pytest.approx((10, 1000))
+    assert tab.k("gemm", BE, 1, 1000) == pytest.approx(2e-10, rel=1e-12)         # measured: no penalty
+    assert tab.k("gemm", BE, 1, 4000) == pytest.approx(2e-10 * (1 + P) ** 2, rel=1e-12)
+    assert tab.k("gemm", BE, 1, 5) == pytest.approx(1e-9 * (1 + P), rel=1e-12)
+    many = tab.k("gemm", BE, 1, np.array([2000.0, 500.0]))
+    np.testing.assert_allclose(many[0], 2e-10 * (1 + P), rtol=1e-12)
+    assert many[1] < 4e-10
+
+
+def test_a_series_measured_at_one_size_is_a_constant():
+    one = table(records([(32, 3e-10)], pattern="dispatch"))
+    assert one.k("gemm", BE, 1, 4096, pattern="dispatch") == pytest.approx(3e-10, rel=1e-12)
+
+
+def test_explain_marks_every_k_it_did_not_measure():
+    from autotune.select.rank import _Recorder
+
+    sp = SystemParameters(Database(records=records(zip(XS, KS, strict=True))))
+    rec = _Recorder(sp)
+    rec.k("gemm", BE, 1, 500)
+    rec.k("gemm", BE, 1, 4000)
+    rec.k("gemm", BE, 1, np.array([50.0, 5000.0]))
+    assert "NOT MEASURED" not in rec.log[0]
+    assert all("NOT MEASURED: measured 10..1000" in line for line in rec.log[1:])

@@ -17,7 +17,13 @@ from collections import defaultdict
 
 import numpy as np
 
-from autotune.assumptions import DEFAULT_RATE, DRIFT_PERCENTILE, MAX_DRIFT_CORRECTION, RECHECK_SECONDS
+from autotune.assumptions import (
+    DEFAULT_RATE,
+    DRIFT_PERCENTILE,
+    EXTRAPOLATION_PENALTY,
+    MAX_DRIFT_CORRECTION,
+    RECHECK_SECONDS,
+)
 from autotune.routines import ROUTINES
 
 from . import location
@@ -97,6 +103,12 @@ class SPTable:
                 ks[:int(np.searchsorted(xs, lu)) + 1].min() for xs, ks in curves[:last])))
         return self._kmin[cut]
 
+    def measured_range(self, routine: str, backend: str, threads: int, pattern: str = "square",
+                       dtype: str = "float64") -> tuple[float, float]:
+        """(smallest, largest) size measured for a series, over its parameters; KeyError if none."""
+        _, lo, hi, _, _ = self._merged[(routine, backend, int(threads), pattern, dtype)]
+        return float(np.exp(lo.min())), float(np.exp(hi.max()))
+
     def params(self, routine: str, backend: str, threads: int, pattern: str,
                dtype: str = "float64") -> tuple[float, ...]:
         """Parameter values (blocks, fractions, ...) measured for a series; () if none."""
@@ -109,17 +121,18 @@ class SPTable:
         key = (routine, backend, int(threads), pattern, dtype)
         params, curves = self._curves[key]
         lx = np.log(np.maximum(x, 1.0))                     # float64 for any real x
+        offset, lo, hi, xs, ks = self._merged[key]
         if isinstance(param, np.ndarray) and param.ndim:     # one parameter per size
             idx = np.minimum(params.searchsorted(param), len(params) - 1)
             if (params[idx] == param).all():                  # all measured: one interpolation
-                offset, lo, hi, xs, ks = self._merged[key]
-                return np.exp(np.interp(np.minimum(np.maximum(lx, lo[idx]), hi[idx]) + offset[idx], xs, ks))
+                inside = np.minimum(np.maximum(lx, lo[idx]), hi[idx])
+                return np.exp(np.interp(inside + offset[idx], xs, ks)) * _penalty(lx, lo.min(), hi.max())
             out = np.empty(lx.shape)
             for p in np.unique(param):
                 sel = param == p
                 out[sel] = self._at(params, curves, lx[sel], float(p))
-            return out
-        return self._at(params, curves, lx, float(param))
+            return out * _penalty(lx, lo.min(), hi.max())
+        return self._at(params, curves, lx, float(param)) * _penalty(lx, lo.min(), hi.max())
 
     @staticmethod
     def _at(params: np.ndarray, curves: list, lx: np.ndarray, param: float) -> np.ndarray:
@@ -132,6 +145,19 @@ class SPTable:
         lo = hi - 1
         w = (np.log(param) - np.log(params[lo])) / (np.log(params[hi]) - np.log(params[lo]))
         return np.exp((1 - w) * _interp(lx, *curves[lo]) + w * _interp(lx, *curves[hi]))
+
+
+_OCTAVE = np.log(2.0)
+
+
+def _penalty(lx: np.ndarray, lo: float, hi: float) -> np.ndarray | float:
+    """The factor on k at log sizes ``lx`` outside the measured log range [lo, hi]: 1 inside,
+    (1 + EXTRAPOLATION_PENALTY) per octave beyond (the value itself is the nearest measured one).
+    A series measured at one size is a constant by design (a call's overhead): never penalised."""
+    if hi <= lo:
+        return 1.0
+    out = np.maximum(np.maximum(lx - hi, lo - lx), 0.0)
+    return (1.0 + EXTRAPOLATION_PENALTY) ** (out / _OCTAVE)
 
 
 _SPAN = 1000.0   # log sizes are < 50: curves placed this far apart never overlap

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune import learn
-from autotune.assumptions import COMPOSED_RISK, FLOOR_SLACK, INCUMBENT_MARGIN
+from autotune.assumptions import COMPOSED_RISK, EXTRAPOLATION_PENALTY, FLOOR_SLACK, INCUMBENT_MARGIN, NOISY_MARGIN
 from autotune.backends.pools import PoolState
+from autotune.db.noise import series_noise
 from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.families import FAMILIES, Problem, label
@@ -66,12 +67,13 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     after: PoolState | None = None     # the library call before this one, while its pool counts
     limit: str = ""                    # what set the thread budget (``autotune.budget``), for explain
+    margin: float = INCUMBENT_MARGIN   # what the best alternative had to be predicted faster by (``_margin``)
 
     def _reference_line(self) -> str:
         """The reference call (numpy/scipy's own) beside the choice, and the margin between them."""
         ref = self.predicted(self.incumbent)
         line = (f"  reference: {self.incumbent} (numpy/scipy's call) {ref * 1e3:.3f} ms predicted; another "
-                f"candidate replaces it only when predicted more than {INCUMBENT_MARGIN:.0%} faster")
+                f"candidate replaces it only when predicted more than {self.margin:.0%} faster")
         if self.chosen != self.incumbent:
             line += f" ({self.chosen}: {ref / self.predicted(self.chosen):.2f}x)"
         return line
@@ -143,12 +145,25 @@ class _Recorder:
         who = f"{backend} {threads}t"
         if xs.size == 0:
             return out
+        mark = self._unmeasured(xs, routine, backend, threads, pattern, dtype)
         if xs.size == 1:
-            self.log.append(f"k_{where}({float(xs[0]):.0f}) {who} = {1e-9 / float(ks[0]):.2f} GF/s")
+            self.log.append(f"k_{where}({float(xs[0]):.0f}) {who} = {1e-9 / float(ks[0]):.2f} GF/s{mark}")
         else:
             self.log.append(f"k_{where} {who} over {xs.size} sizes {float(xs.min()):.0f}..{float(xs.max()):.0f}: "
-                            f"{1e-9 / float(ks.max()):.2f}..{1e-9 / float(ks.min()):.2f} GF/s")
+                            f"{1e-9 / float(ks.max()):.2f}..{1e-9 / float(ks.min()):.2f} GF/s{mark}")
         return out
+
+    def _unmeasured(self, xs: np.ndarray, *series) -> str:
+        """The mark of a lookup outside its series' measured sizes (empty inside, or never measured:
+        the default's own warning says that)."""
+        table = self.sp.table
+        if table is None or not table.has(*series):
+            return ""
+        lo, hi = table.measured_range(*series)
+        if lo < hi and (xs.min() < lo or xs.max() > hi):
+            return (f" [NOT MEASURED: measured {lo:.0f}..{hi:.0f}; extrapolated, +{EXTRAPOLATION_PENALTY:.0%} "
+                    "per octave beyond]")
+        return ""
 
 
 def _threads(table, routine: str, backend: str, budget: int, pattern: str = "square") -> list[int]:
@@ -390,11 +405,11 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
     ranking.sort(key=lambda r: r.seconds)
     ranking, dropped = keep_fitting(ranking, lambda r: memory.local(dims, family, r.candidate).root_bytes,
                                     memory_bytes, lambda r: str(r.candidate), "candidates")
-    chosen, incumbent, notes = _apply_margin(family, ranking)
+    chosen, incumbent, notes, margin = _apply_margin(family, ranking, sp)
     notes = ([problem.note] if problem.note else []) + notes + dropped
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
-    return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes, after)
+    return Decision(family, tuple(dims), threads, ranking, chosen, incumbent, notes, after, margin=margin)
 
 
 def _dispatch(family: str, algorithm: str, backend: str, threads: int, budget: int, sp) -> float:
@@ -539,19 +554,62 @@ def _charge(family: str, g: Evaluation, ev: _Evidence) -> float:
     return _risk(g.algorithm, ev.risk.get(g.algorithm))
 
 
-def _apply_margin(family: str, ranking: list[Ranked]) -> tuple[Candidate, Candidate | None, list[str]]:
-    """Best candidate, unless the library default is within INCUMBENT_MARGIN of it."""
+def _apply_margin(family: str, ranking: list[Ranked], sp) -> tuple[Candidate, Candidate | None, list[str], float]:
+    """The fastest candidate predicted ahead of the library default (the reference) by more than its
+    ``_margin``, else the default; with the notes and the margin of the best alternative."""
     alg, be = FAMILIES[family].incumbent
     defaults = [r for r in ranking if r.candidate.algorithm == alg and r.candidate.backend == be]
     best = ranking[0]
     if not defaults:
-        return best.candidate, None, []
+        return best.candidate, None, [], INCUMBENT_MARGIN
     inc = max(defaults, key=lambda r: r.candidate.threads)   # the library's default: all budget threads
-    if inc.seconds <= best.seconds * (1 + INCUMBENT_MARGIN):
-        note = [] if inc is best else [
-            f"kept the default {inc.candidate}: within {INCUMBENT_MARGIN:.0%} of {best.candidate}"]
-        return inc.candidate, inc.candidate, note
-    return best.candidate, inc.candidate, []
+    noise = _series_noise(sp)
+    first = None
+    for r in ranking:
+        if r is inc or r.seconds * (1 + INCUMBENT_MARGIN) >= inc.seconds:
+            break
+        margin, why = _margin(family, r.candidate, noise)
+        first = first or (margin, why, r)
+        if r.seconds * (1 + margin) < inc.seconds:
+            return r.candidate, inc.candidate, [], margin
+    if first is None:
+        note = [] if inc is best else [f"kept the default {inc.candidate}: within {INCUMBENT_MARGIN:.0%} of "
+                                       f"{best.candidate}"]
+        return inc.candidate, inc.candidate, note, INCUMBENT_MARGIN
+    margin, why, r = first
+    return inc.candidate, inc.candidate, [f"kept the default {inc.candidate}: {r.candidate} is predicted "
+                                          f"{inc.seconds / r.seconds - 1:.0%} faster, within its margin "
+                                          f"{margin:.0%} ({why})"], margin
+
+
+def _margin(family: str, cand: Candidate, noise: dict) -> tuple[float, str]:
+    """What ``cand`` must be predicted faster than the reference by: INCUMBENT_MARGIN plus its
+    series' measured uncertainty (the median repeat spread of its family routine's square series,
+    and NOISY_MARGIN times its share of points the probe kept noisy); why, in words."""
+    fam = FAMILIES[family]
+    routine = fam.routine or fam.several[0]
+    n = noise.get((routine, cand.backend, cand.threads, "square"))
+    if n is None:
+        return INCUMBENT_MARGIN, f"the stated default {INCUMBENT_MARGIN:.0%}"
+    extra = n.median_spread + NOISY_MARGIN * n.noisy_share
+    return INCUMBENT_MARGIN + extra, (f"{INCUMBENT_MARGIN:.0%} + its {routine} series' repeat spread "
+                                      f"{n.median_spread:.0%} and noisy share {n.noisy_share:.0%}")
+
+
+_NOISE: dict[int, tuple[object, dict]] = {}
+
+
+def _series_noise(sp) -> dict:
+    """``db.noise.series_noise`` of the database behind ``sp`` (cached per SystemParameters)."""
+    db = getattr(sp, "db", None)
+    if db is None:
+        return {}
+    hit = _NOISE.get(id(sp))
+    if hit is None or hit[0] is not sp:
+        if len(_NOISE) > 8:
+            _NOISE.clear()
+        hit = _NOISE[id(sp)] = (sp, series_noise(db.records))
+    return hit[1]
 
 
 _CACHE: dict[tuple, Decision] = {}
