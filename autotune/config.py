@@ -73,7 +73,9 @@ class Options:
     ``min_efficiency``: on a shared cluster, run the fastest distributed plan whose predicted
     efficiency ``T_seq / (cores T_par)`` is at least this (None: the fastest plan; 0.8 in 004).
     ``memory_bytes``: most bytes a call may allocate on one host beyond its operands; candidates
-    and plans predicted to need more are dropped (None: the host's available memory, 0: no cap)."""
+    and plans predicted to need more are dropped (None: the host's available memory, 0: no cap).
+    ``guard``: time the first calls of each choice against numpy/scipy's own call and demote a
+    choice that is not faster (``autotune.guard``; False: run the choice unchecked)."""
 
     threads: int | None = None
     allow_strassen: bool = False
@@ -81,6 +83,7 @@ class Options:
     workspace_bytes: int | None = None
     min_efficiency: float | None = None
     memory_bytes: int | None = None
+    guard: bool = True
 
     @property
     def thread_budget(self) -> int:
@@ -142,6 +145,8 @@ def _validated(opts: Options) -> Options:
     if opts.memory_bytes is not None and (isinstance(opts.memory_bytes, bool) or not isinstance(opts.memory_bytes, int)
                                           or opts.memory_bytes < 0):
         raise ValueError(f"memory_bytes must be a non-negative integer or None, got {opts.memory_bytes!r}")
+    if not isinstance(opts.guard, bool):
+        raise ValueError(f"guard must be True or False, got {opts.guard!r}")
     eff = opts.min_efficiency
     if eff is not None and (isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0.0 < eff <= 1.0):
         raise ValueError(f"min_efficiency must be in (0, 1] or None, got {eff!r}")

@@ -92,7 +92,7 @@ _lock = threading.Lock()
 _ring: deque = deque(maxlen=_settings.capacity)
 _stats: dict[Candidate, Stats] = {}
 _distrusted: dict[Candidate, float] = {}
-_state = {"version": 0, "seq": 0, "flushed": 0, "expiry": math.inf}
+_state = {"version": 0, "seq": 0, "flushed": 0, "expiry": math.inf, "kept": False}
 _warned: set[str] = set()
 
 
@@ -130,20 +130,24 @@ def reset() -> None:
         _ring.clear()
         _stats.clear()
         _distrusted.clear()
-        _state.update(seq=0, flushed=0, expiry=math.inf)
+        _state.update(seq=0, flushed=0, expiry=math.inf, kept=False)
         _state["version"] += 1
 
 
 # -- the call path ----------------------------------------------------------------------------------
 
 def record(family: str, dims: tuple[int, ...], candidate: Candidate, predicted_seconds: float,
-           measured_seconds: float, db: str | None = None) -> None:
-    """Log one tuned call and update the candidate's trust: O(1), no I/O."""
+           measured_seconds: float, db: str | None = None, keep: bool = False) -> None:
+    """Log one tuned call and update the candidate's trust: O(1), no I/O. ``keep``: a run-time guard
+    verdict, written at exit even with learning off (which then leaves trust alone)."""
     now = time.time()
     with _lock:
         _state["seq"] += 1
         _ring.append((_state["seq"], now, family, tuple(dims), candidate, float(predicted_seconds),
                       float(measured_seconds), db))
+        _state["kept"] = _state["kept"] or keep
+        if keep and not enabled():
+            return
         if predicted_seconds >= _settings.min_seconds and measured_seconds > 0:
             _update(candidate, math.log(measured_seconds / predicted_seconds), time.monotonic())
 
@@ -337,7 +341,7 @@ def read_log(db: str | os.PathLike | None = None) -> list[dict]:
 
 
 def _atexit_flush() -> None:
-    if not enabled() or _state["flushed"] >= _state["seq"]:
+    if not (enabled() or _state["kept"]) or _state["flushed"] >= _state["seq"]:
         return
     try:
         flush()

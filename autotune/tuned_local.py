@@ -3,11 +3,13 @@ through dispatch, or numpy/scipy's own call when there is nothing to tune or no 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 from scipy import linalg
 
-from autotune import backends, learn
+from autotune import backends, guard, learn
 from autotune.assumptions import ALIGNED_OUTPUT_WORK, MIN_TUNED_SIZE
 from autotune.backends import pools
 from autotune.config import Options, get_options
@@ -21,6 +23,7 @@ from autotune.plans import Candidate
 from autotune.select import Decision, as_candidate, choose, rank
 
 _F64 = np.dtype(np.float64)
+T = TypeVar("T")
 # Scalar types compared directly for alpha == 1 and beta == 0 (anything else is checked first).
 _SCALARS = (int, float, complex, np.number, np.bool_)
 # MIN_TUNED_SIZE (below it the selector is skipped) and ALIGNED_OUTPUT_WORK (numpy's own
@@ -34,6 +37,29 @@ def lapack_float64(dtype: np.dtype) -> bool:
     the integers wider than 16 bits (scipy promotes a real dtype with float32: bool and the smaller
     integers give float32, which the tuned float64 routines must leave to scipy)."""
     return dtype == _F64 or (dtype.kind in "biu" and np.promote_types(dtype, np.float32) == _F64)
+
+
+def untuned_operands(*operands) -> str:
+    """Why operands are outside the tuned domain (2-D float64 ndarrays): their kind, dims or dtype."""
+    for x in operands:
+        if not isinstance(x, np.ndarray):
+            return f"an operand is a {type(x).__name__}, not an ndarray"
+        if type(x) is not np.ndarray:
+            return f"an operand is an ndarray subclass ({type(x).__name__})"
+        if x.ndim != 2:
+            return f"an operand is {x.ndim}-D ({'a stack of matrices' if x.ndim > 2 else 'not a matrix'})"
+        if x.dtype != _F64:
+            return f"dtype {x.dtype} (the tuned routines compute float64)"
+    return "the operands are outside the tuned domain"
+
+
+def not_tuned(family: str, why: str, config, explain: bool) -> None:
+    """What a call the tuned routines do not take owes its user: ``config=`` raises ValueError saying
+    why; ``explain`` prints why numpy/scipy's own call runs."""
+    if config is not None:
+        raise ValueError(f"config= applies to tuned calls only; this {family} call is not tuned: {why}")
+    if explain:
+        print(f"{family}: not tuned ({why}); {FAMILIES[family].library.split('-')[0]}'s own call runs")
 
 
 def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
@@ -80,10 +106,13 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
         as_candidate(config, "gemm")        # checked whatever the operands (a small or untuned call ignores it)
     if not (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 and b.ndim == 2
             and a.dtype == _F64 and b.dtype == _F64):
+        not_tuned("gemm", untuned_operands(a, b), config, explain)
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
     k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
     if k != k2 or 0 in (m, n, k) or max(m, n, k) < MIN_TUNED_SIZE:
+        if k == k2:
+            not_tuned("gemm", f"{m}x{k}x{n} is below the tuned size {MIN_TUNED_SIZE}", None, explain)
         return np.matmul(a, b, out=out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     if not plain:
         check_extras((m, n), alpha, beta, c)
@@ -93,7 +122,8 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
     opts, state = get_options(), pools.state_code()
     into_out = out is not None and _direct_target(out, a, b, (m, n)) and out.flags.f_contiguous
     layout, copied = gemm_layout(a, b, trans_a, trans_b, into_out)
-    cand, dec = decide(GemmProblem(m, k, n, layout, copied), config, explain, opts, state)
+    problem = GemmProblem(m, k, n, layout, copied)
+    cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
             _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
@@ -111,17 +141,17 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
         if dec is not None and learn.enabled():
             return _observed(dec, lambda: _numpy_matmul(a, b, target, threads))
         return _numpy_matmul(a, b, target, threads)  # numpy's own call (this very candidate), or numpy's out rules
-    target = out if (direct and out is not None) else _front.aligned_empty((m, n))
-    if c is not None and beta != 0.0 and c is not target:
-        np.copyto(target, c)
-    args = (cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
-    if dec is not None and learn.enabled():
-        _observed(dec, lambda: run_gemm(*args))
-    else:
-        run_gemm(*args)
-    if out is None or target is out:
-        return target
-    return copy_out(target, out)
+
+    def choice():
+        target = out if (direct and out is not None) else _front.aligned_empty((m, n))
+        if c is not None and beta != 0.0 and c is not target:
+            np.copyto(target, c)
+        run_gemm(cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
+        return target if out is None or target is out else copy_out(target, out)
+
+    def reference():
+        return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    return guarded(dec, problem, opts, choice, reference)
 
 
 def _numpy_threads() -> int:
@@ -134,6 +164,30 @@ def _numpy_matmul(a, b, out, threads: int | None = None):
     be = backends.get("numpy-openblas")
     with pools.lease(be, be.get_threads() if threads is None else threads):
         return np.matmul(a, b, out=out)
+
+
+def guarded(dec: Decision | None, problem: Problem, opts: Options, choice: Callable[[], T],
+            reference: Callable[[], T]) -> T:
+    """Run the candidate (``choice()``): through the run-time guard, which may run ``reference()``
+    (numpy/scipy's own call) instead, when it is the selector's choice of another than the reference."""
+    work = (lambda: _observed(dec, choice)) if dec is not None and learn.enabled() else choice
+    if dec is None or not opts.guard or dec.chosen == dec.incumbent or dec.incumbent is None:
+        return work()
+    return guard.run(problem, dec, work, reference, opts.db)
+
+
+def settled(dec: Decision | None, problem: Problem, opts: Options) -> bool:
+    """May the C hot path run this decision's choice unguarded? (the reference, the guard off or
+    the choice kept by it; a forced ``config`` is never remembered)"""
+    return dec is not None and (not opts.guard or dec.chosen == dec.incumbent or dec.incumbent is None
+                                or guard.kept(problem, dec.chosen, dec.threads))
+
+
+def scipy_call(fn: Callable[..., T], *args, **kwargs) -> T:
+    """scipy's own routine ``fn(*args, **kwargs)`` under its library's lease at its count now."""
+    be = backends.get("scipy-openblas")
+    with pools.lease(be, be.get_threads()):
+        return fn(*args, **kwargs)
 
 
 def _observed(dec: Decision, work):
@@ -212,27 +266,35 @@ def cholesky(a, *, lower: bool = False, overwrite_a: bool = False, check_finite:
     overwrite_a = overwrite_a and a1.flags.writeable   # scipy's potrf would write into a read-only array
     if a1.ndim != 2 or not lapack_float64(a1.dtype) or a1.shape[0] == 0 \
             or a1.shape[0] != a1.shape[1]:
+        if a1.ndim != 2 or not lapack_float64(a1.dtype):
+            not_tuned("cholesky", untuned_operands(a1), config, explain)
         return linalg.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
     n = a1.shape[0]
     cand = dec = None
     opts, state = get_options(), pools.state_code()
     hot = type(a) is np.ndarray and not explain
+    problem = CholeskyProblem(n, bool(lower))
+    if n < MIN_TUNED_SIZE and config is None:
+        not_tuned("cholesky", f"order {n} is below the tuned size {MIN_TUNED_SIZE}", None, explain)
     if n >= MIN_TUNED_SIZE or config is not None:
-        cand, dec = decide(CholeskyProblem(n, bool(lower)), config, explain, opts, state)
-        if dec is not None and cand is not None:
+        cand, dec = decide(problem, config, explain, opts, state)
+        if dec is not None and cand is not None and settled(dec, problem, opts):
             _remember_cholesky(cand, n, overwrite_a, hot, opts, state=state)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
             _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False, state=state)
             return _scipy_cholesky(a1, lower, overwrite_a, check_finite)
+    return guarded(dec, problem, opts, lambda: _cholesky_run(cand, a, a1, lower, overwrite_a, check_finite),
+                   lambda: _scipy_cholesky(a1, lower, overwrite_a, check_finite))
+
+
+def _cholesky_run(cand: Candidate, a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_finite: bool):
+    """The Cholesky factor by ``cand``, in a buffer ``_cholesky_buffer`` gives."""
     w, clean = _cholesky_buffer(a, a1, lower, overwrite_a, check_finite)
     # A C-ordered buffer is the transpose in Fortran order: factor that with the other triangle.
     wf, lo = (w, lower) if w.flags.f_contiguous else (w.T, not lower)
-    if dec is not None and learn.enabled():
-        info = _observed(dec, lambda: run_cholesky(cand, wf, lo))
-    else:
-        info = run_cholesky(cand, wf, lo)
+    info = run_cholesky(cand, wf, lo)
     if info > 0:
         raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
     if info < 0:
@@ -259,9 +321,7 @@ def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_fi
 
 def _scipy_cholesky(a1, lower: bool, overwrite_a: bool, check_finite: bool):
     """scipy's own Cholesky under its library's lease at its count now."""
-    be = backends.get("scipy-openblas")
-    with pools.lease(be, be.get_threads()):
-        return linalg.cholesky(a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
+    return scipy_call(linalg.cholesky, a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
 
 
 def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, opts: Options,

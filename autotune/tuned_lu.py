@@ -11,13 +11,23 @@ from scipy import linalg
 from autotune import backends, learn
 from autotune.backends import pools
 from autotune.config import get_options
+from autotune.db._warn import warn_user
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.dispatch.layout import call_with_threads
 from autotune.families import CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
 from autotune.kernels import _front
 from autotune.plans import Candidate
 from autotune.select import as_candidate
-from autotune.tuned_local import MIN_TUNED_SIZE, decide, lapack_float64
+from autotune.tuned_local import (
+    MIN_TUNED_SIZE,
+    decide,
+    guarded,
+    lapack_float64,
+    not_tuned,
+    scipy_call,
+    settled,
+    untuned_operands,
+)
 
 _F64 = np.dtype(np.float64)
 GENERAL = (None, "gen", "general")
@@ -29,6 +39,18 @@ def _tunable(a1: np.ndarray, any_integer: bool = False) -> bool:
     (``lapack_float64``), or with ``any_integer`` any integer or bool (scipy's solve gives float64)."""
     return (a1.ndim == 2 and a1.shape[0] == a1.shape[1] and a1.shape[0] >= MIN_TUNED_SIZE
             and (lapack_float64(a1.dtype) or (any_integer and a1.dtype.kind in "biu")))
+
+
+def _untuned(family: str, a1: np.ndarray, config, explain: bool, dtype_ok: bool | None = None) -> None:
+    """``not_tuned`` for a matrix ``_tunable`` refused: config= raises for its kind (dims, dtype; a
+    dtype is tuned when ``dtype_ok``, by default when scipy factors it in float64), explain also names
+    a small order; a non-square matrix is left to scipy's own error."""
+    if dtype_ok is None:
+        dtype_ok = lapack_float64(a1.dtype)
+    if a1.ndim != 2 or not dtype_ok:
+        not_tuned(family, untuned_operands(a1), config, explain)
+    elif a1.shape[0] == a1.shape[1]:
+        not_tuned(family, f"order {a1.shape[0]} is below the tuned size {MIN_TUNED_SIZE}", None, explain)
 
 
 def _work_copy(a, a1: np.ndarray, overwrite: bool, check_finite: bool) -> np.ndarray:
@@ -61,20 +83,26 @@ def lu_factor(a, *, overwrite_a: bool = False, check_finite: bool = True, config
         as_candidate(config, "lu")      # checked whatever the operand (an untuned call ignores it)
     a1 = np.asarray(a)
     if not _tunable(a1):
+        _untuned("lu", a1, config, explain)
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
     opts, state = get_options(), pools.state_code()
-    cand, dec = decide(LuProblem(a1.shape[0]), config, explain, opts, state)
+    problem = LuProblem(a1.shape[0])
+    cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
     be = backends.get(cand.backend)
-    if _hot(a, dec, explain, overwrite_a, be):
+    if _hot(a, dec, explain, overwrite_a, be) and settled(dec, problem, opts):
         _front.remember_lu(a1.shape[0], lu_kernel(cand, be), be.thread_addresses, cand.threads, int_dtype(cand),
                            opts, pools.CODES[cand.backend], state)
-    w = _work_copy(a, a1, overwrite_a, check_finite)
-    ipiv, info = _factor(cand, w)
-    if info > 0:
-        warn_singular_factor(info, stacklevel=4)
-    return w, (ipiv - 1).astype(np.int32)
+
+    def choice():
+        w = _work_copy(a, a1, overwrite_a, check_finite)
+        ipiv, info = _factor(cand, w)
+        if info > 0:
+            warn_singular_factor(info)
+        return w, (ipiv - 1).astype(np.int32)
+    return guarded(dec, problem, opts, choice,
+                   lambda: scipy_call(linalg.lu_factor, a, overwrite_a=overwrite_a, check_finite=check_finite))
 
 
 def _hot(a, dec, explain: bool, overwrite: bool, be) -> bool:
@@ -145,23 +173,29 @@ def lu_solve(lu_and_piv, b, *, trans: int = 0, overwrite_b: bool = False, check_
     fallback = lambda: linalg.lu_solve((lu, piv), b, trans=trans, overwrite_b=overwrite_b,  # noqa: E731
                                        check_finite=check_finite)
     if not (_tunable(lu1) and lu1.dtype == _F64 and trans in (0, 1, 2)):
+        if trans in (0, 1, 2):
+            _untuned("lu_solve", lu1, config, explain, dtype_ok=lu1.dtype == _F64)
         return fallback()
     n = lu1.shape[0]
     b1 = np.asarray(b)
     nrhs = b1.shape[1] if b1.ndim == 2 else 1
-    cand, _ = decide(LuSolveProblem(n, max(nrhs, 1)), config, explain)
+    opts, problem = get_options(), LuSolveProblem(n, max(nrhs, 1))
+    cand, dec = decide(problem, config, explain, opts)
     ipiv = None if cand is None else _ipiv(piv, n, cand)
     if ipiv is None:
         return fallback()
-    got = _rhs(b, n, overwrite_b, check_finite)
-    if got is None:
-        return fallback()
-    x, one = got
-    lu_f = lu1 if lu1.flags.f_contiguous else _front.aligned_copy(lu1, "F")
-    info = run_getrs(cand, lu_f, ipiv, x, int(trans != 0))
-    if info < 0:
-        raise ValueError(f"illegal value in {-info}th argument of internal gesv|posv")
-    return x[:, 0] if one else x
+
+    def choice():
+        got = _rhs(b, n, overwrite_b, check_finite)
+        if got is None:
+            return fallback()
+        x, one = got
+        lu_f = lu1 if lu1.flags.f_contiguous else _front.aligned_copy(lu1, "F")
+        info = run_getrs(cand, lu_f, ipiv, x, int(trans != 0))
+        if info < 0:
+            raise ValueError(f"illegal value in {-info}th argument of internal gesv|posv")
+        return x[:, 0] if one else x
+    return guarded(dec, problem, opts, choice, lambda: scipy_call(fallback))
 
 
 def _structure(a1: np.ndarray) -> str:
@@ -188,6 +222,10 @@ def solve(a, b, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: 
         as_candidate(config, "cholesky" if assume_a in POSITIVE else "solve")
     a1 = np.asarray(a)
     if not (_tunable(a1, any_integer=True) and (assume_a in GENERAL or assume_a in POSITIVE)):
+        if assume_a in GENERAL or assume_a in POSITIVE:
+            _untuned("solve", a1, config, explain, lapack_float64(a1.dtype) or a1.dtype.kind in "biu")
+        else:
+            not_tuned("solve", f"assume_a={assume_a!r} (tuned: general and positive definite)", config, explain)
         return scipy_solve()
     if assume_a is None and _structure(a1) != "general":
         return scipy_solve()
@@ -202,25 +240,28 @@ def solve(a, b, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: 
     if cand is None:
         return scipy_solve()
     be = backends.get(cand.backend)
-    if family == "solve" and nrhs >= 1 and _hot(a, dec, explain, overwrite_a or overwrite_b, be):
+    if family == "solve" and nrhs >= 1 and _hot(a, dec, explain, overwrite_a or overwrite_b, be) \
+            and settled(dec, problem, opts):
         _front.remember_solve(n, nrhs, _SolveRunner(be), be.thread_addresses, cand.threads, opts,
                               pools.CODES[cand.backend], state)
-    w = _work_copy(a, a1, overwrite_a, check_finite)
-    got = _rhs(b, n, overwrite_b, check_finite)
-    if got is None:
-        return scipy_solve()
-    x, one = got
-    if family == "cholesky":
-        _solve_pos(cand, w, x, lower)
-    else:
-        _solve_general(cand, w, x, transposed)
-    return x[:, 0] if one else x
+
+    def choice():
+        w = _work_copy(a, a1, overwrite_a, check_finite)
+        got = _rhs(b, n, overwrite_b, check_finite)
+        if got is None:
+            return scipy_solve()
+        x, one = got
+        if family == "cholesky":
+            _solve_pos(cand, w, x, lower)
+        else:
+            _solve_general(cand, w, x, transposed)
+        return x[:, 0] if one else x
+    return guarded(dec, problem, opts, choice, lambda: scipy_call(scipy_solve))
 
 
-def warn_singular_factor(info: int, stacklevel: int = 3) -> None:
-    """scipy's ``lu_factor`` warning for an exactly zero pivot (LAPACK info > 0)."""
-    warnings.warn(f"Diagonal number {info} is exactly zero. Singular matrix.", linalg.LinAlgWarning,
-                  stacklevel=stacklevel)
+def warn_singular_factor(info: int) -> None:
+    """scipy's ``lu_factor`` warning for an exactly zero pivot (LAPACK info > 0), at the user's line."""
+    warn_user(f"Diagonal number {info} is exactly zero. Singular matrix.", linalg.LinAlgWarning)
 
 
 def singular() -> np.linalg.LinAlgError:

@@ -7,6 +7,7 @@ import tempfile
 
 import pytest
 
+from autotune import guard
 from autotune.db import location
 
 _HYPOTHESIS_DIR: str | None = None
@@ -29,12 +30,14 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(autouse=True)
 def _private_default_db(tmp_path, monkeypatch):
-    """Point $AUTOTUNE_DB at a per-test temporary file (absent unless a test writes it).
+    """Point $AUTOTUNE_DB at a per-test temporary file (absent unless a test writes it) and forget
+    the run-time guard's verdicts.
 
     Also run each test from its temporary directory: child Pythons started from the source tree
     would import the uninstalled ``autotune/`` folder instead of the installed package.
     """
     monkeypatch.chdir(tmp_path)
+    guard.reset()                  # each test starts with no run-time guard verdicts
     path = tmp_path / "default-db" / "system_parameters.h5"
     monkeypatch.setenv(location.ENV_VAR, str(path))
     return path

@@ -17,6 +17,7 @@ from autotune.benchmarks import (
     compare,
     composed,
     drift,
+    dropin,
     mapping,
     mapping_testbed,
     memory,
@@ -39,7 +40,7 @@ from autotune.benchmarks import (
 )
 
 COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overhead": overhead,
-            "compare": compare, "drift": drift, "probe": probe, "mpi-speed": mpi_speed,
+            "compare": compare, "drift": drift, "dropin": dropin, "probe": probe, "mpi-speed": mpi_speed,
             "mpi-validate": mpi_validate, "mpi-rescore": mpi_rescore, "mpi-repeat": mpi_repeat,
             "comm-fit": comm_fit, "comm-plan": comm_plan, "strassen-remodel": strassen_remodel,
             "remodel-ap": remodel_ap,

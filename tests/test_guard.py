@@ -1,0 +1,182 @@
+"""The run-time guard (issue 61 item 4): a choice and the reference run in turn on trial; a choice
+not faster is demoted, a faster one kept; its clock is a fake here, so no test depends on the
+machine being quiet."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune import guard, learn, options, tuned_cholesky, tuned_gemm, tuned_local
+from autotune.assumptions import GUARD_ROUNDS
+from autotune.families import CholeskyProblem, GemmProblem
+from autotune.plans import Candidate
+from autotune.select.rank import Decision, Ranked
+
+CHOSEN = Candidate("blas", "numba-reference", 2)
+REFERENCE = Candidate("blas", "numpy-openblas", 2)
+
+
+class FakeClock:
+    """A clock the timed work advances by what it says it took."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(guard, "clock", fake)
+    return fake
+
+
+def decision(problem, chosen=CHOSEN, incumbent=REFERENCE) -> Decision:
+    ranking = [Ranked(chosen, 1e-3), Ranked(incumbent, 2e-3)]
+    return Decision(problem.family, problem.dims, 2, ranking, chosen, incumbent)
+
+
+def calls(problem, clock, choice_seconds, reference_seconds, count):
+    """Run ``count`` guarded calls; which ran, in order."""
+    ran = []
+    dec = decision(problem)
+
+    def choice():
+        clock.spend(choice_seconds)
+        ran.append("choice")
+        return "c"
+
+    def reference():
+        clock.spend(reference_seconds)
+        ran.append("reference")
+        return "r"
+    for _ in range(count):
+        assert guard.run(problem, dec, choice, reference) == ("c" if ran[-1] == "choice" else "r")
+    return ran
+
+
+def test_a_slower_choice_is_demoted_after_its_trial(clock):
+    problem = GemmProblem(1500, 1500, 1500, "nt")
+    ran = calls(problem, clock, 0.3, 0.1, 2 * GUARD_ROUNDS + 3)
+    assert ran == ["choice", "reference"] * GUARD_ROUNDS + ["reference"] * 3
+    trial = guard.verdict(problem, CHOSEN, 2)
+    assert trial.verdict == guard.REFERENCE and trial.ratio == pytest.approx(3.0)
+    assert not guard.kept(problem, CHOSEN, 2)
+
+
+def test_a_faster_choice_is_kept_and_a_tie_goes_to_the_reference(clock):
+    fast = GemmProblem(1500, 1500, 1500)
+    assert calls(fast, clock, 0.1, 0.2, 2 * GUARD_ROUNDS + 2)[-2:] == ["choice", "choice"]
+    assert guard.kept(fast, CHOSEN, 2)
+    tie = GemmProblem(3000, 3000, 3000)
+    assert calls(tie, clock, 0.2, 0.2, 2 * GUARD_ROUNDS + 1)[-1] == "reference"
+
+
+def test_the_best_time_counts_so_a_first_slow_call_does_not_demote(clock):
+    problem = CholeskyProblem(800)
+    dec, times = decision(problem, Candidate("potrf", "numpy-openblas", 2), Candidate("potrf", "scipy-openblas", 2)), \
+        iter([5.0, 1.0, 0.5, 1.0])
+    for _ in range(2 * GUARD_ROUNDS):
+        guard.run(problem, dec, lambda: clock.spend(next(times)), lambda: clock.spend(next(times)))
+    assert guard.kept(problem, dec.chosen, 2)
+
+
+def test_keys_share_a_size_class_and_split_on_layout_and_budget():
+    a, b = GemmProblem(1000, 1000, 1000), GemmProblem(1100, 1100, 1100, copied=5)
+    assert guard.key(a, CHOSEN, 2) != guard.key(b, CHOSEN, 2)                     # copied or not
+    assert guard.key(b, CHOSEN, 2) == guard.key(GemmProblem(1100, 1090, 1100, copied=9), CHOSEN, 2)
+    assert guard.key(a, CHOSEN, 2) == guard.key(GemmProblem(1080, 1000, 1000), CHOSEN, 2)
+    assert guard.key(a, CHOSEN, 2) != guard.key(GemmProblem(2000, 1000, 1000), CHOSEN, 2)
+    assert guard.key(a, CHOSEN, 2) != guard.key(GemmProblem(1000, 1000, 1000, "tn"), CHOSEN, 2)
+    assert guard.key(a, CHOSEN, 2) != guard.key(a, CHOSEN, 1)
+
+
+def test_a_verdict_is_logged_for_refit_even_with_learning_off(clock, monkeypatch):
+    learn.reset()
+    monkeypatch.setattr(learn, "enabled", lambda: False)
+    problem = GemmProblem(700, 700, 700)
+    calls(problem, clock, 0.3, 0.1, 2 * GUARD_ROUNDS)
+    logged = [e for e in learn.observations() if e[3] == problem.dims]
+    assert [(e[4], e[5], e[6]) for e in logged] == [(CHOSEN, 1e-3, pytest.approx(0.3)),
+                                                    (REFERENCE, 2e-3, pytest.approx(0.1))]
+    assert learn.stats(CHOSEN) is None             # logged, trust untouched with learning off
+    learn.reset()
+
+
+def test_a_raising_call_is_not_counted(clock):
+    problem = GemmProblem(900, 900, 900)
+    dec = decision(problem)
+
+    def boom():
+        raise np.linalg.LinAlgError("singular")
+    with pytest.raises(np.linalg.LinAlgError):
+        guard.run(problem, dec, boom, lambda: None)
+    assert guard.verdict(problem, CHOSEN, 2).choice == []
+
+
+def _forced(monkeypatch, chosen):
+    """Make the selector choose ``chosen`` over the reference for every problem."""
+    def decide(problem, config, explain, opts=None, state=None):
+        inc = Candidate(*tuned_local.FAMILIES[problem.family].incumbent, 2)
+        return chosen, Decision(problem.family, problem.dims, 2, [Ranked(chosen, 1e-3), Ranked(inc, 2e-3)],
+                                chosen, inc)
+    monkeypatch.setattr(tuned_local, "decide", decide)
+
+
+def test_tuned_gemm_runs_numpy_once_demoted_and_every_call_is_right(clock, monkeypatch):
+    _forced(monkeypatch, CHOSEN)
+    ran = []
+    real_run = tuned_local.run_gemm
+    real_matmul = tuned_local._numpy_matmul
+
+    def slow_choice(*args):
+        clock.spend(1.0)
+        ran.append("choice")
+        return real_run(*args)
+
+    def reference(*args, **kw):
+        clock.spend(0.1)
+        ran.append("reference")
+        return real_matmul(*args, **kw)
+    monkeypatch.setattr(tuned_local, "run_gemm", slow_choice)
+    monkeypatch.setattr(tuned_local, "_numpy_matmul", reference)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((96, 80)), np.asfortranarray(rng.standard_normal((80, 64)))
+    for _ in range(2 * GUARD_ROUNDS + 2):
+        np.testing.assert_allclose(tuned_gemm(a, b), a @ b, rtol=1e-12, atol=1e-12)
+    assert ran[-2:] == ["reference", "reference"] and ran.count("choice") == GUARD_ROUNDS
+    ran.clear()
+    with options(guard=False):
+        for _ in range(3):
+            np.testing.assert_allclose(tuned_gemm(a, b), a @ b, rtol=1e-12, atol=1e-12)
+    assert ran == ["choice"] * 3
+    with pytest.raises(ValueError, match="guard"):
+        with options(guard="yes"):
+            pass
+
+
+def test_cholesky_is_not_remembered_in_c_until_the_guard_keeps_it(clock, monkeypatch):
+    chosen = Candidate("potrf", "numpy-openblas", 2)
+    _forced(monkeypatch, chosen)
+    remembered = []
+    monkeypatch.setattr(tuned_local, "_remember_cholesky", lambda cand, *a, **k: remembered.append(cand))
+    real = tuned_local.run_cholesky
+
+    def fast(*args):
+        clock.spend(0.01)
+        return real(*args)
+    monkeypatch.setattr(tuned_local, "run_cholesky", fast)
+    monkeypatch.setattr(tuned_local, "_scipy_cholesky", lambda *a: (clock.spend(1.0), np.linalg.cholesky(a[0]).T)[1])
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((120, 120))
+    s = x @ x.T + 120 * np.eye(120)
+    for _ in range(2 * GUARD_ROUNDS):
+        np.testing.assert_allclose(tuned_cholesky(s), np.linalg.cholesky(s).T, rtol=1e-10, atol=1e-10)
+    assert remembered == []
+    tuned_cholesky(s)
+    assert remembered == [chosen]
