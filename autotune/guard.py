@@ -56,6 +56,8 @@ class Trial:
 
 
 _trials: dict[Key, Trial] = {}
+_by_call: dict[tuple, Trial] = {}        # (problem, choice, threads) -> its key's trial: no key built per call
+_CALLS_KEPT = 4096
 _lock = threading.Lock()
 clock = time.perf_counter       # the guard's timer (a test may give it another)
 
@@ -72,12 +74,15 @@ def key(problem: Problem, chosen: Candidate, threads: int) -> Key:
 def run(problem: Problem, decision, choice: Callable[[], T], reference: Callable[[], T], db=None) -> T:
     """``choice()`` for the selector's ``decision`` on ``problem``, or ``reference()`` where the guard
     demoted it; on trial, the one or the other in turn, timed. A call that raises is not counted."""
-    k = key(problem, decision.chosen, decision.threads)
-    trial = _trials.get(k)
+    call = (problem, decision.chosen, decision.threads)
+    trial = _by_call.get(call)             # the settled path: one dict lookup
     if trial is not None and trial.verdict is not None:
         return choice() if trial.verdict == CHOICE else reference()
     with _lock:
-        trial = _trials.setdefault(k, Trial())
+        trial = _trials.setdefault(key(*call), Trial())
+        if len(_by_call) >= _CALLS_KEPT:
+            _by_call.clear()
+        _by_call[call] = trial
         which = trial.next() if trial.verdict is None else trial.verdict
     start = clock()
     out = (choice if which == CHOICE else reference)()
@@ -110,6 +115,12 @@ def kept(problem: Problem, chosen: Candidate, threads: int) -> bool:
     return trial is not None and trial.verdict == CHOICE
 
 
+def demoted(problem: Problem, chosen: Candidate, threads: int) -> bool:
+    """Whether the guard demoted this choice (the C hot path may then run the reference itself)."""
+    trial = _trials.get(key(problem, chosen, threads))
+    return trial is not None and trial.verdict == REFERENCE
+
+
 def verdicts() -> dict[Key, Trial]:
     """Every key's trial in this process."""
     with _lock:
@@ -120,6 +131,7 @@ def reset() -> None:
     """Forget every trial and verdict (tests; a program that changed its machine's load)."""
     with _lock:
         _trials.clear()
+        _by_call.clear()
 
 
-__all__ = ["CHOICE", "REFERENCE", "Trial", "kept", "key", "reset", "run", "verdict", "verdicts"]
+__all__ = ["CHOICE", "REFERENCE", "Trial", "demoted", "kept", "key", "reset", "run", "verdict", "verdicts"]

@@ -128,6 +128,9 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
         if hot and not learn.enabled():
             _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
         return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+    if hot and layout != "aat" and not learn.enabled() and dec is not None and opts.guard \
+            and guard.demoted(problem, cand, dec.threads):       # the guard demoted it: numpy's call, in C
+        _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"     # numpy's own call (its syrk on aat)
            and (layout == "aat" or backends.get(cand.backend).get_threads() == cand.threads))
@@ -280,6 +283,9 @@ def cholesky(a, *, lower: bool = False, overwrite_a: bool = False, check_finite:
         cand, dec = decide(problem, config, explain, opts, state)
         if dec is not None and cand is not None and settled(dec, problem, opts):
             _remember_cholesky(cand, n, overwrite_a, hot, opts, state=state)
+        elif dec is not None and opts.guard and guard.demoted(problem, cand, dec.threads):   # scipy's call, in C
+            _remember_cholesky(Candidate("potrf", "scipy-openblas", 1), n, overwrite_a, hot, opts,
+                               switch_threads=False, state=state)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C

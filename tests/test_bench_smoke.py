@@ -46,3 +46,19 @@ def test_mpi_validate_summary_reports_fitted_and_analytical_errors():
     assert summary["selection"][0]["best"] == "a" and summary["selection"][0]["deviation_pct"] == pytest.approx(12.5)
     assert summary["within_10pct"] == 0.0
     assert "analytical alone" in mv.markdown([{"n": 64, "nprocs": 2, "rows": rows}], summary)
+
+
+def test_bench_dropin_runs_every_layout_and_writes_its_ratios(tiny_db, tmp_path, capsys):
+    """The drop-in benchmark's cases and report (its figures are measured, not checked here)."""
+    import json
+
+    out = tmp_path / "dropin.json"
+    assert cli.main(["bench", "dropin", "--sizes", "40", "--rounds", "1", "--seconds", "0.01", "--only", "gemm",
+                     "cholesky", "lu", "solve", "loop", "gp", "--db", str(tiny_db), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    layouts = {(r["group"], r["layout"]) for r in doc["results"]}
+    assert {("gemm", g) for g in ("C.C", "C.Ct", "Ct.C", "F.F", "F.C", "cols", "sub")} <= layouts
+    assert {("cholesky", "F lower"), ("lu", "T"), ("solve", "C"), ("loop", "program"), ("gp", "program")} <= layouts
+    assert all(r["ratio_median"] > 0 and r["aa_median"] > 0 for r in doc["results"])
+    assert "case(s) at tuned/reference <= 1.05" in capsys.readouterr().out
+    assert cli.main(["bench", "dropin", "--rounds", "0", "--db", str(tiny_db)]) == 2

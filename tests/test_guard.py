@@ -3,6 +3,8 @@ not faster is demoted, a faster one kept; its clock is a fake here, so no test d
 machine being quiet."""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -180,3 +182,27 @@ def test_cholesky_is_not_remembered_in_c_until_the_guard_keeps_it(clock, monkeyp
     assert remembered == []
     tuned_cholesky(s)
     assert remembered == [chosen]
+
+
+# -- the reference wins ties (item 3) ------------------------------------------------------------
+
+def test_an_alternative_must_beat_the_reference_by_its_series_uncertainty(monkeypatch):
+    from autotune.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
+    from autotune.db.noise import SeriesNoise
+    rank_module = importlib.import_module("autotune.select.rank")      # the module (select exports rank())
+
+    ref = Candidate("potrf", "scipy-openblas", 2)
+    alt = Candidate("potrf", "numpy-openblas", 2)
+    ranking = [Ranked(alt, 1.0), Ranked(ref, 1.5)]            # 50% ahead in the model
+    quiet = SeriesNoise(10, 10, 0, 0, 0.0, 0.02, 1.0)
+    busy = SeriesNoise(10, 10, 6, 6, 0.6, 0.30, 0.5)
+    for noise, winner in ((quiet, alt), (busy, ref)):
+        monkeypatch.setattr(rank_module, "_series_noise", lambda sp, n=noise: {("potrf", "numpy-openblas", 2,
+                                                                                 "square"): n})
+        chosen, incumbent, notes, margin = rank_module._apply_margin("cholesky", ranking, object())
+        assert (chosen, incumbent) == (winner, ref)
+        assert margin == pytest.approx(INCUMBENT_MARGIN + noise.median_spread + NOISY_MARGIN * noise.noisy_share)
+    assert "within its margin" in notes[0] and "noisy share 60%" in notes[0]
+    monkeypatch.setattr(rank_module, "_series_noise", lambda sp: {})
+    tie = [Ranked(alt, 1.0), Ranked(ref, 1.05)]
+    assert rank_module._apply_margin("cholesky", tie, object())[0] == ref      # within the stated 10%
