@@ -7,6 +7,7 @@ import shutil
 from collections.abc import Iterator
 
 import h5py
+import numpy as np
 
 from autotune.db.comm_lookup import CommParams
 from autotune.db.lookup import load_sp
@@ -19,6 +20,17 @@ def edited(path, mode: str = "r+") -> Iterator[h5py.File]:
     with h5py.File(path, mode) as f:
         yield f
     seal(path)
+
+
+def damaged_copy(db, path):
+    """A copy of the database ``db`` at ``path`` whose first two k are NaN and negative (sealed:
+    the file reads as intact, its records as invalid)."""
+    shutil.copy(db, path)
+    with edited(path, "r+") as f:
+        rows = f["k"][...]
+        rows["k"][:2] = [np.nan, -1.0]
+        f["k"][...] = rows
+    return path
 
 
 class TestPlatform(CommParams):

@@ -2,14 +2,13 @@
 (bad arguments) or 1 (the run failed): never a traceback."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
 import h5py
 import numpy as np
 import pytest
-from db_helpers import edited
+from db_helpers import damaged_copy
 
 import autotune
 from autotune import cli, cli_explain
@@ -136,12 +135,7 @@ def test_refit_without_database(tmp_path, capsys):
 
 def test_command_line_prints_one_line_errors_and_warnings(tiny_db, tmp_path):
     """Through the real entry point: no traceback, warnings on one line each."""
-    bad = tmp_path / "sp.h5"
-    shutil.copy(tiny_db, bad)
-    with edited(bad, "r+") as f:
-        rows = f["k"][...]
-        rows["k"][:2] = [np.nan, -1.0]
-        f["k"][...] = rows
+    bad = damaged_copy(tiny_db, tmp_path / "sp.h5")
     run = lambda *argv: subprocess.run([sys.executable, "-m", "autotune.cli", *argv],  # noqa: E731
                                        capture_output=True, text=True, timeout=120)
     usage = run("explain", "gemm", "100", "--threads", "0")

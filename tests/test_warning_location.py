@@ -9,7 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
-from db_helpers import edited
+from db_helpers import damaged_copy
 
 import autotune
 from autotune.db import load_comm, load_sp
@@ -56,16 +56,6 @@ def test_the_no_database_warning_names_the_users_line(no_db, path, capsys):
     assert (w.filename, w.lineno) == (__file__, line)
 
 
-def _damaged_copy(tiny_db, tmp_path):
-    bad = tmp_path / "damaged.h5"
-    shutil.copy(tiny_db, bad)
-    with edited(bad, "r+") as f:
-        rows = f["k"][...]
-        rows["k"][:2] = [np.nan, -1.0]
-        f["k"][...] = rows
-    return bad
-
-
 def _gemm_warning(db, n: int):
     """The one RuntimeWarning of an n x n tuned_gemm on ``db``, and the line of that call here."""
     a = np.ones((n, n))
@@ -78,7 +68,7 @@ def _gemm_warning(db, n: int):
 
 def test_a_damaged_database_warns_at_the_users_line(tiny_db, tmp_path):
     clear_cache()
-    w, line = _gemm_warning(_damaged_copy(tiny_db, tmp_path), 41)
+    w, line = _gemm_warning(damaged_copy(tiny_db, tmp_path / "damaged.h5"), 41)
     assert "ignoring 2 of" in str(w.message) and (w.filename, w.lineno) == (__file__, line)
 
 
