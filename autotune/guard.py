@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from autotune import learn
 from autotune.assumptions import GUARD_CLASS_STEPS, GUARD_ROUNDS
+from autotune.db import location
 from autotune.families import FAMILIES, Problem
 from autotune.plans import Candidate
 
@@ -96,7 +97,9 @@ def run(problem: Problem, decision, choice: Callable[[], T], reference: Callable
 
 
 def _log(problem: Problem, decision, trial: Trial, flops: float, db) -> None:
-    """The verdict's best timings against their predictions, for ``refit`` (O(1), no I/O)."""
+    """The verdict's best timings against their predictions, for ``refit`` (O(1), no I/O), under
+    the database in force now (the default location is resolved here, not when the log is written)."""
+    db = str(location.resolve(db))
     learn.record(problem.family, problem.dims, decision.chosen, decision.predicted(decision.chosen),
                  min(trial.choice) * flops, db, keep=True)
     if decision.incumbent is not None:

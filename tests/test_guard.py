@@ -10,6 +10,7 @@ import pytest
 
 from autotune import guard, learn, options, tuned_cholesky, tuned_gemm, tuned_local
 from autotune.assumptions import GUARD_ROUNDS
+from autotune.db import location
 from autotune.families import CholeskyProblem, GemmProblem
 from autotune.plans import Candidate
 from autotune.select.rank import Decision, Ranked
@@ -107,6 +108,7 @@ def test_a_verdict_is_logged_for_refit_even_with_learning_off(clock, monkeypatch
     assert [(e[4], e[5], e[6]) for e in logged] == [(CHOSEN, 1e-3, pytest.approx(0.3)),
                                                     (REFERENCE, 2e-3, pytest.approx(0.1))]
     assert learn.stats(CHOSEN) is None             # logged, trust untouched with learning off
+    assert {e[7] for e in logged} == {str(location.resolve(None))}     # the database in force, resolved now
     learn.reset()
 
 
