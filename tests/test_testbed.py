@@ -150,7 +150,8 @@ LINKS = {"name": "links", "sizes": [8, 64, 512, 65536, 1048576, 4194304, 8388608
          "primitives": ["link_host", "link_net"], "passes": 1, "max_regimes": 3,
          "timing": {"warmup": 1, "rewarm": 1, "min_reps": 3, "max_reps": 20, "point_budget_seconds": 0.2},
          # the root's own costs at their smallest (the defaults' first-touch sizes took 100 s here)
-         "check_sides": [128, 256], "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1}
+         "check_sides": [128, 256], "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,
+         "calibrate": False}      # no contention nor calibration runs: links only (their own tests time those)
 
 
 def test_comm_probe_tells_the_host_link_from_the_network(tmp_path):
