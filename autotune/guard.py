@@ -114,14 +114,17 @@ def verdict(problem: Problem, chosen: Candidate, threads: int) -> Trial | None:
 
 def kept(problem: Problem, chosen: Candidate, threads: int) -> bool:
     """Whether the guard kept this choice (only then may the C hot path run it without the guard)."""
-    trial = _trials.get(key(problem, chosen, threads))
-    return trial is not None and trial.verdict == CHOICE
+    return _settled(problem, chosen, threads) == CHOICE
 
 
 def demoted(problem: Problem, chosen: Candidate, threads: int) -> bool:
     """Whether the guard demoted this choice (the C hot path may then run the reference itself)."""
+    return _settled(problem, chosen, threads) == REFERENCE
+
+
+def _settled(problem: Problem, chosen: Candidate, threads: int) -> str | None:
     trial = _trials.get(key(problem, chosen, threads))
-    return trial is not None and trial.verdict == REFERENCE
+    return None if trial is None else trial.verdict
 
 
 def verdicts() -> dict[Key, Trial]:

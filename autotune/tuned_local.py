@@ -174,16 +174,20 @@ def guarded(dec: Decision | None, problem: Problem, opts: Options, choice: Calla
     """Run the candidate (``choice()``): through the run-time guard, which may run ``reference()``
     (numpy/scipy's own call) instead, when it is the selector's choice of another than the reference."""
     work = (lambda: _observed(dec, choice)) if dec is not None and learn.enabled() else choice
-    if dec is None or not opts.guard or dec.chosen == dec.incumbent or dec.incumbent is None:
+    if dec is None or _unguarded(dec, opts):
         return work()
     return guard.run(problem, dec, work, reference, opts.db)
 
 
+def _unguarded(dec: Decision, opts: Options) -> bool:
+    """The guard does not watch this decision: it is off, or the choice is the reference call."""
+    return not opts.guard or dec.incumbent is None or dec.chosen == dec.incumbent
+
+
 def settled(dec: Decision | None, problem: Problem, opts: Options) -> bool:
-    """May the C hot path run this decision's choice unguarded? (the reference, the guard off or
-    the choice kept by it; a forced ``config`` is never remembered)"""
-    return dec is not None and (not opts.guard or dec.chosen == dec.incumbent or dec.incumbent is None
-                                or guard.kept(problem, dec.chosen, dec.threads))
+    """May the C hot path run this decision's choice unguarded? (not watched, or kept by the
+    guard; a forced ``config`` is never remembered)"""
+    return dec is not None and (_unguarded(dec, opts) or guard.kept(problem, dec.chosen, dec.threads))
 
 
 def scipy_call(fn: Callable[..., T], *args, **kwargs) -> T:

@@ -191,7 +191,7 @@ def test_cholesky_is_not_remembered_in_c_until_the_guard_keeps_it(clock, monkeyp
 def test_an_alternative_must_beat_the_reference_by_its_series_uncertainty(monkeypatch):
     from autotune.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
     from autotune.db.noise import SeriesNoise
-    rank_module = importlib.import_module("autotune.select.rank")      # the module (select exports rank())
+    rank_module = importlib.import_module("autotune.select.margin")
 
     ref = Candidate("potrf", "scipy-openblas", 2)
     alt = Candidate("potrf", "numpy-openblas", 2)
@@ -201,10 +201,10 @@ def test_an_alternative_must_beat_the_reference_by_its_series_uncertainty(monkey
     for noise, winner in ((quiet, alt), (busy, ref)):
         monkeypatch.setattr(rank_module, "_series_noise", lambda sp, n=noise: {("potrf", "numpy-openblas", 2,
                                                                                  "square"): n})
-        chosen, incumbent, notes, margin = rank_module._apply_margin("cholesky", ranking, object())
+        chosen, incumbent, notes, margin = rank_module.apply_margin("cholesky", ranking, object())
         assert (chosen, incumbent) == (winner, ref)
         assert margin == pytest.approx(INCUMBENT_MARGIN + noise.median_spread + NOISY_MARGIN * noise.noisy_share)
     assert "within its margin" in notes[0] and "noisy share 60%" in notes[0]
     monkeypatch.setattr(rank_module, "_series_noise", lambda sp: {})
     tie = [Ranked(alt, 1.0), Ranked(ref, 1.05)]
-    assert rank_module._apply_margin("cholesky", tie, object())[0] == ref      # within the stated 10%
+    assert rank_module.apply_margin("cholesky", tie, object())[0] == ref      # within the stated 10%

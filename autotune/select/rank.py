@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune import learn
-from autotune.assumptions import COMPOSED_RISK, EXTRAPOLATION_PENALTY, FLOOR_SLACK, INCUMBENT_MARGIN, NOISY_MARGIN
+from autotune.assumptions import COMPOSED_RISK, EXTRAPOLATION_PENALTY, FLOOR_SLACK, INCUMBENT_MARGIN
 from autotune.backends.pools import PoolState
-from autotune.db.noise import series_noise
 from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.families import FAMILIES, Problem, label
@@ -28,6 +27,7 @@ from autotune.plans import Candidate
 from . import corrections
 from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, NESTED_BACKEND, NESTED_LEVELS, STRASSEN_LEVELS
 from .corrections import Correction
+from .margin import apply_margin
 from .memory import keep_fitting
 
 # The hand-set hedge and margin (COMPOSED_RISK, INCUMBENT_MARGIN, FLOOR_SLACK) live in
@@ -67,7 +67,7 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     after: PoolState | None = None     # the library call before this one, while its pool counts
     limit: str = ""                    # what set the thread budget (``autotune.budget``), for explain
-    margin: float = INCUMBENT_MARGIN   # what the best alternative had to be predicted faster by (``_margin``)
+    margin: float = INCUMBENT_MARGIN   # what the best alternative had to beat the reference by (select.margin)
 
     def _reference_line(self) -> str:
         """The reference call (numpy/scipy's own) beside the choice, and the margin between them."""
@@ -405,7 +405,7 @@ def rank(problem: Problem, sp, threads: int, allow_strassen: bool = False,
     ranking.sort(key=lambda r: r.seconds)
     ranking, dropped = keep_fitting(ranking, lambda r: memory.local(dims, family, r.candidate).root_bytes,
                                     memory_bytes, lambda r: str(r.candidate), "candidates")
-    chosen, incumbent, notes, margin = _apply_margin(family, ranking, sp)
+    chosen, incumbent, notes, margin = apply_margin(family, ranking, sp)
     notes = ([problem.note] if problem.note else []) + notes + dropped
     if skipped:
         notes.append(f"{skipped} candidates pruned by their lower bound")
@@ -552,64 +552,6 @@ def _risk(algorithm: str, measured: float | None) -> float:
 def _charge(family: str, g: Evaluation, ev: _Evidence) -> float:
     """The risk step's factor on a group (its pruning bound; the pool charges only add time)."""
     return _risk(g.algorithm, ev.risk.get(g.algorithm))
-
-
-def _apply_margin(family: str, ranking: list[Ranked], sp) -> tuple[Candidate, Candidate | None, list[str], float]:
-    """The fastest candidate predicted ahead of the library default (the reference) by more than its
-    ``_margin``, else the default; with the notes and the margin of the best alternative."""
-    alg, be = FAMILIES[family].incumbent
-    defaults = [r for r in ranking if r.candidate.algorithm == alg and r.candidate.backend == be]
-    best = ranking[0]
-    if not defaults:
-        return best.candidate, None, [], INCUMBENT_MARGIN
-    inc = max(defaults, key=lambda r: r.candidate.threads)   # the library's default: all budget threads
-    noise = _series_noise(sp)
-    first = None
-    for r in ranking:
-        if r is inc or r.seconds * (1 + INCUMBENT_MARGIN) >= inc.seconds:
-            break
-        margin, why = _margin(family, r.candidate, noise)
-        first = first or (margin, why, r)
-        if r.seconds * (1 + margin) < inc.seconds:
-            return r.candidate, inc.candidate, [], margin
-    if first is None:
-        note = [] if inc is best else [f"kept the default {inc.candidate}: within {INCUMBENT_MARGIN:.0%} of "
-                                       f"{best.candidate}"]
-        return inc.candidate, inc.candidate, note, INCUMBENT_MARGIN
-    margin, why, r = first
-    return inc.candidate, inc.candidate, [f"kept the default {inc.candidate}: {r.candidate} is predicted "
-                                          f"{inc.seconds / r.seconds - 1:.0%} faster, within its margin "
-                                          f"{margin:.0%} ({why})"], margin
-
-
-def _margin(family: str, cand: Candidate, noise: dict) -> tuple[float, str]:
-    """What ``cand`` must be predicted faster than the reference by: INCUMBENT_MARGIN plus its
-    series' measured uncertainty (the median repeat spread of its family routine's square series,
-    and NOISY_MARGIN times its share of points the probe kept noisy); why, in words."""
-    fam = FAMILIES[family]
-    routine = fam.routine or fam.several[0]
-    n = noise.get((routine, cand.backend, cand.threads, "square"))
-    if n is None:
-        return INCUMBENT_MARGIN, f"the stated default {INCUMBENT_MARGIN:.0%}"
-    extra = n.median_spread + NOISY_MARGIN * n.noisy_share
-    return INCUMBENT_MARGIN + extra, (f"{INCUMBENT_MARGIN:.0%} + its {routine} series' repeat spread "
-                                      f"{n.median_spread:.0%} and noisy share {n.noisy_share:.0%}")
-
-
-_NOISE: dict[int, tuple[object, dict]] = {}
-
-
-def _series_noise(sp) -> dict:
-    """``db.noise.series_noise`` of the database behind ``sp`` (cached per SystemParameters)."""
-    db = getattr(sp, "db", None)
-    if db is None:
-        return {}
-    hit = _NOISE.get(id(sp))
-    if hit is None or hit[0] is not sp:
-        if len(_NOISE) > 8:
-            _NOISE.clear()
-        hit = _NOISE[id(sp)] = (sp, series_noise(db.records))
-    return hit[1]
 
 
 _CACHE: dict[tuple, Decision] = {}
