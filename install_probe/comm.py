@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         passes = profile.contention_rounds if profile.calibrate else 0
         step = _phase_logger(world, args.quiet)
         procs = profile.p_values(world.Get_size())         # the probe's sample of p, for every phase
-        before = [measure_contention(world, procs=procs)] if passes > 1 else []
+        before = [measure_contention(world, profile.contention, procs=procs)] if passes > 1 else []
         step("contention, first pass" if before else "")
         result = run_comm_probe(world, profile, args.db, verbose=not args.quiet)
         step("points, fits, root costs")
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             return _report(result, [], None)
         from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
 
-        rows = run_contention(world, *where, passes=passes - len(before), earlier=before, procs=procs)
+        rows = run_contention(world, *where, profile.contention, passes=passes - len(before), earlier=before,
+                              procs=procs)
         step("contention")
         calibrated = {**(loop_costs(world, where[0], cases=profile.loop_cases) or {}),
                       **(loop_costs(world, where[0], cases=profile.loop_cases, family="lu") or {}),

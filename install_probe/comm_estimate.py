@@ -100,11 +100,12 @@ def _compute_seconds(profile: CommProfile, nprocs: int, cores: int, rate: float)
     from autotune.install_probe import calibrate as cal
     from autotune.install_probe import contention as con
 
-    cases = [2.0 * n ** 3 for n in con.SIZES] + [2.0 * n * n * con.RANKB_BLOCK for n in con.RANKB_SIZES]
+    plan = profile.contention
+    cases = [2.0 * n ** 3 for n in plan.sizes] + [2.0 * n * n * con.RANKB_BLOCK for n in plan.rankb_sizes]
     procs = profile.p_values(nprocs)         # the contention, skews and step waits run on the probe's p
     shares = sum(_share(p, cores) for p in {1, *procs})
-    contention = profile.contention_rounds * con.REPS * sum(cases) * shares
-    skew = con.SKEW_REPS * sum(2.0 * n * n * b for n, b in con.SKEW_SHAPES) * (shares - 1)
+    contention = profile.contention_rounds * plan.reps * sum(cases) * shares
+    skew = plan.skew_reps * sum(2.0 * n * n * b for n, b in con.SKEW_SHAPES) * (shares - 1)
     loop = (cal.REPS + 1) * sum(n ** 3 / 3 for n, _ in profile.loop_cases)   # two ranks: half each, plus messages
     steps = sum((cal.STEP_REPS + 1) * 2 * len(profile.step_blocks)
                 * 2.0 * cal.step_n(p, profile.step_blocks, profile.step_order) ** 3 / p * _share(p, cores)

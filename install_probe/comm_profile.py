@@ -8,6 +8,7 @@ from pathlib import Path
 
 from autotune.install_probe import phase_calibration as phcal
 from autotune.install_probe.calibrate import LOOP_CASES
+from autotune.install_probe.contention import ContentionPlan
 
 from autotune.db import comm as dbc
 
@@ -68,6 +69,7 @@ class CommProfile:
     max_regimes: int = 8
     passes: int = 2                            # sweeps over the whole plan; per point the lower median kept
     contention_passes: int | None = None        # passes of the compute contention (None: passes, at most 3)
+    contention: ContentionPlan = field(default_factory=ContentionPlan)   # its sizes and repetitions
     cold_passes: int | None = None              # passes of the cold-cache primitives (None: passes, at most passes)
     loggp: bool = True                         # also the PRTT series for LoOgGP (p = 2, sizes <= loggp_max_bytes)
     loggp_messages: int = 8
@@ -210,7 +212,7 @@ def _sizes(spec, source: str) -> tuple[int, ...]:
 
 def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfile:
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
-               "max_regimes", "passes", "contention_passes", "cold_passes", "loggp", "loggp_messages",
+               "max_regimes", "passes", "contention_passes", "contention", "cold_passes", "loggp", "loggp_messages",
                "loggp_max_bytes", "cold_sizes", "heldout", "step_waits", "loop_costs", "check_sides",
                "first_touch_sizes", "pack_order", "root_reps", "phase_calibration", "calibrate"}
     unknown = set(data) - allowed
@@ -236,6 +238,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        max_regimes=int(data.get("max_regimes", 8)), passes=max(1, int(data.get("passes", 2))),
                        contention_passes=(max(1, int(data["contention_passes"])) if "contention_passes" in data
                                           else None),
+                       contention=_contention(data.get("contention") or {}, source),
                        cold_passes=max(1, int(data["cold_passes"])) if "cold_passes" in data else None,
                        loggp=bool(data.get("loggp", True)), loggp_messages=max(2, int(data.get("loggp_messages", 8))),
                        loggp_max_bytes=int(data.get("loggp_max_bytes", 1 << 20)),
@@ -281,6 +284,22 @@ def _root_costs(data: dict, source: str) -> dict:
     if any(not v or min(v) < 1 for v in sizes.values()) or any(v < 1 for v in counts.values()):
         raise CommProfileError(f"{source}: check_sides, first_touch_sizes, pack_order and root_reps must be positive")
     return {**sizes, **counts}
+
+
+def _contention(value, source: str) -> ContentionPlan:
+    """``contention: {sizes: [n, ...], rankb_sizes: [n, ...], reps: N, skew_reps: N}`` as the
+    CommProfile field (defaults where left out)."""
+    keys = {"sizes", "rankb_sizes", "reps", "skew_reps"}
+    if not isinstance(value, dict) or set(value) - keys:
+        raise CommProfileError(f"{source}: contention must be a mapping with {sorted(keys)}")
+    try:
+        plan = ContentionPlan(**{k: tuple(int(n) for n in v) if k.endswith("sizes") else int(v)
+                                 for k, v in value.items()})
+    except (TypeError, ValueError) as exc:
+        raise CommProfileError(f"{source}: contention: {exc}") from exc
+    if not plan.sizes or min(plan.sizes + plan.rankb_sizes) < 1 or min(plan.reps, plan.skew_reps) < 1:
+        raise CommProfileError(f"{source}: contention: sizes and repetitions must be positive, sizes not empty")
+    return plan
 
 
 def _step_waits(value, source: str) -> dict:

@@ -195,7 +195,8 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.run()
     from autotune.install_probe.contention import compute_skews, host_speeds
 
-    info["compute_skew"] = compute_skews(world, procs=profile.p_values(world.Get_size()))
+    info["compute_skew"] = compute_skews(world, reps=profile.contention.skew_reps,
+                                        procs=profile.p_values(world.Get_size()))
     info["host_speeds"] = host_speeds(world)
     if world.Get_rank() == 0:
         reps = {} if profile.root_reps is None else {"reps": profile.root_reps}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +29,18 @@ REPS = 5
 
 SKEW_SHAPES = ((1024, 64), (1024, 128), (1536, 256))   # (x, b) rank-b updates, as in SUMMA's steps
 SKEW_REPS = 50
+
+
+@dataclass(frozen=True)
+class ContentionPlan:
+    """What the contention phase times (the comm profile's ``contention``): the square products'
+    ``sizes``, the rank-b updates' ``rankb_sizes``, ``reps`` rounds of each, and ``skew_reps``
+    concurrent calls per shape for ``compute_skew``. A tiny profile keeps them small."""
+
+    sizes: tuple[int, ...] = SIZES
+    rankb_sizes: tuple[int, ...] = RANKB_SIZES
+    reps: int = REPS
+    skew_reps: int = SKEW_REPS
 
 
 def _update(rank: int, pattern: str, n: int, k: int) -> Callable[[int], object]:
@@ -154,7 +167,7 @@ def _group_sizes(world, procs, low: int) -> list[int]:
     return sorted({low, *(int(p) for p in procs)} & set(range(low, world.size + 1)))
 
 
-def measure_contention(world, sizes=SIZES, reps: int = REPS, procs=None) -> list[tuple[int, int, str, float]]:
+def measure_contention(world, plan: ContentionPlan = ContentionPlan(), procs=None) -> list[tuple[int, int, str, float]]:
     """One pass over p = 1..P, or 1 and ``procs`` (the comm profile's sample; collective over
     ``world``): rank 0's rows (p, n, series, seconds), per pattern and statistic
     (``autotune.db.contention.series``), the solo time times the slowdown; [] on the other ranks."""
@@ -166,8 +179,9 @@ def measure_contention(world, sizes=SIZES, reps: int = REPS, procs=None) -> list
     rows = []
     try:
         with threadpool_limits(1):
-            for pattern, n, k in [("square", n, n) for n in sizes] + [("rankb", n, RANKB_BLOCK) for n in RANKB_SIZES]:
-                times = _interleaved(world, groups, n, k, reps, pattern)
+            for pattern, n, k in ([("square", n, n) for n in plan.sizes]
+                                  + [("rankb", n, RANKB_BLOCK) for n in plan.rankb_sizes]):
+                times = _interleaved(world, groups, n, k, plan.reps, pattern)
                 rows += [(p, n, series(pattern, stat), t) for p, ts in times.items() for stat, t in ts.items()]
     finally:
         for sub in groups.values():
@@ -193,13 +207,13 @@ def combine_passes(passes: list[list[tuple[int, int, str, float]]]) -> list[tupl
     return out
 
 
-def run_contention(world, db_path, key: str, sizes=SIZES, reps: int = REPS, *, passes: int = 2,
+def run_contention(world, db_path, key: str, plan: ContentionPlan = ContentionPlan(), *, passes: int = 2,
                    earlier: list | None = None, procs=None) -> list[tuple[int, int, float]]:
     """Measure p = 1..P ``passes`` times (collective over ``world``), combine them with the
     ``earlier`` passes' rows (``combine_passes``: the comm probe takes one before its own
     measurements, so the passes lie minutes apart); rank 0 stores the rows (per pattern and
     statistic, p, n: the solo time times the slowdown) and returns the square products' mean ones."""
-    fresh = [measure_contention(world, sizes, reps, procs) for _ in range(passes)]
+    fresh = [measure_contention(world, plan, procs) for _ in range(passes)]
     if world.rank == 0:
         rows = combine_passes([*(earlier or []), *fresh])
         p, n, pattern, t = zip(*rows, strict=True)

@@ -812,6 +812,23 @@ def test_profile_step_waits_take_an_order_and_blocks_and_reject_bad_values():
             parse_comm_profile({**base, "step_waits": bad})
 
 
+def test_profile_contention_takes_sizes_and_reps_and_the_estimate_follows():
+    from autotune.install_probe import comm_estimate
+    from autotune.install_probe.comm_profile import CommProfileError, parse_comm_profile
+    from autotune.install_probe.contention import RANKB_SIZES, SIZES, ContentionPlan
+
+    base = {"name": "t", "sizes": [8, 64], "procs": [2], "grids": "none"}
+    small = parse_comm_profile({**base, "contention": {"sizes": [256], "rankb_sizes": [512], "reps": 2,
+                                                       "skew_reps": 3}})
+    assert small.contention == ContentionPlan((256,), (512,), 2, 3)
+    assert parse_comm_profile(base).contention == ContentionPlan(SIZES, RANKB_SIZES)
+    full = parse_comm_profile(base)
+    assert comm_estimate._compute_seconds(small, 2, 2, 1e10) < comm_estimate._compute_seconds(full, 2, 2, 1e10)
+    for bad in ({"sizes": []}, {"reps": 0}, {"sizes": ["x"]}, {"block": 3}, [1]):
+        with pytest.raises(CommProfileError, match="contention"):
+            parse_comm_profile({**base, "contention": bad})
+
+
 def test_profile_root_costs_take_sizes_and_reps_and_reject_bad_values():
     from autotune.install_probe.comm_profile import FIRST_TOUCH_SIZES, CommProfileError, parse_comm_profile
 

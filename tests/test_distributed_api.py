@@ -16,6 +16,7 @@ COMM_TINY = {
     "passes": 1, "check_sides": [128, 256], "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,
     "step_waits": {"order": 256, "blocks": [32, 64]}, "loop_costs": [[256, 32], [512, 32]],   # calibrations: short
     "phase_calibration": {"sizes": [128, 192], "reps": 1},
+    "contention": {"sizes": [256, 512], "rankb_sizes": [512], "reps": 2, "skew_reps": 5},
 }
 
 

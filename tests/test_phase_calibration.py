@@ -37,6 +37,7 @@ TINY = {
     "passes": 1, "loggp": False, "check_sides": [128], "first_touch_sizes": [1 << 22], "pack_order": 256,
     "root_reps": 1, "step_waits": {"order": 128, "blocks": [16, 32]}, "loop_costs": [[128, 16], [256, 32]],
     "phase_calibration": {"sizes": [128, 160, 192], "reps": 2, "families": ["gemm", "cholesky"]},
+    "contention": {"sizes": [256, 512], "rankb_sizes": [512], "reps": 2, "skew_reps": 5},
 }
 TIMEOUT = 300
 
