@@ -29,6 +29,7 @@ from autotune.models.fitted import load_fitted
 from autotune.plans import ALGORITHMS, Candidate
 from autotune.select import choose
 from autotune.select.distributed import rank_plans
+from autotune.select.rank import rank
 
 MAP_SIZES = tuple(int(round(64 * 2 ** (i / 2))) for i in range(13))     # 64 .. 4096
 DIST_SIZES = (256, 512, 1024, 2048, 4096)
@@ -279,9 +280,21 @@ def _label(cand) -> str:
     return f"{cand.algorithm} [{cand.backend}]"
 
 
-def _annot(cand) -> str:
+def _annot(cand, extrapolated: bool = False) -> str:
     extra = f"\nb{cand.param}" if cand.algorithm == "blocked" else f"\nl{cand.param}" if cand.param else ""
-    return f"{cand.threads}t{extra}"
+    return f"{cand.threads}t{'*' if extrapolated else ''}{extra}"
+
+
+def _map_cell(family: str, n: int, sp, threads: int) -> tuple[str, str]:
+    """(label, text) of the choice at order ``n``: ``*`` where its price reads an SP series beyond
+    the sizes that series was measured at."""
+    try:
+        dec = choose(FAMILIES[family].square(n), sp, threads)
+    except LookupError:
+        return ("none", "")
+    explained = rank(FAMILIES[family].square(n), sp, threads, explain=True)
+    chosen = next((r for r in explained.ranking if r.candidate == dec.chosen), None)
+    return (_label(dec.chosen), _annot(dec.chosen, chosen is not None and chosen.extrapolated))
 
 
 def _draw_map(grid: list[list[tuple[str, str]]], xs, ys, ylabel: str, title: str, filename: Path) -> None:
@@ -309,20 +322,12 @@ def _draw_map(grid: list[list[tuple[str, str]]], xs, ys, ylabel: str, title: str
 
 def _maps_section(sp, out: Path, cores: int) -> str:
     parts = ["<h2>Chosen candidate over size x thread budget</h2>",
-             f"<p>Colour: algorithm and library; text: threads (and block b / Strassen level l). "
+             f"<p>Colour: algorithm and library; text: threads (and block b / Strassen level l); "
+             f"<b>*</b>: priced beyond the sizes its series were measured at (extrapolated, penalised). "
              f"Budgets 1..{cores}, Strassen not allowed.</p>"]
     budgets = list(range(1, cores + 1))
     for family in FAMILIES:
-        grid = []
-        for t in budgets:
-            row = []
-            for n in MAP_SIZES:
-                try:
-                    c = choose(FAMILIES[family].square(n), sp, t).chosen
-                    row.append((_label(c), _annot(c)))
-                except LookupError:
-                    row.append(("none", ""))
-            grid.append(row)
+        grid = [[_map_cell(family, n, sp, t) for n in MAP_SIZES] for t in budgets]
         name = f"map_{family}.png"
         _draw_map(grid, MAP_SIZES, budgets, "thread budget", f"{family}: chosen candidate", out / name)
         parts.append(_img(name, f"{family} choice map"))

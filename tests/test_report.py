@@ -143,3 +143,14 @@ def test_a_standard_install_ends_with_the_validation_unless_opted_out(monkeypatc
     monkeypatch.setattr(val, "validate", interrupted)
     assert cli.main(["--profile", "standard", *db]) == 130
     assert "interrupted during the validation" in capsys.readouterr().err
+
+
+def test_choice_map_marks_a_choice_priced_beyond_its_measured_sizes(tiny_db):
+    """The tiny database measures gemm up to 256: at 4096 the choice is extrapolated (``*``), at a
+    measured order it is not."""
+    from autotune.db import load_sp
+    from autotune.report import _map_cell
+
+    sp = load_sp(tiny_db)
+    assert "*" in _map_cell("gemm", 4096, sp, 1)[1]
+    assert "*" not in _map_cell("gemm", 128, sp, 1)[1]

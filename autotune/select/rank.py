@@ -30,6 +30,9 @@ from .corrections import Correction
 from .margin import apply_margin
 from .memory import keep_fitting
 
+# The mark of an SP term looked up beyond its series' measured sizes (explain, the report's maps).
+UNMEASURED = "NOT MEASURED"
+
 # The hand-set hedge and margin (COMPOSED_RISK, INCUMBENT_MARGIN, FLOOR_SLACK) live in
 # autotune/assumptions.py; the thread-pool charges are measured (autotune.db.pools).
 
@@ -51,6 +54,11 @@ class Ranked:
     @property
     def predicted(self) -> float:
         return self.seconds if self.model_seconds is None else self.model_seconds
+
+    @property
+    def extrapolated(self) -> bool:
+        """Some SP term of it was looked up beyond its series' measured sizes (ranked with ``explain``)."""
+        return any(UNMEASURED in t for t in self.terms)
 
 
 @dataclass
@@ -161,7 +169,7 @@ class _Recorder:
             return ""
         lo, hi = table.measured_range(*series)
         if lo < hi and (xs.min() < lo or xs.max() > hi):
-            return (f" [NOT MEASURED: measured {lo:.0f}..{hi:.0f}; extrapolated, +{EXTRAPOLATION_PENALTY:.0%} "
+            return (f" [{UNMEASURED}: measured {lo:.0f}..{hi:.0f}; extrapolated, +{EXTRAPOLATION_PENALTY:.0%} "
                     "per octave beyond]")
         return ""
 
