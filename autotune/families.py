@@ -189,6 +189,22 @@ class CholeskyProblem(Problem):
     family: ClassVar[str] = "cholesky"
     dim_names: ClassVar[tuple[str, ...]] = ("n",)
 
+    @property
+    def lapack_lower(self) -> bool:
+        """The triangle LAPACK factors on the Fortran-ordered buffer: a C-ordered input is the
+        transpose in Fortran order, so its ``lower`` is LAPACK's upper (what the probe's "square"
+        potrf series measures is the lower; "upper" measures the other, slower at one thread)."""
+        return self.lower == (self.memory == "F")
+
+    @property
+    def note(self) -> str:
+        """The triangle as it is priced (explain's note), empty for the probed one."""
+        if self.lapack_lower:
+            return ""
+        return ("layout: LAPACK's upper triangle (a Fortran-ordered upper or C-ordered lower input); the "
+                "libraries measured on it are ranked (scipy's own call always), the blocked and unblocked "
+                "kernels only on the lower")
+
 
 @dataclass(frozen=True)
 class LuProblem(Problem):

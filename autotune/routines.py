@@ -149,6 +149,10 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
                     "call: a C-ordered operand is the transpose of a Fortran one)", {
         "gemm": lambda x, _: {"m": x, "n": x, "k": x},
     }) for name, what in (("tn", "a"), ("nt", "b"), ("tt", "both"))),
+    Pattern("upper", "potrf of order x on the upper triangle of a Fortran-ordered matrix (a C-ordered "
+            "matrix's lower): LAPACK's other loop order ('square' measures the lower)", {
+        "potrf": lambda x, _: {"n": x},
+    }),
     Pattern("dispatch", "a whole tuned call forcing this library's candidate on C-ordered x-by-x operands "
             "(entry checks, dispatch, library call): minus the library's own time, what a tuned call adds", {
         "gemm": lambda x, _: {"m": x, "n": x, "k": x},

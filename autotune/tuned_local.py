@@ -280,20 +280,20 @@ def cholesky(a, *, lower: bool = False, overwrite_a: bool = False, check_finite:
     cand = dec = None
     opts, state = get_options(), pools.state_code()
     hot = type(a) is np.ndarray and not explain
-    problem = CholeskyProblem(n, bool(lower))
+    problem = CholeskyProblem(n, bool(lower), "C" if a1.flags.c_contiguous else "F")   # the buffer's order
     if n < MIN_TUNED_SIZE and config is None:
         not_tuned("cholesky", f"order {n} is below the tuned size {MIN_TUNED_SIZE}", None, explain)
     if n >= MIN_TUNED_SIZE or config is not None:
         cand, dec = decide(problem, config, explain, opts, state)
         if dec is not None and cand is not None and settled(dec, problem, opts):
-            _remember_cholesky(cand, n, overwrite_a, hot, opts, state=state)
+            _remember_cholesky(cand, problem, overwrite_a, hot, opts, state=state)
         elif dec is not None and opts.guard and guard.demoted(problem, cand, dec.threads):   # scipy's call, in C
-            _remember_cholesky(Candidate("potrf", "scipy-openblas", 1), n, overwrite_a, hot, opts,
+            _remember_cholesky(Candidate("potrf", "scipy-openblas", 1), problem, overwrite_a, hot, opts,
                                switch_threads=False, state=state)
     if cand is None:
         cand = Candidate("potrf", "scipy-openblas", 1)
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
-            _remember_cholesky(cand, n, overwrite_a, hot, opts, switch_threads=False, state=state)
+            _remember_cholesky(cand, problem, overwrite_a, hot, opts, switch_threads=False, state=state)
             return _scipy_cholesky(a1, lower, overwrite_a, check_finite)
     return guarded(dec, problem, opts, lambda: _cholesky_run(cand, a, a1, lower, overwrite_a, check_finite),
                    lambda: _scipy_cholesky(a1, lower, overwrite_a, check_finite))
@@ -334,16 +334,17 @@ def _scipy_cholesky(a1, lower: bool, overwrite_a: bool, check_finite: bool):
     return scipy_call(linalg.cholesky, a1, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite)
 
 
-def _remember_cholesky(cand: Candidate, n: int, overwrite_a: bool, hot: bool, opts: Options,
+def _remember_cholesky(cand: Candidate, problem: CholeskyProblem, overwrite_a: bool, hot: bool, opts: Options,
                        switch_threads: bool = True, state: int = 0) -> None:
     """Let the C hot path run this order's choice in pool state ``state`` under ``opts`` (switching
     the library's threads in C, unless ``switch_threads`` is False: then at whatever count the
-    library has, as scipy would)."""
+    library has, as scipy would). The C path keys the order and the LAPACK triangle."""
     if not hot or overwrite_a or learn.enabled():
         return
+    n, tri = problem.n, problem.lapack_lower
     be, lib = backends.get(cand.backend), pools.CODES[cand.backend]
     if not switch_threads:
-        _front.remember_cholesky(n, cholesky_runner(cand), None, be.get_threads(), opts, lib, state)
+        _front.remember_cholesky(n, cholesky_runner(cand), None, be.get_threads(), opts, lib, state, tri)
         return
     if be.thread_addresses or be.set_threads is None:
-        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts, lib, state)
+        _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts, lib, state, tri)

@@ -235,7 +235,7 @@ def solve(a, b, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: 
     n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
     family = "cholesky" if assume_a in POSITIVE else "solve"
     opts, state = get_options(), pools.state_code()
-    problem = CholeskyProblem(n, lower=bool(lower)) if family == "cholesky" else SolveProblem(n, max(nrhs, 1))
+    problem = CholeskyProblem(n, bool(lower), "F") if family == "cholesky" else SolveProblem(n, max(nrhs, 1))
     cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:
         return scipy_solve()

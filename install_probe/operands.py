@@ -190,6 +190,12 @@ def _chol(name):
     return builder
 
 
+def _potrf_upper(be, d, rng):
+    # potrf on the upper triangle (a Fortran upper or C-ordered lower input of a tuned call).
+    a = spd_matrix(rng, d["n"])
+    return _restoring(a, _op(be, "potrf", a, False))
+
+
 def _getrf(be, d, rng):
     # A general matrix: partial pivoting swaps rows as it would on a user's (an SPD one never swaps).
     a = _mat(rng, d["n"], d["n"])
@@ -245,7 +251,7 @@ _BUILDERS = {
     ("gemv", "square"): _gemv_square, ("gemv", "segment"): _gemv_segment,
     ("axpy", "square"): _axpy, ("axpy", "trail"): _axpy_trail,
     ("add", "square"): _add_square, ("add", "view"): _add_view,
-    ("potrf", "square"): _chol("potrf"), ("potf2", "square"): _chol("potf2"),
+    ("potrf", "square"): _chol("potrf"), ("potrf", "upper"): _potrf_upper, ("potf2", "square"): _chol("potf2"),
     ("getrf", "square"): _getrf, ("getrf", "panel"): _getrf_panel, ("laswp", "panel"): _laswp_panel,
     ("laswp", "square"): _laswp_panel,
     ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,

@@ -234,7 +234,7 @@ cdef class _Memo:
     """Decisions remembered under one options object, trusted until ``expiry``."""
     cdef object opts
     cdef dict shapes               # shape key -> write into a cache-line-aligned output?
-    cdef dict chol                 # (order, state) -> _Kernel
+    cdef dict chol                 # (order, LAPACK triangle lower, state) -> _Kernel
     cdef dict lu                   # (order, state) -> _Kernel running getrf(w, ipiv)
     cdef dict solve                # (order, right-hand sides, state) -> _Kernel running solve(w, (x, trans))
     cdef double expiry
@@ -426,11 +426,12 @@ def remember(tuple key, bint aligned=False, opts=None, int threads=0, int state=
 
 
 def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads, opts=None, int lib=0,
-                      int state=0) -> None:
-    """Order ``n`` whose choice in pool state ``state`` under ``opts`` (None: the options in force)
-    is ``run(w, lower) -> info`` on library ``lib`` at ``threads`` threads (``thread_addresses``: C
-    set/get functions of its thread count, or None)."""
-    _memo_of(_get_options() if opts is None else opts, True).chol[(n, state)] = _Kernel(
+                      int state=0, bint lapack_lower=True) -> None:
+    """Order ``n`` whose choice in pool state ``state`` under ``opts`` (None: the options in force),
+    on the LAPACK triangle ``lapack_lower`` (the triangle of the Fortran-ordered buffer: a C-ordered
+    input's is the other one), is ``run(w, lower) -> info`` on library ``lib`` at ``threads``
+    threads (``thread_addresses``: C set/get functions of its thread count, or None)."""
+    _memo_of(_get_options() if opts is None else opts, True).chol[(n, lapack_lower, state)] = _Kernel(
         run, thread_addresses, threads, lib)
 
 
@@ -469,10 +470,11 @@ def remembered_lu(Py_ssize_t n) -> bool:
     return memo is not None and (n, _state()) in memo.lu
 
 
-def remembered_cholesky(Py_ssize_t n) -> bool:
-    """Would a Cholesky of order ``n`` take the hot path now, in this context and pool state?"""
+def remembered_cholesky(Py_ssize_t n, bint lapack_lower=True) -> bool:
+    """Would a Cholesky of order ``n`` on LAPACK triangle ``lapack_lower`` take the hot path now, in
+    this context and pool state?"""
     cdef _Memo memo = _current()
-    return memo is not None and (n, _state()) in memo.chol
+    return memo is not None and (n, lapack_lower, _state()) in memo.chol
 
 
 cdef inline bint _default_scalars(object alpha, object beta):
@@ -628,12 +630,13 @@ def tuned_cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, conf
         x = <cnp.ndarray>a
         d = cnp.PyArray_DIMS(x)
         if d[0] == d[1] and (cnp.PyArray_IS_C_CONTIGUOUS(x) or cnp.PyArray_IS_F_CONTIGUOUS(x)):
+            # The buffer keeps x's order; a C buffer is the transpose in Fortran order (other triangle).
+            c_order = not cnp.PyArray_IS_F_CONTIGUOUS(x)
+            lo = (not lower) if c_order else bool(lower)
             memo = _current()
-            kernel = memo.chol.get((d[0], _state())) if memo is not None else None
+            kernel = memo.chol.get((d[0], lo, _state())) if memo is not None else None
         w = _prepare(x, bool(lower), bool(check_finite)) if kernel is not None else None
         if w is not None:
-            c_order = not cnp.PyArray_IS_F_CONTIGUOUS(w)
-            lo = (not lower) if c_order else bool(lower)   # a C buffer is the transpose in Fortran order
             if kernel.call(w.T if c_order else w, lo) == 0:
                 return w                    # else: not positive definite, or the library busy at another count
     # Anything else, including a failed factorisation (the Python path raises the right error).

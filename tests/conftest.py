@@ -56,6 +56,7 @@ TINY_PROFILE = {
         {"routines": ["getrs"], "pattern": "rhs", "sizes": [16, 64, 256], "params": [1, 4],
          "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["gemm"], "pattern": "square", "sizes": [64], "backends": ["numba-reference"]},
+        {"routines": ["potrf"], "pattern": "upper", "sizes": [64, 256], "backends": ["numpy-openblas"]},
         {"routines": ["trsm", "syrk", "gemm"], "pattern": "panel", "sizes": [64, 256], "params": [16, 32],
          "backends": ["numpy-openblas", "scipy-openblas"]},
         {"routines": ["gemv"], "pattern": "segment", "sizes": [64, 256], "params": [0.125, 0.375, 0.625, 0.875],

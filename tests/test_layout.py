@@ -103,3 +103,51 @@ def test_the_reference_is_never_pruned_and_explain_shows_it(layout_sp):
         dec = choose(problem, layout_sp, 1)            # prunes by lower bounds, never the reference
         assert dec.incumbent is not None, problem
         assert "reference: " in dec.describe() and f"{dec.incumbent}" in dec.describe()
+
+
+# -- Cholesky: the LAPACK triangle of the buffer ---------------------------------------------------
+
+def test_the_lapack_triangle_is_the_users_in_fortran_order_the_other_in_c_order():
+    from autotune.families import CholeskyProblem
+
+    assert [CholeskyProblem(8, lower, memory).lapack_lower
+            for lower in (False, True) for memory in "CF"] == [True, False, False, True]
+    assert CholeskyProblem(8, False, "F").note and not CholeskyProblem(8).note
+
+
+def test_the_upper_triangle_ranks_only_libraries_measured_on_it_and_scipys_call(tiny_db):
+    """The tiny database measures potrf's upper triangle on numpy-openblas only: on it, that
+    library's potrf is priced on the upper series, scipy's (the reference) on the lower's, and no
+    blocked or unblocked kernel is a candidate; on the lower every candidate is ranked."""
+    from autotune.db import load_sp
+    from autotune.families import CholeskyProblem
+
+    sp = load_sp(tiny_db)
+    upper = rank(CholeskyProblem(200, False, "F"), sp, 2, explain=True)
+    algorithms = {(r.candidate.algorithm, r.candidate.backend) for r in upper.ranking}
+    assert algorithms == {("potrf", "numpy-openblas"), ("potrf", "scipy-openblas")}
+    terms = {r.candidate.backend: " ".join(r.terms) for r in upper.ranking}
+    assert "potrf/upper" in terms["numpy-openblas"] and "potrf/upper" not in terms["scipy-openblas"]
+    assert any("upper triangle" in n for n in upper.notes)
+    lower = rank(CholeskyProblem(200, False, "C"), sp, 2)
+    assert {r.candidate.algorithm for r in lower.ranking} > {"potrf", "blocked"}
+
+
+def test_the_c_path_remembers_a_cholesky_under_its_lapack_triangle(tiny_db, monkeypatch):
+    """A C-ordered upper factor (LAPACK's lower) is remembered for that triangle only: a
+    Fortran-ordered one of the same order is decided afresh, and both factors are scipy's."""
+    import scipy.linalg as sl
+
+    from autotune import api, options, tuned_cholesky
+    from autotune.calls import spd_matrix
+
+    monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
+    api._front.forget()
+    a = spd_matrix(np.random.default_rng(1), 96, "C")
+    with options(guard=False):
+        np.testing.assert_allclose(tuned_cholesky(a), sl.cholesky(a), rtol=1e-12, atol=1e-12)
+        assert api._front.remembered_cholesky(96, True) and not api._front.remembered_cholesky(96, False)
+        f = np.asfortranarray(a)
+        np.testing.assert_allclose(tuned_cholesky(f), sl.cholesky(f), rtol=1e-12, atol=1e-12)
+        assert api._front.remembered_cholesky(96, False)
+    api._front.forget()

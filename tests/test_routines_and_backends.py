@@ -18,7 +18,7 @@ AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
 PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "u12": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0,
          "trail": 0.0, "dispatch": 0.0, "rhs": 3.0, "interior": 0.0, "rows": 2.0, "cols": 2.0,
-         "tn": 0.0, "nt": 0.0, "tt": 0.0}
+         "tn": 0.0, "nt": 0.0, "tt": 0.0, "upper": 0.0}
 # Builders that time a whole tuned call on purpose (through the API, not a driver's operands).
 WHOLE_CALLS = {("gemm", "dispatch")}
 

@@ -21,10 +21,11 @@ def chol_flops(n) -> np.ndarray:
     return flops("potrf", {"n": np.asarray(n, dtype=float)})
 
 
-def potrf(n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
-    """A library's own LAPACK potrf: ``flops(n) * k_potrf(backend, threads, n)``. ``parts``, if
-    given, receives the time by routine call kind (here the one call), for ``explain``."""
-    t = float(chol_flops(n) * sp.k("potrf", backend, threads, n))
+def potrf(n: int, backend: str, threads: int, sp, parts: dict | None = None, pattern: str = "square") -> float:
+    """A library's own LAPACK potrf: ``flops(n) * k_potrf(backend, threads, n)``, on the series of
+    its triangle (``pattern``: "square", the lower; "upper"). ``parts``, if given, receives the time
+    by routine call kind (here the one call), for ``explain``."""
+    t = float(chol_flops(n) * sp.k("potrf", backend, threads, n, pattern))
     if parts is not None:
         parts["potrf"] = t
     return t

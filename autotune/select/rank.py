@@ -287,14 +287,22 @@ def _thread_sps(sp) -> ThreadSPs:
 
 def _cholesky_groups(problem: Problem, table, budget: int, allow_strassen: bool,
                      tsp: ThreadSPs | None = None) -> Iterator[Evaluation]:
+    """The Cholesky candidates on the problem's LAPACK triangle: on the upper, a library's potrf
+    only where measured on it (the reference, scipy's potrf, always: on the lower's series where
+    not), and no blocked or unblocked kernel (the probe times their steps on the lower)."""
     dims = problem.dims
     (n,) = dims
     total = float(chol_models.chol_flops(n))
+    lower = problem.lapack_lower
+    reference = FAMILIES["cholesky"].incumbent
     for be in _backends(table):
         for t in _threads(table, "potrf", be, budget):
-            yield Evaluation("potrf", be, t, (0,), (0,),
-                             lambda sp, p, v, parts=None, be=be, t=t: [chol_models.potrf(n, be, t, sp, parts)])
-        if be not in DRIVER_BACKENDS or n < 2:
+            pattern = "square" if lower or not table.has("potrf", be, t, "upper") else "upper"
+            if lower or pattern == "upper" or ("potrf", be) == reference:
+                yield Evaluation("potrf", be, t, (0,), (0,),
+                                 lambda sp, p, v, parts=None, be=be, t=t, pat=pattern: [
+                                     chol_models.potrf(n, be, t, sp, parts, pat)])
+        if be not in DRIVER_BACKENDS or n < 2 or not lower:
             continue
         for t in _threads(table, "trsm", be, budget, "panel"):
             blocks = tuple(int(b) for b in table.params("trsm", be, t, "panel") if b < n)
