@@ -102,6 +102,16 @@ GUARD_ROUNDS = _assume(
     "keeps the choice (its best time strictly under the reference's best) or demotes it",
     SET_BY_HAND + " (two: the best of two drops a first call's one-time costs; every call computes the "
     "user's result, so the trial adds no work)", "guard.py")
+GUARD_SECONDS = _assume(
+    "GUARD_SECONDS", 0.002,
+    "seconds of timed calls each side of a guard trial needs beyond its GUARD_ROUNDS before a verdict "
+    "(a 0.1 ms call: 20 of each), so that a small call's verdict is not two samples of scheduler noise",
+    SET_BY_HAND + " (measured: LU at n = 100 after scipy's pool ran chose a blocked driver that ran 1.6-1.9x "
+    "scipy's call in some processes; two calls each did not demote it)", "guard.py")
+GUARD_MAX_ROUNDS = _assume(
+    "GUARD_MAX_ROUNDS", 64,
+    "calls of each side after which a guard trial ends whatever its seconds (tiny calls)",
+    SET_BY_HAND, "guard.py")
 GUARD_CLASS_STEPS = _assume(
     "GUARD_CLASS_STEPS", 2,
     "size classes per octave of each dimension the run-time guard keys on (2: orders within a factor "
@@ -128,9 +138,8 @@ WORKSPACE_FALLBACK_BYTES = _assume(
     "the reused buffers' limit where the physical memory cannot be read (non-POSIX)",
     SET_BY_HAND, "distributed/workspace.py limit_bytes")
 
-__all__ += ["ALIGNED_OUTPUT_WORK", "GUARD_CLASS_STEPS", "GUARD_ROUNDS", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE",
-            "WORKSPACE_FALLBACK_BYTES",
-            "WORKSPACE_SHARE"]
+__all__ += ["ALIGNED_OUTPUT_WORK", "GUARD_CLASS_STEPS", "GUARD_MAX_ROUNDS", "GUARD_ROUNDS", "GUARD_SECONDS",
+            "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES", "WORKSPACE_SHARE"]
 
 # -- defaults where nothing was measured, and lookup policies (db/lookup.py, db/comm.py) --------------
 

@@ -1,10 +1,11 @@
 """The run-time guard (DESIGN §10): FFTW never keeps a plan slower than one it timed, and neither do
 we. The first calls of each key (family, size class, layout flags, thread budget, choice) run the
 selector's choice and the reference call (what numpy/scipy would have run) in turn, timed; once each
-ran GUARD_ROUNDS times the choice is kept if its best time per flop is strictly under the
-reference's, else demoted to the reference for the rest of the process. Every call computes the
-user's result, so a trial adds no work; after it a key costs one dict lookup. The verdict's timings
-go to ``learn.record`` (written beside the database at exit) for ``refit``.
+ran GUARD_ROUNDS times and for GUARD_SECONDS in all (at most GUARD_MAX_ROUNDS times) the choice is
+kept if its best time per flop is strictly under the reference's, else demoted to the reference for
+the rest of the process. Every call computes the user's result, so a trial adds no work; after it
+a key costs one dict lookup. The verdict's timings go to ``learn.record`` (written beside the
+database at exit) for ``refit``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from autotune import learn
-from autotune.assumptions import GUARD_CLASS_STEPS, GUARD_ROUNDS
+from autotune.assumptions import GUARD_CLASS_STEPS, GUARD_MAX_ROUNDS, GUARD_ROUNDS, GUARD_SECONDS
 from autotune.db import location
 from autotune.families import FAMILIES, Problem
 from autotune.plans import Candidate
@@ -35,6 +36,7 @@ class Trial:
     reference: list[float] = field(default_factory=list)
     started: int = 0
     verdict: str | None = None
+    seconds: dict[str, float] = field(default_factory=lambda: {CHOICE: 0.0, REFERENCE: 0.0})
 
     def next(self) -> str:
         """Which to run on the next call of the trial: choice first, then in turn."""
@@ -42,13 +44,19 @@ class Trial:
         self.started += 1
         return which
 
-    def add(self, which: str, per_flop: float) -> bool:
-        """Keep one timing; True when it settles the verdict."""
+    def add(self, which: str, per_flop: float, seconds: float = 0.0) -> bool:
+        """Keep one timing (``seconds`` the call took); True when it settles the verdict."""
         (self.choice if which == CHOICE else self.reference).append(per_flop)
-        if self.verdict is None and min(len(self.choice), len(self.reference)) >= GUARD_ROUNDS:
+        self.seconds[which] += seconds
+        if self.verdict is None and self._done():
             self.verdict = CHOICE if min(self.choice) < min(self.reference) else REFERENCE
             return True
         return False
+
+    def _done(self) -> bool:
+        """Each side ran GUARD_ROUNDS times and GUARD_SECONDS in all, or GUARD_MAX_ROUNDS times."""
+        calls = min(len(self.choice), len(self.reference))
+        return calls >= GUARD_MAX_ROUNDS or (calls >= GUARD_ROUNDS and min(self.seconds.values()) >= GUARD_SECONDS)
 
     @property
     def ratio(self) -> float:
@@ -90,7 +98,7 @@ def run(problem: Problem, decision, choice: Callable[[], T], reference: Callable
     seconds = clock() - start
     flops = max(FAMILIES[problem.family].flops(problem), 1.0)
     with _lock:
-        settled = trial.add(which, seconds / flops)
+        settled = trial.add(which, seconds / flops, seconds)
     if settled:
         _log(problem, decision, trial, flops, db)
     return out

@@ -8,13 +8,13 @@ import warnings
 import numpy as np
 from scipy import linalg
 
-from autotune import backends, learn
+from autotune import backends, guard, learn
 from autotune.backends import pools
 from autotune.config import get_options
 from autotune.db._warn import warn_user
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.dispatch.layout import call_with_threads
-from autotune.families import CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
+from autotune.families import FAMILIES, CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
 from autotune.kernels import _front
 from autotune.plans import Candidate
 from autotune.select import as_candidate
@@ -90,10 +90,10 @@ def lu_factor(a, *, overwrite_a: bool = False, check_finite: bool = True, config
     cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:
         return linalg.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite)
-    be = backends.get(cand.backend)
-    if _hot(a, dec, explain, overwrite_a, be) and settled(dec, problem, opts):
-        _front.remember_lu(a1.shape[0], lu_kernel(cand, be), be.thread_addresses, cand.threads, int_dtype(cand),
-                           opts, pools.CODES[cand.backend], state)
+    kept, be = _remembered(dec, problem, cand, opts)
+    if kept is not None and _hot(a, dec, explain, overwrite_a, be):
+        _front.remember_lu(a1.shape[0], lu_kernel(kept, be), *_switch(kept, be, cand), int_dtype(kept),
+                           opts, pools.CODES[kept.backend], state)
 
     def choice():
         w = _work_copy(a, a1, overwrite_a, check_finite)
@@ -103,6 +103,25 @@ def lu_factor(a, *, overwrite_a: bool = False, check_finite: bool = True, config
         return w, (ipiv - 1).astype(np.int32)
     return guarded(dec, problem, opts, choice,
                    lambda: scipy_call(linalg.lu_factor, a, overwrite_a=overwrite_a, check_finite=check_finite))
+
+
+def _remembered(dec, problem, cand: Candidate, opts) -> tuple[Candidate | None, object]:
+    """What the C hot path may run for this decision, and its library: the choice once settled
+    (``settled``), the reference's library routine at its own count once the guard demoted the
+    choice (scipy's call without the Python path), else None (on trial, or forced)."""
+    if settled(dec, problem, opts):
+        return cand, backends.get(cand.backend)
+    if dec is not None and opts.guard and guard.demoted(problem, cand, dec.threads):
+        ref = FAMILIES[problem.family].incumbent
+        be = backends.get(ref[1])
+        return Candidate(ref[0], ref[1], be.get_threads()), be
+    return None, backends.get(cand.backend)
+
+
+def _switch(kept: Candidate, be, cand: Candidate) -> tuple[object, int]:
+    """(thread setter addresses, threads) the C path runs ``kept`` with: the choice's own count, or,
+    for the demoted reference, none (the library's count at the call, as scipy runs it)."""
+    return (be.thread_addresses, kept.threads) if kept == cand else (None, kept.threads)
 
 
 def _hot(a, dec, explain: bool, overwrite: bool, be) -> bool:
@@ -239,11 +258,10 @@ def solve(a, b, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: 
     cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:
         return scipy_solve()
-    be = backends.get(cand.backend)
-    if family == "solve" and nrhs >= 1 and _hot(a, dec, explain, overwrite_a or overwrite_b, be) \
-            and settled(dec, problem, opts):
-        _front.remember_solve(n, nrhs, _SolveRunner(be), be.thread_addresses, cand.threads, opts,
-                              pools.CODES[cand.backend], state)
+    kept, be = _remembered(dec, problem, cand, opts)
+    if family == "solve" and nrhs >= 1 and kept is not None and _hot(a, dec, explain, overwrite_a or overwrite_b, be):
+        _front.remember_solve(n, nrhs, _SolveRunner(be), *_switch(kept, be, cand), opts, pools.CODES[kept.backend],
+                              state)
 
     def choice():
         w = _work_copy(a, a1, overwrite_a, check_finite)

@@ -80,6 +80,21 @@ def test_a_faster_choice_is_kept_and_a_tie_goes_to_the_reference(clock):
     assert calls(tie, clock, 0.2, 0.2, 2 * GUARD_ROUNDS + 1)[-1] == "reference"
 
 
+def test_a_small_call_is_tried_for_guard_seconds_and_at_most_guard_max_rounds(clock):
+    """A 0.1 ms call is tried until each side ran GUARD_SECONDS (20 calls each), a 1 ns one for
+    GUARD_MAX_ROUNDS calls each: two samples of a small call are scheduler noise."""
+    from autotune.assumptions import GUARD_MAX_ROUNDS, GUARD_SECONDS
+
+    small = GemmProblem(100, 100, 100)
+    each = round(GUARD_SECONDS / 1e-4)
+    ran = calls(small, clock, 2e-4, 1e-4, 2 * each + 2)
+    assert ran[:2 * each] == ["choice", "reference"] * each and ran[-2:] == ["reference", "reference"]
+    assert guard.demoted(small, CHOSEN, 2)
+    tiny = GemmProblem(40, 40, 40)
+    ran = calls(tiny, clock, 1e-9, 2e-9, 2 * GUARD_MAX_ROUNDS + 1)
+    assert ran.count("reference") == GUARD_MAX_ROUNDS and guard.kept(tiny, CHOSEN, 2)
+
+
 def test_the_best_time_counts_so_a_first_slow_call_does_not_demote(clock):
     problem = CholeskyProblem(800)
     dec, times = decision(problem, Candidate("potrf", "numpy-openblas", 2), Candidate("potrf", "scipy-openblas", 2)), \
@@ -208,3 +223,30 @@ def test_an_alternative_must_beat_the_reference_by_its_series_uncertainty(monkey
     monkeypatch.setattr(rank_module, "_series_noise", lambda sp: {})
     tie = [Ranked(alt, 1.0), Ranked(ref, 1.05)]
     assert rank_module.apply_margin("cholesky", tie, object())[0] == ref      # within the stated 10%
+
+
+def test_a_demoted_lu_is_remembered_in_c_as_scipys_routine(clock, monkeypatch):
+    """Once the guard demotes an LU choice, the C hot path runs scipy's getrf at its library's
+    count (the Python path's own overhead made a demoted n = 100 call twice scipy's)."""
+    from autotune import tuned_lu, tuned_lu_factor
+    from autotune.kernels import _front
+
+    chosen = Candidate("getrf", "numpy-openblas", 2)
+    _forced(monkeypatch, chosen)
+    monkeypatch.setattr(tuned_lu, "decide", tuned_local.decide)
+    real_factor, real_scipy = tuned_lu._factor, tuned_lu.scipy_call
+    monkeypatch.setattr(tuned_lu, "_factor", lambda *a: (clock.spend(1.0), real_factor(*a))[1])
+    monkeypatch.setattr(tuned_lu, "scipy_call", lambda *a, **k: (clock.spend(0.01), real_scipy(*a, **k))[1])
+    _front.forget()
+    a = np.random.default_rng(2).standard_normal((120, 120))
+    want = tuned_lu.linalg.lu_factor(a)
+    for _ in range(2 * GUARD_ROUNDS):
+        assert not _front.remembered_lu(120)
+        got = tuned_lu_factor(a)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+    assert guard.demoted(tuned_lu.LuProblem(120), chosen, 2)
+    tuned_lu_factor(a)
+    assert _front.remembered_lu(120)
+    got = tuned_lu_factor(a)                 # the C path: scipy's routine, the same factor
+    np.testing.assert_array_equal(got[1], want[1])
+    _front.forget()

@@ -26,7 +26,7 @@ from scipy import linalg
 
 from autotune import guard
 from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
-from autotune.assumptions import GUARD_ROUNDS
+from autotune.assumptions import GUARD_MAX_ROUNDS
 from autotune.benchmarks._common import error, half_iqr, output_problem, write_json
 from autotune.calls import spd_matrix
 from autotune.config import options
@@ -138,8 +138,10 @@ def measure(case: Case, rounds: int, seconds: float, cold: bool) -> dict:
     """A case's rounds: reference, tuned, reference blocks; its ratios, spread and A/A ratios."""
     if not cold:
         guard.reset()
-        for _ in range(2 * GUARD_ROUNDS + 1):     # the guard's trial, as a program's first calls
+        for _ in range(2 * GUARD_MAX_ROUNDS + 1):     # the guard's trial, as a program's first calls
             case.tuned()
+            if all(t.verdict is not None for t in guard.verdicts().values()):
+                break
     one = max(_block(case.reference, 1), _block(case.tuned, 1), 1e-6)
     reps = max(1, min(200, int(seconds / rounds / 3 / one)))
     ratios, aa, tuned_s, ref_s = [], [], [], []
