@@ -134,16 +134,21 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"     # numpy's own call (its syrk on aat)
            and (layout == "aat" or backends.get(cand.backend).get_threads() == cand.threads))
+    def reference():
+        return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
+
     if plain and (own or not direct):
         aligned = own and out is None and ((cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK)
                                            or 8 * m * n >= _front.BLOCK_CACHE_MIN)
-        if own and hot and layout != "aat" and not learn.enabled():    # the C path keys shapes, not layouts
-            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, state)
+        if own and hot and layout != "aat" and not learn.enabled() and settled(dec, problem, opts):
+            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, state)   # C keys shapes, not layouts
         target = _front.aligned_empty((m, n)) if aligned else out
         threads = cand.threads if own else None
         if dec is not None and learn.enabled():
             return _observed(dec, lambda: _numpy_matmul(a, b, target, threads))
-        return _numpy_matmul(a, b, target, threads)  # numpy's own call (this very candidate), or numpy's out rules
+        if own:          # numpy's call at the choice's count: guarded where that is not numpy's count now
+            return guarded(dec, problem, opts, lambda: _numpy_matmul(a, b, target, threads), reference)
+        return _numpy_matmul(a, b, target, threads)  # numpy's out rules
 
     def choice():
         target = out if (direct and out is not None) else _front.aligned_empty((m, n))
@@ -151,9 +156,6 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
             np.copyto(target, c)
         run_gemm(cand, a, b, target, float(alpha), float(beta) if c is not None else 0.0, trans_a, trans_b)
         return target if out is None or target is out else copy_out(target, out)
-
-    def reference():
-        return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     return guarded(dec, problem, opts, choice, reference)
 
 
@@ -180,8 +182,11 @@ def guarded(dec: Decision | None, problem: Problem, opts: Options, choice: Calla
 
 
 def _unguarded(dec: Decision, opts: Options) -> bool:
-    """The guard does not watch this decision: it is off, or the choice is the reference call."""
-    return not opts.guard or dec.incumbent is None or dec.chosen == dec.incumbent
+    """The guard does not watch this decision: it is off, or the choice is the reference call itself
+    (the reference's library at the thread count it has now: under a budget below that count, as in a
+    cgroup CPU quota the library does not read, the choice is not the call the user would have run)."""
+    return not opts.guard or dec.incumbent is None or (
+        dec.chosen == dec.incumbent and backends.get(dec.chosen.backend).get_threads() == dec.chosen.threads)
 
 
 def settled(dec: Decision | None, problem: Problem, opts: Options) -> bool:

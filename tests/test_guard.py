@@ -250,3 +250,18 @@ def test_a_demoted_lu_is_remembered_in_c_as_scipys_routine(clock, monkeypatch):
     got = tuned_lu_factor(a)                 # the C path: scipy's routine, the same factor
     np.testing.assert_array_equal(got[1], want[1])
     _front.forget()
+
+
+def test_the_reference_candidate_is_watched_where_its_library_runs_another_count(monkeypatch):
+    """numpy's own gemm at 1 thread is not the call the user would have run while numpy's library
+    has 2 (a budget the library does not read, as a cgroup quota): the guard watches it."""
+    from autotune import backends
+    from autotune.config import get_options
+
+    one = Candidate("blas", "numpy-openblas", 1)
+    dec = Decision("gemm", (600, 600, 600), 1, [Ranked(one, 1e-3)], one, one)
+    be = backends.get("numpy-openblas")
+    monkeypatch.setattr(be, "get_threads", lambda: 2)
+    assert not tuned_local._unguarded(dec, get_options())
+    monkeypatch.setattr(be, "get_threads", lambda: 1)
+    assert tuned_local._unguarded(dec, get_options())
