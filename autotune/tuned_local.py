@@ -126,7 +126,7 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
     cand, dec = decide(problem, config, explain, opts, state)
     if cand is None:                        # no database (or no candidate): numpy's own call, remembered in C
         if hot and not learn.enabled():
-            _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
+            _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state, layout == "aat")
         return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
     if hot and layout != "aat" and not learn.enabled() and dec is not None and opts.guard \
             and guard.demoted(problem, cand, dec.threads):       # the guard demoted it: numpy's call, in C
@@ -140,8 +140,8 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
     if plain and (own or not direct):
         aligned = own and out is None and ((cand.threads > 1 and m * n * k >= ALIGNED_OUTPUT_WORK)
                                            or 8 * m * n >= _front.BLOCK_CACHE_MIN)
-        if own and hot and layout != "aat" and not learn.enabled() and settled(dec, problem, opts):
-            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, state)   # C keys shapes, not layouts
+        if own and hot and not learn.enabled() and settled(dec, problem, opts):   # C keys shapes and aat
+            _front.remember(a.shape + b.shape, aligned, opts, cand.threads, state, layout == "aat")
         target = _front.aligned_empty((m, n)) if aligned else out
         threads = cand.threads if own else None
         if dec is not None and learn.enabled():

@@ -417,12 +417,12 @@ def aligned_copy(x, order="C"):
     return out
 
 
-def remember(tuple key, bint aligned=False, opts=None, int threads=0, int state=0) -> None:
+def remember(tuple key, bint aligned=False, opts=None, int threads=0, int state=0, bint aat=False) -> None:
     """Shape key ``a.shape + b.shape`` whose choice in pool state ``state`` is numpy's own call
     (at ``threads`` threads) under ``opts`` (the options the decision was taken under; None: those
     in force), into a cache-line-aligned output when ``aligned`` (multi-threaded choices, see
-    _aligned_empty)."""
-    _memo_of(_get_options() if opts is None else opts, True).shapes[key + (state,)] = (aligned, threads)
+    _aligned_empty); ``aat``: ``a @ a.T`` on one buffer (numpy's syrk), a key of its own."""
+    _memo_of(_get_options() if opts is None else opts, True).shapes[key + (aat, state)] = (aligned, threads)
 
 
 def remember_cholesky(Py_ssize_t n, run, thread_addresses, int threads, opts=None, int lib=0,
@@ -458,10 +458,10 @@ def forget() -> None:
     _last = None
 
 
-def remembered(tuple key) -> bool:
+def remembered(tuple key, bint aat=False) -> bool:
     """Would a product with shape key ``key`` take the hot path now, in this context and pool state?"""
     cdef _Memo memo = _current()
-    return memo is not None and key + (_state(),) in memo.shapes
+    return memo is not None and key + (aat, _state()) in memo.shapes
 
 
 def remembered_lu(Py_ssize_t n) -> bool:
@@ -526,7 +526,8 @@ def tuned_gemm(a, b, /, out=None, *, alpha=1.0, beta=0.0, c=None, trans_a=False,
         if memo is not None:
             da = cnp.PyArray_DIMS(<cnp.ndarray>a)
             db = cnp.PyArray_DIMS(<cnp.ndarray>b)
-            found = memo.shapes.get((da[0], da[1], db[0], db[1], _state()))
+            found = memo.shapes.get((da[0], da[1], db[0], db[1],
+                                     _one_buffer_transposed(<cnp.ndarray>a, <cnp.ndarray>b), _state()))
             if found is not None:
                 aligned, threads = found
                 if _lease_take(_numpy_lib, threads):
@@ -692,6 +693,17 @@ cdef object _same_copy(cnp.ndarray x, bint check_finite):
     if check_finite and bad:
         return None
     return w
+
+
+cdef inline bint _one_buffer_transposed(cnp.ndarray a, cnp.ndarray b):
+    """``b`` is ``a.T`` on the same memory, ``a`` contiguous (numpy's matmul then calls syrk):
+    ``families.gemm_layout``'s "aat"."""
+    cdef cnp.npy_intp *sa = cnp.PyArray_STRIDES(a)
+    cdef cnp.npy_intp *sb = cnp.PyArray_STRIDES(b)
+    cdef cnp.npy_intp *da = cnp.PyArray_DIMS(a)
+    cdef cnp.npy_intp *db = cnp.PyArray_DIMS(b)
+    return (cnp.PyArray_DATA(a) == cnp.PyArray_DATA(b) and da[0] == db[1] and da[1] == db[0]
+            and sa[0] == sb[1] and sa[1] == sb[0] and _contiguous(a))
 
 
 cdef inline bint _contiguous(cnp.ndarray x):

@@ -228,8 +228,9 @@ def test_an_alternative_must_beat_the_reference_by_its_series_uncertainty(monkey
 def test_a_demoted_lu_is_remembered_in_c_as_scipys_routine(clock, monkeypatch):
     """Once the guard demotes an LU choice, the C hot path runs scipy's getrf at its library's
     count (the Python path's own overhead made a demoted n = 100 call twice scipy's)."""
-    from autotune import tuned_lu, tuned_lu_factor
     from autotune.kernels import _front
+
+    from autotune import tuned_lu, tuned_lu_factor
 
     chosen = Candidate("getrf", "numpy-openblas", 2)
     _forced(monkeypatch, chosen)

@@ -3,6 +3,8 @@ the series measured in that layout; a library never measured in it is no candida
 call always is; ``a @ a.T`` on one buffer is numpy's syrk."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -151,3 +153,23 @@ def test_the_c_path_remembers_a_cholesky_under_its_lapack_triangle(tiny_db, monk
         np.testing.assert_allclose(tuned_cholesky(f), sl.cholesky(f), rtol=1e-12, atol=1e-12)
         assert api._front.remembered_cholesky(96, False)
     api._front.forget()
+
+
+def test_a_at_on_one_buffer_has_a_c_path_key_of_its_own():
+    """Without a database numpy's call is remembered: ``a @ a.T`` on one buffer under its own key
+    (numpy's syrk), apart from ``a @ b`` of the same shapes, and each gives numpy's result."""
+    from autotune.kernels import _front
+
+    from autotune import options, tuned_gemm
+
+    a = np.random.default_rng(3).standard_normal((80, 80))
+    b = a.T.copy()
+    with options(db="/nonexistent/autotune-test.h5"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)          # no database: numpy's call, one warning
+        _front.forget()
+        np.testing.assert_array_equal(tuned_gemm(a, a.T), a @ a.T)
+        assert _front.remembered(a.shape + a.T.shape, True) and not _front.remembered(a.shape + b.shape)
+        np.testing.assert_array_equal(tuned_gemm(a, a.T), a @ a.T)      # the C path, numpy's syrk
+        np.testing.assert_array_equal(tuned_gemm(a, b), a @ b)
+        assert _front.remembered(a.shape + b.shape)
+    _front.forget()
