@@ -44,7 +44,7 @@ class Trial:
         self.started += 1
         return which
 
-    def add(self, which: str, per_flop: float, seconds: float = 0.0) -> bool:
+    def add(self, which: str, per_flop: float, seconds: float) -> bool:
         """Keep one timing (``seconds`` the call took); True when it settles the verdict."""
         (self.choice if which == CHOICE else self.reference).append(per_flop)
         self.seconds[which] += seconds

@@ -27,7 +27,6 @@ from autotune.families import DISTRIBUTED, FAMILIES
 from autotune.learn import load_learned
 from autotune.models.fitted import load_fitted
 from autotune.plans import ALGORITHMS, Candidate
-from autotune.select import choose
 from autotune.select.distributed import rank_plans
 from autotune.select.rank import rank
 
@@ -288,13 +287,12 @@ def _annot(cand, extrapolated: bool = False) -> str:
 def _map_cell(family: str, n: int, sp, threads: int) -> tuple[str, str]:
     """(label, text) of the choice at order ``n``: ``*`` where its price reads an SP series beyond
     the sizes that series was measured at."""
-    try:
-        dec = choose(FAMILIES[family].square(n), sp, threads)
+    try:                  # the pruned ranking ``choose`` caches, with the terms explain records
+        dec = rank(FAMILIES[family].square(n), sp, threads, explain=True, prune=True)
     except LookupError:
         return ("none", "")
-    explained = rank(FAMILIES[family].square(n), sp, threads, explain=True)
-    chosen = next((r for r in explained.ranking if r.candidate == dec.chosen), None)
-    return (_label(dec.chosen), _annot(dec.chosen, chosen is not None and chosen.extrapolated))
+    chosen = next(r for r in dec.ranking if r.candidate == dec.chosen)
+    return (_label(dec.chosen), _annot(dec.chosen, chosen.extrapolated))
 
 
 def _draw_map(grid: list[list[tuple[str, str]]], xs, ys, ylabel: str, title: str, filename: Path) -> None:

@@ -128,9 +128,9 @@ def gemm(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: b
         if hot and not learn.enabled():
             _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state, layout == "aat")
         return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
-    if hot and layout != "aat" and not learn.enabled() and dec is not None and opts.guard \
+    if hot and not learn.enabled() and dec is not None and opts.guard \
             and guard.demoted(problem, cand, dec.threads):       # the guard demoted it: numpy's call, in C
-        _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state)
+        _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state, layout == "aat")
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"     # numpy's own call (its syrk on aat)
            and (layout == "aat" or backends.get(cand.backend).get_threads() == cand.threads))
@@ -193,6 +193,13 @@ def settled(dec: Decision | None, problem: Problem, opts: Options) -> bool:
     """May the C hot path run this decision's choice unguarded? (not watched, or kept by the
     guard; a forced ``config`` is never remembered)"""
     return dec is not None and (_unguarded(dec, opts) or guard.kept(problem, dec.chosen, dec.threads))
+
+
+def reference_routine(family: str) -> Candidate:
+    """The family's reference routine (numpy/scipy's library call) at its library's thread count
+    now: what the C hot path runs for a decision the guard demoted, or without a database."""
+    algorithm, library = FAMILIES[family].incumbent
+    return Candidate(algorithm, library, backends.get(library).get_threads())
 
 
 def scipy_call(fn: Callable[..., T], *args, **kwargs) -> T:
@@ -293,10 +300,10 @@ def cholesky(a, *, lower: bool = False, overwrite_a: bool = False, check_finite:
         if dec is not None and cand is not None and settled(dec, problem, opts):
             _remember_cholesky(cand, problem, overwrite_a, hot, opts, state=state)
         elif dec is not None and opts.guard and guard.demoted(problem, cand, dec.threads):   # scipy's call, in C
-            _remember_cholesky(Candidate("potrf", "scipy-openblas", 1), problem, overwrite_a, hot, opts,
+            _remember_cholesky(reference_routine("cholesky"), problem, overwrite_a, hot, opts,
                                switch_threads=False, state=state)
     if cand is None:
-        cand = Candidate("potrf", "scipy-openblas", 1)
+        cand = reference_routine("cholesky")
         if n >= MIN_TUNED_SIZE:                 # no database: scipy's potrf as scipy runs it, remembered in C
             _remember_cholesky(cand, problem, overwrite_a, hot, opts, switch_threads=False, state=state)
             return _scipy_cholesky(a1, lower, overwrite_a, check_finite)

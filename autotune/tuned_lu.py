@@ -14,7 +14,7 @@ from autotune.config import get_options
 from autotune.db._warn import warn_user
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.dispatch.layout import call_with_threads
-from autotune.families import FAMILIES, CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
+from autotune.families import CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
 from autotune.kernels import _front
 from autotune.plans import Candidate
 from autotune.select import as_candidate
@@ -24,6 +24,7 @@ from autotune.tuned_local import (
     guarded,
     lapack_float64,
     not_tuned,
+    reference_routine,
     scipy_call,
     settled,
     untuned_operands,
@@ -112,9 +113,8 @@ def _remembered(dec, problem, cand: Candidate, opts) -> tuple[Candidate | None, 
     if settled(dec, problem, opts):
         return cand, backends.get(cand.backend)
     if dec is not None and opts.guard and guard.demoted(problem, cand, dec.threads):
-        ref = FAMILIES[problem.family].incumbent
-        be = backends.get(ref[1])
-        return Candidate(ref[0], ref[1], be.get_threads()), be
+        ref = reference_routine(problem.family)
+        return ref, backends.get(ref.backend)
     return None, backends.get(cand.backend)
 
 
