@@ -4,8 +4,8 @@ Architecture: ``install_probe`` (measure) -> ``db`` (store, look up) -> ``models
 ``select`` (rank, cache) -> ``dispatch`` (layout, threads) -> ``kernels``/``backends`` (compute).
 Importing this package loads neither MPI nor any BLAS backend; they load on first use.
 """
-from ._version import __version__
-from .api import (
+from autotune._version import __version__
+from autotune.api import (
     DatabaseUnavailable,
     describe,
     explain,
@@ -15,10 +15,10 @@ from .api import (
     tuned_lu_solve,
     tuned_solve,
 )
-from .config import get_options, options, set_options
-from .db import load_sp
-from .plans import Candidate
-from .select import Decision
+from autotune.core.plans import Candidate
+from autotune.db import load_sp
+from autotune.select import Decision
+from autotune.settings import get_options, options, set_options
 
 __all__ = ["Candidate", "DatabaseUnavailable", "Decision", "__version__", "describe", "explain", "get_options",
            "load_sp", "options", "set_options", "tuned_cholesky", "tuned_gemm", "tuned_lu_factor", "tuned_lu_solve",

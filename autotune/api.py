@@ -13,14 +13,16 @@ import os
 
 import numpy as np
 
-from autotune import tuned_local, tuned_lu, tuned_mpi
 from autotune.backends import pools
-from autotune.budget import Budget
-from autotune.config import get_options
+from autotune.core.families import as_problem, family
 from autotune.db import load_sp
-from autotune.families import as_problem, family
+from autotune.entry import cholesky as cholesky_entry
+from autotune.entry import gemm as gemm_entry
+from autotune.entry import lu as lu_entry
+from autotune.host.budget import Budget
 from autotune.kernels import _front
 from autotune.select import Decision, rank
+from autotune.settings import get_options
 
 # How long a remembered "numpy's own call" decision is trusted before options, database and
 # thread settings are looked at again (the same period as the database re-stat).
@@ -84,13 +86,13 @@ def _gemm(a, b, *, alpha, beta, c, trans_a, trans_b, out, config, explain, comm,
     if comm is not None:
         refused = TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with comm") \
             if ufunc_kwargs else None
-        return tuned_mpi.distributed_gemm(a, b, comm, root=root, config=config, explain=explain, alpha=alpha,
+        return gemm_entry.collective(a, b, comm, root=root, config=config, explain=explain, alpha=alpha,
                                           beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out, refused=refused)
     if ufunc_kwargs:
         extras = {"alpha": alpha, "beta": beta, "c": c, "trans_a": trans_a, "trans_b": trans_b, "config": config,
                   "explain": explain}
         return _numpy_matmul(a, b, out, ufunc_kwargs, extras)
-    return tuned_local.gemm(a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out,
+    return gemm_entry.local(a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out,
                             config=config, explain=explain)
 
 
@@ -98,7 +100,7 @@ def _numpy_matmul(a, b, out, ufunc_kwargs: dict, extras: dict):
     """numpy's own matmul for calls with its other keywords (``dtype=``, ``casting=``, ...), which
     change its arithmetic; they do not combine with the BLAS-style ``extras`` or tuning options."""
     x = extras
-    if not (x["c"] is None and not x["trans_a"] and not x["trans_b"] and tuned_local.unit_scalars(x["alpha"], x["beta"])
+    if not (x["c"] is None and not x["trans_a"] and not x["trans_b"] and gemm_entry.unit_scalars(x["alpha"], x["beta"])
             and x["config"] is None and not x["explain"]):
         raise TypeError(f"tuned_gemm: numpy keywords {sorted(ufunc_kwargs)} cannot be combined with "
                         "alpha/beta/c/trans_a/trans_b/config/explain/comm")
@@ -110,9 +112,9 @@ def _numpy_matmul(a, b, out, ufunc_kwargs: dict, extras: dict):
 def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm, root):
     """``tuned_cholesky`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
-        return tuned_mpi.distributed_cholesky(a, comm, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite,
+        return cholesky_entry.collective(a, comm, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite,
                                               root=root, config=config, explain=explain)
-    return tuned_local.cholesky(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite, config=config,
+    return cholesky_entry.local(a, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite, config=config,
                                 explain=explain)
 
 
@@ -121,9 +123,9 @@ def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm, roo
 def _lu_factor(a, *, overwrite_a, check_finite, config, explain, comm, root):
     """``tuned_lu_factor`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
-        return tuned_mpi.distributed_lu_factor(a, comm, overwrite_a=overwrite_a, check_finite=check_finite, root=root,
+        return lu_entry.collective_lu_factor(a, comm, overwrite_a=overwrite_a, check_finite=check_finite, root=root,
                                                config=config, explain=explain)
-    return tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite, config=config, explain=explain)
+    return lu_entry.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite, config=config, explain=explain)
 
 
 def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, check_finite: bool = True, *,
@@ -135,17 +137,17 @@ def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, che
     fractions, another length) is a ValueError, where scipy's own call may crash the process.
     The result may live in a reused block (see ``tuned_gemm``): it does not own its memory, so
     ``x.resize`` raises ValueError; ``numpy.array(x)`` is a copy that owns its data."""
-    return tuned_lu.lu_solve(lu_and_piv, b, trans=trans, overwrite_b=overwrite_b, check_finite=check_finite,
+    return lu_entry.lu_solve(lu_and_piv, b, trans=trans, overwrite_b=overwrite_b, check_finite=check_finite,
                              config=config, explain=explain)
 
 
 def _solve(a, b, *, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain, comm, root):
     """``tuned_solve`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
-        return tuned_mpi.distributed_solve(a, b, comm, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+        return lu_entry.collective_solve(a, b, comm, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                                            check_finite=check_finite, assume_a=assume_a, transposed=transposed,
                                            root=root, config=config, explain=explain)
-    return tuned_lu.solve(a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
+    return lu_entry.solve(a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,
                           check_finite=check_finite, assume_a=assume_a, transposed=transposed, config=config,
                           explain=explain)
 

@@ -14,9 +14,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autotune import tuned_mpi, tuned_stencil
-from autotune.families import CHECK_STEPS, StencilProblem
-from autotune.tuned_stencil import StencilArgs
+from autotune.core.families import CHECK_STEPS, StencilProblem
+from autotune.entry import protocol
+from autotune.entry import stencil as stencil_entry
+from autotune.entry.stencil import StencilArgs
 
 
 def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, check_finite: bool = True,
@@ -24,9 +25,9 @@ def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, chec
     """``steps`` explicit heat steps of the field ``u0`` (edges fixed): a new float64 array (on the
     root under ``comm``; None on the other ranks)."""
     if comm is None:
-        return tuned_stencil.local(u0, steps, tuned_stencil.heat_stencil(alpha), check_finite=check_finite,
+        return stencil_entry.local(u0, steps, stencil_entry.heat_stencil(alpha), check_finite=check_finite,
                                    config=config, explain=explain)
-    return tuned_stencil.collective(u0, steps, StencilArgs(alpha=alpha, heat=True), comm, root=root,
+    return stencil_entry.collective(u0, steps, StencilArgs(alpha=alpha, heat=True), comm, root=root,
                                     check_finite=check_finite, config=config, explain=explain, phases=phases,
                                     balance=balance)
 
@@ -39,9 +40,9 @@ def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radiu
     ``balance`` (True, an average's name or a ``balance.Policy``) moves rows and columns between
     ranks as their measured speeds change (002)."""
     if comm is None:
-        return tuned_stencil.local(u0, steps, tuned_stencil.stencil_of(weights, kernel, radius),
+        return stencil_entry.local(u0, steps, stencil_entry.stencil_of(weights, kernel, radius),
                                    check_finite=check_finite, config=config, explain=explain)
-    return tuned_stencil.collective(u0, steps, StencilArgs(weights, kernel, radius), comm, root=root,
+    return stencil_entry.collective(u0, steps, StencilArgs(weights, kernel, radius), comm, root=root,
                                     check_finite=check_finite, config=config, explain=explain, phases=phases,
                                     balance=balance)
 
@@ -51,7 +52,7 @@ class DistributedField:
     gather and free). Under a one-process plan the root holds it whole. Every method's checks are
     agreed by all ranks, so a bad ``steps`` or a freed field raises the same error on every rank."""
 
-    def __init__(self, comm, agreed: tuned_stencil.Agreed, phases=None, horizon: int | None = None):
+    def __init__(self, comm, agreed: stencil_entry.Agreed, phases=None, horizon: int | None = None):
         from autotune.distributed.runs import open_run
         from autotune.distributed.stencil import scatter_field
         plan, stencil, root, a = agreed.plan, agreed.stencil, agreed.root, agreed.field
@@ -71,9 +72,9 @@ class DistributedField:
             with self.run.be.threads(plan.threads):
                 self.field = scatter_field(self.run.comm, prob, plan, a, stencil.sweeper(plan.backend, plan.threads),
                                            phases)
-            self.rebalancer = tuned_stencil.rebalancer_of(agreed, self.run.comm, horizon)
+            self.rebalancer = stencil_entry.rebalancer_of(agreed, self.run.comm, horizon)
 
-        tuned_mpi.settled(comm, build)
+        protocol.agreed(comm, build)
 
     def _agree(self, method: str, err: Exception | None = None, **args) -> None:
         """Collective: every rank calls ``method`` with equal ``args`` on a field not freed, or
@@ -87,7 +88,7 @@ class DistributedField:
     def _steps(self, steps) -> int:
         """Collective: ``steps`` checked and agreed by every rank."""
         try:
-            count, err = tuned_stencil.check_steps(steps), None
+            count, err = stencil_entry.check_steps(steps), None
         except ValueError as exc:
             count, err = 0, exc
         self._agree("advance", err, **({} if err else {"steps": count}))
@@ -99,23 +100,23 @@ class DistributedField:
         if self.plan.algorithm == "local":
             def work():
                 if self.comm.rank == self.root:
-                    self.whole = tuned_stencil.local(self.whole, steps, self.stencil, check_finite=False,
+                    self.whole = stencil_entry.local(self.whole, steps, self.stencil, check_finite=False,
                                                      config=None)
-            tuned_mpi.settled(self.comm, work)
+            protocol.agreed(self.comm, work)
             return
 
         def work():
             if self.field is not None:
                 with self.run.be.threads(self.plan.threads):
                     self.field.advance(steps, self.rebalancer)
-        tuned_mpi.settled(self.comm, work)
+        protocol.agreed(self.comm, work)
 
     def gather(self) -> np.ndarray | None:
         """Collective: a copy of the whole field on the root, None elsewhere."""
         self._agree("gather")
         if self.plan.algorithm == "local":
             return None if self.whole is None else self.whole.copy()
-        return tuned_mpi.settled(self.comm, lambda: None if self.field is None else self.field.gather())
+        return protocol.agreed(self.comm, lambda: None if self.field is None else self.field.gather())
 
     @property
     def local(self) -> np.ndarray | None:
@@ -151,7 +152,7 @@ def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int 
     """Collective: the root's ``u0`` cut into halo tiles on the plan chosen for ``steps`` steps
     per call (or ``config``); advance it with ``DistributedField.advance``, fetch it with ``gather``;
     with ``balance``, it rebalances while it advances (``DistributedField.rebalancer.events``)."""
-    agreed = tuned_stencil.agreed_plan(u0, 0, StencilArgs(weights, kernel, radius), comm, root, check_finite, config,
+    agreed = stencil_entry.agreed_plan(u0, 0, StencilArgs(weights, kernel, radius), comm, root, check_finite, config,
                                        explain, plan_steps=steps, balance=balance, phases=phases)
     return DistributedField(comm, agreed, phases, horizon=steps)
 

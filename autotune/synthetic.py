@@ -12,16 +12,16 @@ import dataclasses
 import math
 import numbers
 
-from autotune.config import get_options
+from autotune.core.workload import PipelineError, Plan, Spec, SpecError, describe, plan, spec_problems
+from autotune.core.workload_read import load_spec
 from autotune.db.comm_lookup import load_comm
 from autotune.db.lookup import load_sp
+from autotune.entry.protocol import call_args
 from autotune.models.pipeline import Hop, Prediction, comm_hop
 from autotune.models.pipeline import predict as _predict
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
-from autotune.tuned_mpi import call_args
-from autotune.workload import PipelineError, Plan, Spec, SpecError, describe, plan, spec_problems
-from autotune.workload_read import load_spec
+from autotune.settings import get_options
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
 GEMM_BACKEND = "numpy-openblas"    # the library a compute stage's gemm calls run on (numpy's matmul)

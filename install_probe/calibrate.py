@@ -36,13 +36,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from autotune.calls import CALLS
+from autotune.benchmarks.calls import CALLS
+from autotune.core.families import FAMILIES
+from autotune.core.plans import PHASES, Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.db.store import DatabaseError
 from autotune.distributed.plan import Phases
-from autotune.families import FAMILIES
-from autotune.plans import PHASES, Plan
 from autotune.select.distributed import predict
 
 REPS = 25                            # median of 25 runs: stable for runs of a few ms

@@ -13,14 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.cli_common import OneLineParser, positive_number
-from autotune.config import get_options
+from autotune.cli.common import OneLineParser, positive_number
 from autotune.db import DatabaseError, load, resolve
 from autotune.db import comm as dbc
 from autotune.db.comm import hardware
 from autotune.db.comm_lookup import mpi_world_size_env
 from autotune.db.store import read_only
-from autotune.tuned_mpi import MPI_MISSING
+from autotune.entry.protocol import MPI_MISSING
+from autotune.settings import get_options
 
 from .pools import probe_pools
 from .profile import BLAS_DEFAULT as BLAS_DEFAULT_PROFILE

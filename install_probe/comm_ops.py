@@ -13,7 +13,7 @@ import numpy as np
 from autotune.db import comm as dbc
 from autotune.distributed import workspace
 from autotune.distributed.movement import scatter_columns
-from autotune.layout import Axis
+from autotune.geometry.layout import Axis
 
 from .comm_profile import (
     BATCH_OVERRUN,

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from autotune.layout import Axis
+from autotune.geometry.layout import Axis
 from autotune.models.movement import PACK_BACKEND
 
 from .comm_ops import CacheFlush

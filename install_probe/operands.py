@@ -16,9 +16,9 @@ from autotune.kernels._front import aligned_copy
 
 import autotune
 from autotune.backends import Backend
-from autotune.calls import spd_matrix
-from autotune.plans import Candidate
-from autotune.routines import TRANSPOSED, dims_of
+from autotune.benchmarks.calls import spd_matrix
+from autotune.core.plans import Candidate
+from autotune.core.routines import TRANSPOSED, dims_of
 
 
 @dataclass

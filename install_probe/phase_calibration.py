@@ -20,15 +20,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from autotune.install_probe.calibrate import PLAN
 
-from autotune.calls import CALLS
-from autotune.config import available_cores, options
+from autotune.benchmarks.calls import CALLS
+from autotune.core.families import FAMILIES, Problem
+from autotune.core.plans import PHASES, Plan
 from autotune.db import load_sp, location
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError
 from autotune.db.store import DatabaseError
 from autotune.distributed.collective import quiet_barrier
 from autotune.distributed.plan import Phases
-from autotune.families import FAMILIES, Problem
+from autotune.host.resources import available_cores
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -38,7 +39,6 @@ from autotune.models.fitted_phases import (
     save_phase_factors,
 )
 from autotune.models.fitted_plans import PlanFit, Run, SeriesKey, fit_plan_models
-from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans, rank_plans
 from autotune.select.mapping import (
     MAPPING_ALGORITHM,
@@ -46,6 +46,7 @@ from autotune.select.mapping import (
     plan_estimate,
     rank_hosts,
 )
+from autotune.settings import options
 
 # The families whose plans the installer times (the solve's plans factor as LU's do).
 CALIBRATED = ("gemm", "cholesky", "lu")

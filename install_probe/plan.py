@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.config import get_options
-from autotune.routines import PATTERNS, ROUTINES, dims_of, flops
+from autotune.core.routines import PATTERNS, ROUTINES, dims_of, flops
+from autotune.settings import get_options
 
 from .profile import Profile
 

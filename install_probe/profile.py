@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from autotune.backends import BACKENDS
-from autotune.routines import PATTERNS
+from autotune.core.routines import PATTERNS
 
 from .pools import SPECS as POOL_SPECS
 

@@ -19,11 +19,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from autotune.core.plans import ALGORITHMS, Candidate
 from autotune.models.fit_select import select_terms
 from autotune.models.fit_terms import METHODS, Samples, TermSet
 from autotune.models.fitted import ANY_PARAM, EXTRAPOLATION, FittedEntry, eq410_terms
 from autotune.models.fitting import first_nonpositive, remodel
-from autotune.plans import ALGORITHMS, Candidate
 
 
 def _key(cand: Candidate) -> tuple[str, str, int, int, int]:

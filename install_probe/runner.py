@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from autotune import backends as bk
-from autotune.assumptions import REMEASURE_BUDGET, REMEASURES
 from autotune.backends import BACKENDS
+from autotune.core.assumptions import REMEASURE_BUDGET, REMEASURES
+from autotune.core.routines import ROUTINES
 from autotune.db import RECORD_DTYPE, Database, DatabaseError, DatabaseMissing, load, resolve, save
 from autotune.db.noise import NOISE_RETRIED, NOISY, verdict
-from autotune.routines import ROUTINES
 
 from . import operands
 from .operands import build

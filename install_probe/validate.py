@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.core.families import FAMILIES as FAMILY_DEFS
+from autotune.core.families import as_problem
+from autotune.core.plans import Candidate
 from autotune.db import load_sp, resolve
 from autotune.db.fitted import save_fitted
 from autotune.db.validation import save_validation
-from autotune.families import FAMILIES as FAMILY_DEFS
-from autotune.families import as_problem
 from autotune.models.fit_terms import METHODS
 from autotune.models.fitted import FittedEntry
-from autotune.plans import Candidate
 from autotune.select import clear_cache, rank
 from autotune.select.rank import COMPOSED_RISK
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autotune.calls import CALLS
-from autotune.families import as_problem
-from autotune.plans import Candidate
+from autotune.benchmarks.calls import CALLS
+from autotune.core.families import as_problem
+from autotune.core.plans import Candidate
 
 # The memory order of the general matrices a family's candidates are timed on: the formulation
 # the probe measures (LU's Fortran matrices; numpy's C operands for gemm, which the library takes

@@ -7,7 +7,7 @@ remembered order is checked, copied, factored by its kernel and cleaned in one C
 small orders the kernels take microseconds, so the Python layer's checks and decision lookup
 would be a large tax. Anything else goes to the Python implementations given to ``configure``.
 What is remembered belongs to the options object in force (one per context's ``options()`` block,
-see ``autotune.config``), so a context never runs a decision taken under another's options, and
+see ``autotune.settings``), so a context never runs a decision taken under another's options, and
 is forgotten ``seconds`` after it was first remembered (so database, learning and thread changes
 are seen again).
 

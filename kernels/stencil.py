@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit, prange
 
-from autotune.halo import Rect
+from autotune.geometry.halo import Rect
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False}
 

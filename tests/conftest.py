@@ -7,8 +7,8 @@ import tempfile
 
 import pytest
 
-from autotune import guard
 from autotune.db import location
+from autotune.feedback import guard
 
 _HYPOTHESIS_DIR: str | None = None
 

@@ -49,7 +49,7 @@ class Case:
 # ---------------------------------------------------------------------------------- the catalogue
 
 def _plans(P: int) -> dict:
-    from autotune.plans import Plan
+    from autotune.core.plans import Plan
 
     return {"gemm": Plan("summa", P, 1, P, b=4), "cholesky": Plan("cholesky", P, 1, P, b=4),
             "lu": Plan("lu", P, 1, P, b=4), "solve": Plan("gesv", P, 1, P, b=4),
@@ -92,7 +92,7 @@ def _la_entries(P: int) -> list[tuple[str, Callable, dict, dict]]:
     import numpy as np
 
     import autotune
-    from autotune.plans import Plan
+    from autotune.core.plans import Plan
 
     ops, plans = _operands(), _plans(P)
     singular = np.ones((N, N))
@@ -140,7 +140,7 @@ def _stencil_entries(P: int) -> list[tuple[str, Callable, dict, dict]]:
     from autotune.kernels.stencil import heat_weights
 
     from autotune import stencil
-    from autotune.plans import Plan
+    from autotune.core.plans import Plan
 
     ops, plans = _operands(), _plans(P)
     field = _bad_arrays(np, ops["field"].shape)
@@ -200,7 +200,7 @@ def _field_cases(P: int) -> list[Case]:
     out = []
     for plan_name in ("stencil", "overlap", "local"):
         def make(comm, kernel=None, balance=None, plan_name=plan_name):
-            from autotune.plans import Plan
+            from autotune.core.plans import Plan
 
             plan = Plan("local", 1) if plan_name == "local" else plans[plan_name]
             u = ops["field"] if comm.rank == 0 else None

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import autotune
 from autotune import Candidate, tuned_cholesky, tuned_gemm
+from autotune.core.families import as_problem
 from autotune.db import load_sp
-from autotune.families import as_problem
 from autotune.select import ALGORITHMS, choose, clear_cache, rank
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -3,10 +3,9 @@ interval, the stop rule and the cost-benefit gate (pure: no MPI)."""
 import numpy as np
 import pytest
 
-from autotune.balance import (
+from autotune.distributed.balance import moved_cells
+from autotune.feedback.balance import (
     Balancer,
-    HostSpeeds,
-    LinkCost,
     MovingAverage,
     Policy,
     moving_averages,
@@ -15,7 +14,8 @@ from autotune.balance import (
     step_time,
     weights,
 )
-from autotune.distributed.balance import moved_cells
+from autotune.feedback.speeds import HostSpeeds
+from autotune.models.movement import LinkCost
 
 # 002 Table 5.3: days 1..33, the data, and the EMA and SMA columns (window 10; "-" while it fills)
 DATA = [101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 98, 96, 94, 92, 90, 65, 63, 61, 62, 64, 66,
@@ -226,8 +226,8 @@ def test_host_speeds_replace_the_probe_once_calls_disagree():
 
 
 def test_tuned_calls_plan_with_the_speeds_they_saw():
-    from autotune import tuned_mpi
-    from autotune.plans import Plan
+    from autotune.core.plans import Plan
+    from autotune.feedback import speeds
 
     class Lookup:
         host_speeds = {"h0": 10.0, "h1": 10.0}
@@ -236,15 +236,15 @@ def test_tuned_calls_plan_with_the_speeds_they_saw():
             return ["link_net"]
 
     plan = Plan("bsr", 2, 2, 1, weights=(3.0, 1.0))
-    assert tuned_mpi.work_share(plan, 3, 0, 1) == pytest.approx(0.25)
-    assert tuned_mpi.work_share(plan, 3, 0, 2) == 0.0
-    tuned_mpi.RUN_SPEEDS.pop(("h0", "h1"), None)
+    assert speeds.work_share(plan, 3, 0, 1) == pytest.approx(0.25)
+    assert speeds.work_share(plan, 3, 0, 2) == 0.0
+    speeds.RUN_SPEEDS.pop(("h0", "h1"), None)
     cp = Lookup()
-    assert tuned_mpi.speeds_for(cp, ["h0", "h1"], 0) == (cp, "probe")
+    assert speeds.speeds_for(cp, ["h0", "h1"], 0) == (cp, "probe")
     for _ in range(3):
-        tuned_mpi.RUN_SPEEDS.setdefault(("h0", "h1"), HostSpeeds()).observe([("h0", 1.0, 0.5), ("h1", 2.5, 0.5)],
+        speeds.RUN_SPEEDS.setdefault(("h0", "h1"), HostSpeeds()).observe([("h0", 1.0, 0.5), ("h1", 2.5, 0.5)],
                                                                               root=0)
-    seen, source = tuned_mpi.speeds_for(cp, ["h0", "h1"], 0)
+    seen, source = speeds.speeds_for(cp, ["h0", "h1"], 0)
     assert seen.host_speeds["h1"] == pytest.approx(4.0) and seen.primitives() == ["link_net"]
     assert source.startswith("run time")
-    tuned_mpi.RUN_SPEEDS.pop(("h0", "h1"))
+    speeds.RUN_SPEEDS.pop(("h0", "h1"))

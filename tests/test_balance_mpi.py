@@ -12,13 +12,14 @@ import sys
 import numpy as np
 from mpi4py import MPI
 from autotune import stencil
-from autotune.balance import LinkCost, Policy
+from autotune.feedback.balance import Policy
+from autotune.models.movement import LinkCost
 from autotune.distributed import movement
 from autotune.distributed.balance import Rebalancer
 from autotune.distributed.stencil import scatter_field
-from autotune.families import StencilProblem
+from autotune.core.families import StencilProblem
 from autotune.kernels.stencil import Sweeper, heat_weights, reference
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 
 comm = MPI.COMM_WORLD
 me, P = comm.rank, comm.size

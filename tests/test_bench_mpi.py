@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mpi_helpers import mpi_command, run_checked
 
-from autotune import cli
+from autotune.cli import command as cli
 
 
 def _bench_mpi(np_: int, argv: list[str], cwd: Path) -> subprocess.CompletedProcess:

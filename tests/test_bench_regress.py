@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli
 from autotune.benchmarks import regress
+from autotune.cli import command as cli
 
 BASELINES = Path(__file__).resolve().parents[1] / "bench" / "baselines"
 GATE = "autotune bench regress:"

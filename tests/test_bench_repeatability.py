@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from autotune import cli
 from autotune.benchmarks import comm_fit as crep
 from autotune.benchmarks import mpi_repeat as mrep
+from autotune.cli import command as cli
 from autotune.db import comm as dbc
 from autotune.models import comm_fit
 

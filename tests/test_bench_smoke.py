@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import cli
 from autotune.benchmarks import mpi_validate as mv
+from autotune.cli import command as cli
 
 
 @pytest.mark.parametrize(("argv", "expect"), [

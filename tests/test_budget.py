@@ -13,10 +13,10 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 import autotune
-from autotune import budget, config
 from autotune.backends import get, pools
-from autotune.budget import Budget, cgroup_limit, env_limits, thread_budget
-from autotune.config import get_options, options
+from autotune.host import budget, resources
+from autotune.host.budget import Budget, cgroup_limit, env_limits, thread_budget
+from autotune.settings import get_options, options
 
 
 @pytest.fixture(autouse=True)
@@ -25,10 +25,10 @@ def _fresh_limits(monkeypatch):
     for name in budget.ENV_VARS:
         monkeypatch.delenv(name, raising=False)
     budget.forget()
-    config._cores[1] = 0.0
+    resources._cores[1] = 0.0
     yield
     budget.forget()
-    config._cores[1] = 0.0
+    resources._cores[1] = 0.0
 
 
 def _cores() -> int:
@@ -64,7 +64,7 @@ def test_options_threads_is_one_limit_among_the_others(monkeypatch):
 
 def test_affinity_mask(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    config._cores[1] = 0.0
+    resources._cores[1] = 0.0
     assert get_options().budget == Budget(1, "affinity mask of 1 core")
 
 
@@ -249,8 +249,8 @@ def test_the_probe_measures_no_thread_count_above_the_budget(monkeypatch):
 
 
 def test_mpi_threads_per_rank_stay_within_the_roots_budget(monkeypatch):
-    from autotune.plans import Plan
-    from autotune.tuned_mpi import _fit_threads
+    from autotune.core.plans import Plan
+    from autotune.entry.protocol import _fit_threads
 
     infos = [("a", 0b0011), ("a", 0b1100)]
     with options(threads=1):

@@ -1,4 +1,4 @@
-"""The family call registry (``autotune.calls``): each family's operands are well-posed, deterministic
+"""The family call registry (``autotune.benchmarks.calls``): each family's operands are well-posed, deterministic
 and laid out as asked; its tuned, reference, in-place and collective calls compute the same thing
 and pass the problem's flags (Cholesky's ``lower``) on."""
 from __future__ import annotations
@@ -8,10 +8,10 @@ import pytest
 import scipy.linalg as sl
 from autotune.kernels.stencil import heat_weights, reference
 
-from autotune import calls as calls_mod
-from autotune.calls import CALLS, HEAT_ALPHA, agrees, spd_matrix, square
-from autotune.families import DISTRIBUTED, FAMILIES, CholeskyProblem, GemmProblem
-from autotune.routines import CHECK_NRHS
+from autotune.benchmarks import calls as calls_mod
+from autotune.benchmarks.calls import CALLS, HEAT_ALPHA, agrees, spd_matrix, square
+from autotune.core.families import DISTRIBUTED, FAMILIES, CholeskyProblem, GemmProblem
+from autotune.core.routines import CHECK_NRHS
 
 pytestmark = pytest.mark.filterwarnings("ignore:system parameters unavailable:RuntimeWarning")
 N = 24

@@ -11,7 +11,8 @@ import pytest
 from db_helpers import damaged_copy
 
 import autotune
-from autotune import cli, cli_explain
+from autotune.cli import command as cli
+from autotune.cli import explain as cli_explain
 from autotune.db import RECORD_DTYPE, Database, save
 
 
@@ -148,7 +149,7 @@ def test_command_line_prints_one_line_errors_and_warnings(tiny_db, tmp_path):
 
 def test_refit_on_a_damaged_database_is_an_error(tmp_path, capsys):
     """`autotune refit` on a file that is not a usable database: one line, exit 1 (not '0 observations')."""
-    from autotune.cli import main
+    from autotune.cli.command import main
 
     bad = tmp_path / "junk.h5"
     bad.write_bytes(b"\x00not a database" * 10)

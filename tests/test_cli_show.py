@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from autotune import cli
+from autotune.cli import command as cli
 from autotune.db import RECORD_DTYPE, Database, save
 
 

@@ -15,7 +15,7 @@ import yaml
 from db_helpers import edited
 from mpi_helpers import fake_launch, mpi_command, run_checked
 
-from autotune import assumptions
+from autotune.core import assumptions
 from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, comm_lookup, load, load_sp, save
 from autotune.db import comm as dbc
 from autotune.db.comm_lookup import CommParams, load_comm
@@ -560,7 +560,7 @@ def test_probed_database_loads_and_keeps_blas_records(probed):
 
 
 def test_show_lists_comm_fits_and_plots(probed, tmp_path, capsys):
-    from autotune import cli
+    from autotune.cli import command as cli
 
     path = probed[0]
     png = tmp_path / "sp.png"

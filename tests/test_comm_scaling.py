@@ -12,7 +12,7 @@ from autotune.install_probe import comm_estimate, comm_profile
 from db_helpers import edited
 from test_comm import platform_info
 
-from autotune.cli import main as cli_main
+from autotune.cli.command import main as cli_main
 from autotune.db import comm as dbc
 from autotune.db.comm_lookup import load_comm
 from autotune.models import comm_fit

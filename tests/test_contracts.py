@@ -13,12 +13,16 @@ import pytest
 import scipy.linalg as sl
 
 import autotune
-from autotune import assumptions, tuned_local, tuned_lu_factor, tuned_mpi
-from autotune.cli import main as cli_main
+from autotune import tuned_lu_factor
+from autotune.cli.command import main as cli_main
+from autotune.core import assumptions
+from autotune.core.families import as_problem
+from autotune.core.plans import Plan
 from autotune.db import location, lookup
 from autotune.distributed import workspace
-from autotune.families import as_problem
-from autotune.plans import Plan
+from autotune.entry import decide as decide_entry
+from autotune.entry import gemm as gemm_entry
+from autotune.entry import protocol
 
 # the stand-in databases below are unreadable on purpose: each load warns that it is unusable
 unusable_db = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
@@ -34,14 +38,14 @@ def counted_plans(monkeypatch):
         calls.append(sp)
         return SimpleNamespace(chosen=Plan("summa", 2, 1, 2, b=len(calls)))
 
-    monkeypatch.setattr(tuned_mpi, "rank_plans", rank_plans)
-    monkeypatch.setattr(tuned_mpi, "_DECISIONS", {})
+    monkeypatch.setattr(protocol, "rank_plans", rank_plans)
+    monkeypatch.setattr(protocol, "_DECISIONS", {})
     monkeypatch.setattr(lookup, "RECHECK_SECONDS", 0.0)
     return calls
 
 
 def _choose(dims=(64, 64, 64)) -> Plan:
-    return tuned_mpi._plan("gemm", as_problem("gemm", dims), ["host", "host"], [2, 2], 0, None, False)
+    return protocol._plan("gemm", as_problem("gemm", dims), ["host", "host"], [2, 2], 0, None, False)
 
 
 @unusable_db
@@ -60,12 +64,12 @@ def test_mpi_plan_cache_takes_a_rewritten_database(tmp_path, counted_plans):
 
 @unusable_db
 def test_mpi_plan_cache_stays_within_its_bound(tmp_path, counted_plans, monkeypatch):
-    monkeypatch.setattr(tuned_mpi, "_CACHE_LIMIT", 4)
+    monkeypatch.setattr(protocol, "_CACHE_LIMIT", 4)
     (tmp_path / "sp.h5").write_bytes(b"x")
     with autotune.options(db=str(tmp_path / "sp.h5")):
         for n in range(64, 64 + 10):
             _choose((n, n, n))
-            assert len(tuned_mpi._DECISIONS) <= 4
+            assert len(protocol._DECISIONS) <= 4
         assert len(counted_plans) == 10
         _choose((73, 73, 73))                     # the newest entry survives the clearing
     assert len(counted_plans) == 10
@@ -80,14 +84,14 @@ def test_mpi_validate_fits_only_into_a_named_database(argv, capsys):
 
 
 def test_hand_set_constants_live_in_assumptions():
-    names = {"MIN_TUNED_SIZE": tuned_local, "ALIGNED_OUTPUT_WORK": tuned_local, "HUGE_PAGE": workspace,
+    names = {"MIN_TUNED_SIZE": gemm_entry, "ALIGNED_OUTPUT_WORK": gemm_entry, "HUGE_PAGE": workspace,
              "HUGE_MIN_BYTES": workspace, "WORKSPACE_SHARE": None, "WORKSPACE_FALLBACK_BYTES": None}
     for name, module in names.items():
         entry = assumptions.ASSUMPTIONS[name]
         assert entry.meaning and entry.source and entry.used_by
         if module is not None:
             assert getattr(module, name) is entry.value
-    for module in (tuned_local, workspace):        # no number set at module level outside assumptions.py
+    for module in (gemm_entry, decide_entry, workspace):        # no number set at module level outside assumptions.py
         for node in ast.parse(inspect.getsource(module)).body:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 leaves = [n for n in ast.walk(node.value) if not isinstance(n, (ast.BinOp, ast.UnaryOp, ast.operator,

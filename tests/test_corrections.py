@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from db_helpers import TestPlatform
 
-from autotune import assumptions
+from autotune.core import assumptions
+from autotune.core.families import GemmProblem, as_problem
 from autotune.db.lookup import load_sp
-from autotune.families import GemmProblem, as_problem
 from autotune.models import cholesky as chol_models
 from autotune.models import movement
 from autotune.models.fitted import FittedEntry, save_fitted

@@ -18,7 +18,7 @@ from autotune.install_probe.threads import probe_and_save
 from db_helpers import edited
 
 import autotune
-from autotune import cli
+from autotune.cli import command as cli
 from autotune.db.pools import ROW_DTYPE
 from autotune.db.store import RECORD_DTYPE
 

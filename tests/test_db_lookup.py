@@ -73,7 +73,7 @@ def test_outside_measured_range_the_end_value_is_penalised(tab):
 
 def _penalty(x, edge):
     """The extrapolation factor at size x beyond the measured edge (hand-computed)."""
-    from autotune.assumptions import EXTRAPOLATION_PENALTY
+    from autotune.core.assumptions import EXTRAPOLATION_PENALTY
 
     return (1 + EXTRAPOLATION_PENALTY) ** abs(math.log2(max(x, 1) / edge))
 
@@ -316,7 +316,7 @@ def test_property_k_min_bounds_every_lookup_up_to_its_cut(upto, x, param, seed):
 # -- measured ranges (issue 61 item 2) -----------------------------------------------------------
 
 def test_past_the_measured_sizes_k_is_penalised_per_octave(tab):
-    from autotune.assumptions import EXTRAPOLATION_PENALTY as P
+    from autotune.core.assumptions import EXTRAPOLATION_PENALTY as P
 
     assert tab.measured_range("gemm", BE, 1) == pytest.approx((10, 1000))
     assert tab.k("gemm", BE, 1, 1000) == pytest.approx(2e-10, rel=1e-12)         # measured: no penalty

@@ -152,7 +152,7 @@ def test_an_unreadable_version_is_refused_naming_the_rebuild(full_db, version):
 def test_records_before_the_noise_fields_read_as_not_checked_and_are_rewritten_with_them(full_db, capsys):
     """Schema 3's /k rows (no CPU share, no noise bits) read with those fields 0: not checked, never
     noisy; the verdict says it cannot tell, in show too. The next write stores them in today's layout."""
-    from autotune import cli
+    from autotune.cli import command as cli
 
     as_written_by(full_db, 3)
     with h5py.File(full_db, "r") as f:

@@ -12,7 +12,7 @@ import scipy.linalg
 from db_helpers import edited
 
 import autotune
-from autotune import cli
+from autotune.cli import command as cli
 from autotune.db import RECORD_DTYPE, Database, DatabaseMissing, load, load_sp, save
 from autotune.db.lookup import remeasure_command
 from autotune.db.store import valid_mask

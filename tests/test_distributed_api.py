@@ -39,7 +39,7 @@ import numpy as np, scipy.linalg as sl, sys
 from mpi4py import MPI
 import autotune
 from autotune import tuned_cholesky, tuned_gemm
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 autotune.set_options(db=sys.argv[1])
 comm = MPI.COMM_WORLD
 P, root = comm.size, comm.rank == 0
@@ -64,7 +64,8 @@ f = tuned_cholesky(s if root else None, comm=comm, config={"algorithm": "cholesk
 if root:
     np.testing.assert_allclose(f, sl.cholesky(s), rtol=1e-10, atol=1e-10)
 # a local plan reports its phases as the distributed ones do (the root's check and call; nothing elsewhere)
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm
+from autotune.entry.cholesky import collective as distributed_cholesky
+from autotune.entry.gemm import collective as distributed_gemm
 from autotune.distributed.plan import Phases
 ph = Phases()
 f = distributed_cholesky(s if root else None, comm, config=Plan("local", 1), phases=ph)
@@ -107,7 +108,7 @@ def test_collective_api(mpi_db, tmp_path, nprocs):
 
 
 def test_explain_np_ranks_plans(mpi_db, capsys):
-    from autotune.cli import main
+    from autotune.cli.command import main
 
     assert main(["explain", "gemm", "300", "--np", "2", "--db", str(mpi_db), "--top", "40"]) == 0
     text = capsys.readouterr().out

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
+from autotune.core.plans import PHASES, Plan
 from autotune.models.distributed_cholesky import MODELS, model
-from autotune.plans import PHASES, Plan
 
 FACTOR = """
 import numpy as np
@@ -18,7 +18,7 @@ from mpi4py import MPI
 from autotune.distributed import DistMatrix, ProcessGrid, block_cyclic
 from autotune.distributed.cholesky import ALGORITHMS, cholesky, cholesky_dist
 from autotune.distributed.plan import Phases
-from autotune.plans import PHASES, Plan
+from autotune.core.plans import PHASES, Plan
 
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi
 
+from autotune.core.plans import PHASES, Plan
 from autotune.models import distributed_gemm as dg
 from autotune.models.movement import cold_copies, cold_reads
-from autotune.plans import PHASES, Plan
 
 # -- collective runs -------------------------------------------------------------------------------
 
@@ -21,9 +21,9 @@ import numpy as np
 from mpi4py import MPI
 from autotune.distributed.gemm import ALGORITHMS, distributed_gemm
 from autotune.distributed.plan import Phases
-from autotune.plans import PHASES, Plan
+from autotune.core.plans import PHASES, Plan
 from autotune.kernels.strassen import effective_levels, strassen_error_bound
-from autotune.families import as_problem
+from autotune.core.families import as_problem
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
 U = 2.0 ** -53
@@ -145,7 +145,7 @@ import numpy as np
 from mpi4py import MPI
 from autotune.distributed import DistMatrix, ProcessGrid, block_cyclic
 from autotune.distributed.gemm import bsr, cannon, cbsr, distributed_gemm, strassen_ms, summa, summa_dist
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
 root = me == 0
@@ -426,7 +426,7 @@ def test_cbsr_on_one_process_column_is_bsr_and_is_not_a_separate_candidate():
     """Same scatter, product and gather: one model, and the selector lists the plan once (as BSR)."""
     assert dg.cbsr(800, 600, 400, Plan("cbsr", 4, 4, 1), SP, CP) == dg.bsr(800, 600, 400, Plan("bsr", 4, 4, 1),
                                                                             SP, CP)
-    from autotune.families import GemmProblem
+    from autotune.core.families import GemmProblem
     from autotune.select.distributed import plans
 
     listed = plans(GemmProblem(1024, 1024, 1024), 4, cores=4)

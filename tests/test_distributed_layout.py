@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mpi_helpers import run_mpi
 
-from autotune.layout import Axis, block_2d, block_cyclic, cycle, grid_weights, row_block
+from autotune.geometry.layout import Axis, block_2d, block_cyclic, cycle, grid_weights, row_block
 
 
 @settings(max_examples=300, deadline=None)
@@ -176,8 +176,8 @@ def test_probe_message_buffers_are_made_like_the_workspace():
 
 
 def test_workspace_limit_gives_fresh_memory():
-    from autotune.config import options
     from autotune.distributed import workspace
+    from autotune.settings import options
 
     workspace.release()
     with options(workspace_bytes=100):
@@ -197,8 +197,8 @@ def test_weighted_balanced_axis():
     consistent with each part's indices."""
     import numpy as np
 
-    from autotune.layout import Axis
-    from autotune.plans import Plan
+    from autotune.core.plans import Plan
+    from autotune.geometry.layout import Axis
 
     for n, w in ((10, (1, 0.45, 1)), (7, (3.0, 1.0)), (1000, (1, 0.5, 0.25, 2)), (0, (1, 2)), (3, (1, 1, 1, 5))):
         ax = Axis(n, len(w), weights=w)

@@ -7,9 +7,9 @@ import pytest
 from mpi_helpers import run_mpi
 from test_distributed_cholesky import FakeCP, FakeSP
 
-from autotune.families import BLOCKS, LuProblem, SolveProblem
+from autotune.core.families import BLOCKS, LuProblem, SolveProblem
+from autotune.core.plans import PHASES, Plan
 from autotune.models.distributed_lu import model, solve_model
-from autotune.plans import PHASES, Plan
 from autotune.select.distributed import plans
 
 FACTOR = """
@@ -19,8 +19,8 @@ import scipy.linalg as sl
 from mpi4py import MPI
 from autotune.distributed.lu import ALGORITHMS, lu_factor, solve
 from autotune.distributed.plan import Phases
-from autotune.plans import PHASES, Plan
-from autotune.families import as_problem
+from autotune.core.plans import PHASES, Plan
+from autotune.core.families import as_problem
 
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
@@ -111,7 +111,7 @@ import numpy as np
 import scipy.linalg as sl
 from mpi4py import MPI
 from autotune import tuned_lu_factor, tuned_solve
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank
@@ -225,7 +225,7 @@ class CachedSP(FakeSP):
 
 
 def test_update_traffic_is_what_a_larger_c_moves_beyond_the_timed_one():
-    from autotune.assumptions import COPY_SHARE
+    from autotune.core.assumptions import COPY_SHARE
     from autotune.models.movement import update_traffic
 
     sp = CachedSP()
@@ -274,7 +274,7 @@ def test_efficiency_threshold_orders_plans_and_reaches_the_choice(tiny_db, monke
     import warnings
 
     import autotune
-    from autotune.cli import main as cli_main
+    from autotune.cli.command import main as cli_main
     from autotune.db import load_sp
     from autotune.db.comm_lookup import CommParams
     from autotune.select.distributed import rank_plans

@@ -11,7 +11,7 @@ from mpi4py import MPI
 from autotune.distributed import cholesky as dchol, gemm as dgemm
 from autotune.distributed.plan import Phases
 from autotune.distributed.runs import agree_plan, plan_run
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank

@@ -15,8 +15,8 @@ from autotune.kernels import _front
 
 import autotune
 from autotune import Candidate, backends, tuned_cholesky, tuned_gemm
-from autotune.config import get_options, options, set_options
 from autotune.select import clear_cache
+from autotune.settings import get_options, options, set_options
 
 no_db_warning = pytest.mark.filterwarnings("ignore:system parameters unavailable:RuntimeWarning")
 

@@ -7,10 +7,10 @@ import warnings
 import pytest
 from db_helpers import platform_db
 
-from autotune import cli
-from autotune.families import FAMILIES, StencilProblem, label
+from autotune.cli import command as cli
+from autotune.core.families import FAMILIES, StencilProblem, label
+from autotune.core.plans import PHASES, Plan
 from autotune.models.fitted_phases import PhaseFactor, save_phase_factors
-from autotune.plans import PHASES, Plan
 from autotune.select.distributed import predict, rank_plans
 
 

@@ -7,7 +7,7 @@ import pytest
 import scipy.linalg as sl
 
 from autotune import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_lu_solve, tuned_solve
-from autotune.plans import Candidate
+from autotune.core.plans import Candidate
 
 SPD = np.eye(40) * 4 + 1
 

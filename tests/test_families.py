@@ -1,4 +1,4 @@
-"""Every layer's family registry covers every routine family of ``autotune.families`` (as
+"""Every layer's family registry covers every routine family of ``autotune.core.families`` (as
 test_architecture checks the layers): adding a family is its own files plus one registration per
 layer, and a registration left out fails here instead of at a user's call."""
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune import families
-from autotune.calls import CALLS
-from autotune.families import DISTRIBUTED, FAMILIES, as_problem, family, usable_blocks
+from autotune.benchmarks.calls import CALLS
+from autotune.core import families
+from autotune.core.families import DISTRIBUTED, FAMILIES, as_problem, family, usable_blocks
+from autotune.core.plans import ALGORITHMS
+from autotune.core.routines import flops
 from autotune.models import mapping as mapping_models
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
-from autotune.plans import ALGORITHMS
-from autotune.routines import flops
 from autotune.select.distributed import GRID_PLANS
 from autotune.select.rank import GROUPS
 

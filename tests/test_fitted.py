@@ -11,8 +11,8 @@ import pytest
 import yaml
 from db_helpers import edited
 
+from autotune.core.families import as_problem
 from autotune.db import load, load_sp
-from autotune.families import as_problem
 from autotune.models.fit_terms import TermSet
 from autotune.models.fitted import FittedEntry, FittedModels, load_fitted, override, save_fitted
 from autotune.models.fitting import fi_ls

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from db_helpers import edited, platform_db
 
-from autotune.families import as_problem
+from autotune.core.families import as_problem
+from autotune.core.plans import Plan
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -16,7 +17,6 @@ from autotune.models.fitted_phases import (
     load_phase_factors,
     save_phase_factors,
 )
-from autotune.plans import Plan
 from autotune.select.distributed import predict, rank_plans
 
 

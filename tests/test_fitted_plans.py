@@ -8,10 +8,10 @@ import pytest
 from autotune.install_probe.phase_calibration import plan_fits
 from db_helpers import platform_db
 
-from autotune.families import as_problem
+from autotune.core.families import as_problem
+from autotune.core.plans import Plan
 from autotune.models.fitted_phases import PhaseFactor, load_phase_factors, save_phase_factors
 from autotune.models.fitted_plans import PlanModels, Run, SeriesKey, fit_plan_models
-from autotune.plans import Plan
 from autotune.select.distributed import predict, rank_plans
 
 SIZES = (512, 768, 1024, 1280)
@@ -95,7 +95,7 @@ def test_calibration_runs_are_fitted_stored_and_replace_the_factored_prediction(
 
 def test_validation_reports_the_choice_the_phase_factors_alone_make():
     from autotune.benchmarks.mpi_validate import markdown, summarise
-    from autotune.plans import PHASES
+    from autotune.core.plans import PHASES
 
     def row(plan, predicted, factored, measured):
         zero = dict.fromkeys(PHASES, 0.0)
@@ -113,7 +113,7 @@ def test_validation_reports_the_choice_the_phase_factors_alone_make():
 def test_a_fit_that_misses_its_held_out_runs_by_more_than_the_cap_stays_unused():
     from dataclasses import replace
 
-    from autotune.assumptions import PLAN_FIT_MAX_APE
+    from autotune.core.assumptions import PLAN_FIT_MAX_APE
 
     (fit,) = fit_plan_models(_runs((2, 4)))
     loose = replace(fit, ape_fit=PLAN_FIT_MAX_APE + 1, ape_factor=10 * PLAN_FIT_MAX_APE)

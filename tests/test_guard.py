@@ -8,11 +8,16 @@ import importlib
 import numpy as np
 import pytest
 
-from autotune import guard, learn, options, tuned_cholesky, tuned_gemm, tuned_local
-from autotune.assumptions import GUARD_ROUNDS
+from autotune import options, tuned_cholesky, tuned_gemm
+from autotune.core.assumptions import GUARD_ROUNDS
+from autotune.core.families import FAMILIES, CholeskyProblem, GemmProblem
+from autotune.core.plans import Candidate
 from autotune.db import location
-from autotune.families import CholeskyProblem, GemmProblem
-from autotune.plans import Candidate
+from autotune.entry import cholesky as cholesky_entry
+from autotune.entry import decide as decide_entry
+from autotune.entry import gemm as gemm_entry
+from autotune.entry import lu as lu_entry
+from autotune.feedback import guard, learn
 from autotune.select.rank import Decision, Ranked
 
 CHOSEN = Candidate("blas", "numba-reference", 2)
@@ -83,7 +88,7 @@ def test_a_faster_choice_is_kept_and_a_tie_goes_to_the_reference(clock):
 def test_a_small_call_is_tried_for_guard_seconds_and_at_most_guard_max_rounds(clock):
     """A 0.1 ms call is tried until each side ran GUARD_SECONDS (20 calls each), a 1 ns one for
     GUARD_MAX_ROUNDS calls each: two samples of a small call are scheduler noise."""
-    from autotune.assumptions import GUARD_MAX_ROUNDS, GUARD_SECONDS
+    from autotune.core.assumptions import GUARD_MAX_ROUNDS, GUARD_SECONDS
 
     small = GemmProblem(100, 100, 100)
     each = round(GUARD_SECONDS / 1e-4)
@@ -141,17 +146,19 @@ def test_a_raising_call_is_not_counted(clock):
 def _forced(monkeypatch, chosen):
     """Make the selector choose ``chosen`` over the reference for every problem."""
     def decide(problem, config, explain, opts=None, state=None):
-        inc = Candidate(*tuned_local.FAMILIES[problem.family].incumbent, 2)
+        inc = Candidate(*FAMILIES[problem.family].incumbent, 2)
         return chosen, Decision(problem.family, problem.dims, 2, [Ranked(chosen, 1e-3), Ranked(inc, 2e-3)],
                                 chosen, inc)
-    monkeypatch.setattr(tuned_local, "decide", decide)
+    monkeypatch.setattr(gemm_entry, "decide", decide)
+    monkeypatch.setattr(cholesky_entry, "decide", decide)
+    monkeypatch.setattr(lu_entry, "decide", decide)
 
 
 def test_tuned_gemm_runs_numpy_once_demoted_and_every_call_is_right(clock, monkeypatch):
     _forced(monkeypatch, CHOSEN)
     ran = []
-    real_run = tuned_local.run_gemm
-    real_matmul = tuned_local._numpy_matmul
+    real_run = gemm_entry.run_gemm
+    real_matmul = gemm_entry._numpy_matmul
 
     def slow_choice(*args):
         clock.spend(1.0)
@@ -162,8 +169,8 @@ def test_tuned_gemm_runs_numpy_once_demoted_and_every_call_is_right(clock, monke
         clock.spend(0.1)
         ran.append("reference")
         return real_matmul(*args, **kw)
-    monkeypatch.setattr(tuned_local, "run_gemm", slow_choice)
-    monkeypatch.setattr(tuned_local, "_numpy_matmul", reference)
+    monkeypatch.setattr(gemm_entry, "run_gemm", slow_choice)
+    monkeypatch.setattr(gemm_entry, "_numpy_matmul", reference)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((96, 80)), np.asfortranarray(rng.standard_normal((80, 64)))
     for _ in range(2 * GUARD_ROUNDS + 2):
@@ -183,14 +190,14 @@ def test_cholesky_is_not_remembered_in_c_until_the_guard_keeps_it(clock, monkeyp
     chosen = Candidate("potrf", "numpy-openblas", 2)
     _forced(monkeypatch, chosen)
     remembered = []
-    monkeypatch.setattr(tuned_local, "_remember_cholesky", lambda cand, *a, **k: remembered.append(cand))
-    real = tuned_local.run_cholesky
+    monkeypatch.setattr(cholesky_entry, "_remember_cholesky", lambda cand, *a, **k: remembered.append(cand))
+    real = cholesky_entry.run_cholesky
 
     def fast(*args):
         clock.spend(0.01)
         return real(*args)
-    monkeypatch.setattr(tuned_local, "run_cholesky", fast)
-    monkeypatch.setattr(tuned_local, "_scipy_cholesky", lambda *a: (clock.spend(1.0), np.linalg.cholesky(a[0]).T)[1])
+    monkeypatch.setattr(cholesky_entry, "run_cholesky", fast)
+    monkeypatch.setattr(cholesky_entry, "_scipy_cholesky", lambda *a: (clock.spend(1.0), np.linalg.cholesky(a[0]).T)[1])
     rng = np.random.default_rng(1)
     x = rng.standard_normal((120, 120))
     s = x @ x.T + 120 * np.eye(120)
@@ -204,7 +211,7 @@ def test_cholesky_is_not_remembered_in_c_until_the_guard_keeps_it(clock, monkeyp
 # -- the reference wins ties (item 3) ------------------------------------------------------------
 
 def test_an_alternative_must_beat_the_reference_by_its_series_uncertainty(monkeypatch):
-    from autotune.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
+    from autotune.core.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
     from autotune.db.noise import SeriesNoise
     rank_module = importlib.import_module("autotune.select.margin")
 
@@ -230,22 +237,21 @@ def test_a_demoted_lu_is_remembered_in_c_as_scipys_routine(clock, monkeypatch):
     count (the Python path's own overhead made a demoted n = 100 call twice scipy's)."""
     from autotune.kernels import _front
 
-    from autotune import tuned_lu, tuned_lu_factor
+    from autotune import tuned_lu_factor
 
     chosen = Candidate("getrf", "numpy-openblas", 2)
     _forced(monkeypatch, chosen)
-    monkeypatch.setattr(tuned_lu, "decide", tuned_local.decide)
-    real_factor, real_scipy = tuned_lu._factor, tuned_lu.scipy_call
-    monkeypatch.setattr(tuned_lu, "_factor", lambda *a: (clock.spend(1.0), real_factor(*a))[1])
-    monkeypatch.setattr(tuned_lu, "scipy_call", lambda *a, **k: (clock.spend(0.01), real_scipy(*a, **k))[1])
+    real_factor, real_scipy = lu_entry._factor, lu_entry.scipy_call
+    monkeypatch.setattr(lu_entry, "_factor", lambda *a: (clock.spend(1.0), real_factor(*a))[1])
+    monkeypatch.setattr(lu_entry, "scipy_call", lambda *a, **k: (clock.spend(0.01), real_scipy(*a, **k))[1])
     _front.forget()
     a = np.random.default_rng(2).standard_normal((120, 120))
-    want = tuned_lu.linalg.lu_factor(a)
+    want = lu_entry.linalg.lu_factor(a)
     for _ in range(2 * GUARD_ROUNDS):
         assert not _front.remembered_lu(120)
         got = tuned_lu_factor(a)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
-    assert guard.demoted(tuned_lu.LuProblem(120), chosen, 2)
+    assert guard.demoted(lu_entry.LuProblem(120), chosen, 2)
     tuned_lu_factor(a)
     assert _front.remembered_lu(120)
     got = tuned_lu_factor(a)                 # the C path: scipy's routine, the same factor
@@ -257,12 +263,12 @@ def test_the_reference_candidate_is_watched_where_its_library_runs_another_count
     """numpy's own gemm at 1 thread is not the call the user would have run while numpy's library
     has 2 (a budget the library does not read, as a cgroup quota): the guard watches it."""
     from autotune import backends
-    from autotune.config import get_options
+    from autotune.settings import get_options
 
     one = Candidate("blas", "numpy-openblas", 1)
     dec = Decision("gemm", (600, 600, 600), 1, [Ranked(one, 1e-3)], one, one)
     be = backends.get("numpy-openblas")
     monkeypatch.setattr(be, "get_threads", lambda: 2)
-    assert not tuned_local._unguarded(dec, get_options())
+    assert not decide_entry._unguarded(dec, get_options())
     monkeypatch.setattr(be, "get_threads", lambda: 1)
-    assert tuned_local._unguarded(dec, get_options())
+    assert decide_entry._unguarded(dec, get_options())

@@ -13,9 +13,9 @@ from conftest import require_kernel_version
 import autotune
 from autotune import backends
 from autotune.benchmarks import multicore as bench_multicore
+from autotune.core.families import as_problem
 from autotune.db import load_sp
 from autotune.db.threads import StrassenSPs, ThreadSPs, VersionSPs, load_threads, save_threads
-from autotune.families import as_problem
 from autotune.models import gemm as gemm_models
 from autotune.select import clear_cache, rank
 

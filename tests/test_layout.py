@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 
-from autotune.families import GemmProblem, gemm_layout
-from autotune.plans import Candidate
+from autotune.core.families import GemmProblem, gemm_layout
+from autotune.core.plans import Candidate
 from autotune.select import rank
 
 BACKENDS = ["numpy-openblas", "scipy-openblas", "numba-reference"]
@@ -110,7 +110,7 @@ def test_the_reference_is_never_pruned_and_explain_shows_it(layout_sp):
 # -- Cholesky: the LAPACK triangle of the buffer ---------------------------------------------------
 
 def test_the_lapack_triangle_is_the_users_in_fortran_order_the_other_in_c_order():
-    from autotune.families import CholeskyProblem
+    from autotune.core.families import CholeskyProblem
 
     assert [CholeskyProblem(8, lower, memory).lapack_lower
             for lower in (False, True) for memory in "CF"] == [True, False, False, True]
@@ -121,8 +121,8 @@ def test_the_upper_triangle_ranks_only_libraries_measured_on_it_and_scipys_call(
     """The tiny database measures potrf's upper triangle on numpy-openblas only: on it, that
     library's potrf is priced on the upper series, scipy's (the reference) on the lower's, and no
     blocked or unblocked kernel is a candidate; on the lower every candidate is ranked."""
+    from autotune.core.families import CholeskyProblem
     from autotune.db import load_sp
-    from autotune.families import CholeskyProblem
 
     sp = load_sp(tiny_db)
     upper = rank(CholeskyProblem(200, False, "F"), sp, 2, explain=True)
@@ -141,7 +141,7 @@ def test_the_c_path_remembers_a_cholesky_under_its_lapack_triangle(tiny_db, monk
     import scipy.linalg as sl
 
     from autotune import api, options, tuned_cholesky
-    from autotune.calls import spd_matrix
+    from autotune.benchmarks.calls import spd_matrix
 
     monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
     api._front.forget()

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import autotune
-from autotune import learn
+from autotune.core.families import as_problem
 from autotune.db import load_sp
 from autotune.db.store import load
-from autotune.families import as_problem
+from autotune.feedback import learn
 from autotune.select import Candidate, choose, rank
 
 CAND = Candidate("blas", "numpy-openblas", 1)
@@ -182,7 +182,7 @@ def test_refit_missing_db_and_damaged(tmp_path):
 
 
 def test_cli_refit(tiny_db, tmp_path, capsys):
-    from autotune.cli import main
+    from autotune.cli.command import main
 
     db = tmp_path / "sp.h5"
     shutil.copy(tiny_db, db)

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 import autotune
 from autotune import backends, options, tuned_lu_factor, tuned_lu_solve, tuned_solve
-from autotune.cli import main as cli_main
+from autotune.cli.command import main as cli_main
+from autotune.core.families import as_problem
+from autotune.core.plans import Candidate
 from autotune.db import load_sp
-from autotune.families import as_problem
 from autotune.models import lu as lu_models
-from autotune.plans import Candidate
 from autotune.select import rank
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -6,11 +6,11 @@ import itertools
 import numpy as np
 import pytest
 
+from autotune.core.families import as_problem
+from autotune.core.plans import Plan
+from autotune.core.routines import flops
 from autotune.db.platform import PlatformError, load_platform, parse_platform, simulated_platform
-from autotune.families import as_problem
 from autotune.models import mapping as mm
-from autotune.plans import Plan
-from autotune.routines import flops
 from autotune.select import mapping as sm
 
 LINKS = {"host": {"ts": 1.5e-6, "tw": 2e-10}, "net": {"ts": 2e-5, "tw": 8e-9}}
@@ -174,7 +174,7 @@ def test_unknown_method_and_family():
 def test_example_platform_and_explain(tmp_path, capsys):
     from pathlib import Path
 
-    from autotune import cli
+    from autotune.cli import command as cli
 
     example = Path(__file__).resolve().parents[1] / "configs" / "platforms" / "example-16.yaml"
     assert load_platform(example).size == 16
@@ -204,9 +204,11 @@ def test_one_process_runs_the_library_routine_where_its_k_is_given():
 RANKS = """
 import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
-from autotune.plans import Plan
-from autotune.routines import flops
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor
+from autotune.core.plans import Plan
+from autotune.core.routines import flops
+from autotune.entry.cholesky import collective as distributed_cholesky
+from autotune.entry.gemm import collective as distributed_gemm
+from autotune.entry.lu import collective_lu_factor as distributed_lu_factor
 
 comm = MPI.COMM_WORLD
 rng = np.random.default_rng(3)
@@ -320,26 +322,26 @@ def test_placement_uses_the_fast_hosts_for_a_big_problem_and_one_process_for_a_t
 
 
 def test_tuned_calls_place_ranks_only_on_measured_heterogeneous_hosts(tiny_db):
-    from autotune import tuned_mpi
     from autotune.db import load_sp
+    from autotune.entry import protocol
 
     sp = load_sp(tiny_db)
     het = FakeComm({"a": 10.0, "b": 4.0})
-    placed = tuned_mpi._placement(as_problem("gemm", (3000, 3000, 3000)), ["a", "a", "b"], [2, 2, 1], 0, sp, het)
+    placed = protocol._placement(as_problem("gemm", (3000, 3000, 3000)), ["a", "a", "b"], [2, 2, 1], 0, sp, het)
     assert placed is not None and placed.plan.used_ranks(3)[0] == 0 and "mapping" in placed.describe()
     assert placed.platform.hosts[0].name == "a" and placed.platform.hosts[0].processors == 2
-    assert tuned_mpi._placement(as_problem("gemm", (3000, 3000, 3000)), ["a", "a", "a"], [2, 2, 2], 0, sp, het) is None
-    assert tuned_mpi._placement(as_problem("solve", (3000, 16)), ["a", "b"], [2, 1], 0, sp, het) is None
-    assert tuned_mpi._placement(as_problem("gemm", (3000, 30, 3000)), ["a", "b"], [2, 1], 0, sp, het) is None
+    assert protocol._placement(as_problem("gemm", (3000, 3000, 3000)), ["a", "a", "a"], [2, 2, 2], 0, sp, het) is None
+    assert protocol._placement(as_problem("solve", (3000, 16)), ["a", "b"], [2, 1], 0, sp, het) is None
+    assert protocol._placement(as_problem("gemm", (3000, 30, 3000)), ["a", "b"], [2, 1], 0, sp, het) is None
     homo = FakeComm({"a": 10.0, "b": 9.9})
-    assert tuned_mpi._placement(as_problem("lu", (3000,)), ["a", "b"], [2, 1], 1, sp, homo) is None
-    lu = tuned_mpi._placement(as_problem("lu", (3000,)), ["a", "b"], [2, 1], 1, sp, het)
+    assert protocol._placement(as_problem("lu", (3000,)), ["a", "b"], [2, 1], 1, sp, homo) is None
+    lu = protocol._placement(as_problem("lu", (3000,)), ["a", "b"], [2, 1], 1, sp, het)
     assert lu.plan.used_ranks(2, 1)[0] == 1 and lu.platform.hosts[0].name == "b"
 
 
 def test_placement_bench_alternatives_and_bad_arguments(capsys):
     from autotune.benchmarks import placement
-    from autotune.cli import main as cli_main
+    from autotune.cli.command import main as cli_main
 
     alts = placement.alternatives("gemm", 3, [64, 128])
     assert list(alts) == ["root alone", "1x3 b=64", "1x3 b=128", "3x1 b=64", "3x1 b=128", "bsr equal rows"]

@@ -12,14 +12,14 @@ from autotune.kernels.strassen import strassen_workspace_elems
 from test_bench_mpi import _bench_mpi
 
 import autotune
-from autotune.config import get_options
+from autotune.core.families import GemmProblem
+from autotune.core.plans import Candidate, Plan
 from autotune.db.comm_lookup import load_comm
 from autotune.db.lookup import load_sp
-from autotune.families import GemmProblem
 from autotune.models import memory
-from autotune.plans import Candidate, Plan
 from autotune.select import distributed as dist
 from autotune.select.memory import keep_fitting
+from autotune.settings import get_options
 
 MIB = 2**20
 rank_module = importlib.import_module("autotune.select.rank")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autotune.core.families import as_problem
 from autotune.db import load_sp
-from autotune.families import as_problem
 from autotune.models import cholesky as chol
 from autotune.models import gemm
 from autotune.models.dispatch import dispatch

@@ -19,10 +19,11 @@ import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
 import autotune
 from autotune import tuned_cholesky, tuned_gemm
-from autotune.tuned_mpi import _decide, _gemm_problem, distributed_gemm
+from autotune.entry.protocol import agree_plan as _decide
+from autotune.entry.gemm import _gemm_problem, collective as distributed_gemm
 from autotune.distributed.collective import gather_cores
 from autotune.distributed.plan import Plan
-from autotune.families import as_problem
+from autotune.core.families import as_problem
 autotune.set_options(db=sys.argv[1])
 comm = MPI.COMM_WORLD
 P, rank, root = comm.size, comm.rank, comm.rank == 0
@@ -122,8 +123,8 @@ def test_node_cores_union_of_masks_on_the_roots_host():
 
 
 def test_plan_threads_fit_the_smallest_mask():
-    from autotune.plans import Plan
-    from autotune.tuned_mpi import _fit_threads
+    from autotune.core.plans import Plan
+    from autotune.entry.protocol import _fit_threads
 
     infos = [("a", 0b0011), ("a", 0b1100), ("a", 0b10000)]
     assert _fit_threads(Plan("summa", 2, 1, 2, b=32, threads=4), infos, 0).threads == 2
@@ -157,7 +158,7 @@ def test_rebuilt_errors_have_one_type_on_every_rank():
         np.matmul("x", np.ones((2, 2)))
     except TypeError as exc:          # numpy's private _UFuncNoLoopError: its public base everywhere
         assert type(rebuilt(verdict_of(exc), 0, 2, exc)) is type(rebuilt(verdict_of(exc), 0, 2))
-    from autotune.workload import SpecError
+    from autotune.core.workload import SpecError
 
     spec = SpecError(["rule 1) workers > 0: got 0"])      # rebuilt from its message alone: its own type
     assert type(rebuilt(verdict_of(spec), 0, 2)) is SpecError
@@ -174,7 +175,7 @@ import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
 import autotune
 from autotune import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 autotune.set_options(db=sys.argv[1])
 warnings.simplefilter("ignore")
 comm = MPI.COMM_WORLD
@@ -240,8 +241,8 @@ def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(tiny_db, t
 
 
 def test_a_forced_plan_names_an_algorithm_of_its_family():
-    from autotune.families import FAMILIES
-    from autotune.plans import Plan
+    from autotune.core.families import FAMILIES
+    from autotune.core.plans import Plan
     from autotune.select.distributed import as_plan, predict
 
     assert as_plan({"algorithm": "summa", "p": 2, "r": 1, "c": 2}, "gemm").algorithm == "summa"

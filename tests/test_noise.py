@@ -11,8 +11,8 @@ from autotune.install_probe.operands import Call
 from autotune.install_probe.profile import Timing
 from autotune.install_probe.timing import Clocks, Sample, cpu_share, measure
 
-from autotune import cli as autotune_cli
-from autotune.assumptions import MAX_SPREAD, MIN_CPU_SHARE, REMEASURES
+from autotune.cli import command as autotune_cli
+from autotune.core.assumptions import MAX_SPREAD, MIN_CPU_SHARE, REMEASURES
 from autotune.db import RECORD_DTYPE, Database, load, save
 from autotune.db import noise as noise_module
 from autotune.db.noise import (

@@ -14,10 +14,12 @@ from autotune.install_probe.comm_estimate import estimate_seconds
 from autotune.install_probe.comm_profile import CommProfileError, load_comm_profile, parse_comm_profile
 from mpi_helpers import mpi_env
 
-from autotune import cli, cli_show
+from autotune.cli import command as cli
+from autotune.cli import show as cli_show
+from autotune.core.families import GemmProblem
+from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.families import GemmProblem
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -25,7 +27,6 @@ from autotune.models.fitted_phases import (
     load_phase_factors,
     save_phase_factors,
 )
-from autotune.plans import Plan
 from autotune.select import mapping as sm
 from autotune.select.distributed import Calibration, DistDecision, DistRanked, calibration_line
 

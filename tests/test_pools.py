@@ -14,10 +14,10 @@ from db_helpers import edited
 from autotune import explain, tuned_cholesky, tuned_gemm
 from autotune.backends import pools
 from autotune.backends.pools import PoolState
-from autotune.cli import main as cli_main
+from autotune.cli.command import main as cli_main
+from autotune.core.families import CholeskyProblem, as_problem
 from autotune.db import load_sp
 from autotune.db.pools import COLD, ROW_DTYPE, Transitions, load_transitions, save_transitions
-from autotune.families import CholeskyProblem, as_problem
 from autotune.select import clear_cache, rank
 
 NP, SC = "numpy-openblas", "scipy-openblas"
@@ -128,7 +128,7 @@ def test_tuned_calls_decide_for_the_state_they_find(db, monkeypatch):
     # the previous call's pool (with the fixture's 100 ms it could find the machine cold).
     save_transitions(db, rows(), {"hot_window": 3600.0})
     monkeypatch.setenv("AUTOTUNE_DB", str(db))
-    from autotune.config import options
+    from autotune.settings import options
 
     n, rng = 256, np.random.default_rng(0)
     a = rng.standard_normal((n, n))

@@ -18,8 +18,8 @@ from autotune.install_probe.operands import Call
 from autotune.install_probe.profile import Timing, parse_profile
 from autotune.install_probe.timing import measure
 
+from autotune.core.routines import flops_of
 from autotune.db import load
-from autotune.routines import flops_of
 
 BACKENDS = ["scipy-openblas", "numpy-openblas"]
 TINY_TIMING = {"min_reps": 1, "max_reps": 2, "point_budget_seconds": 0.01, "min_sample_seconds": 1e-5}
@@ -267,7 +267,7 @@ def test_standard_profiles_measure_every_block_the_distributed_selector_tries():
     """The distributed models look k up at the plan's block (Cholesky's ``panel`` calls, SUMMA's
     ``rankb`` updates); a block beyond the measured params is clamped to the largest one, which
     read trsm 40% slow at b = 512 (session 23)."""
-    from autotune.families import BLOCKS
+    from autotune.core.families import BLOCKS
 
     for name in ("standard", "full"):
         measured = {}

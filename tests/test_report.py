@@ -5,8 +5,8 @@ from __future__ import annotations
 import html
 import json
 
-from autotune.cli import main
-from autotune.report import write_report
+from autotune.cli.command import main
+from autotune.cli.report import write_report
 
 
 def _validation(path):
@@ -149,8 +149,8 @@ def test_choice_map_marks_a_choice_priced_beyond_its_measured_sizes(tiny_db):
     """The tiny database measures every Cholesky series up to 256: at 4096 any choice is
     extrapolated (``*``); gemm at 128 lies inside its measured libraries' series and is not. (gemm
     at 4096 may choose the Numba kernel, measured at one size only: a constant, never marked.)"""
+    from autotune.cli.report import _map_cell
     from autotune.db import load_sp
-    from autotune.report import _map_cell
 
     sp = load_sp(tiny_db)
     assert all("*" in _map_cell("cholesky", 4096, sp, t)[1] for t in (1, 2))

@@ -12,7 +12,7 @@ from autotune.install_probe.operands import _BUILDERS, build
 
 from autotune import backends as bk
 from autotune.backends import Backend
-from autotune.routines import PATTERNS, ROUTINES, dims_of, flops, flops_of
+from autotune.core.routines import PATTERNS, ROUTINES, dims_of, flops, flops_of
 
 AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]

@@ -13,10 +13,10 @@ from numba import njit
 
 import autotune
 from autotune import stencil
-from autotune.families import FAMILIES, StencilProblem, family
-from autotune.halo import Tile, border_cells, fits, interior_cells, tiles
+from autotune.core.families import FAMILIES, StencilProblem, family
+from autotune.core.plans import Plan
+from autotune.geometry.halo import Tile, border_cells, fits, interior_cells, tiles
 from autotune.models import stencil as model
-from autotune.plans import Plan
 from autotune.select.distributed import plans, predict, rank_plans
 from autotune.select.rank import choose
 
@@ -119,8 +119,8 @@ def test_a_stencil_decides_after_a_gap_that_may_hide_a_numpy_call(tiny_db):
     pool, so the decision is an idle spell's (it raised 'NoneType' object is not callable)."""
     from autotune.kernels import _front
 
-    from autotune.families import StencilProblem
-    from autotune.tuned_local import decide
+    from autotune.core.families import StencilProblem
+    from autotune.entry.decide import decide
 
     with autotune.options(db=str(tiny_db)):
         cand, _ = decide(StencilProblem(40, 40, 5), None, False, state=_front.FOREIGN)

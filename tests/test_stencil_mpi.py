@@ -12,7 +12,7 @@ from mpi4py import MPI
 from numba import njit
 from autotune import stencil
 from autotune.kernels.stencil import heat_weights, reference
-from autotune.plans import Plan, grids
+from autotune.core.plans import Plan, grids
 
 @njit(cache=True)
 def laplace(src, dst, r0, r1, c0, c1):
@@ -78,7 +78,7 @@ import numpy as np
 from mpi4py import MPI
 from autotune import stencil
 from autotune.kernels.stencil import heat_weights, reference
-from autotune.tuned_stencil import StencilArgs, agreed_plan
+from autotune.entry.stencil import StencilArgs, agreed_plan
 
 comm = MPI.COMM_WORLD
 me = comm.rank
@@ -110,7 +110,7 @@ ERRORS = """
 import numpy as np
 from mpi4py import MPI
 from autotune import stencil
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 
 comm = MPI.COMM_WORLD
 P, me = comm.size, comm.rank

@@ -7,7 +7,7 @@ from importlib import resources
 import pytest
 import yaml
 
-from autotune import cli
+from autotune.cli import command as cli
 
 CASE = str(resources.files("autotune.configs") / "synthetic" / "case1.yaml")
 

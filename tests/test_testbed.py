@@ -12,7 +12,7 @@ import pytest
 from mpi_helpers import MPI_TIMEOUT, mpi_env, mpiexec, run_checked
 
 from autotune import testbed
-from autotune.cli import main as cli_main
+from autotune.cli.command import main as cli_main
 
 
 def test_hosts_and_their_checks():
@@ -279,7 +279,7 @@ import io, contextlib, sys
 import numpy as np, scipy.linalg as sl
 from mpi4py import MPI
 from autotune import tuned_gemm, tuned_lu_factor
-from autotune.config import options
+from autotune.settings import options
 
 comm = MPI.COMM_WORLD
 rng = np.random.default_rng(3)

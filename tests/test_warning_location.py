@@ -12,10 +12,10 @@ import pytest
 from db_helpers import damaged_copy
 
 import autotune
+from autotune.core.families import as_problem
 from autotune.db import load_comm, load_sp
 from autotune.db._warn import user_stacklevel
 from autotune.db.pools import ROW_DTYPE, save_transitions
-from autotune.families import as_problem
 from autotune.select import clear_cache
 from autotune.select.distributed import rank_plans
 

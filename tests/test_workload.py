@@ -10,13 +10,14 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from autotune import cli, synthetic, workload
+from autotune import cli, synthetic
+from autotune.core import workload
+from autotune.core.workload import LIMITS, MAX_DEGREE, MAX_LAUNCH, MAX_STAGES, RULES, SpecError, launch_of, plan
+from autotune.core.workload_read import load_spec
 from autotune.models import pipeline as model_pipeline
 from autotune.models.pipeline import makespan, nominal_hop, predict
 from autotune.select import pipeline as select_pipeline
 from autotune.select.pipeline import MAX_OPTIONS, count_options, options, rules, search_space, tune
-from autotune.workload import LIMITS, MAX_DEGREE, MAX_LAUNCH, MAX_STAGES, RULES, SpecError, launch_of, plan
-from autotune.workload_read import load_spec
 
 CASES = resources.files("autotune.configs") / "synthetic"
 FREE = nominal_hop(0.0, 0.0, 0.0, 0.0)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autotune.budget import set_library_limit
+from autotune.host.budget import set_library_limit
 from autotune.kernels import _front
 
 from . import BACKENDS, BackendUnavailable, get

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.cli_common import output_problem as output_problem  # the benchmarks' check of --out
+from autotune.cli.common import output_problem as output_problem  # the benchmarks' check of --out
 from autotune.db import load_sp
-from autotune.tuned_mpi import MPI_MISSING
+from autotune.entry.protocol import MPI_MISSING
 
 
 def error(command: str, message: str, status: int = 2) -> int:

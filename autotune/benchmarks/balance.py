@@ -31,16 +31,16 @@ import time
 import numpy as np
 
 from autotune import testbed
-from autotune.balance import AVERAGES, INTERVALS, Policy, shares
 from autotune.benchmarks._common import error, mpi_world, output_problem, quartiles, report_root
+from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.benchmarks.quotas import parse_quota, restored, set_quotas
-from autotune.calls import HEAT_ALPHA
-from autotune.config import options
+from autotune.core.plans import Plan
 from autotune.distributed.balance import busy, step_overhead
 from autotune.distributed.plan import Mark, Phases
-from autotune.halo import Rect
+from autotune.feedback.balance import AVERAGES, INTERVALS, Policy, shares
+from autotune.geometry.halo import Rect
 from autotune.kernels.stencil import Sweeper, heat_weights
-from autotune.plans import Plan
+from autotune.settings import options
 from autotune.stencil import distribute
 
 HELP = "a stencil balancing itself while CPU shares change, against static splits (under testbed mpiexec)"

@@ -24,11 +24,12 @@ import time
 import numpy as np
 
 from autotune import testbed
-from autotune.balance import HostSpeeds, Policy
 from autotune.benchmarks._common import error, mpi_world, output_problem, report_root
 from autotune.benchmarks.balance import measure_speeds
 from autotune.benchmarks.quotas import parse_share, restored, set_quotas
-from autotune.layout import block_cyclic
+from autotune.feedback.balance import Policy
+from autotune.feedback.speeds import HostSpeeds
+from autotune.geometry.layout import block_cyclic
 
 HELP = "repeated distributed LU / Cholesky on data kept distributed, weights adapting after a host slows"
 CONFIGS = ("probe", "adaptive")

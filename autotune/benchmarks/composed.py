@@ -23,7 +23,7 @@ from threadpoolctl import threadpool_limits
 
 from autotune.api import tuned_cholesky, tuned_gemm
 from autotune.benchmarks._common import error, half_iqr, output_problem, write_json
-from autotune.config import options
+from autotune.settings import options
 
 HELP = "alternating gemm and Cholesky: tuned calls vs numpy + scipy, side by side"
 SIZES = (128, 256, 512, 1024)

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg
 
-from autotune import guard
 from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
-from autotune.assumptions import GUARD_MAX_ROUNDS
 from autotune.benchmarks._common import error, half_iqr, output_problem, write_json
-from autotune.calls import spd_matrix
-from autotune.config import options
+from autotune.benchmarks.calls import spd_matrix
+from autotune.core.assumptions import GUARD_MAX_ROUNDS
+from autotune.feedback import guard
+from autotune.settings import options
 
 HELP = "tuned calls vs numpy/scipy on every operand layout and two programs (tuned / reference)"
 SIZES = (100, 700, 1500, 3000)          # off the probe's power-of-two grid

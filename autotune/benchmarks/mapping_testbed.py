@@ -26,18 +26,18 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem
-from autotune.calls import CALLS, agrees, square
-from autotune.config import options
+from autotune.benchmarks.calls import CALLS, agrees, square
+from autotune.core.families import FAMILIES, Problem, usable_blocks
+from autotune.core.plans import Plan, grids
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, measured_platform
-from autotune.families import FAMILIES, Problem, usable_blocks
+from autotune.entry.protocol import MPI_MISSING
 from autotune.models.fitted_phases import platform_factors
 from autotune.models.mapping import MODELS as MAPPING_MODELS
 from autotune.models.mapping import database_k
-from autotune.plans import Plan, grids
 from autotune.select import mapping as sm
-from autotune.tuned_mpi import MPI_MISSING
+from autotune.settings import options
 
 HELP = "time every mapping/grid/block on a cluster (under mpiexec) against the mapping search's choices"
 

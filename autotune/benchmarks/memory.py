@@ -19,10 +19,10 @@ import gc
 import numpy as np
 
 from autotune.benchmarks._common import mpi_world, output_problem, report_root
-from autotune.calls import CALLS, HEAT_ALPHA
-from autotune.families import as_problem
+from autotune.benchmarks.calls import CALLS, HEAT_ALPHA
+from autotune.core.families import as_problem
+from autotune.core.plans import Candidate, Plan, grids
 from autotune.models.memory import local, plan_footprint
-from autotune.plans import Candidate, Plan, grids
 from autotune.stencil import heat2d
 
 HELP = "each call's measured peak memory (RSS high-water) against the memory model's prediction"

@@ -14,11 +14,11 @@ import re
 
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.mpi_validate import summarise
+from autotune.core.families import DISTRIBUTED, FAMILIES
+from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.families import DISTRIBUTED, FAMILIES
 from autotune.models.fitted_phases import platform_factors
-from autotune.plans import Plan
 from autotune.select.distributed import predict
 
 HELP = "re-score mpi-validate runs with the current models, without re-timing"

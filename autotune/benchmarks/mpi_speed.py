@@ -25,15 +25,15 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.benchmarks._common import error, output_problem, timed, write_json
-from autotune.calls import CALLS, HEAT_ALPHA, square
-from autotune.config import options
+from autotune.benchmarks.calls import CALLS, HEAT_ALPHA, square
+from autotune.core.families import DISTRIBUTED, Problem
+from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.families import DISTRIBUTED, Problem
+from autotune.entry.protocol import MPI_MISSING
 from autotune.kernels.stencil import heat_weights, reference
-from autotune.plans import Plan
 from autotune.select.distributed import rank_plans
-from autotune.tuned_mpi import MPI_MISSING
+from autotune.settings import options
 
 HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P)"
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and

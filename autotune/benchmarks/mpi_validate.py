@@ -28,8 +28,8 @@ import json
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json, write_text
-from autotune.plans import PHASES
-from autotune.tuned_mpi import MPI_MISSING
+from autotune.core.plans import PHASES
+from autotune.entry.protocol import MPI_MISSING
 
 HELP = "every distributed plan timed against its phase models (under mpiexec -n P)"
 

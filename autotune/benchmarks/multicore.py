@@ -21,6 +21,7 @@ import numpy as np
 
 from autotune import backends
 from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.core.plans import Candidate
 from autotune.db import load_sp
 from autotune.db.location import resolve
 from autotune.db.threads import ThreadSPs, load_threads
@@ -29,7 +30,6 @@ from autotune.kernels import versions
 from autotune.kernels.nested_strassen import nested_strassen
 from autotune.models import gemm as gemm_models
 from autotune.models import multicore
-from autotune.plans import Candidate
 from autotune.select.candidates import NESTED_BACKEND as BACKEND
 
 HELP = "multicore models (Jacobi, add, nested Strassen, OMP-add Strassen) vs timings at off-grid sizes"

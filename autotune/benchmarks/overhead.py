@@ -11,11 +11,11 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import output_problem, probed_sp, write_json
-from autotune.config import options
-from autotune.families import FAMILIES as FAMILY_DEFS
-from autotune.families import as_problem
+from autotune.core.families import FAMILIES as FAMILY_DEFS
+from autotune.core.families import as_problem
+from autotune.entry.decide import decide
 from autotune.select import choose, clear_cache
-from autotune.tuned_local import decide
+from autotune.settings import options
 
 HELP = "cost of a decision: first (new shape) and cached, in microseconds"
 SIZES = [97 + 131 * i for i in range(30)]

@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from autotune.benchmarks._common import error
+from autotune.benchmarks.calls import CALLS, agrees
 from autotune.benchmarks.mapping_testbed import args_problem, cluster_problem, plans
-from autotune.calls import CALLS, agrees
-from autotune.config import options
+from autotune.core.families import FAMILIES, usable_blocks
+from autotune.core.plans import Plan
 from autotune.db.comm_lookup import load_comm
-from autotune.families import FAMILIES, usable_blocks
 from autotune.models.mapping import MODELS as MAPPING_MODELS
-from autotune.plans import Plan
+from autotune.settings import options
 
 HELP = "tuned calls with comm= (their own placement) against forced plans, under mpiexec on a cluster"
 

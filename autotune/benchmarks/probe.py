@@ -12,7 +12,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.benchmarks._common import error, output_problem, timed, write_json
-from autotune.routines import flops_of
+from autotune.core.routines import flops_of
 
 HELP = "the probe's dgemm timing against a plain numpy a @ b (A/B)"
 

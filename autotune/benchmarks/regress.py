@@ -53,13 +53,13 @@ from autotune.benchmarks._common import (
     write_atomic,
     write_json,
 )
-from autotune.calls import CALLS
-from autotune.config import options
+from autotune.benchmarks.calls import CALLS
+from autotune.core.families import FAMILIES, Problem
+from autotune.core.plans import ALGORITHMS
 from autotune.db import load_sp, location
 from autotune.db.fingerprint import machine_fingerprint, mismatches
-from autotune.families import FAMILIES, Problem
-from autotune.plans import ALGORITHMS
 from autotune.select import choose
+from autotune.settings import options
 
 HELP = "tuned calls vs numpy/scipy (A/B), a CI gate against a baseline"
 SIZES = (64, 128, 256, 512, 1000, 1024, 2048, 3000, 4096)

@@ -25,8 +25,8 @@ import numpy as np
 
 from autotune.benchmarks._common import output_problem, probed_sp, write_json, write_text
 from autotune.benchmarks.validate import SETTLE_SECONDS, measure, paired_regret, runner
+from autotune.core.families import FAMILIES, as_problem
 from autotune.db import load_sp
-from autotune.families import FAMILIES, as_problem
 from autotune.select import clear_cache, rank
 
 HELP = "one fitted T(n, b) per blocked series vs per-block polynomials in n, on held-out problems"

@@ -17,8 +17,8 @@ import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.validate import finish, summarise
+from autotune.core.families import as_problem
 from autotune.db import load_sp
-from autotune.families import as_problem
 from autotune.select import rank
 
 HELP = "re-score a validate run against another database, without re-timing"

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json
-from autotune.layout import Axis, block_cyclic
+from autotune.geometry.layout import Axis, block_cyclic
 
 HELP = "distributed LU/Cholesky vs ScaLAPACK pdgetrf/pdpotrf on distributed data (under mpiexec -n P)"
 _INT = ctypes.c_int

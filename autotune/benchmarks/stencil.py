@@ -22,17 +22,17 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root, timed
-from autotune.calls import HEAT_ALPHA
-from autotune.config import options
+from autotune.benchmarks.calls import HEAT_ALPHA
+from autotune.core.families import StencilProblem
+from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.distributed.collective import gather_cores, quiet_barrier
 from autotune.distributed.plan import Phases
-from autotune.families import StencilProblem
 from autotune.kernels.stencil import heat_weights, reference
 from autotune.models import stencil as model
-from autotune.plans import Plan
 from autotune.select.distributed import predict, rank_plans
+from autotune.settings import options
 from autotune.stencil import distribute, heat2d
 
 HELP = "stencil schedules and plans, measured against their model (under mpiexec / testbed mpiexec)"

@@ -20,12 +20,12 @@ from threadpoolctl import threadpool_limits
 
 from autotune.api import tuned_gemm
 from autotune.benchmarks._common import error, output_problem, timed, write_json, write_text
-from autotune.config import options
+from autotune.core.plans import Candidate
 from autotune.db import load_sp
 from autotune.models import gemm as gemm_models
 from autotune.models.fit_strassen import StrassenFit, fit_strassen
 from autotune.models.gemm import STRASSEN_ADD_BACKEND
-from autotune.plans import Candidate
+from autotune.settings import options
 
 HELP = "Strassen's per-level factors M(l), A(l) fitted on this machine vs the analytical model"
 BACKEND = "numpy-openblas"

@@ -24,8 +24,8 @@ import numpy as np
 
 from autotune import synthetic
 from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root
-from autotune.workload import Pipeline, PipelineError, Spec, Stage, assign
-from autotune.workload_read import load_spec
+from autotune.core.workload import Pipeline, PipelineError, Spec, Stage, assign
+from autotune.core.workload_read import load_spec
 
 HELP = "synthetic master/worker pipelines (003): the source's cases and generated workloads, original vs tuned"
 SIZES = (1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)

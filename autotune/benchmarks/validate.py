@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import output_problem, probed_sp, write_json, write_text
+from autotune.core.families import FAMILIES, as_problem
 from autotune.db import load_sp
-from autotune.families import FAMILIES, as_problem
 from autotune.select import as_candidate, rank
 
 HELP = "every candidate timed against its prediction: model error and regret"

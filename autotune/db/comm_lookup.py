@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.assumptions import DEFAULT_COMPUTE_SKEW, DEFAULT_FIRST_TOUCH, DEFAULT_TS, DEFAULT_TW
+from autotune.core.assumptions import DEFAULT_COMPUTE_SKEW, DEFAULT_FIRST_TOUCH, DEFAULT_TS, DEFAULT_TW
 
 from . import location
 from ._warn import warn_user

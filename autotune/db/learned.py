@@ -2,7 +2,7 @@
 
 One plain row per candidate (``LEARNED_DTYPE``: the candidate's fields, the number of points,
 scale, sigma, size range, and the ratio(n) terms and coefficients as JSON). Logging, fitting and
-applying them is ``autotune.learn``; this module only reads and writes rows.
+applying them is ``autotune.feedback.learn``; this module only reads and writes rows.
 """
 from __future__ import annotations
 

@@ -17,14 +17,14 @@ from collections import defaultdict
 
 import numpy as np
 
-from autotune.assumptions import (
+from autotune.core.assumptions import (
     DEFAULT_RATE,
     DRIFT_PERCENTILE,
     EXTRAPOLATION_PENALTY,
     MAX_DRIFT_CORRECTION,
     RECHECK_SECONDS,
 )
-from autotune.routines import ROUTINES
+from autotune.core.routines import ROUTINES
 
 from . import location
 from ._warn import warn_user

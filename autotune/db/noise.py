@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.assumptions import MAX_SPREAD, MIN_CPU_SHARE
+from autotune.core.assumptions import MAX_SPREAD, MIN_CPU_SHARE
 
 from .lookup import remeasure_command
 from .store import valid_mask

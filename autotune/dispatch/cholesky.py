@@ -7,7 +7,7 @@ from functools import partial
 import numpy as np
 
 from autotune import backends
-from autotune.plans import Candidate
+from autotune.core.plans import Candidate
 
 from .layout import call_with_threads
 

@@ -6,8 +6,8 @@ import functools
 import numpy as np
 
 from autotune import backends
+from autotune.core.plans import Candidate
 from autotune.kernels._front import aligned_empty
-from autotune.plans import Candidate
 
 from .layout import call_with_threads, fortran_operand
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.balance import Balancer, LinkCost, Policy
 from autotune.distributed.plan import Mark
-from autotune.models.movement import ITEM
+from autotune.feedback.balance import Balancer, Policy
+from autotune.models.movement import ITEM, LinkCost
 
 # Periods not sampled at the start: kernels compile, pages are touched, MPI connections open.
 WARM_UP = 2

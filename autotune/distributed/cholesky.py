@@ -44,9 +44,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.layout import Axis, Layout
+from autotune.core.plans import Plan
+from autotune.geometry.layout import Axis, Layout
 from autotune.models.distributed_cholesky import flipped, memory_order, wanted_order
-from autotune.plans import Plan
 
 from . import workspace
 from .checks import all_finite, root_square

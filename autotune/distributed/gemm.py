@@ -63,7 +63,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autotune.plans import Plan
+from autotune.core.plans import Plan
 
 from .gemm_grid import bsr, bsr_dist, cannon, cbsr, summa, summa_dist
 from .gemm_run import _local, _run

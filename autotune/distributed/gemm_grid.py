@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.layout import Axis, Layout
-from autotune.plans import Plan
+from autotune.core.plans import Plan
+from autotune.geometry.layout import Axis, Layout
 
 from . import workspace
 from .collective import agree

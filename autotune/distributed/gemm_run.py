@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.core.plans import Plan
+from autotune.geometry.layout import Axis
 from autotune.kernels import dist_gemm as kern
-from autotune.layout import Axis
 from autotune.models.distributed_gemm import plan_error
-from autotune.plans import Plan
 
 from . import workspace
 from .checks import all_finite

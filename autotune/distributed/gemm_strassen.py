@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.core.plans import Plan
+from autotune.geometry.layout import Axis
 from autotune.kernels import dist_gemm as kern
-from autotune.layout import Axis
-from autotune.plans import Plan
 
 from . import workspace
 from .gemm_grid import _oriented, _summa_core, _SummaWork

@@ -37,10 +37,10 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from autotune.assumptions import LU_POLL_BLOCKS
+from autotune.core.assumptions import LU_POLL_BLOCKS
+from autotune.core.plans import Plan
+from autotune.geometry.layout import Layout
 from autotune.kernels import _front, pack
-from autotune.layout import Layout
-from autotune.plans import Plan
 
 from . import workspace
 from .checks import all_finite, root_square

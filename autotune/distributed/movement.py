@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.geometry.layout import Axis, Layout
 from autotune.kernels.pack import as_index, put, take_flat
-from autotune.layout import Axis, Layout
 
 from . import workspace
 

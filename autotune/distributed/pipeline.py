@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from autotune.assumptions import PIPELINE_POLL_SECONDS
-from autotune.routines import flops_of
-from autotune.workload import MANAGER, MASTER, REPLICA, STAGE, Plan, Process, assign
+from autotune.core.assumptions import PIPELINE_POLL_SECONDS
+from autotune.core.routines import flops_of
+from autotune.core.workload import MANAGER, MASTER, REPLICA, STAGE, Plan, Process, assign
 
 BATCH, TASK, RESULT, REPLY, END = 31, 32, 33, 34, 35
 IN_FLIGHT_POLL = PIPELINE_POLL_SECONDS / 10     # seconds between progress calls while sends are in flight

@@ -1,4 +1,4 @@
-"""How distributed runs report their phases (``Phases``, ``timed``); the ``Plan`` they run is in ``autotune.plans``."""
+"""How distributed runs report their phases (``Phases``, ``timed``); the ``Plan`` they run is in ``autotune.core.plans``."""
 from __future__ import annotations
 
 import time
@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
-# ``Plan`` and ``PHASES`` live in ``autotune.plans`` (the selector builds plans without importing
+# ``Plan`` and ``PHASES`` live in ``autotune.core.plans`` (the selector builds plans without importing
 # this package); re-exported here for existing callers.
-from autotune.plans import PHASES, Plan
+from autotune.core.plans import PHASES, Plan
 
 __all__ = ["PHASES", "Mark", "Phases", "Plan", "timed"]
 

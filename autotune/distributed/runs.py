@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from autotune.layout import Layout, block_cyclic, grid_weights
-from autotune.plans import Plan
+from autotune.core.plans import Plan
+from autotune.geometry.layout import Layout, block_cyclic, grid_weights
 
 from . import workspace
 from .collective import raise_first, verdict_of
@@ -44,7 +44,7 @@ def check_plan(plan: Plan, algorithm: str, size: int, root: int,
     """Raise ValueError unless ``plan`` runs ``algorithm`` on ``size`` ranks from ``root``;
     ``problem(plan)`` is the family's own reason (None: none)."""
     if not isinstance(plan, Plan):
-        raise ValueError(f"plan must be an autotune.plans.Plan, got {type(plan).__name__}")
+        raise ValueError(f"plan must be an autotune.core.plans.Plan, got {type(plan).__name__}")
     if plan.algorithm != algorithm:
         raise ValueError(f"plan is for {plan.algorithm!r}, not {algorithm!r}")
     why = problem(plan)

@@ -3,7 +3,7 @@
 ``HaloField`` holds this rank's tile in two buffers with a halo of the plan's width ``b``, and
 one set of persistent requests per buffer (``Send_init``/``Recv_init`` on subarray datatypes of
 the buffer itself: no packing in Python, no collective). A step runs the plan's schedule on the
-regions ``autotune.halo`` defines and ``models.stencil`` prices:
+regions ``autotune.geometry.halo`` defines and ``models.stencil`` prices:
 
 - ``blocking``: exchange, then sweep the whole region;
 - ``overlap``: start the exchange, sweep the interior (testing the requests between row chunks so
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.assumptions import OVERLAP_POLLS
-from autotune.families import StencilProblem
-from autotune.halo import CORNERS, EDGES, Rect, Tile
+from autotune.core.assumptions import OVERLAP_POLLS
+from autotune.core.families import StencilProblem
+from autotune.core.plans import Plan
+from autotune.geometry.halo import CORNERS, EDGES, Rect, Tile
+from autotune.geometry.layout import Axis, Layout, grid_weights
 from autotune.kernels.stencil import Sweeper
-from autotune.layout import Axis, Layout, grid_weights
-from autotune.plans import Plan
 
 from . import movement
 from .plan import Phases, timed

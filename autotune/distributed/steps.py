@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.layout import Axis
+from autotune.geometry.layout import Axis
 
 
 class BlockSteps:

@@ -25,9 +25,9 @@ import threading
 
 import numpy as np
 
-from autotune.assumptions import HUGE_MIN_BYTES, HUGE_PAGE, WORKSPACE_FALLBACK_BYTES, WORKSPACE_SHARE
-from autotune.config import get_options
+from autotune.core.assumptions import HUGE_MIN_BYTES, HUGE_PAGE, WORKSPACE_FALLBACK_BYTES, WORKSPACE_SHARE
 from autotune.kernels._front import aligned_empty
+from autotune.settings import get_options
 
 __all__ = ["HUGE_MIN_BYTES", "HUGE_PAGE", "empty", "held_bytes", "huge_empty", "limit_bytes", "release"]
 

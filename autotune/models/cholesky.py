@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.assumptions import MEMORY_SHARE
-from autotune.routines import SEGMENT_FRACTIONS, flops
+from autotune.core.assumptions import MEMORY_SHARE
+from autotune.core.routines import SEGMENT_FRACTIONS, flops
 
 # Share of the unblocked gemv variant's n^3/3 flops falling in each eighth-segment (x 96/n^3).
 SEGMENT_WEIGHTS = (5.0, 11.0, 11.0, 5.0)
-# MEMORY_SHARE (set by hand, autotune/assumptions.py): the share of an ``add`` pass per trailing
+# MEMORY_SHARE (set by hand, autotune/core/assumptions.py): the share of an ``add`` pass per trailing
 # element a right-looking b-wide update pays (docs/models.md#cholesky.blocked).
 
 

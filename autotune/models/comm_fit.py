@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.assumptions import DEFAULT_TS, DEFAULT_TW
+from autotune.core.assumptions import DEFAULT_TS, DEFAULT_TW
 from autotune.db.comm import FIT_DTYPE, PRTT_DTYPE
 
 

@@ -1,7 +1,7 @@
 """What a tuned call adds around the library's own routine (entry checks, dispatch, thread switch)."""
 from __future__ import annotations
 
-from autotune.routines import DISPATCH_ORDER, dims_of, flops
+from autotune.core.routines import DISPATCH_ORDER, dims_of, flops
 
 
 def dispatch(routine: str, backend: str, threads: int, sp) -> float:

@@ -2,7 +2,7 @@
 
 Each ``model(m, k, n, plan, sp, cp) -> dict`` predicts the run of the same-named algorithm in
 ``autotune.distributed.gemm`` (root-held data, from the first scatter to the gathered C): keys
-``distribution``, ``communication``, ``compute``, ``collection`` (``autotune.plans.PHASES``)
+``distribution``, ``communication``, ``compute``, ``collection`` (``autotune.core.plans.PHASES``)
 and ``total``. Communication uses the primitive each phase really calls, with its message size in
 bytes (``cp.time(primitive, p, nbytes, grid)``, per message for bcast/sendrecv/pingpong, per
 process block for scatterv/gatherv/allgatherv; a collective among one process costs nothing).
@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from autotune.db.contention import alone, lockstep
-from autotune.layout import Axis
+from autotune.geometry.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
 from autotune.models.movement import ITEM, first_touch

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.assumptions import LU_POLL_BLOCKS
+from autotune.core.assumptions import LU_POLL_BLOCKS
+from autotune.core.routines import flops
 from autotune.db.contention import alone
-from autotune.routines import flops
 
 from . import comm_train, movement
 from .lu import u12_pattern

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.assumptions import PLAN_FIT_MAX_APE
+from autotune.core.assumptions import PLAN_FIT_MAX_APE
 
 from .fit_select import select_terms
 from .fit_terms import TermSet

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.core.routines import flops
 from autotune.db.threads import ThreadSPs, VersionSPs, driver_extra
-from autotune.routines import flops
 
 from . import movement, multicore
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.routines import flops
+from autotune.core.routines import flops
 
 
 def lu_flops(n) -> np.ndarray:

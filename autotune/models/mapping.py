@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.families import FAMILIES
-from autotune.layout import cycle, grid_weights
+from autotune.core.families import FAMILIES
+from autotune.geometry.layout import cycle, grid_weights
 
 from . import movement
 

@@ -13,11 +13,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.assumptions import HUGE_MIN_BYTES, HUGE_PAGE
-from autotune.halo import Tile
+from autotune.core.assumptions import HUGE_MIN_BYTES, HUGE_PAGE
+from autotune.core.plans import Candidate, Plan
+from autotune.geometry.halo import Tile
+from autotune.geometry.layout import Axis, grid_weights
 from autotune.kernels.strassen_shape import strassen_workspace_elems
-from autotune.layout import Axis, grid_weights
-from autotune.plans import Candidate, Plan
 
 WORD = 8
 

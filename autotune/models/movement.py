@@ -7,14 +7,15 @@ way; every cost comes from a probe series (``sp``) or the comm probe's platform 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.assumptions import COPY_SHARE, FILL_SHARE, LOOP_SHARE, READ_SHARE
+from autotune.core.assumptions import COPY_SHARE, FILL_SHARE, LOOP_SHARE, READ_SHARE
 
 ITEM = 8                            # bytes per float64
 PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
-# Hand-set shares of an add pass (copy, cold read, fill, in-loop move): autotune/assumptions.py
+# Hand-set shares of an add pass (copy, cold read, fill, in-loop move): autotune/core/assumptions.py
 # (docs/models.md#movement).
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
@@ -141,3 +142,26 @@ def first_touch(cp, nbytes: float) -> float:
     nothing for communication parameters that do not model them)."""
     timer = getattr(cp, "first_touch_time", None)
     return float(timer(float(nbytes))) if timer is not None else 0.0
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """(ts, tw) of a point-to-point message within a host and between hosts (the comm probe's)."""
+
+    ts_host: float
+    tw_host: float
+    ts_net: float
+    tw_net: float
+
+    def seconds(self, nbytes, net) -> np.ndarray:
+        nbytes, net = np.asarray(nbytes, float), np.asarray(net, bool)
+        t = np.where(net, self.ts_net + self.tw_net * nbytes, self.ts_host + self.tw_host * nbytes)
+        return np.where(nbytes > 0, t, 0.0)
+
+    def move(self, volume, rank_host) -> float:
+        """Seconds to move ``volume[i, j]`` bytes from rank i to rank j: the busiest rank's messages."""
+        v = np.asarray(volume, float)
+        h = np.asarray(rank_host)
+        t = self.seconds(v, h[:, None] != h[None, :])
+        np.fill_diagonal(t, 0.0)
+        return float(max(t.sum(axis=1).max(), t.sum(axis=0).max()))

@@ -20,9 +20,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
+from autotune.core.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
+from autotune.core.workload import MANAGER, STAGE, Plan, Spec
 from autotune.models.stencil import link_primitive
-from autotune.workload import MANAGER, STAGE, Plan, Spec
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
 _KEPT_DRAWS = 1 << 14     # a stage's SAMPLES-run draws are kept, read-only, up to this many values (128 KB)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.families import Problem
-from autotune.plans import PHASES, Plan
+from autotune.core.families import Problem
+from autotune.core.plans import PHASES, Plan
 
 from . import distributed_cholesky, distributed_gemm, distributed_lu, movement, stencil
 

@@ -26,13 +26,13 @@ import math
 
 import numpy as np
 
-from autotune.assumptions import HALO_REQUEST
-from autotune.balance import LinkCost
-from autotune.families import StencilProblem
-from autotune.halo import Tile, border_cells, interior_cells, tiles
-from autotune.layout import grid_weights
-from autotune.plans import PHASES, Plan
-from autotune.routines import STENCIL_FLOPS
+from autotune.core.assumptions import HALO_REQUEST
+from autotune.core.families import StencilProblem
+from autotune.core.plans import PHASES, Plan
+from autotune.core.routines import STENCIL_FLOPS
+from autotune.geometry.halo import Tile, border_cells, interior_cells, tiles
+from autotune.geometry.layout import grid_weights
+from autotune.models.movement import LinkCost
 
 from . import movement
 

@@ -3,7 +3,7 @@
 Like FFTW's planner over measured wisdom: the SP database is the wisdom, a ``Decision`` is the
 plan. Nothing here loads a BLAS library; only the dispatcher does, for the chosen candidate.
 """
-from autotune.plans import ALGORITHMS, Candidate
+from autotune.core.plans import ALGORITHMS, Candidate
 
 from .candidates import as_candidate
 from .rank import Decision, Ranked, choose, clear_cache, rank

@@ -5,10 +5,10 @@ from dataclasses import MISSING, fields
 
 from autotune.backends import BACKENDS, BackendUnavailable
 from autotune.backends import get as get_backend
-from autotune.families import FAMILIES
+from autotune.core.families import FAMILIES
 
-# ``Candidate`` and ``ALGORITHMS`` live in ``autotune.plans`` (shared by selection and execution).
-from autotune.plans import ALGORITHMS, Candidate
+# ``Candidate`` and ``ALGORITHMS`` live in ``autotune.core.plans`` (shared by selection and execution).
+from autotune.core.plans import ALGORITHMS, Candidate
 
 # Backends whose BLAS tables carry the Cython Cholesky drivers (blocked/gemv/axpy).
 DRIVER_BACKENDS = ("numpy-openblas", "scipy-openblas", "mkl")

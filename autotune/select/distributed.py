@@ -12,13 +12,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from autotune.core.families import DISTRIBUTED, FAMILIES, STENCIL_BACKENDS, Problem, family, usable_blocks
+from autotune.core.plans import PHASES, Plan, grids
 from autotune.db.contention import ContendedSP, load_contention
-from autotune.families import DISTRIBUTED, FAMILIES, STENCIL_BACKENDS, Problem, family, usable_blocks
-from autotune.halo import fits
+from autotune.geometry.halo import fits
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
 from autotune.models.memory import plan_footprint, ranks_on_busiest_host
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
-from autotune.plans import PHASES, Plan, grids
 
 from . import corrections
 from .corrections import Correction

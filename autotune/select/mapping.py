@@ -33,10 +33,10 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from autotune.core.families import FAMILIES, usable_blocks
+from autotune.core.plans import Plan, grids
 from autotune.db.platform import KERNELS, ClusterPlatform, measured_platform
-from autotune.families import FAMILIES, usable_blocks
 from autotune.models import mapping as mm
-from autotune.plans import Plan, grids
 
 METHODS = ("exhaustive", "BTM", "BGRM", "GRM", "GCTM", "GPTM")
 USERS = ("greedy", "conservative", "expert")

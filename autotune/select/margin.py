@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import weakref
 
-from autotune.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
+from autotune.core.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
+from autotune.core.families import FAMILIES
+from autotune.core.plans import Candidate
 from autotune.db.noise import series_noise
-from autotune.families import FAMILIES
-from autotune.plans import Candidate
 
 
 def apply_margin(family: str, ranking: list, sp) -> tuple[Candidate, Candidate | None, list[str], float]:

@@ -16,8 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from autotune.models.pipeline import Hop, Prediction, makespan, predict
-from autotune.workload import (
+from autotune.core.workload import (
     MAX_LAUNCH,
     Pipeline,
     Spec,
@@ -27,6 +26,7 @@ from autotune.workload import (
     parse_type,
     plan,
 )
+from autotune.models.pipeline import Hop, Prediction, makespan, predict
 
 MAX_REPLICAS = 4      # replication degrees tried per stage (the search space, not a guess of cost)
 SCREEN = 16           # sampled runs when screening one worker's options

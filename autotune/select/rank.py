@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune import learn
-from autotune.assumptions import COMPOSED_RISK, EXTRAPOLATION_PENALTY, FLOOR_SLACK, INCUMBENT_MARGIN
 from autotune.backends.pools import PoolState
+from autotune.core.assumptions import COMPOSED_RISK, EXTRAPOLATION_PENALTY, FLOOR_SLACK, INCUMBENT_MARGIN
+from autotune.core.families import FAMILIES, Problem, label
+from autotune.core.plans import Candidate
 from autotune.db.pools import Transitions, transitions_for
 from autotune.db.threads import ThreadSPs, load_threads
-from autotune.families import FAMILIES, Problem, label
+from autotune.feedback import learn
 from autotune.models import cholesky as chol_models
 from autotune.models import gemm as gemm_models
 from autotune.models import lu as lu_models
@@ -22,7 +23,6 @@ from autotune.models import stencil as stencil_models
 from autotune.models.dispatch import dispatch as dispatch_model
 from autotune.models.fitted import fitted_for, override
 from autotune.models.gemm import NESTED_MAX_ASPECT, STRASSEN_ADD_BACKEND, omp_add_sps
-from autotune.plans import Candidate
 
 from . import corrections
 from .candidates import DRIVER_BACKENDS, MIN_STRASSEN_LEAF, NESTED_BACKEND, NESTED_LEVELS, STRASSEN_LEVELS
@@ -34,7 +34,7 @@ from .memory import keep_fitting
 UNMEASURED = "NOT MEASURED"
 
 # The hand-set hedge and margin (COMPOSED_RISK, INCUMBENT_MARGIN, FLOOR_SLACK) live in
-# autotune/assumptions.py; the thread-pool charges are measured (autotune.db.pools).
+# autotune/core/assumptions.py; the thread-pool charges are measured (autotune.db.pools).
 
 _CACHE_LIMIT = 4096
 
@@ -74,7 +74,7 @@ class Decision:
     incumbent: Candidate | None = None
     notes: list[str] = field(default_factory=list)
     after: PoolState | None = None     # the library call before this one, while its pool counts
-    limit: str = ""                    # what set the thread budget (``autotune.budget``), for explain
+    limit: str = ""                    # what set the thread budget (``autotune.host.budget``), for explain
     margin: float = INCUMBENT_MARGIN   # what the best alternative had to beat the reference by (select.margin)
 
     def _reference_line(self) -> str:

@@ -16,20 +16,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.balance import LinkCost, Policy, policy_of
+from autotune.core.families import CHECK_STEPS, StencilProblem
+from autotune.core.plans import Candidate, Plan
+from autotune.core.routines import STENCIL_FLOPS
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
-from autotune.families import CHECK_STEPS, StencilProblem
-from autotune.halo import fits
+from autotune.entry import protocol
+from autotune.entry.decide import decide
+from autotune.feedback.balance import Policy, policy_of
+from autotune.geometry.halo import fits
 from autotune.kernels import stencil as kernels
 from autotune.kernels.stencil import Sweeper, run_local
+from autotune.models.movement import LinkCost
 from autotune.models.stencil import link_cost
-from autotune.plans import Candidate, Plan
-from autotune.routines import STENCIL_FLOPS
 from autotune.select.rank import choose
-
-from . import tuned_local, tuned_mpi
-from .config import get_options
+from autotune.settings import get_options
 
 UNTUNED = Candidate("sweep", "numpy-stencil", 1)     # no usable database: numpy's slices, as by hand
 _KERNEL_FLOPS: dict[int, float] = {}
@@ -175,7 +176,7 @@ def local(u, steps, stencil: Stencil, *, check_finite: bool = True, config=None,
     a = check_field(u, check_finite)
     if steps == 0 or min(a.shape) <= 2 * stencil.radius:
         return np.array(a, dtype=np.float64)
-    cand, dec = tuned_local.decide(problem_of(a.shape, steps, stencil), config, explain)
+    cand, dec = decide(problem_of(a.shape, steps, stencil), config, explain)
     cand = UNTUNED if cand is None else cand
     if cand.backend != "numba-stencil" and cand.threads > 1:
         raise ValueError(f"backend {cand.backend!r} runs one thread, got {cand.threads}")
@@ -216,8 +217,8 @@ def agreed_plan(u, steps, stencil_args: StencilArgs, comm, root, check_finite: b
     field and chooses the plan (and prices moving cells for ``balance``), shared in one broadcast."""
     from autotune.distributed.collective import agree_args, core_info, share
 
-    tuned_mpi.require_mpi4py()
-    args, err = tuned_mpi.call_args(comm, root, "stencil", phases=phases)
+    protocol.require_mpi4py()
+    args, err = protocol.call_args(comm, root, "stencil", phases=phases)
     stencil, steps_ok, planned, policy = None, 0, 0, None
     try:
         stencil = stencil_args.checked()
@@ -239,7 +240,7 @@ def agreed_plan(u, steps, stencil_args: StencilArgs, comm, root, check_finite: b
             a = check_field(u, check_finite)
             problem = problem_of(a.shape, planned, stencil)
             small = min(a.shape) <= 2 * stencil.radius or planned == 0
-            plan = Plan("local", 1) if small and config is None else tuned_mpi.root_plan(
+            plan = Plan("local", 1) if small and config is None else protocol.root_plan(
                 "stencil", problem, infos, root, config, explain)
             if plan.algorithm != "local":
                 _check_plan(plan, problem)
@@ -284,7 +285,7 @@ def measured_efficiency(problem: StencilProblem, plan: Plan, seconds: float) -> 
 def _run(ag: Agreed, comm, phases):
     plan, stencil, steps = ag.plan, ag.stencil, ag.steps
     if plan.algorithm == "local":
-        return tuned_mpi.run_local(comm, ag.root, plan, phases,
+        return protocol.run_local(comm, ag.root, plan, phases,
                                    lambda: local(ag.field, steps, stencil, check_finite=False))
     from autotune.distributed.runs import plan_run
     from autotune.distributed.stencil import ALGORITHMS
@@ -304,7 +305,7 @@ def _run(ag: Agreed, comm, phases):
                 if rebalancer is not None:
                     rebalancer.finish()
 
-    return tuned_mpi.settled(comm, run)
+    return protocol.agreed(comm, run)
 
 
 def rebalancer_of(ag: Agreed, comm, horizon: int | None = None):

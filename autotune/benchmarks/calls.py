@@ -16,11 +16,14 @@ import numpy as np
 import scipy.linalg as sl
 
 from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_lu_solve, tuned_solve
-from autotune.families import FAMILIES, Problem
+from autotune.core.families import FAMILIES, Problem
+from autotune.entry.cholesky import collective as distributed_cholesky
+from autotune.entry.gemm import collective as distributed_gemm
+from autotune.entry.lu import collective_lu_factor as distributed_lu_factor
+from autotune.entry.lu import collective_solve as distributed_solve
 from autotune.kernels._front import aligned_copy
 from autotune.kernels.stencil import heat_weights, reference
 from autotune.stencil import heat2d
-from autotune.tuned_mpi import distributed_cholesky, distributed_gemm, distributed_lu_factor, distributed_solve
 
 
 def spd_matrix(rng: np.random.Generator, n: int, order: str = "F") -> np.ndarray:

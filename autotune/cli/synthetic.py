@@ -11,8 +11,8 @@ import yaml
 
 from autotune import synthetic
 from autotune.benchmarks._common import write_atomic
-from autotune.cli_common import OneLineParser, error, output_problem, positive_number
-from autotune.workload import MAX_LAUNCH, SpecError
+from autotune.cli.common import OneLineParser, error, output_problem, positive_number
+from autotune.core.workload import MAX_LAUNCH, SpecError
 
 COMMAND = "synthetic"       # every error line reads ``autotune synthetic: error: ...``
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.layout import Axis
+from autotune.geometry.layout import Axis
 
 # Neighbour directions (row step, column step): the four edges, then the four corners.
 EDGES = ((-1, 0), (1, 0), (0, -1), (0, 1))

@@ -83,18 +83,18 @@ MEMORY_SHARE = _assume(
 __all__ = ["ASSUMPTIONS", "COMPOSED_RISK", "COPY_SHARE", "FILL_SHARE", "FLOOR_SLACK", "INCUMBENT_MARGIN",
            "LOOP_SHARE", "MEMORY_SHARE", "NOISY_MARGIN", "READ_SHARE", "Assumption"]
 
-# -- tuned calls in one process (tuned_local.py, tuned_lu.py) ----------------------------------------
+# -- tuned calls in one process (autotune/entry/) ----------------------------------------
 
 MIN_TUNED_SIZE = _assume(
     "MIN_TUNED_SIZE", 32,
     "smallest order a tuned call selects for; below it numpy/scipy's own call runs (call overhead dominates)",
     SET_BY_HAND + " to the smallest order the probe profiles measure (configs/*.yaml)",
-    "tuned_local.py gemm, cholesky; tuned_lu.py")
+    "entry/gemm.py, entry/cholesky.py, entry/lu.py")
 ALIGNED_OUTPUT_WORK = _assume(
     "ALIGNED_OUTPUT_WORK", 128 ** 3,
     "m*n*k from which numpy's own multi-threaded gemm writes into a cache-line-aligned output (an "
     "unaligned output slows multi-threaded dgemm; below it the extra allocation costs more than it saves)",
-    SET_BY_HAND, "tuned_local.py gemm")
+    SET_BY_HAND, "entry/gemm.py")
 
 GUARD_ROUNDS = _assume(
     "GUARD_ROUNDS", 2,

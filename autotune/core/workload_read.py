@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from autotune.workload import (
+from autotune.core.workload import (
     MAX_DEPTH,
     MAX_MESSAGE_BYTES,
     MAX_SPEC_BYTES,

@@ -14,19 +14,20 @@ from autotune.api import (
     tuned_lu_solve,
 )
 from autotune.backends import pools
-from autotune.budget import Budget
-from autotune.calls import CALLS
-from autotune.cli_common import error
-from autotune.config import available_cores, available_memory, options
+from autotune.benchmarks.calls import CALLS
+from autotune.cli.common import error
+from autotune.core.families import DISTRIBUTED, FAMILIES, as_problem, label
 from autotune.db import load_sp, resolve
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError, load_platform, measured_platform
-from autotune.families import DISTRIBUTED, FAMILIES, as_problem, label
+from autotune.host.budget import Budget
+from autotune.host.resources import available_cores, available_memory
 from autotune.models.mapping import database_k
 from autotune.select import mapping as sm
 from autotune.select import rank
 from autotune.select.distributed import describe as describe_plans
 from autotune.select.distributed import rank_plans
+from autotune.settings import options
 
 
 def cmd_explain(args) -> int:

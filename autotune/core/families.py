@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from autotune.routines import CHECK_NRHS, STENCIL_FLOPS, flops
+from autotune.core.routines import CHECK_NRHS, STENCIL_FLOPS, flops
 
 # Blocks of the block-cyclic layouts and SUMMA panels: the panel and rank-b block parameters the
 # probe profiles measure (configs/standard.yaml: 32..512), so each candidate's k is measured, not

@@ -18,14 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.assumptions import OBSERVE_MIN_SECONDS
-from autotune.layout import largest_remainders
+from autotune.geometry.layout import largest_remainders
 
 AVERAGES = ("sma", "lwma", "ema")
 RECENT_WINDOWS = 8        # pairs of windows the between-window noise is taken over
 KNOWN_NOISE = 2           # pairs needed before the first move (the noise must be known to beat it)
 MAD_SIGMA = 1.4826        # a normal deviation per median absolute deviation
-CALL_WINDOW = 3           # calls averaged per host speed of repeated distributed calls
 RULES = ("inverse", "half_step")
 INTERVALS = ("fixed", "growing")
 TIMINGS = ("compute", "iteration")
@@ -117,27 +115,6 @@ def step_time(rates, rows, cols) -> float:
     return float((np.outer(rows, cols) * r).max())
 
 
-@dataclass(frozen=True)
-class LinkCost:
-    """(ts, tw) of a point-to-point message within a host and between hosts (the comm probe's)."""
-
-    ts_host: float
-    tw_host: float
-    ts_net: float
-    tw_net: float
-
-    def seconds(self, nbytes, net) -> np.ndarray:
-        nbytes, net = np.asarray(nbytes, float), np.asarray(net, bool)
-        t = np.where(net, self.ts_net + self.tw_net * nbytes, self.ts_host + self.tw_host * nbytes)
-        return np.where(nbytes > 0, t, 0.0)
-
-    def move(self, volume, rank_host) -> float:
-        """Seconds to move ``volume[i, j]`` bytes from rank i to rank j: the busiest rank's messages."""
-        v = np.asarray(volume, float)
-        h = np.asarray(rank_host)
-        t = self.seconds(v, h[:, None] != h[None, :])
-        np.fill_diagonal(t, 0.0)
-        return float(max(t.sum(axis=1).max(), t.sum(axis=0).max()))
 
 
 @dataclass(frozen=True)
@@ -285,52 +262,7 @@ class Balancer:
         self.last = None
 
 
-class HostSpeeds:
-    """Host speeds seen in repeated distributed calls on one set of hosts: each host's work per
-    busy second (``distributed.balance.busy``) relative to the root's host, averaged over calls
-    with the policy's average and window, and when they replace the probe's speeds (the gate for
-    calls whose data the root scatters anyway: the move itself costs nothing extra, so the only
-    test is the noise)."""
-
-    def __init__(self, policy: Policy | None = None):
-        self.policy = policy or Policy(window=CALL_WINDOW)
-        self.avgs: dict[str, MovingAverage] = {}
-        self.calls = 0
-
-    def observe(self, samples, root: int) -> None:
-        """One call's ``(host, busy seconds, share of the work)`` of every rank (``root``: the
-        root's index); ranks that did no work report share 0. Calls where a working rank computed
-        for less than ``OBSERVE_MIN_SECONDS`` are not counted."""
-        if any(0 < seconds < OBSERVE_MIN_SECONDS for _, seconds, share in samples if share > 0):
-            return                    # a short call's time is its overhead, not the hosts' speed
-        work: dict[str, float] = {}
-        secs: dict[str, float] = {}
-        for host, seconds, share in samples:
-            if share > 0 and seconds > 0:
-                work[host] = work.get(host, 0.0) + share
-                secs[host] = secs.get(host, 0.0) + seconds
-        base = samples[root][0]
-        if base not in work or len(work) < 2:
-            return
-        ref = work[base] / secs[base]
-        for host in work:
-            avg = self.avgs.setdefault(host, MovingAverage(self.policy.average, self.policy.window))
-            avg.push(work[host] / secs[host] / ref)
-        self.calls += 1
-
-    def effective(self, probe: dict[str, float], root_host: str) -> tuple[dict[str, float], str]:
-        """The speeds to plan with and where they come from: the probe's, or the run's (in the
-        probe's units, scaled at the root's host) where they differ from them by more than noise."""
-        hosts = set(self.avgs)
-        if root_host not in probe or not hosts or not hosts <= set(probe) \
-                or any(self.avgs[h].value is None for h in hosts):
-            return probe, "probe"
-        seen = {h: probe[root_host] * self.avgs[h].value for h in hosts}
-        noise = self.policy.noise(max(a.spread for a in self.avgs.values()))
-        if all(abs(seen[h] / probe[h] - 1) <= noise for h in hosts):
-            return probe, f"probe (the last {self.policy.window} calls agree within {noise:.0%})"
-        return {**probe, **seen}, f"run time ({self.policy.average.upper()} of the last {self.policy.window} calls)"
 
 
-__all__ = ["AVERAGES", "Balancer", "HostSpeeds", "Decision", "LinkCost", "MovingAverage", "Policy", "moving_averages",
+__all__ = ["AVERAGES", "Balancer", "Decision", "MovingAverage", "Policy", "moving_averages",
            "policy_of", "shares", "step_time", "weights"]

@@ -34,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.core.plans import Candidate
 from autotune.db import DatabaseError, load, location
 from autotune.db._warn import warn_user
 from autotune.db.learned import read_learned, save_learned
 from autotune.models.fit_select import select_terms
 from autotune.models.fit_terms import TermSet
-from autotune.plans import Candidate
 
 ENV_VAR = "AUTOTUNE_LEARN"
 SIDECAR_SUFFIX = ".learn.jsonl"

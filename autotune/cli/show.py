@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.cli_common import error
+from autotune.cli.common import error
 from autotune.db import DatabaseError, load, resolve
 from autotune.db.comm import PRIMITIVES, library_id, loggp_lines, read_platforms
 from autotune.db.fingerprint import machine_fingerprint, mismatches

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from autotune import learn
-from autotune.assumptions import GUARD_CLASS_STEPS, GUARD_MAX_ROUNDS, GUARD_ROUNDS, GUARD_SECONDS
+from autotune.core.assumptions import GUARD_CLASS_STEPS, GUARD_MAX_ROUNDS, GUARD_ROUNDS, GUARD_SECONDS
+from autotune.core.families import FAMILIES, Problem
+from autotune.core.plans import Candidate
 from autotune.db import location
-from autotune.families import FAMILIES, Problem
-from autotune.plans import Candidate
+from autotune.feedback import learn
 
 T = TypeVar("T")
 CHOICE, REFERENCE = "choice", "reference"

@@ -8,18 +8,22 @@ import warnings
 import numpy as np
 from scipy import linalg
 
-from autotune import backends, guard, learn
+from autotune import backends
 from autotune.backends import pools
-from autotune.config import get_options
+from autotune.core.assumptions import MIN_TUNED_SIZE
+from autotune.core.families import (
+    CholeskyProblem,
+    LuProblem,
+    LuSolveProblem,
+    Problem,
+    SolveProblem,
+)
+from autotune.core.plans import Candidate
 from autotune.db._warn import warn_user
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.dispatch.layout import call_with_threads
-from autotune.families import CholeskyProblem, LuProblem, LuSolveProblem, SolveProblem
-from autotune.kernels import _front
-from autotune.plans import Candidate
-from autotune.select import as_candidate
-from autotune.tuned_local import (
-    MIN_TUNED_SIZE,
+from autotune.entry.decide import (
+    F64,
     decide,
     guarded,
     lapack_float64,
@@ -29,8 +33,12 @@ from autotune.tuned_local import (
     settled,
     untuned_operands,
 )
+from autotune.entry.protocol import agree_plan, observed, require_mpi4py, run_local, square_problem
+from autotune.feedback import guard, learn
+from autotune.kernels import _front
+from autotune.select import as_candidate
+from autotune.settings import get_options
 
-_F64 = np.dtype(np.float64)
 GENERAL = (None, "gen", "general")
 POSITIVE = ("pos", "positive definite")
 
@@ -58,9 +66,9 @@ def _work_copy(a, a1: np.ndarray, overwrite: bool, check_finite: bool) -> np.nda
     """The Fortran-ordered float64 buffer to work in: ``a`` itself when allowed and already so,
     else an aligned copy (contiguous float64: copied and checked in one pass, as the C hot path
     does); ValueError for inf/NaN when ``check_finite``."""
-    if overwrite and a1 is a and a1.dtype == _F64 and a1.flags.f_contiguous and a1.flags.writeable:
+    if overwrite and a1 is a and a1.dtype == F64 and a1.flags.f_contiguous and a1.flags.writeable:
         w, checked = a1, False
-    elif a1.ndim == 2 and a1.dtype == _F64 and (a1.flags.c_contiguous or a1.flags.f_contiguous):
+    elif a1.ndim == 2 and a1.dtype == F64 and (a1.flags.c_contiguous or a1.flags.f_contiguous):
         w, checked = _front.fortran_copy(a1, check_finite), True
     else:
         w, checked = _front.aligned_copy(a1, "F"), False
@@ -135,7 +143,7 @@ def _rhs(b, n: int, overwrite_b: bool, check_finite: bool) -> tuple[np.ndarray, 
     """(Fortran float64 (n, nrhs) buffer to solve in, b was 1-D), or None when b is outside the
     tuned domain (scipy then handles it)."""
     b1 = np.asarray(b)
-    if b1.ndim not in (1, 2) or b1.shape[0] != n or not (b1.dtype == _F64 or b1.dtype.kind in "biu") \
+    if b1.ndim not in (1, 2) or b1.shape[0] != n or not (b1.dtype == F64 or b1.dtype.kind in "biu") \
             or b1.size == 0:
         return None
     one = b1.ndim == 1
@@ -191,9 +199,9 @@ def lu_solve(lu_and_piv, b, *, trans: int = 0, overwrite_b: bool = False, check_
         _check_pivots(piv, lu1.shape[-2])
     fallback = lambda: linalg.lu_solve((lu, piv), b, trans=trans, overwrite_b=overwrite_b,  # noqa: E731
                                        check_finite=check_finite)
-    if not (_tunable(lu1) and lu1.dtype == _F64 and trans in (0, 1, 2)):
+    if not (_tunable(lu1) and lu1.dtype == F64 and trans in (0, 1, 2)):
         if trans in (0, 1, 2):
-            _untuned("lu_solve", lu1, config, explain, dtype_ok=lu1.dtype == _F64)
+            _untuned("lu_solve", lu1, config, explain, dtype_ok=lu1.dtype == F64)
         return fallback()
     n = lu1.shape[0]
     b1 = np.asarray(b)
@@ -339,3 +347,76 @@ def _solve_pos(cand: Candidate, w: np.ndarray, x: np.ndarray, lower: bool) -> No
 
 
 __all__ = ["lu_factor", "lu_solve", "solve"]
+
+
+def collective_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
+                          config=None, explain: bool = False, phases=None):
+    """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
+    ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
+    and ``check_finite`` are the root's, as in scipy."""
+    require_mpi4py()
+    plan, args, _ = agree_plan("lu", lambda: square_problem(a, LuProblem, rectangular=True), comm, root, config,
+                            explain, phases)
+    root = args["root"]
+    if plan.algorithm == "local":
+        return run_local(comm, root, plan, phases,
+                          lambda: lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
+    from autotune.distributed.lu import lu_factor
+
+    res = observed(comm, root, plan, phases, lambda ph: lu_factor(
+        a if comm.rank == root else None, comm, plan, root=root, phases=ph, overwrite_a=overwrite_a,
+        check_finite=check_finite))
+    if res is None:
+        return None
+    lu, piv, info = res
+    if info:
+        warn_singular_factor(info)
+    return lu, piv
+
+
+
+def collective_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
+                      check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
+                      config=None, explain: bool = False, phases=None):
+    """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
+    singular matrix raises LinAlgError on every rank of the plan. ``overwrite_a``, ``overwrite_b``
+    and ``check_finite`` are the root's, as in scipy (a distributed run never writes into ``b``)."""
+    require_mpi4py()
+    plan, args, ops = agree_plan("solve", lambda: _solve_operands(a, b, assume_a, transposed), comm, root, config,
+                              explain, phases)
+    root = args["root"]
+    if plan.algorithm == "local":
+        return run_local(comm, root, plan, phases, lambda: solve(
+            a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b, check_finite=check_finite,
+            assume_a=assume_a, transposed=transposed))
+    from autotune.distributed.lu import solve
+
+    def run(ph):
+        a2, b2 = ops[:2] if comm.rank == root else (None, None)
+        res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
+                    phases=ph, overwrite_a=overwrite_a, check_finite=check_finite)
+        x, info = res if res is not None else (None, 0)
+        if info:
+            raise singular()
+        return x if x is None or b2.ndim == 2 else x[:, 0]
+
+    return observed(comm, root, plan, phases, run)
+
+
+
+def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, Problem | None]:
+    """Root only: ``(op(a), b)`` and their SolveProblem where the distributed solve takes them (a
+    general square float64 system), else None; scipy's errors for mismatched shapes."""
+    if a is None or b is None:
+        raise ValueError("the root rank must pass a and b (other ranks pass None)")
+    a1, b1 = np.asarray(a), np.asarray(b)
+    if a1.ndim != 2 or b1.ndim not in (1, 2):
+        return (a1, b1), None          # stacked: scipy's own call decides
+    if a1.shape[0] != a1.shape[1]:
+        raise ValueError("Input a needs to be a square matrix.")
+    if b1.shape[0] != a1.shape[0]:
+        raise ValueError(f"Input b has to have same number of rows as input a: {b1.shape[0]} != {a1.shape[0]}")
+    n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
+    tuned = (assume_a in GENERAL and a1.dtype == np.float64 and b1.dtype.kind in "biuf"
+             and n > 0 and nrhs > 0)
+    return ((a1.T if transposed else a1), b1), SolveProblem(n, nrhs) if tuned else None

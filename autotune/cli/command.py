@@ -8,14 +8,15 @@ import sys
 import warnings
 from pathlib import Path
 
-from autotune import cli_synthetic, testbed
+from autotune import testbed
 from autotune.benchmarks import add_parser as add_bench_parser
-from autotune.cli_common import error
-from autotune.cli_explain import cmd_explain
-from autotune.cli_show import cmd_show
-from autotune.families import CHECK_STEPS, FAMILIES
-from autotune.learn import refit
-from autotune.report import load_validation, missing_database, write_report
+from autotune.cli import synthetic as cli_synthetic
+from autotune.cli.common import error
+from autotune.cli.explain import cmd_explain
+from autotune.cli.report import load_validation, missing_database, write_report
+from autotune.cli.show import cmd_show
+from autotune.core.families import CHECK_STEPS, FAMILIES
+from autotune.feedback.learn import refit
 
 
 def cmd_refit(args) -> int:

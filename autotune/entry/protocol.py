@@ -20,16 +20,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from autotune import tuned_local, tuned_lu
-from autotune.balance import HostSpeeds
-from autotune.config import get_options, options
+from autotune.core.families import FAMILIES, Problem
+from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError
-from autotune.families import FAMILIES, CholeskyProblem, GemmProblem, LuProblem, Problem, SolveProblem
-from autotune.models.distributed_cholesky import memory_order
+from autotune.feedback.speeds import RUN_SPEEDS, HostSpeeds, speeds_for, work_share
 from autotune.models.fitted_phases import platform_factors
-from autotune.plans import Plan
 from autotune.select.distributed import as_plan, rank_plans
 from autotune.select.mapping import (
     Placement,
@@ -38,6 +35,7 @@ from autotune.select.mapping import (
     placement,
     rank_hosts,
 )
+from autotune.settings import get_options, options
 
 # The selector's plans, keyed as select.rank.choose keys its decisions: by the loaded database
 # objects (load_sp, load_comm: one object per file version) and cleared when full.
@@ -47,113 +45,16 @@ MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built again
                "see the README)")
 
 
-def distributed_gemm(a, b, comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
-                     alpha: float = 1.0, beta: float = 0.0, c=None, trans_a: bool = False, trans_b: bool = False,
-                     out=None, refused: Exception | None = None) -> np.ndarray | None:
-    """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the
-    product (in ``out`` if given); others get None. ``refused``: this rank's error found before
-    the call (raised on every rank)."""
-    require_mpi4py()
-    extras = (alpha, beta, c, trans_a, trans_b, out)
-    plan, args, ops = _decide("gemm", lambda: _gemm_problem(_gemm_operands(a, b, *extras)), comm, root, config,
-                              explain, phases, guard=_finite_for_strassen, refused=refused)
-    root = args["root"]
-    if plan.algorithm == "local":
-        return run_local(comm, root, plan, phases, lambda: tuned_local.gemm(
-            a, b, alpha=alpha, beta=beta, c=c, trans_a=trans_a, trans_b=trans_b, out=out))
-    from autotune.distributed.gemm import ALGORITHMS
-
-    def run(ph):
-        a2, b2 = ops[:2] if comm.rank == root else (None, None)
-        res = ALGORITHMS[plan.algorithm](a2, b2, comm, plan, root=root, phases=ph)
-        return _gemm_finish(res, *extras) if comm.rank == root else res
-
-    return observed(comm, root, plan, phases, run)
 
 
-def distributed_cholesky(a, comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
-                         root: int = 0, config=None, explain: bool = False, phases=None) -> np.ndarray | None:
-    """Collective ``scipy.linalg.cholesky``: the root passes a and gets the factor; others get None.
-    Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank);
-    ``overwrite_a`` and ``check_finite`` are the root's, as in scipy (a distributed run never
-    writes into ``a``)."""
-    require_mpi4py()
-    def problem():
-        return _square_problem(a, lambda n: CholeskyProblem(n, bool(lower), memory_order(a)))
-
-    def guard(plan, ops, ph):
-        return _checked_finite(plan, ops, ph) if check_finite else plan
-
-    plan, args, _ = _decide("cholesky", problem, comm, root, config, explain, phases, guard=guard, lower=lower)
-    root, lower = args["root"], args["lower"]
-    if plan.algorithm == "local":
-        return run_local(comm, root, plan, phases,   # checked in root_plan where 2-D, else by scipy
-                          lambda: tuned_local.cholesky(a, lower=lower, overwrite_a=overwrite_a,
-                                                       check_finite=check_finite and np.ndim(a) != 2))
-    from autotune.distributed.cholesky import ALGORITHMS
-
-    return observed(comm, root, plan, phases, lambda ph: ALGORITHMS[plan.algorithm](
-        a if comm.rank == root else None, comm, plan, lower=lower, root=root, phases=ph, check_finite=check_finite))
 
 
-def distributed_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
-                          config=None, explain: bool = False, phases=None):
-    """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
-    ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
-    and ``check_finite`` are the root's, as in scipy."""
-    require_mpi4py()
-    plan, args, _ = _decide("lu", lambda: _square_problem(a, LuProblem, rectangular=True), comm, root, config,
-                            explain, phases)
-    root = args["root"]
-    if plan.algorithm == "local":
-        return run_local(comm, root, plan, phases,
-                          lambda: tuned_lu.lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
-    from autotune.distributed.lu import lu_factor
-
-    res = observed(comm, root, plan, phases, lambda ph: lu_factor(
-        a if comm.rank == root else None, comm, plan, root=root, phases=ph, overwrite_a=overwrite_a,
-        check_finite=check_finite))
-    if res is None:
-        return None
-    lu, piv, info = res
-    if info:
-        tuned_lu.warn_singular_factor(info)
-    return lu, piv
 
 
-def distributed_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
-                      check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
-                      config=None, explain: bool = False, phases=None):
-    """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
-    singular matrix raises LinAlgError on every rank of the plan. ``overwrite_a``, ``overwrite_b``
-    and ``check_finite`` are the root's, as in scipy (a distributed run never writes into ``b``)."""
-    require_mpi4py()
-    plan, args, ops = _decide("solve", lambda: _solve_operands(a, b, assume_a, transposed), comm, root, config,
-                              explain, phases)
-    root = args["root"]
-    if plan.algorithm == "local":
-        return run_local(comm, root, plan, phases, lambda: tuned_lu.solve(
-            a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b, check_finite=check_finite,
-            assume_a=assume_a, transposed=transposed))
-    from autotune.distributed.lu import solve
-
-    def run(ph):
-        a2, b2 = ops[:2] if comm.rank == root else (None, None)
-        res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
-                    phases=ph, overwrite_a=overwrite_a, check_finite=check_finite)
-        x, info = res if res is not None else (None, 0)
-        if info:
-            raise tuned_lu.singular()
-        return x if x is None or b2.ndim == 2 else x[:, 0]
-
-    return observed(comm, root, plan, phases, run)
 
 
 # ------------------------------------------------------------------------------ run-time host speeds
 
-# Host speeds seen in this process's distributed calls, by the communicator's set of host names
-# (the root plans with them: ``speeds_for``).
-RUN_SPEEDS: dict[tuple[str, ...], HostSpeeds] = {}
 
 
 def observed(comm, root: int, plan: Plan, phases, work: Callable):
@@ -167,7 +68,7 @@ def observed(comm, root: int, plan: Plan, phases, work: Callable):
 
     own = phases if phases is not None else Phases()
     before = own.mark("compute")
-    out = settled(comm, lambda: work(own))
+    out = agreed(comm, lambda: work(own))
     spent = own.mark("compute") - before
     samples = comm.gather((socket.gethostname(), busy(spent, "compute"), work_share(plan, comm.size, root, comm.rank)),
                           root=root)
@@ -177,34 +78,10 @@ def observed(comm, root: int, plan: Plan, phases, work: Callable):
     return out
 
 
-def work_share(plan: Plan, size: int, root: int, rank: int) -> float:
-    """``rank``'s share of a plan's work: its weight's share (HoHe) or 1/p, 0 off the plan."""
-    used = plan.used_ranks(size, root)
-    if rank not in used:
-        return 0.0
-    w = np.ones(plan.p) if plan.weights is None else np.asarray(plan.weights, float)
-    return float(w[used.index(rank)] / w.sum())
 
 
-def speeds_for(cp, names: list[str], root: int):
-    """``cp`` as the planner should see it, and where its host speeds come from: the probe's, or a
-    view with the speeds the communicator's recent calls measured where they differ (``HostSpeeds``)."""
-    seen = RUN_SPEEDS.get(tuple(sorted(set(names))))
-    probe = cp.host_speeds
-    if seen is None or not probe:
-        return cp, "probe"
-    speeds, source = seen.effective(probe, names[root])
-    return (cp if speeds is probe else SpeedView(cp, speeds)), source
 
 
-class SpeedView:
-    """A comm lookup whose host speeds are replaced (everything else is the lookup's)."""
-
-    def __init__(self, cp, speeds: dict[str, float]):
-        self._cp, self.host_speeds = cp, speeds
-
-    def __getattr__(self, name):
-        return getattr(self._cp, name)
 
 
 # ------------------------------------------------------------------------------ agreement and plan
@@ -215,7 +92,7 @@ def require_mpi4py() -> None:
         raise ImportError(f"comm= {MPI_MISSING}")
 
 
-def _decide(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases, *,
+def agree_plan(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases, *,
             guard: Callable | None = None, refused: Exception | None = None,
             **flags) -> tuple[Plan, dict, tuple | None]:
     """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
@@ -275,22 +152,9 @@ def root_plan(family: str, problem: Problem | None, infos: list[tuple[str, int]]
     return plan if config is not None else _fit_threads(plan, infos, root)
 
 
-def _finite_for_strassen(plan: Plan, ops: tuple, phases) -> Plan:
-    """A Strassen gemm plan on operands that are not all finite becomes the local one: its
-    additions would turn an inf into NaN where ``a @ b`` does not, so the distributed Strassen
-    refuses them (the check counts as the ``distribution`` phase)."""
-    from autotune.distributed.checks import all_finite
-    from autotune.distributed.gemm_run import STRASSEN
-    from autotune.distributed.plan import timed
-
-    if plan.algorithm not in STRASSEN:
-        return plan
-    with timed(phases, "distribution"):
-        finite = all(all_finite(np.asarray(x), plan.backend, max(plan.threads, 1)) for x in ops[:2])
-    return plan if finite else Plan("local", 1, threads=max(plan.threads, 1))
 
 
-def _checked_finite(plan: Plan, ops: tuple, phases) -> Plan:
+def checked_finite(plan: Plan, ops: tuple, phases) -> Plan:
     """A local Cholesky's finiteness check, on the root before the run (its ``distribution``
     phase, as the distributed runs' check and the model count it); the distributed run checks its
     own input."""
@@ -305,23 +169,12 @@ def _checked_finite(plan: Plan, ops: tuple, phases) -> Plan:
     return plan
 
 
-def _gemm_problem(ops: tuple) -> tuple[tuple, Problem | None]:
-    """(ops, GemmProblem or None) for the root's product operands; numpy's error for mismatched ones."""
-    arrs = _root_matrices(ops[:2])
-    if arrs is None:
-        return ops, None
-    (m, k), (k2, n) = arrs[0].shape, arrs[1].shape
-    if k != k2:
-        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0 (size {k2} is "
-                         f"different from {k})")
-    tuned = all(x.dtype == np.float64 for x in arrs) and 0 not in (m, k, n)
-    return ops, GemmProblem(m, k, n) if tuned else None
 
 
-def _square_problem(a, make: Callable[[int], Problem], rectangular: bool = False) -> tuple[tuple, Problem | None]:
+def square_problem(a, make: Callable[[int], Problem], rectangular: bool = False) -> tuple[tuple, Problem | None]:
     """((a,), ``make(n)`` or None) for the root's square matrix; scipy's error for another shape,
     unless ``rectangular`` (then scipy's own call on the root takes it)."""
-    arrs = _root_matrices((a,))
+    arrs = root_matrices((a,))
     if arrs is None:
         return (a,), None
     n, n2 = arrs[0].shape
@@ -330,7 +183,7 @@ def _square_problem(a, make: Callable[[int], Problem], rectangular: bool = False
     return (a,), make(n) if n == n2 and n > 0 and arrs[0].dtype == np.float64 else None
 
 
-def _root_matrices(ops: tuple) -> list[np.ndarray] | None:
+def root_matrices(ops: tuple) -> list[np.ndarray] | None:
     """The root's operands as arrays, None when one is not 2-D (1-D or stacked: the one-process
     call, numpy/scipy's, on the root); ValueError where the root passed None."""
     if any(x is None for x in ops):
@@ -339,22 +192,6 @@ def _root_matrices(ops: tuple) -> list[np.ndarray] | None:
     return None if any(x.ndim != 2 for x in arrs) else arrs
 
 
-def _solve_operands(a, b, assume_a, transposed) -> tuple[tuple, Problem | None]:
-    """Root only: ``(op(a), b)`` and their SolveProblem where the distributed solve takes them (a
-    general square float64 system), else None; scipy's errors for mismatched shapes."""
-    if a is None or b is None:
-        raise ValueError("the root rank must pass a and b (other ranks pass None)")
-    a1, b1 = np.asarray(a), np.asarray(b)
-    if a1.ndim != 2 or b1.ndim not in (1, 2):
-        return (a1, b1), None          # stacked: scipy's own call decides
-    if a1.shape[0] != a1.shape[1]:
-        raise ValueError("Input a needs to be a square matrix.")
-    if b1.shape[0] != a1.shape[0]:
-        raise ValueError(f"Input b has to have same number of rows as input a: {b1.shape[0]} != {a1.shape[0]}")
-    n, nrhs = a1.shape[0], (b1.shape[1] if b1.ndim == 2 else 1)
-    tuned = (assume_a in tuned_lu.GENERAL and a1.dtype == np.float64 and b1.dtype.kind in "biuf"
-             and n > 0 and nrhs > 0)
-    return ((a1.T if transposed else a1), b1), SolveProblem(n, nrhs) if tuned else None
 
 
 def _plan(family: str, problem: Problem, names: list[str], cores: list[int], root: int, config,
@@ -440,10 +277,10 @@ def run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray
         with options(threads=max(plan.threads, 1)), timed(phases, "compute"):
             return work()
 
-    return settled(comm, run)
+    return agreed(comm, run)
 
 
-def settled(comm, work: Callable[[], object]):
+def agreed(comm, work: Callable[[], object]):
     """Collective: ``work()`` on every rank (a plan may use only some of them), then an error any
     rank met is raised on every rank of ``comm`` (``collective.settle``), none left returning None."""
     from autotune.distributed.collective import settle
@@ -459,30 +296,5 @@ def settled(comm, work: Callable[[], object]):
 
 # ------------------------------------------------------------------------------------- gemm extras
 
-def _gemm_operands(a, b, alpha, beta, c, trans_a, trans_b, out) -> tuple:
-    """Root only: the one-process call's arguments with ``op(a)``, ``op(b)`` first, every extra
-    checked before any rank starts (so an error is everyone's)."""
-    if a is None or b is None:
-        raise ValueError("the root rank must pass the matrices (other ranks pass None)")
-    a, b = np.asarray(a), np.asarray(b)
-    a, b = (a.T if trans_a else a), (b.T if trans_b else b)
-    if a.ndim == 2 and b.ndim == 2:
-        shape = (a.shape[0], b.shape[1])
-        tuned_local.check_extras(shape, alpha, beta, c)
-        if out is not None:
-            if not isinstance(out, np.ndarray):
-                raise TypeError("return arrays must be of ArrayType")
-            if out.shape != shape:
-                raise ValueError(f"out has shape {out.shape}, expected {shape}")
-            if not np.can_cast(np.result_type(a, b), out.dtype, "same_kind"):
-                raise TypeError(f"Cannot cast the result from {np.result_type(a, b)} to {out.dtype}")
-    return a, b, alpha, beta, c, False, False, out
 
 
-def _gemm_finish(res: np.ndarray, alpha, beta, c, trans_a, trans_b, out) -> np.ndarray:
-    """Root only: the extras a distributed run leaves to the root (checked in ``_gemm_operands``)."""
-    if alpha != 1.0:
-        res = res * alpha
-    if c is not None and beta != 0.0:
-        res = res + beta * np.asarray(c)
-    return res if out is None else tuned_local.copy_out(res, out)

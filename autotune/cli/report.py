@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.config import available_cores
+from autotune.core.families import DISTRIBUTED, FAMILIES
+from autotune.core.plans import ALGORITHMS, Candidate
 from autotune.db import load_sp, location
 from autotune.db.comm_lookup import load_comm
 from autotune.db.validation import read_validation
-from autotune.families import DISTRIBUTED, FAMILIES
-from autotune.learn import load_learned
+from autotune.feedback.learn import load_learned
+from autotune.host.resources import available_cores
 from autotune.models.fitted import load_fitted
-from autotune.plans import ALGORITHMS, Candidate
 from autotune.select.distributed import rank_plans
 from autotune.select.rank import rank
 

@@ -1,0 +1,1 @@
+"""The vocabulary every layer imports: routines, families and their typed problems, plans, assumptions, workloads."""

@@ -1,0 +1,1 @@
+"""What this host gives a process: its thread budget, cores and memory, and its processes' accounting."""
