@@ -12,7 +12,7 @@ import dataclasses
 import math
 import numbers
 
-from autotune.core.workload import PipelineError, Plan, Spec, SpecError, describe, plan, spec_problems
+from autotune.core.workload import PipelineError, Spec, SpecError, WorkloadPlan, describe, plan, spec_problems
 from autotune.core.workload_read import load_spec
 from autotune.db.comm_lookup import load_comm
 from autotune.db.lookup import load_sp
@@ -28,7 +28,7 @@ GEMM_BACKEND = "numpy-openblas"    # the library a compute stage's gemm calls ru
 GEMM_ORDER = 128                   # their order (distributed.pipeline.GEMM_N), where k is looked up
 
 
-def check(source) -> Plan:
+def check(source) -> WorkloadPlan:
     """The plan of a spec (path, YAML text, mapping or ``Spec``); SpecError if it is invalid."""
     return plan(source if isinstance(source, Spec) else load_spec(source))
 
@@ -53,9 +53,9 @@ def links(db=None, nprocs: int | None = None) -> Hop:
     return comm_hop(load_comm(db if db is not None else get_options().db, nprocs=nprocs))
 
 
-def predict(spec: Spec | Plan, *, db=None, hosts: int | None = None, hop: Hop | None = None) -> Prediction:
+def predict(spec: Spec | WorkloadPlan, *, db=None, hosts: int | None = None, hop: Hop | None = None) -> Prediction:
     """Predicted run time of a spec's (or plan's) configuration, processors dealt over ``hosts``."""
-    pl = spec if isinstance(spec, Plan) else plan(spec)
+    pl = spec if isinstance(spec, WorkloadPlan) else plan(spec)
     return _predict(pl, hop or links(db), hosts)
 
 
@@ -81,7 +81,7 @@ def run(spec, comm=None, *, timeout: float | None = None, root: int = 0, db=None
     args, err = call_args(comm, root, "synthetic")
     pl = None
     try:
-        pl = spec if isinstance(spec, Plan) else plan(spec) if isinstance(spec, Spec) else check(spec)
+        pl = spec if isinstance(spec, WorkloadPlan) else plan(spec) if isinstance(spec, Spec) else check(spec)
         timeout = _seconds(timeout)
         args["spec"] = pl.spec.to_dict()
     except Exception as exc:
@@ -117,5 +117,7 @@ def gemm_k(db=None) -> float | None:
     return float(sp.k("gemm", GEMM_BACKEND, 1, GEMM_ORDER))
 
 
-__all__ = ["Choice", "PipelineError", "Plan", "Prediction", "Spec", "SpecError", "check", "describe", "gemm_k",
+Plan = WorkloadPlan     # the public name of a checked workload (autotune.synthetic.Plan)
+
+__all__ = ["Choice", "PipelineError", "Plan", "WorkloadPlan", "Prediction", "Spec", "SpecError", "check", "describe", "gemm_k",
            "links", "load_spec", "plan", "predict", "rules", "run", "scaled", "table", "tune"]

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from autotune.host.processes import start_time, stat_fields
+
 STOP_GRACE_SECONDS = 5.0   # after SIGTERM, how long the launched mpiexec and ranks get before SIGKILL
 
 
@@ -141,19 +143,9 @@ def _all_gone(proc, family: dict[int, str]) -> bool:
     return proc.poll() is not None and not any(_alive(pid, start) for pid, start in family.items())
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state, ppid, ..., start time at [19])."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()
-
-
 def _alive(pid: int, start: str) -> bool:
     """The process that had this start time still runs (not a zombie, not a reused pid)."""
-    fields = _stat(pid)
-    return fields is not None and fields[19] == start and fields[0] not in ("Z", "X")
+    return start_time(pid) == start
 
 
 def launched(leader: int) -> dict[int, str]:
@@ -168,7 +160,7 @@ def _tree(root: int) -> tuple[dict[int, str], dict[int, str]]:
     children: dict[int, list[tuple[int, str]]] = {}
     session = {}
     for entry in Path("/proc").glob("[0-9]*"):
-        fields = _stat(int(entry.name))
+        fields = stat_fields(int(entry.name))
         if fields is not None:
             children.setdefault(int(fields[1]), []).append((int(entry.name), fields[19]))
             if int(fields[3]) == root and int(entry.name) != root:

@@ -35,7 +35,7 @@ Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
-class Plan:
+class ThreadPlan:
     """Work sizes (elementary operations) and repetitions of one probe flavour."""
 
     gen_sizes: tuple[int, int]
@@ -48,8 +48,8 @@ class Plan:
     nested_sizes: tuple[int, ...]          # n of nested Strassen's driver table
 
 
-QUICK = Plan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256, (96, 256), (128, 192))
-FULL = Plan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584), (512, 1024, 1536))
+QUICK = ThreadPlan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256, (96, 256), (128, 192))
+FULL = ThreadPlan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584), (512, 1024, 1536))
 DRIVER_REPS = 3   # timed driver calls per point (median): its largest points take a quarter second
 WAKE_GEMM = 128   # order of the BLAS gemm that precedes each timed addition in "add_after_blas"
 
@@ -134,7 +134,7 @@ def _quiet(what: str) -> None:
     """A step nobody follows."""
 
 
-def measure_version(module, c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> tuple[list, list]:
+def measure_version(module, c: int, plan: ThreadPlan, step: Callable[[str], None] = _quiet) -> tuple[list, list]:
     """Time generate and pfor (two sizes) and barriers (one) at P = 1..2C with one version's module
     (one ``step`` per P)."""
     rows, barrier_rows = [], []
@@ -158,7 +158,7 @@ def _gemm_times(be, n: int, p: int, reps: int) -> float:
         return best_time(be.ops["gemm"], 1.0, a, b, 0.0, out, False, False, reps=reps)
 
 
-def probe_blas(c: int, plan: Plan) -> tuple[VersionSPs, tuple[float, float]]:
+def probe_blas(c: int, plan: ThreadPlan) -> tuple[VersionSPs, tuple[float, float]]:
     """The BLAS-threaded version (numpy's OpenBLAS gemm, pfor-shaped: flops / P per thread) and the
     line of T_mul(P) = t P / flops at the larger size."""
     be = backends.get("numpy-openblas")
@@ -181,7 +181,7 @@ def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def probe_add(module, c: int, plan: Plan) -> tuple[float, float]:
+def probe_add(module, c: int, plan: ThreadPlan) -> tuple[float, float]:
     """T_add(P) = t P / elements of the version's fused addition on an n x n matrix, P = 1..2C, as a line."""
     n = plan.add_size
     a, b, out = (np.asfortranarray(np.random.default_rng(1).random((n, n))) for _ in range(3))
@@ -207,7 +207,7 @@ def _add_operands(n: int) -> tuple[np.ndarray, ...]:
     return tuple(np.asfortranarray(np.random.default_rng(4 + j).random((n, n))) for j in range(3))
 
 
-def probe_kernels(module, c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> dict:
+def probe_kernels(module, c: int, plan: ThreadPlan, step: Callable[[str], None] = _quiet) -> dict:
     """Seconds per element of one thread of the version's Jacobi sweep and addition at each of the
     plan's sizes, alone at P = 1..2C (oversubscribed too: each kernel's own switching cost) and
     (the addition) right after a BLAS gemm at P = 1..C threads, as Strassen's additions run (the
@@ -248,7 +248,7 @@ def _product(be, h: int, p2: int, levels: int, reps: int) -> float:
         return median_time(sequential_strassen, s, t, out, levels - 1, gemm, reps=reps)
 
 
-def probe_driver(c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> dict:
+def probe_driver(c: int, plan: ThreadPlan, step: Callable[[str], None] = _quiet) -> dict:
     """Nested Strassen's driver at each of the plan's sizes, levels 1 and 2, and P1 x P2 <= 2C (P1 <= 7,
     P2 within the library's threads): its median time less its 7 products shared out over P1
     workers and C cores (models.multicore.shared_makespan), per element of C. This is what the
@@ -271,7 +271,7 @@ def probe_driver(c: int, plan: Plan, step: Callable[[str], None] = _quiet) -> di
     return {"sizes": list(plan.nested_sizes), "configs": [list(x) for x in configs], "seconds": secs.tolist()}
 
 
-def probe_pool(c: int, plan: Plan) -> float:
+def probe_pool(c: int, plan: ThreadPlan) -> float:
     """Seconds per task of the nested-Strassen worker pool (slope of P no-op tasks, warm pool)."""
     pts = []
     for p in range(1, 2 * c + 1):
@@ -318,7 +318,7 @@ def _named_step(step: Callable[[str], None], name: str, what: str) -> None:
     step(f"{name} {what}")
 
 
-def _step_count(versions: int, c: int, plan: Plan, blas: bool) -> int:
+def _step_count(versions: int, c: int, plan: ThreadPlan, blas: bool) -> int:
     """The steps ``probe_threads`` reports: per version one per P and two per kernel size; the BLAS
     gemm; nested Strassen's pool and additions, and one per driver size."""
     strassen = 1 + len(plan.nested_sizes) if blas and versions else 0
@@ -333,4 +333,4 @@ def probe_and_save(path: str | os.PathLike, versions: list[str] | None = None, q
     return sps
 
 
-__all__ = ["FULL", "QUICK", "Plan", "best_time", "cores", "fit_version", "probe_and_save", "probe_threads"]
+__all__ = ["FULL", "QUICK", "ThreadPlan", "best_time", "cores", "fit_version", "probe_and_save", "probe_threads"]

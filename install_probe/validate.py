@@ -30,7 +30,7 @@ from autotune.db.validation import save_validation
 from autotune.models.fit_terms import METHODS
 from autotune.models.fitted import FittedEntry
 from autotune.select import clear_cache, rank
-from autotune.select.rank import COMPOSED_RISK
+from autotune.select.ranking import COMPOSED_RISK
 
 from .remodel_series import remodel_all
 from .validate_runs import candidate_runner, time_point

@@ -22,6 +22,8 @@ from libc.string cimport memmove
 from posix.mman cimport MADV_HUGEPAGE, madvise
 from posix.time cimport CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID, clock_gettime, timespec
 
+from autotune.core.assumptions import HUGE_ADVISE_BYTES
+
 cnp.import_array()
 
 cdef dict _memos = {}              # id(options object) -> its _Memo
@@ -309,7 +311,7 @@ cdef int _cached = 0
 cdef size_t _cached_bytes = 0
 cdef size_t _cache_limit = 256 * 1024 * 1024     # bytes kept in all (set_block_cache)
 cdef size_t _cache_min = 256 * 1024              # smaller blocks come from malloc's own arenas
-cdef size_t HUGE_MIN = 4 * 1024 * 1024           # larger new blocks ask for huge pages (numpy's threshold)
+cdef size_t HUGE_MIN = HUGE_ADVISE_BYTES          # larger new blocks ask for huge pages (numpy's threshold)
 BLOCK_CACHE_MIN = _cache_min
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli, options
+from autotune import options
+from autotune.cli import command as cli
 
 BASELINES = Path(__file__).resolve().parents[1] / "bench" / "baselines"
 

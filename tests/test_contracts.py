@@ -16,6 +16,7 @@ import autotune
 from autotune import tuned_lu_factor
 from autotune.cli.command import main as cli_main
 from autotune.core import assumptions
+from autotune.core.cache import BoundedCache
 from autotune.core.families import as_problem
 from autotune.core.plans import Plan
 from autotune.db import location, lookup
@@ -39,7 +40,7 @@ def counted_plans(monkeypatch):
         return SimpleNamespace(chosen=Plan("summa", 2, 1, 2, b=len(calls)))
 
     monkeypatch.setattr(protocol, "rank_plans", rank_plans)
-    monkeypatch.setattr(protocol, "_DECISIONS", {})
+    monkeypatch.setattr(protocol, "_PLANS", BoundedCache())
     monkeypatch.setattr(lookup, "RECHECK_SECONDS", 0.0)
     return calls
 
@@ -64,12 +65,12 @@ def test_mpi_plan_cache_takes_a_rewritten_database(tmp_path, counted_plans):
 
 @unusable_db
 def test_mpi_plan_cache_stays_within_its_bound(tmp_path, counted_plans, monkeypatch):
-    monkeypatch.setattr(protocol, "_CACHE_LIMIT", 4)
+    monkeypatch.setattr(protocol, "_PLANS", BoundedCache(4))
     (tmp_path / "sp.h5").write_bytes(b"x")
     with autotune.options(db=str(tmp_path / "sp.h5")):
         for n in range(64, 64 + 10):
             _choose((n, n, n))
-            assert len(protocol._DECISIONS) <= 4
+            assert len(protocol._PLANS) <= 4
         assert len(counted_plans) == 10
         _choose((73, 73, 73))                     # the newest entry survives the clearing
     assert len(counted_plans) == 10

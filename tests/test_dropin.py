@@ -402,7 +402,7 @@ def test_concurrent_calls_each_run_at_their_own_thread_count():
     at once each run at their own count (the one at another count waits), and the default is back
     after both."""
     from autotune import backends
-    from autotune.dispatch.layout import call_with_threads
+    from autotune.backends.pools import call_with_threads
 
     be = backends.get("scipy-openblas")
     default = be.get_threads()

@@ -15,7 +15,7 @@ from autotune.core.families import as_problem
 from autotune.db import load, load_sp
 from autotune.models.fit_terms import TermSet
 from autotune.models.fitted import FittedEntry, FittedModels, load_fitted, override, save_fitted
-from autotune.models.fitting import fi_ls
+from autotune.models.fitting import fit as fit_coefficients
 from autotune.select import Candidate
 
 TINY_SPEC = {"name": "tiny", "check": {"gemm": [48, 80], "cholesky": [48, 80]},
@@ -58,7 +58,7 @@ def test_round_trip(db):
 
 def test_entry_from_model_and_noncanonical_terms():
     n = np.linspace(40, 120, 9)
-    model = fi_ls((n, None, 2e-9 * n ** 3 + 1e-6), TermSet(((3, 0), (0, 0))), (40, 120))
+    model = fit_coefficients("FI-LS", (n, None, 2e-9 * n ** 3 + 1e-6), TermSet(((3, 0), (0, 0))), (40, 120))
     e = FittedEntry.from_model("gemm", ("blas", "mkl", 2, 0, 0), model, fitted_ape=0.0, fitted_phi=0.0,
                                analytical_ape=9.0, analytical_phi=9.0, reason="x", in_use=True)
     np.testing.assert_allclose(e.predict(n), model.predict(n))
@@ -186,7 +186,7 @@ def test_measured_risk_is_the_composed_models_extra_optimism():
 
 def test_selector_charges_the_measured_risk_in_place_of_the_prior(db):
     from autotune.select import rank
-    from autotune.select.rank import COMPOSED_RISK
+    from autotune.select.ranking import COMPOSED_RISK
 
     def blocked_charge(sp):
         rows = [r for r in rank(as_problem("cholesky", (200,)), sp, 1).ranking
@@ -216,7 +216,7 @@ def test_fitted_model_in_use_only_if_no_worse_at_its_worst_check_point(monkeypat
     from autotune.models.fit_terms import Samples
 
     check = Samples([200.0, 700.0, 1500.0, 3000.0], None, [1.0, 1.0, 1.0, 1.0])
-    model = fi_ls(lambda n, a: 1.0, TermSet.polynomial([0]), (100.0, 4000.0))
+    model = fit_coefficients("FI-LS", lambda n, a: 1.0, TermSet.polynomial([0]), (100.0, 4000.0))
     scaled = SimpleNamespace(predict=lambda n, a=None: np.interp(n, check.n, fitted_t), termset=model.termset,
                              coefficients=model.coefficients, edges=model.edges, method="FI-LS")
     monkeypatch.setattr(v, "remodel", lambda *a, **k: SimpleNamespace(model=scaled))

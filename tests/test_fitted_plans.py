@@ -11,7 +11,7 @@ from db_helpers import platform_db
 from autotune.core.families import as_problem
 from autotune.core.plans import Plan
 from autotune.models.fitted_phases import PhaseFactor, load_phase_factors, save_phase_factors
-from autotune.models.fitted_plans import PlanModels, Run, SeriesKey, fit_plan_models
+from autotune.models.fitted_plans import PlanFits, Run, SeriesKey, fit_plan_models
 from autotune.select.distributed import predict, rank_plans
 
 SIZES = (512, 768, 1024, 1280)
@@ -37,20 +37,20 @@ def test_fitted_on_two_process_counts_it_predicts_a_third_and_replaces_a_worse_f
     assert fit.in_use and fit.ape_fit < 5 < fit.ape_factor
     n = np.array(SIZES)
     assert np.allclose(fit.predict(n, 3), _t(n, 3), rtol=0.05)
-    t, used = PlanModels([fit]).seconds("gemm", Plan("bsr", 3, 3, 1), 1100)
+    t, used = PlanFits([fit]).seconds("gemm", Plan("bsr", 3, 3, 1), 1100)
     assert used is fit and t == pytest.approx(_t(1100, 3), rel=0.05)
 
 
 def test_the_factor_model_stays_where_it_predicts_the_held_out_orders_better():
     (fit,) = fit_plan_models(_runs((2, 4), factor_error=1.0, noise=0.05))
     assert not fit.in_use and fit.ape_factor < fit.ape_fit
-    assert PlanModels([fit]).get("gemm", BSR) is None
+    assert PlanFits([fit]).get("gemm", BSR) is None
 
 
 def test_one_process_count_fits_n_alone_and_serves_only_that_p_within_the_orders_fitted():
     (fit,) = fit_plan_models(_runs((2,)))
     assert {j for _, j in fit.terms} == {0} and (3, 0) in fit.terms
-    models = PlanModels([fit])
+    models = PlanFits([fit])
     assert models.seconds("gemm", BSR, 1024) is not None
     assert models.seconds("gemm", Plan("bsr", 3, 3, 1), 1024) is None      # p not fitted
     assert models.seconds("gemm", BSR, 2048) is None                       # past 1.25 x the largest order
@@ -117,4 +117,4 @@ def test_a_fit_that_misses_its_held_out_runs_by_more_than_the_cap_stays_unused()
 
     (fit,) = fit_plan_models(_runs((2, 4)))
     loose = replace(fit, ape_fit=PLAN_FIT_MAX_APE + 1, ape_factor=10 * PLAN_FIT_MAX_APE)
-    assert fit.in_use and not loose.in_use and PlanModels([loose]).get("gemm", BSR) is None
+    assert fit.in_use and not loose.in_use and PlanFits([loose]).get("gemm", BSR) is None

@@ -1,6 +1,7 @@
 """The fitting engine (DESIGN §5): coefficient methods, cascade, AICc selection, Strassen remodel."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from autotune.models.fit_select import aicc, select_terms
 from autotune.models.fit_strassen import fit_strassen, strassen_basis
 from autotune.models.fit_terms import METHODS, Samples, TermSet
-from autotune.models.fitting import fi_ls, fi_me, first_nonpositive, median_ape, phi_err, remodel, va_ls, va_me
+from autotune.models.fitting import first_nonpositive, fit, median_ape, phi_err, remodel
 
 CUBIC = TermSet.polynomial(range(4))  # n^3, n^2, n, 1
 TENSOR = TermSet.polynomial(range(4), (-1, 0, 1), "b")  # DESIGN §5: sum beta_ij n^i b^j
@@ -19,7 +20,7 @@ BLOCKS = [16, 32, 64, 128, 256]
 C_CUBIC = np.array([1e-9, 5e-8, 1e-6, 1e-4])
 # (1e-9 n^3 + 5e-8 n^2 + 1e-6 n + 1e-4) * (0.8 + 8/b + b/1000): every term matters somewhere
 C_TENSOR = np.array([C_CUBIC[3 - i] * {-1: 8.0, 0: 0.8, 1: 1e-3}[j] for i, j in TENSOR.terms])
-FUNCS = {"FI-ME": fi_me, "VA-ME": va_me, "FI-LS": fi_ls, "VA-LS": va_ls}
+FUNCS = {m: functools.partial(fit, m) for m in ("FI-ME", "VA-ME", "FI-LS", "VA-LS")}
 CASES = {"cubic": (CUBIC, C_CUBIC, None), "tensor": (TENSOR, C_TENSOR, BLOCKS)}
 
 
@@ -115,32 +116,32 @@ def test_methods_follow_noisy_data(method, case):
 
 def test_me_methods_run_as_many_points_as_coefficients_at_evenly_spaced_sizes():
     calls = []
-    model = fi_me(poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (100, 600))
+    model = fit("FI-ME", poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (100, 600))
     assert [n for n, _ in calls] == [200, 300, 400, 500] and all(a is None for _, a in calls)
     assert len(model.points) == 4 and math.isnan(model.sigma)
     calls.clear()
-    va_me(poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (100, 600), regions=2)
+    fit("VA-ME", poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (100, 600), regions=2)
     assert [n for n, _ in calls] == [150, 200, 250, 300, 400, 450, 500, 550]
     calls.clear()
-    fi_me(poly_measure(TENSOR, C_TENSOR, calls=calls), TENSOR, (200, 2000), BLOCKS)
+    fit("FI-ME", poly_measure(TENSOR, C_TENSOR, calls=calls), TENSOR, (200, 2000), BLOCKS)
     assert len(calls) == 12 and sorted({a for _, a in calls}) == [16, 64, 256]
     sub = TENSOR.subset([(3, 0), (2, -1), (2, 0), (1, 1), (0, 0)])  # not a tensor product: QR-picked points
     calls.clear()
-    model = fi_me(poly_measure(sub, C_TENSOR[[1, 5, 4, 6, 10]], calls=calls), sub, (200, 2000), BLOCKS)
+    model = fit("FI-ME", poly_measure(sub, C_TENSOR[[1, 5, 4, 6, 10]], calls=calls), sub, (200, 2000), BLOCKS)
     assert len(calls) == len(set(calls)) == 5
     np.testing.assert_allclose(model.coefficients[0], C_TENSOR[[1, 5, 4, 6, 10]], rtol=1e-8)
 
 
 def test_ls_sampling_plans():
     calls = []
-    fi_ls(poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (500, 10000), n_inc=500)
+    fit("FI-LS", poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (500, 10000), n_inc=500)
     assert [n for n, _ in calls] == list(range(500, 10001, 500))  # (n_e - n_i + n_inc) / n_inc runs
     calls.clear()
-    model = va_ls(poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (100, 500), regions=2, n_dat=5)
+    model = fit("VA-LS", poly_measure(CUBIC, C_CUBIC, calls=calls), CUBIC, (100, 500), regions=2, n_dat=5)
     assert [n for n, _ in calls] == [100, 140, 180, 220, 260, 300, 340, 380, 420, 460]  # [n_i + jw, +w) at w/n_dat
     assert model.regions == [(100.0, 300.0), (300.0, 500.0)]
     calls.clear()
-    fi_ls(poly_measure(TENSOR, C_TENSOR, calls=calls), TENSOR, (200, 2000), BLOCKS)
+    fit("FI-LS", poly_measure(TENSOR, C_TENSOR, calls=calls), TENSOR, (200, 2000), BLOCKS)
     assert len(calls) == 13 * len(BLOCKS)  # default n_inc: 3 d_n + 1 sizes, every block
 
 
@@ -151,13 +152,13 @@ def test_measured_arrays_instead_of_measure():
     for func in FUNCS.values():
         model = func(data, TENSOR, (200, 2000))  # a_values default: those in the data
         np.testing.assert_allclose(model.coefficients, np.broadcast_to(C_TENSOR, model.coefficients.shape), rtol=1e-7)
-    me = fi_me((n, a, t), TENSOR, (200, 2000), BLOCKS)
+    me = fit("FI-ME", (n, a, t), TENSOR, (200, 2000), BLOCKS)
     assert sorted(set(me.points.n)) == [600, 900, 1300, 1600]  # nearest measured to 560, 920, 1280, 1640
-    assert len(fi_ls(data, TENSOR, (500, 1000)).points) == 6 * len(BLOCKS)  # only points in the range
+    assert len(fit("FI-LS", data, TENSOR, (500, 1000)).points) == 6 * len(BLOCKS)  # only points in the range
 
 
 def test_predict_is_vectorised_and_picks_regions():
-    model = va_ls(piecewise_measure(), CUBIC, (200, 1800), regions=2)
+    model = fit("VA-LS", piecewise_measure(), CUBIC, (200, 1800), regions=2)
     assert model.edges.tolist() == [200.0, 1000.0, 1800.0]
     assert model.region_of([100, 999, 1000, 5000]).tolist() == [0, 0, 1, 1]
     pred = model.predict(np.array([[300.0, 1500.0]]))
@@ -370,22 +371,22 @@ def test_strassen_remodel_with_noise_and_polynomial_factors():
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: fi_ls((np.array([100.0, 200, 300]), None, np.ones(3)), CUBIC, (100, 300)), "3 points for 4 coefficients"),
-    (lambda: fi_ls(poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 2000), n_inc=1000), "2 points for 4 coefficients"),
-    (lambda: fi_ls(poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 2000), n_inc=0), "n_inc must be positive"),
+    (lambda: fit("FI-LS", (np.array([100.0, 200, 300]), None, np.ones(3)), CUBIC, (100, 300)), "3 points for 4 coefficients"),
+    (lambda: fit("FI-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 2000), n_inc=1000), "2 points for 4 coefficients"),
+    (lambda: fit("FI-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 2000), n_inc=0), "n_inc must be positive"),
     (lambda: Samples([100, 200], None, [1.0, 0.0]), "positive"),
     (lambda: Samples([100, 200], None, [1.0, -2.0]), "positive"),
     (lambda: Samples([100, 200], None, [1.0]), "2 sizes"),
-    (lambda: fi_me(lambda n, a: -1.0, CUBIC, (100, 500)), "positive time"),
-    (lambda: fi_me(lambda n, a: float("nan"), CUBIC, (100, 500)), "positive time"),
-    (lambda: fi_me(poly_measure(CUBIC, C_CUBIC), CUBIC, (500, 500)), "empty or invalid size range"),
-    (lambda: va_ls(poly_measure(CUBIC, C_CUBIC), CUBIC, (600, 100)), "empty or invalid size range"),
-    (lambda: fi_ls(poly_measure(CUBIC, C_CUBIC), CUBIC, (0, 100)), "empty or invalid size range"),
-    (lambda: fi_me(poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 103)), "too narrow"),
-    (lambda: fi_me(poly_measure(TENSOR, C_TENSOR), TENSOR, (100, 500)), "give a_values"),
-    (lambda: fi_me(poly_measure(TENSOR, C_TENSOR), TENSOR, (100, 500), []), "non-empty"),
-    (lambda: fi_me(poly_measure(TENSOR, C_TENSOR), TENSOR, (100, 500), [16, 32]), "2 parameter values"),
-    (lambda: fi_ls(poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 500), [16, 32]), "do not use"),
+    (lambda: fit("FI-ME", lambda n, a: -1.0, CUBIC, (100, 500)), "positive time"),
+    (lambda: fit("FI-ME", lambda n, a: float("nan"), CUBIC, (100, 500)), "positive time"),
+    (lambda: fit("FI-ME", poly_measure(CUBIC, C_CUBIC), CUBIC, (500, 500)), "empty or invalid size range"),
+    (lambda: fit("VA-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (600, 100)), "empty or invalid size range"),
+    (lambda: fit("FI-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (0, 100)), "empty or invalid size range"),
+    (lambda: fit("FI-ME", poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 103)), "too narrow"),
+    (lambda: fit("FI-ME", poly_measure(TENSOR, C_TENSOR), TENSOR, (100, 500)), "give a_values"),
+    (lambda: fit("FI-ME", poly_measure(TENSOR, C_TENSOR), TENSOR, (100, 500), []), "non-empty"),
+    (lambda: fit("FI-ME", poly_measure(TENSOR, C_TENSOR), TENSOR, (100, 500), [16, 32]), "2 parameter values"),
+    (lambda: fit("FI-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 500), [16, 32]), "do not use"),
     (lambda: TermSet(()), "at least one term"),
     (lambda: TermSet(((1, 0), (1, 0))), "duplicate"),
     (lambda: TermSet(((1.5, 0),)), "integer exponents"),
@@ -417,7 +418,7 @@ def test_fi_ls_recovers_any_positive_polynomial(mask, scale, lo, width):
     ts = full.subset(terms)
     ref = lo + width / 2
     coef = np.array([scale[k] / ref ** i for k, (i, _) in enumerate(terms)])
-    model = fi_ls(poly_measure(ts, coef), ts, (lo, lo + width))
+    model = fit("FI-LS", poly_measure(ts, coef), ts, (lo, lo + width))
     np.testing.assert_allclose(model.coefficients[0], coef, rtol=1e-6)
 
 

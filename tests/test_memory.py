@@ -22,7 +22,7 @@ from autotune.select.memory import keep_fitting
 from autotune.settings import get_options
 
 MIB = 2**20
-rank_module = importlib.import_module("autotune.select.rank")
+rank_module = importlib.import_module("autotune.select.ranking")
 
 
 def test_bsr_replicates_b_and_cannon_does_not():

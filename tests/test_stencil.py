@@ -18,7 +18,7 @@ from autotune.core.plans import Plan
 from autotune.geometry.halo import Tile, border_cells, fits, interior_cells, tiles
 from autotune.models import stencil as model
 from autotune.select.distributed import plans, predict, rank_plans
-from autotune.select.rank import choose
+from autotune.select.ranking import choose
 
 
 @njit(cache=True)

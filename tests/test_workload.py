@@ -10,7 +10,8 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from autotune import cli, synthetic
+from autotune import synthetic
+from autotune.cli import command as cli
 from autotune.core import workload
 from autotune.core.workload import LIMITS, MAX_DEGREE, MAX_LAUNCH, MAX_STAGES, RULES, SpecError, launch_of, plan
 from autotune.core.workload_read import load_spec

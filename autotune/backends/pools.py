@@ -170,3 +170,10 @@ def set_hot_window(seconds: float, foreign_gap: float = float("inf")) -> None:
 
 __all__ = ["CODES", "FOREIGN", "NAMES", "USER_LIBRARIES", "PoolState", "from_code", "hot", "last", "lease", "note",
            "parse", "set_hot_window", "state_code", "user_limit"]
+
+
+def call_with_threads(backend, threads: int, fn, *args):
+    """``fn(*args)`` with ``backend`` at ``threads`` threads, under its lease (``lease``:
+    concurrent Python threads at other counts wait), noted as the last call on its pool."""
+    with lease(backend, threads):
+        return fn(*args)

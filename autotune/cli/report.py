@@ -28,7 +28,7 @@ from autotune.feedback.learn import load_learned
 from autotune.host.resources import available_cores
 from autotune.models.fitted import load_fitted
 from autotune.select.distributed import rank_plans
-from autotune.select.rank import rank
+from autotune.select.ranking import rank
 
 MAP_SIZES = tuple(int(round(64 * 2 ** (i / 2))) for i in range(13))     # 64 .. 4096
 DIST_SIZES = (256, 512, 1024, 2048, 4096)

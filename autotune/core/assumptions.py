@@ -117,6 +117,10 @@ GUARD_CLASS_STEPS = _assume(
     "size classes per octave of each dimension the run-time guard keys on (2: orders within a factor "
     "sqrt 2 share a verdict, times compared per flop)",
     SET_BY_HAND, "guard.py key")
+CACHE_ENTRIES = _assume(
+    "CACHE_ENTRIES", 4096,
+    "decisions a bounded cache holds before it is emptied (a miss costs one ranking)",
+    SET_BY_HAND, "core/cache.py BoundedCache: select/ranking.py choose, entry/protocol.py plans")
 
 # -- distributed buffers (distributed/workspace.py) ---------------------------------------------------
 
@@ -124,6 +128,11 @@ HUGE_PAGE = _assume(
     "HUGE_PAGE", 2 << 20,
     "bytes of a transparent huge page, the alignment and granule of the huge-page buffers",
     "x86-64's transparent huge page size (not read from the system)", "distributed/workspace.py huge_empty")
+HUGE_ADVISE_BYTES = _assume(
+    "HUGE_ADVISE_BYTES", 4 << 20,
+    "smallest new block of the C front's block cache advised to huge pages (MADV_HUGEPAGE)",
+    "numpy's own threshold for advising its allocations (numpy/_core/src/multiarray/alloc.c)",
+    "kernels/_front.pyx _take")
 HUGE_MIN_BYTES = _assume(
     "HUGE_MIN_BYTES", 16 << 10,
     "smallest reused buffer backed by huge pages (the shared-memory transport copies once from 4 KiB up)",
@@ -139,7 +148,7 @@ WORKSPACE_FALLBACK_BYTES = _assume(
     SET_BY_HAND, "distributed/workspace.py limit_bytes")
 
 __all__ += ["ALIGNED_OUTPUT_WORK", "GUARD_CLASS_STEPS", "GUARD_MAX_ROUNDS", "GUARD_ROUNDS", "GUARD_SECONDS",
-            "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES", "WORKSPACE_SHARE"]
+            "CACHE_ENTRIES", "HUGE_ADVISE_BYTES", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES", "WORKSPACE_SHARE"]
 
 # -- defaults where nothing was measured, and lookup policies (db/lookup.py, db/comm.py) --------------
 

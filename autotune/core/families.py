@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from autotune.core.routines import CHECK_NRHS, STENCIL_FLOPS, flops
+from autotune.core.routines import CHECK_NRHS, STENCIL_FLOPS, WORD, flops
 
 # Blocks of the block-cyclic layouts and SUMMA panels: the panel and rank-b block parameters the
 # probe profiles measure (configs/standard.yaml: 32..512), so each candidate's k is measured, not
@@ -32,7 +32,6 @@ CHECK_STEPS = 100
 # Bytes a problem's float64 operands may need together (16 PiB: more memory than any machine has, and
 # far below what int64 indices address); larger sizes are refused, not ranked at absurd times.
 MAX_PROBLEM_BYTES = 2**54
-_ITEM = 8           # float64
 
 
 @dataclass(frozen=True)
@@ -315,7 +314,7 @@ class Family:
         if not all(isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in sizes):
             raise ValueError(f"sizes must be positive integers, got {sizes!r}")
         dims = self.problem.expand(tuple(int(d) for d in sizes))
-        need = sum(r * c for r, c in self.problem.operands(dims)) * _ITEM
+        need = sum(r * c for r, c in self.problem.operands(dims)) * WORD
         if need > MAX_PROBLEM_BYTES:
             raise ValueError(f"sizes {', '.join(map(str, sizes))} too large: the float64 operands would need "
                              f"{need:.3g} bytes, more than any machine holds ({MAX_PROBLEM_BYTES >> 50} PiB)")

@@ -14,6 +14,7 @@ import numpy as np
 
 Dims = dict[str, int]
 # Flops per cell of the 5-point stencil the probe times (5 multiplies, 4 additions).
+WORD = 8             # bytes per float64 element: every byte count of a model, a message or a buffer
 STENCIL_FLOPS = 9.0
 
 

@@ -297,7 +297,7 @@ class Process:
 
 
 @dataclass(frozen=True)
-class Plan:
+class WorkloadPlan:
     """Processes, processors and the message counts of a spec (003 §4.2's Gaspar)."""
 
     spec: Spec
@@ -327,7 +327,7 @@ class Plan:
         return tuple(p.processor % max(hosts, 1) for p in self.processes)
 
 
-def plan(spec: Spec) -> Plan:
+def plan(spec: Spec) -> WorkloadPlan:
     """The processes of ``spec``, one processor for the master, each IND stage, each group and each
     replica (the manager shares its first replica's), and the messages each sends and receives.
 
@@ -367,7 +367,7 @@ def plan(spec: Spec) -> Plan:
         procs[previous]["target"] = 0
     processes = tuple(Process(index=k, **p) for k, p in enumerate(_counts(spec, procs)))
     launch, processors, _, _ = launch_of(spec.configuration)
-    return Plan(spec, processes, processors, launch, tuple(heads))
+    return WorkloadPlan(spec, processes, processors, launch, tuple(heads))
 
 
 def _counts(spec: Spec, procs: list[dict]) -> list[dict]:
@@ -395,7 +395,7 @@ def _counts(spec: Spec, procs: list[dict]) -> list[dict]:
     return out
 
 
-def describe(pl: Plan) -> str:
+def describe(pl: WorkloadPlan) -> str:
     """The plan as a table (003 §3.2's Gaspar output): one process per line and the totals."""
     lines = [f"workload {pl.spec.name or '(unnamed)'}: {len(pl.spec.workers)} workers, "
              f"configuration {' | '.join(' '.join(w) for w in pl.spec.configuration)}",
@@ -411,7 +411,7 @@ def describe(pl: Plan) -> str:
     return "\n".join(lines)
 
 
-def assign(pl: Plan, hostnames: list[str]) -> tuple[list[int], list[str]]:
+def assign(pl: WorkloadPlan, hostnames: list[str]) -> tuple[list[int], list[str]]:
     """Rank of each plan process and the hosts in rank order of appearance; PipelineError if a host
     has fewer ranks than processes the plan deals to it."""
     hosts = list(dict.fromkeys(hostnames))

@@ -7,9 +7,8 @@ from functools import partial
 import numpy as np
 
 from autotune import backends
+from autotune.backends.pools import call_with_threads
 from autotune.core.plans import Candidate
-
-from .layout import call_with_threads
 
 
 def run_cholesky(cand: Candidate, w: np.ndarray, lower: bool) -> int:

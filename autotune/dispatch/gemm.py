@@ -6,10 +6,9 @@ import functools
 import numpy as np
 
 from autotune import backends
+from autotune.backends.pools import call_with_threads
 from autotune.core.plans import Candidate
 from autotune.kernels._front import aligned_empty
-
-from .layout import call_with_threads, fortran_operand
 
 
 def run_gemm(cand: Candidate, a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float = 1.0,
@@ -92,3 +91,12 @@ def _around(product, alpha: float, a, ta: bool, b, tb: bool, beta: float, c) -> 
     else:
         c *= beta
         c += alpha * prod
+
+
+def fortran_operand(x: np.ndarray, trans: bool) -> tuple[np.ndarray, bool]:
+    """(F-ordered array, trans flag) with ``op(x)`` unchanged: a C-ordered x becomes x.T transposed."""
+    if x.flags.f_contiguous:
+        return x, trans
+    if x.flags.c_contiguous:
+        return x.T, not trans
+    return np.asfortranarray(x), trans

@@ -7,9 +7,8 @@ from collections.abc import Callable
 import numpy as np
 
 from autotune import backends
+from autotune.backends.pools import call_with_threads
 from autotune.core.plans import Candidate
-
-from .layout import call_with_threads
 
 
 def lu_kernel(cand: Candidate, be) -> Callable[[np.ndarray, np.ndarray], int]:

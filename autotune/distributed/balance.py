@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.core.routines import WORD
 from autotune.distributed.plan import Mark
 from autotune.feedback.balance import Balancer, Policy
-from autotune.models.movement import ITEM, LinkCost
+from autotune.models.movement import LinkCost
 
 # Periods not sampled at the start: kernels compile, pages are touched, MPI connections open.
 WARM_UP = 2
@@ -122,7 +123,7 @@ class Rebalancer:
         def cost(new_rows, new_cols) -> float:
             """The links' time for the cells moved, or the last move's measured time scaled by the
             bytes (never below it: allocating and refilling the halos cost as much for a small move)."""
-            volume = moved_cells(rows, cols, new_rows, new_cols) * ITEM
+            volume = moved_cells(rows, cols, new_rows, new_cols) * WORD
             modelled = self.link.move(volume, self.hosts)
             measured = last_s * max(1.0, float(volume.sum()) / last_bytes) if last_bytes > 0 else 0.0
             return max(modelled, measured)
@@ -133,7 +134,7 @@ class Rebalancer:
         if d.move:
             t0 = time.perf_counter()
             field.relayout(d.rows, d.cols)
-            volume = float(moved_cells(rows, cols, d.rows, d.cols).sum() * ITEM)
+            volume = float(moved_cells(rows, cols, d.rows, d.cols).sum() * WORD)
             self._moved = (time.perf_counter() - t0, volume)
             self.balancer.moved()
         shown_rows, shown_cols = (d.rows, d.cols) if d.move else (rows, cols)

@@ -40,7 +40,8 @@ import numpy as np
 from autotune.core.assumptions import LU_POLL_BLOCKS
 from autotune.core.plans import Plan
 from autotune.geometry.layout import Layout
-from autotune.kernels import _front, pack
+from autotune.kernels import pack
+from autotune.kernels.inputs import require_finite, work_buffer
 
 from . import workspace
 from .checks import all_finite, root_square
@@ -402,16 +403,8 @@ def _check_root(a, plan: Plan, check_finite: bool = True, overwrite_a: bool = Fa
     """The root's matrix as Fortran-ordered float64 to scatter (only read), checked finite when
     ``check_finite``: ``a`` itself when ``overwrite_a`` allows and it is so already, else a copy."""
     arr = root_square(a, "LU")
-    if overwrite_a and arr is a and arr.dtype == np.float64 and arr.flags.f_contiguous:
-        work = arr if not check_finite or all_finite(arr, plan.backend, plan.threads) else None
-    elif arr.dtype == np.float64 and (arr.flags.c_contiguous or arr.flags.f_contiguous):
-        work = _front.fortran_copy(arr, check_finite)       # copied and checked in one pass
-    else:
-        work = np.asfortranarray(arr, dtype=np.float64)
-        work = work if not check_finite or all_finite(work, plan.backend, plan.threads) else None
-    if work is None:
-        raise ValueError("array must not contain infs or NaNs")
-    return work
+    return work_buffer(a, arr, overwrite=overwrite_a, check_finite=check_finite, order="F",
+                       finite=lambda w: all_finite(w, plan.backend, plan.threads))[0]
 
 
 def _plan_problem(plan: Plan) -> str | None:
@@ -519,8 +512,7 @@ def _root_rhs(a, b, plan: Plan, check_finite: bool,
     if np.iscomplexobj(rhs):
         raise ValueError("distributed solve takes real right-hand sides")
     rhs = np.array(rhs, dtype=np.float64, order="F")
-    if check_finite and not np.isfinite(rhs).all():
-        raise ValueError("array must not contain infs or NaNs")
+    require_finite(not check_finite or bool(np.isfinite(rhs).all()))
     return (arr, rhs), rhs.shape
 
 

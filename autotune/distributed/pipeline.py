@@ -20,7 +20,7 @@ from threadpoolctl import threadpool_limits
 
 from autotune.core.assumptions import PIPELINE_POLL_SECONDS
 from autotune.core.routines import flops_of
-from autotune.core.workload import MANAGER, MASTER, REPLICA, STAGE, Plan, Process, assign
+from autotune.core.workload import MANAGER, MASTER, REPLICA, STAGE, Process, WorkloadPlan, assign
 
 BATCH, TASK, RESULT, REPLY, END = 31, 32, 33, 34, 35
 IN_FLIGHT_POLL = PIPELINE_POLL_SECONDS / 10     # seconds between progress calls while sends are in flight
@@ -189,12 +189,12 @@ class Channel:
         self.delay = 0.0
 
 
-def _draw(rng, p: Process, pl: Plan) -> float:
+def _draw(rng, p: Process, pl: WorkloadPlan) -> float:
     s = pl.spec.workers[p.worker].stages[p.stage]
     return max(s.mean + s.spread * rng.uniform(-1.0, 1.0), 0.0)
 
 
-def _master(ch: Channel, pl: Plan, p: Process, units: list[float]) -> None:
+def _master(ch: Channel, pl: WorkloadPlan, p: Process, units: list[float]) -> None:
     spec = pl.spec
     replies = len(spec.workers) * spec.initial_messages
     for _ in range(spec.iterations):
@@ -208,7 +208,7 @@ def _master(ch: Channel, pl: Plan, p: Process, units: list[float]) -> None:
         ch.send(head, END)
 
 
-def _stage(ch: Channel, pl: Plan, p: Process, units: list[float], work: Work, rng) -> None:
+def _stage(ch: Channel, pl: WorkloadPlan, p: Process, units: list[float], work: Work, rng) -> None:
     spec = pl.spec
     out = (REPLY, spec.workers[p.worker].reply_bytes) if p.last else (TASK, spec.task_bytes)
     ch.post(p.source)
@@ -226,7 +226,7 @@ def _stage(ch: Channel, pl: Plan, p: Process, units: list[float], work: Work, rn
             ch.send(p.target, *out)
 
 
-def _replica(ch: Channel, pl: Plan, p: Process, units: list[float], work: Work, rng) -> None:
+def _replica(ch: Channel, pl: WorkloadPlan, p: Process, units: list[float], work: Work, rng) -> None:
     size = pl.spec.workers[p.worker].reply_bytes if p.last else pl.spec.task_bytes
     ch.post(p.source)
     while True:
@@ -241,7 +241,7 @@ def _replica(ch: Channel, pl: Plan, p: Process, units: list[float], work: Work, 
         ch.send(p.source, RESULT, size)
 
 
-def _manager(ch: Channel, pl: Plan, p: Process, units: list[float]) -> None:
+def _manager(ch: Channel, pl: WorkloadPlan, p: Process, units: list[float]) -> None:
     """Hand each task to the first free replica, forward results; take a task from upstream only
     while a replica is free (003 §2.6: the manager must not change the pipeline's behaviour)."""
     spec = pl.spec
@@ -270,7 +270,7 @@ def _manager(ch: Channel, pl: Plan, p: Process, units: list[float]) -> None:
     ch.send(p.target, END)          # to the master too, as the source does (drained there)
 
 
-def _drain(ch: Channel, pl: Plan, p: Process) -> None:
+def _drain(ch: Channel, pl: WorkloadPlan, p: Process) -> None:
     """Receive the ends nobody waits for (``workload.plan``), counted as drained."""
     if p.role == MANAGER:
         for r in p.replicas:
@@ -294,7 +294,7 @@ def calibrate(n: int = GEMM_N, calls: int = 12) -> float:
     return float(np.median(times[2:]))
 
 
-def run(comm, pl: Plan, timeout: float, root: int = 0, gemm_k: float | None = None) -> Report | None:
+def run(comm, pl: WorkloadPlan, timeout: float, root: int = 0, gemm_k: float | None = None) -> Report | None:
     """Run ``pl`` on ``comm`` (collective); the report on ``root``, None elsewhere. Every rank
     raises PipelineError alike if the ranks cannot hold the plan; past ``timeout`` seconds a
     waiting rank aborts the job. Compute stages repeat ``GEMM_N`` gemm calls on one thread, each
@@ -306,7 +306,7 @@ def run(comm, pl: Plan, timeout: float, root: int = 0, gemm_k: float | None = No
         return _run(comm, pl, timeout, root, Work("compute", per_call, GEMM_N))
 
 
-def _run(comm, pl: Plan, timeout: float, root: int, work: Work) -> Report | None:
+def _run(comm, pl: WorkloadPlan, timeout: float, root: int, work: Work) -> Report | None:
     names = comm.allgather(socket.gethostname())
     ranks, _ = assign(pl, names)              # deterministic: every rank raises alike
     me = ranks.index(comm.rank) if comm.rank in ranks else -1

@@ -26,6 +26,7 @@ import threading
 import numpy as np
 
 from autotune.core.assumptions import HUGE_MIN_BYTES, HUGE_PAGE, WORKSPACE_FALLBACK_BYTES, WORKSPACE_SHARE
+from autotune.core.routines import WORD
 from autotune.kernels._front import aligned_empty
 from autotune.settings import get_options
 
@@ -69,7 +70,7 @@ def huge_empty(size: int) -> np.ndarray:
     advised huge (``MADV_HUGEPAGE``, which the kernel honours unless THP is off); an aligned
     ``numpy.empty`` where the platform cannot map or advise memory."""
     size = max(int(size), 1)
-    nbytes = -(-8 * size // HUGE_PAGE) * HUGE_PAGE
+    nbytes = -(-WORD * size // HUGE_PAGE) * HUGE_PAGE
     advise = getattr(mmap, "MADV_HUGEPAGE", None)
     flags = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
     if advise is None or not flags:
@@ -81,7 +82,7 @@ def huge_empty(size: int) -> np.ndarray:
         region.madvise(advise, start, nbytes)
     except (OSError, ValueError):
         return aligned_empty(size)
-    return raw[start:start + 8 * size].view(np.float64)     # keeps ``region`` alive
+    return raw[start:start + WORD * size].view(np.float64)     # keeps ``region`` alive
 
 
 def empty(name: str, shape, order: str = "C") -> np.ndarray:
@@ -93,7 +94,7 @@ def empty(name: str, shape, order: str = "C") -> np.ndarray:
     buf = pool.get(name)
     if buf is None or buf.size < size:
         pool.pop(name, None)
-        if held_bytes() + 8 * size > limit_bytes():
+        if held_bytes() + WORD * size > limit_bytes():
             return np.empty(shape, order=order)
-        buf = pool[name] = huge_empty(size) if 8 * size >= HUGE_MIN_BYTES else aligned_empty(max(size, 1))
+        buf = pool[name] = huge_empty(size) if WORD * size >= HUGE_MIN_BYTES else aligned_empty(max(size, 1))
     return buf[:size].reshape(shape, order=order)

@@ -11,7 +11,6 @@ from autotune.core.families import CholeskyProblem
 from autotune.core.plans import Candidate
 from autotune.dispatch import cholesky_runner, run_cholesky
 from autotune.entry.decide import (
-    F64,
     decide,
     guarded,
     lapack_float64,
@@ -25,6 +24,7 @@ from autotune.entry.protocol import agree_plan, checked_finite, observed, requir
 from autotune.feedback import guard, learn
 from autotune.kernels import _front
 from autotune.kernels._matadd import zero_triangle
+from autotune.kernels.inputs import work_buffer
 from autotune.models.distributed_cholesky import memory_order
 from autotune.select import as_candidate
 from autotune.settings import Options, get_options
@@ -84,18 +84,9 @@ def _cholesky_run(cand: Candidate, a, a1: np.ndarray, lower: bool, overwrite_a: 
 
 def _cholesky_buffer(a, a1: np.ndarray, lower: bool, overwrite_a: bool, check_finite: bool) -> tuple[np.ndarray, bool]:
     """The float64 buffer to factor in place (``a`` itself when allowed) and whether its unused
-    triangle is already zero; ValueError for inf/NaN when ``check_finite``."""
-    contiguous = a1.flags.f_contiguous or a1.flags.c_contiguous
-    if overwrite_a and a1 is a and a1.dtype == F64 and a1.flags.writeable and contiguous:
-        w, clean = a1, False
-    elif a1.dtype == F64 and contiguous:
-        w, clean = _front.prepare_cholesky(a1, lower, check_finite), True
-    else:
-        w, clean = _front.aligned_copy(a1, "C" if a1.flags.c_contiguous else "F"), False
-    if w is None or (check_finite and not clean and not np.isfinite(w).all()):
-        raise ValueError("array must not contain infs or NaNs")
-    return w, clean
-
+    triangle is already zero (``inputs.work_buffer`` with the kernel's own copy)."""
+    return work_buffer(a, a1, overwrite=overwrite_a, check_finite=check_finite, order="A",
+                       prepare=lambda x, check: _front.prepare_cholesky(x, lower, check))
 
 
 def _scipy_cholesky(a1, lower: bool, overwrite_a: bool, check_finite: bool):

@@ -15,10 +15,10 @@ from autotune.core.plans import Candidate
 from autotune.db import load_sp
 from autotune.db.pools import transitions_for
 from autotune.feedback import guard, learn
+from autotune.kernels.inputs import F64
 from autotune.select import Decision, as_candidate, choose, rank
 from autotune.settings import Options, get_options
 
-F64 = np.dtype(np.float64)
 T = TypeVar("T")
 # Scalar types compared directly for alpha == 1 and beta == 0 (anything else is checked first).
 SCALARS = (int, float, complex, np.number, np.bool_)

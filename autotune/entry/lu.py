@@ -10,6 +10,7 @@ from scipy import linalg
 
 from autotune import backends
 from autotune.backends import pools
+from autotune.backends.pools import call_with_threads
 from autotune.core.assumptions import MIN_TUNED_SIZE
 from autotune.core.families import (
     CholeskyProblem,
@@ -21,7 +22,6 @@ from autotune.core.families import (
 from autotune.core.plans import Candidate
 from autotune.db._warn import warn_user
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
-from autotune.dispatch.layout import call_with_threads
 from autotune.entry.decide import (
     F64,
     decide,
@@ -36,6 +36,7 @@ from autotune.entry.decide import (
 from autotune.entry.protocol import agree_plan, observed, require_mpi4py, run_local, square_problem
 from autotune.feedback import guard, learn
 from autotune.kernels import _front
+from autotune.kernels.inputs import work_buffer
 from autotune.select import as_candidate
 from autotune.settings import get_options
 
@@ -63,18 +64,8 @@ def _untuned(family: str, a1: np.ndarray, config, explain: bool, dtype_ok: bool 
 
 
 def _work_copy(a, a1: np.ndarray, overwrite: bool, check_finite: bool) -> np.ndarray:
-    """The Fortran-ordered float64 buffer to work in: ``a`` itself when allowed and already so,
-    else an aligned copy (contiguous float64: copied and checked in one pass, as the C hot path
-    does); ValueError for inf/NaN when ``check_finite``."""
-    if overwrite and a1 is a and a1.dtype == F64 and a1.flags.f_contiguous and a1.flags.writeable:
-        w, checked = a1, False
-    elif a1.ndim == 2 and a1.dtype == F64 and (a1.flags.c_contiguous or a1.flags.f_contiguous):
-        w, checked = _front.fortran_copy(a1, check_finite), True
-    else:
-        w, checked = _front.aligned_copy(a1, "F"), False
-    if w is None or (check_finite and not checked and not np.isfinite(w).all()):
-        raise ValueError("array must not contain infs or NaNs")
-    return w
+    """The Fortran-ordered float64 buffer to work in (``inputs.work_buffer``)."""
+    return work_buffer(a, a1, overwrite=overwrite, check_finite=check_finite, order="F")[0]
 
 
 def _factor(cand: Candidate, w: np.ndarray) -> tuple[np.ndarray, int]:

@@ -20,12 +20,14 @@ from collections.abc import Callable
 
 import numpy as np
 
+from autotune.core.cache import BoundedCache
 from autotune.core.families import FAMILIES, Problem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError
 from autotune.feedback.speeds import RUN_SPEEDS, HostSpeeds, speeds_for, work_share
+from autotune.kernels.inputs import require_finite
 from autotune.models.fitted_phases import platform_factors
 from autotune.select.distributed import as_plan, rank_plans
 from autotune.select.mapping import (
@@ -39,8 +41,7 @@ from autotune.settings import get_options, options
 
 # The selector's plans, keyed as select.rank.choose keys its decisions: by the loaded database
 # objects (load_sp, load_comm: one object per file version) and cleared when full.
-_DECISIONS: dict[tuple, tuple[object, object, Plan]] = {}
-_CACHE_LIMIT = 4096
+_PLANS: BoundedCache[tuple[object, object, Plan]] = BoundedCache()
 MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built against your site\'s MPI, '
                "see the README)")
 
@@ -164,8 +165,7 @@ def checked_finite(plan: Plan, ops: tuple, phases) -> Plan:
     if plan.algorithm == "local" and np.ndim(ops[0]) == 2:
         with timed(phases, "distribution"):
             finite = all_finite(np.asarray(ops[0]), plan.backend, max(plan.threads, 1))
-        if not finite:
-            raise ValueError("array must not contain infs or NaNs")
+        require_finite(finite)
     return plan
 
 
@@ -213,7 +213,7 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     seen, source = speeds_for(cp, names, root)
     key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp),
            tuple(sorted(seen.host_speeds.items())))
-    hit = _DECISIONS.get(key)
+    hit = _PLANS.get(key)
     if hit is not None and not explain:
         return hit[2]
     placed = _placement(problem, names, cores, root, sp, seen)
@@ -233,9 +233,7 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
 def _remember(key: tuple, sp, cp, plan: Plan) -> Plan:
     """Cache ``plan`` under ``key`` (emptied first when full); the entry holds ``sp`` and ``cp``, so
     the ids in its key stay theirs while it lives."""
-    if len(_DECISIONS) >= _CACHE_LIMIT:
-        _DECISIONS.clear()
-    _DECISIONS[key] = (sp, cp, plan)
+    _PLANS.put(key, (sp, cp, plan))
     return plan
 
 

@@ -26,10 +26,11 @@ from autotune.entry.decide import decide
 from autotune.feedback.balance import Policy, policy_of
 from autotune.geometry.halo import fits
 from autotune.kernels import stencil as kernels
+from autotune.kernels.inputs import require_finite
 from autotune.kernels.stencil import Sweeper, run_local
 from autotune.models.movement import LinkCost
 from autotune.models.stencil import link_cost
-from autotune.select.rank import choose
+from autotune.select.ranking import choose
 from autotune.settings import get_options
 
 UNTUNED = Candidate("sweep", "numpy-stencil", 1)     # no usable database: numpy's slices, as by hand
@@ -157,8 +158,7 @@ def check_field(u, check_finite: bool) -> np.ndarray:
         raise ValueError(f"the field must be 2-D, got {a.ndim}-D")
     if np.iscomplexobj(a) or a.dtype.kind not in "biuf":
         raise ValueError(f"the field must be real, got dtype {a.dtype}")
-    if check_finite and not np.isfinite(a).all():
-        raise ValueError("array must not contain infs or NaNs")
+    require_finite(not check_finite or bool(np.isfinite(a).all()))
     return a
 
 

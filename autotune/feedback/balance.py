@@ -161,7 +161,7 @@ def policy_of(balance) -> Policy | None:
 
 
 @dataclass(frozen=True)
-class Decision:
+class Rebalance:
     """One look at the ranks' rates: the new shares (None: keep the layout) and why."""
 
     rows: np.ndarray | None
@@ -209,7 +209,7 @@ class Balancer:
         w = self.policy.window
         return w * (self.rebalances + 1) if self.policy.interval == "growing" else w
 
-    def decide(self, rates, spreads, rows, cols, remaining: int, move_cost) -> Decision:
+    def decide(self, rates, spreads, rows, cols, remaining: int, move_cost) -> Rebalance:
         """The ranks' averages (per cell, row-major over the grid) -> a Decision; ``move_cost(rows,
         cols)`` prices moving to the proposed shares."""
         rates = np.asarray(rates, float)
@@ -222,7 +222,7 @@ class Balancer:
         if drift:
             self.stopped, self.stable = False, 0
         if not drift and (self.stopped or self.since < self.interval()):
-            return Decision(None, None, "stopped: shares stable" if self.stopped else "interval not due")
+            return Rebalance(None, None, "stopped: shares stable" if self.stopped else "interval not due")
         self.seen = rates
         speed = weights(rates, self.policy.rule).reshape(len(rows), len(cols))
         new_rows = shares(int(rows.sum()), speed.sum(axis=1), self.minimum)
@@ -230,16 +230,16 @@ class Balancer:
         now, new = step_time(rates, rows, cols), step_time(rates, new_rows, new_cols)
         changed = max(np.abs(new_rows - rows).max() / rows.max(), np.abs(new_cols - cols).max() / cols.max())
         if len(self.jitter) < KNOWN_NOISE:
-            return Decision(None, None, "measuring the noise", now, new)
+            return Rebalance(None, None, "measuring the noise", now, new)
         if changed <= self.policy.tol or now <= new * (1 + noise):
             self.stable += 1
             self.stopped = self.stable >= self.policy.stable_windows
-            return Decision(None, None, f"balanced within noise {noise:.1%}", now, new)
+            return Rebalance(None, None, f"balanced within noise {noise:.1%}", now, new)
         self.stable = 0
         gain, cost = remaining * (now - new * (1 + noise)), float(move_cost(new_rows, new_cols))
         if self.policy.gate and gain <= cost:
-            return Decision(None, None, "gate: gain below the cost of moving", now, new, gain, cost)
-        return Decision(new_rows, new_cols, "redistribute", now, new, gain, cost)
+            return Rebalance(None, None, "gate: gain below the cost of moving", now, new, gain, cost)
+        return Rebalance(new_rows, new_cols, "redistribute", now, new, gain, cost)
 
     def noise(self, spreads) -> float:
         """Relative change of a rate that noise explains: ``tol``, or ``confidence`` standard errors
@@ -264,5 +264,5 @@ class Balancer:
 
 
 
-__all__ = ["AVERAGES", "Balancer", "Decision", "MovingAverage", "Policy", "moving_averages",
+__all__ = ["AVERAGES", "Balancer", "MovingAverage", "Policy", "Rebalance", "moving_averages",
            "policy_of", "shares", "step_time", "weights"]

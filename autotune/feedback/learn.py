@@ -256,11 +256,6 @@ def active() -> bool:
     return bool(_distrusted)
 
 
-def min_factor() -> float:
-    """Smallest active factor, at most 1 (multiply branch-and-bound floors by it to keep them bounds)."""
-    return min(1.0, min(_distrusted.values(), default=1.0))
-
-
 def stats(candidate: Candidate) -> Stats | None:
     """The candidate's running statistics (None if never observed)."""
     return _stats.get(candidate)
@@ -355,7 +350,7 @@ atexit.register(_atexit_flush)
 # -- refit and the stored corrections ---------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Correction:
+class LearnedCorrection:
     """Learned measured/predicted ratio of one candidate: ``scale``, or ``ratio(n)`` over [n_lo, n_hi]."""
 
     family: str
@@ -382,13 +377,13 @@ def size_of(dims) -> float:
     return float(np.exp(np.mean(np.log(np.maximum(np.asarray(dims, dtype=float), 1.0)))))
 
 
-def fit_correction(family: str, cand: Candidate, n, ratio) -> Correction:
+def fit_correction(family: str, cand: Candidate, n, ratio) -> LearnedCorrection:
     """Per-series correction: AICc-selected ratio(n) in {1, n^-1, n} with >= REFIT_MIN_SIZES sizes, else a scale."""
     n, ratio = np.asarray(n, dtype=float), np.asarray(ratio, dtype=float)
     lr = np.log(ratio)
     scale = float(np.exp(lr.mean()))
     sigma = float(lr.std(ddof=1)) if len(lr) > 1 else math.nan
-    base = Correction(family, cand, len(n), scale, sigma, float(n.min()), float(n.max()))
+    base = LearnedCorrection(family, cand, len(n), scale, sigma, float(n.min()), float(n.max()))
     if len(np.unique(n)) < REFIT_MIN_SIZES:
         return base
     try:
@@ -396,7 +391,7 @@ def fit_correction(family: str, cand: Candidate, n, ratio) -> Correction:
     except ValueError:
         return base
     terms, coef = sel.ranked[0].termset.terms, tuple(float(c) for c in sel.ranked[0].coefficients)
-    fitted = Correction(family, cand, len(n), scale, float(sel.sigma), base.n_lo, base.n_hi, terms, coef)
+    fitted = LearnedCorrection(family, cand, len(n), scale, float(sel.sigma), base.n_lo, base.n_hi, terms, coef)
     grid = np.geomspace(base.n_lo, base.n_hi, 16)
     return fitted if all(fitted.factor(x) > 0 for x in grid) else base
 
@@ -429,13 +424,13 @@ def refit(db_path: str | os.PathLike | None = None) -> dict:
             "corrections": [_describe(c) for c in fits]}
 
 
-def _describe(c: Correction) -> dict:
+def _describe(c: LearnedCorrection) -> dict:
     model = " + ".join(f"{v:.4g}*n^{i}" for (i, _), v in zip(c.terms, c.coef, strict=True)) if c.terms else None
     return {"family": c.family, "candidate": str(c.candidate), "points": c.npts, "scale": c.scale,
             "sigma": c.sigma, "n_range": [c.n_lo, c.n_hi], "ratio_model": model}
 
 
-def _row(c: Correction) -> dict:
+def _row(c: LearnedCorrection) -> dict:
     """The plain record ``db.learned`` stores for one correction."""
     cand = c.candidate
     return {"family": c.family, "algorithm": cand.algorithm, "backend": cand.backend, "threads": cand.threads,
@@ -446,7 +441,7 @@ def _row(c: Correction) -> dict:
 _load_cache: dict = {}
 
 
-def load_learned(path: str | os.PathLike | None = None) -> dict[Candidate, Correction]:
+def load_learned(path: str | os.PathLike | None = None) -> dict[Candidate, LearnedCorrection]:
     """Stored corrections by candidate; {} when missing or damaged (one warning). Cached per file mtime."""
     try:
         p = location.resolve(path)
@@ -459,12 +454,12 @@ def load_learned(path: str | os.PathLike | None = None) -> dict[Candidate, Corre
     return _load_cache[key]
 
 
-def _read_learned(p: Path) -> dict[Candidate, Correction]:
+def _read_learned(p: Path) -> dict[Candidate, LearnedCorrection]:
     try:
         out = {}
         for r in read_learned(p):
             cand = Candidate(r["algorithm"], r["backend"], r["threads"], r["param"], r["variant"])
-            out[cand] = Correction(r["family"], cand, r["npts"], r["scale"], r["sigma"], r["n_lo"], r["n_hi"],
+            out[cand] = LearnedCorrection(r["family"], cand, r["npts"], r["scale"], r["sigma"], r["n_lo"], r["n_hi"],
                                    r["terms"], r["coef"])
         return out
     except Exception as exc:

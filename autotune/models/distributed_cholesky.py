@@ -58,19 +58,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.core.routines import WORD
 from autotune.db.contention import alone, sharing
 
 from . import movement
 from .cholesky import MEMORY_SHARE, chol_flops
-
-WORD = 8   # bytes per float64
-
-
-def _suffix(x: np.ndarray) -> np.ndarray:
-    """Suffix sums along the last axis, with a trailing 0: out[..., J] = sum(x[..., J:])."""
-    out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,))
-    out[..., :-1] = np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
-    return out
 
 
 def wanted_order(r: int, c: int) -> str:
@@ -118,16 +110,16 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     s[-1] = n - (N - 1) * b
     rowm = (J[None, :] % r == np.arange(r)[:, None]).astype(float)      # (r, N) block J on process row i
     colm = (J[None, :] % c == np.arange(c)[:, None]).astype(float)      # (c, N)
-    M = _suffix(rowm * s)                                               # (r, N+1) rows of blocks >= J
-    Nc = _suffix(colm * s)                                              # (c, N+1) columns of blocks >= J
+    M = movement.suffix_sums(rowm * s)                                               # (r, N+1) rows of blocks >= J
+    Nc = movement.suffix_sums(colm * s)                                              # (c, N+1) columns of blocks >= J
     # Trailing update of step k (panel k, width w_k) on rank (i, j): blocks J >= k+1 of column j.
     # The gemm of block column J always has the M[i, J+1] local rows below block J, whatever the
     # step: one k per (process row, block), looked up at that call's height.
     height = M[:, 1:]                                                   # (r, N)
     kg = np.asarray(look.k("gemm", backend, threads, height.ravel(), "panel", b), float).reshape(height.shape)
     per_w = s * height * kg                                             # gemm seconds / (2 w) per block
-    GS = _suffix(colm[None, :, :] * per_w[:, None, :])                  # (r, c, N+1)
-    YS = _suffix(rowm[:, None, :] * colm[None, :, :] * (s * (s + 1)))   # owned diagonal blocks
+    GS = movement.suffix_sums(colm[None, :, :] * per_w[:, None, :])                  # (r, c, N+1)
+    YS = movement.suffix_sums(rowm[:, None, :] * colm[None, :, :] * (s * (s + 1)))   # owned diagonal blocks
     steps = N - 1
     w = s[:steps]
     ks = float(np.asarray(look.k("syrk", backend, threads, b)).reshape(-1)[0])
@@ -137,7 +129,7 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
         L = 2.0 * w * per_w[:, K] + w * rowm[:, K] * s[K] * (s[K] + 1) * ks
         # Memory: each step streams the rank's trailing triangle (read + write, 16 B per element).
         touched = s * M[:, :N]                                          # (r, N) elements of column J
-        ES = _suffix(colm[None, :, :] * touched[:, None, :])[:, :, 1:N]  # (r, c, steps)
+        ES = movement.suffix_sums(colm[None, :, :] * touched[:, None, :])[:, :, 1:N]  # (r, c, steps)
         kmem = MEMORY_SHARE * np.asarray(look.k("add", backend, threads, np.sqrt(np.maximum(ES.ravel(), 1.0))),
                                          float).reshape(ES.shape)
         U = U + ES * kmem
@@ -152,7 +144,7 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     # Ranks computing at once: step k's updaters (the next panel's factorization runs among them);
     # the first panel's column alone before the loop. Each call's slowdown by its duration.
     q = np.concatenate([[max(1, int((S[:, 0] > 0).sum()))], (U > 0).sum(axis=(0, 1))]).astype(int)   # (N,)
-    left = np.maximum(_suffix(colm)[:, 1:N], 1.0)                       # (c, steps) block columns left
+    left = np.maximum(movement.suffix_sums(colm)[:, 1:N], 1.0)                       # (c, steps) block columns left
     Ub, Uw = share_cores(U, U / left[None, :, :], q[None, None, 1:])
     _, Lw = share_cores(L, L, q[None, 1:])          # its busy time is in U's
     Db, Dw = share_cores(D, D, q)

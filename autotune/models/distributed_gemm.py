@@ -38,14 +38,15 @@ import math
 
 import numpy as np
 
+from autotune.core.routines import WORD
 from autotune.db.contention import alone, lockstep
 from autotune.geometry.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
-from autotune.models.movement import ITEM, first_touch
 from autotune.models.movement import add_k as _k2_add
 from autotune.models.movement import cold_copies as _cold_copies
 from autotune.models.movement import cold_reads as _cold_reads
+from autotune.models.movement import first_touch
 from autotune.models.movement import k as _k
 from autotune.models.movement import pack as _pack
 from autotune.models.movement import passes as _passes
@@ -145,10 +146,10 @@ def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi = _ceil(m, p)
-    dist = _coll(cp, SCATTER, p, ITEM * mi * k) + _coll(cp, BCAST, p, ITEM * k * n)
+    dist = _coll(cp, SCATTER, p, WORD * mi * k) + _coll(cp, BCAST, p, WORD * k * n)
     load = 2.0 * mi * k * n * _k3(alone(sp), plan, lookup_size(m, k, n), "stripe", p)
     comp, wall, wait = _in_lockstep(sp, plan, load, 1)
-    coll = _coll(cp, "gatherv", p, ITEM * mi * n)
+    coll = _coll(cp, "gatherv", p, WORD * mi * n)
     return _result(dist, 0.0, comp, coll + wait, total=dist + wall + coll)
 
 
@@ -166,12 +167,12 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if c == 1:
         return _bsr_phases(m, k, n, plan, sp, cp)
     mi, kj, nj = _ceil(m, r), _ceil(k, c), _ceil(n, c)
-    dist = (_coll(cp, SCATTER, r, ITEM * mi * k) + (_passes(alone(sp), mi * k) if c > 1 else 0.0)
-            + _coll(cp, SCATTER, c, ITEM * mi * kj) + _coll(cp, BCAST, p, ITEM * k * n))
-    comm = _coll(cp, "allgatherv", c, ITEM * mi * kj)
+    dist = (_coll(cp, SCATTER, r, WORD * mi * k) + (_passes(alone(sp), mi * k) if c > 1 else 0.0)
+            + _coll(cp, SCATTER, c, WORD * mi * kj) + _coll(cp, BCAST, p, WORD * k * n))
+    comm = _coll(cp, "allgatherv", c, WORD * mi * kj)
     load = c * 2.0 * mi * kj * nj * _k3(alone(sp), plan, lookup_size(mi, kj, nj))
     comp, wall, wait = _in_lockstep(sp, plan, load, 1)          # the c products run back to back
-    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
+    coll = _coll(cp, "gatherv", p, WORD * mi * nj) + (_passes(sp, m * n) if c > 1 else 0.0)
     return _result(dist, comm, comp, coll + wait, total=dist + comm + wall + coll)
 
 
@@ -183,12 +184,12 @@ def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mi, kl, nj = _ceil(m, q), _ceil(k, q), _ceil(n, q)
-    dist = (_coll(cp, SCATTER, p, ITEM * mi * kl) + _coll(cp, SCATTER, p, ITEM * kl * nj)
+    dist = (_coll(cp, SCATTER, p, WORD * mi * kl) + _coll(cp, SCATTER, p, WORD * kl * nj)
             + _passes(alone(sp), m * k + k * n))
-    comm = q * float(np.sum(cp.time("sendrecv", p, np.array([ITEM * mi * kl, ITEM * kl * nj], float))))
+    comm = q * float(np.sum(cp.time("sendrecv", p, np.array([WORD * mi * kl, WORD * kl * nj], float))))
     load = q * 2.0 * mi * kl * nj * _k3(alone(sp), plan, lookup_size(mi, kl, nj))
     comp, wall, wait = _in_lockstep(sp, plan, load, q)          # a shift after each block product
-    coll = _coll(cp, "gatherv", p, ITEM * mi * nj) + _passes(sp, m * n)
+    coll = _coll(cp, "gatherv", p, WORD * mi * nj) + _passes(sp, m * n)
     return _result(dist, comm + wait, comp, coll, total=dist + comm + wall + coll)
 
 
@@ -249,9 +250,9 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     p = R * C
     comm = 0.0
     if C > 1:
-        comm += float(np.dot(counts, cp.time("bcast_row", p, ITEM * mloc * widths, (R, C))))
+        comm += float(np.dot(counts, cp.time("bcast_row", p, WORD * mloc * widths, (R, C))))
     if R > 1:      # the owning row first copies its w x nloc slab of Y into the contiguous panel
-        comm += float(np.dot(counts, cp.time("bcast_col", p, ITEM * nloc * widths, (R, C))
+        comm += float(np.dot(counts, cp.time("bcast_col", p, WORD * nloc * widths, (R, C))
                              + _cold_copies(sp, nloc * widths)))
     area = (mrows[:, None] * ncols[None, :]).ravel()
     k3 = np.array([_k3(alone(sp), plan, math.sqrt(max(x, 1)), "rankb", b) for x in area])
@@ -279,11 +280,11 @@ def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     if p == 1:
         return _local(m, k, n, plan, sp)
     mm, kk, nn, R, C = _oriented(m, k, n, plan)
-    dist = (_coll(cp, SCATTER, p, ITEM * _moved(mm, kk, R, C, b))
-            + _coll(cp, SCATTER, p, ITEM * _moved(kk, nn, R, C, b))
+    dist = (_coll(cp, SCATTER, p, WORD * _moved(mm, kk, R, C, b))
+            + _coll(cp, SCATTER, p, WORD * _moved(kk, nn, R, C, b))
             + _pack(alone(sp), cp, mm * kk, _run(mm, R, b)) + _pack(alone(sp), cp, kk * nn, _run(kk, R, b)))
     comm, comp, (idle, _, end, lead), lag = _summa_steps(mm, kk, nn, R, C, b, plan, sp, cp)
-    gather = _coll(cp, "gatherv", p, ITEM * _moved(mm, nn, R, C, b))
+    gather = _coll(cp, "gatherv", p, WORD * _moved(mm, nn, R, C, b))
     unpack = _pack(sp, cp, mm * nn, _run(mm, R, b), "put")
     return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack + lead, end),
                    total=dist + comm + lag + comp + gather + unpack)
@@ -308,8 +309,8 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     ml, kl, nl = _ceil(mm, g), _ceil(kk, g), _ceil(nn, g)
     xm, xk = _numroc0(ml, R, b), _numroc0(kl, C, b)
     yk, yn = _numroc0(kl, R, b), _numroc0(nl, C, b)
-    dist = (_coll(cp, SCATTER, p, ITEM * g * g * _moved(ml, kl, R, C, b))
-            + _coll(cp, SCATTER, p, ITEM * g * g * _moved(kl, nl, R, C, b))
+    dist = (_coll(cp, SCATTER, p, WORD * g * g * _moved(ml, kl, R, C, b))
+            + _coll(cp, SCATTER, p, WORD * g * g * _moved(kl, nl, R, C, b))
             + _pack(alone(sp), cp, g * g * ml * kl, _run(ml, R, b))
             + _pack(alone(sp), cp, g * g * kl * nl, _run(kl, R, b)))
     comm, comp, (idle, last_step, end, lead), lag = _summa_steps(ml, kl, nl, R, C, b, plan, sp, cp)
@@ -322,7 +323,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         size = math.sqrt(max((ADDS_A * ea + ADDS_B * eb + nc * ec) / (ADDS_A + ADDS_B + nc), 1.0))
         k2 = _k2_add(sp, size)
         comp += 7.0 ** (i - 1) * k2 * (ADDS_A * ea + ADDS_B * eb + nc * ec)
-    gather = _coll(cp, "gatherv", p, ITEM * g * g * _moved(ml, nl, R, C, b))
+    gather = _coll(cp, "gatherv", p, WORD * g * g * _moved(ml, nl, R, C, b))
     unpack = _pack(sp, cp, m * n, _run(ml, R, b), "put")
     return _result(dist, comm + idle, comp, _gather_after_wait(gather, unpack + lead, end),
                    total=dist + comm + lag + comp + gather + unpack)
@@ -355,8 +356,8 @@ def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     m2, k2, n2 = m // 2, k // 2, n // 2
     workers = p - 1
     form = _passes(sp, m2 * k2) + _passes(sp, k2 * n2)
-    send = float(np.sum(cp.time("pingpong", 2, np.array([ITEM * m2 * k2, ITEM * k2 * n2], float))))
-    recv = float(np.asarray(cp.time("pingpong", 2, float(ITEM * m2 * n2))))
+    send = float(np.sum(cp.time("pingpong", 2, np.array([WORD * m2 * k2, WORD * k2 * n2], float))))
+    recv = float(np.asarray(cp.time("pingpong", 2, float(WORD * m2 * n2))))
     prod = (blas(m2, k2, n2, plan.backend, plan.threads, sp) if lv == 1 else
             float(strassen_seq(m2, k2, n2, [lv - 1], plan.backend, plan.threads, sp)[0]))
     acc = [a * _passes(sp, m2 * n2) for a in MS_ACC_PASSES]
@@ -395,7 +396,7 @@ def _new_result(model):
     def charged(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
         out = model(m, k, n, plan, sp, cp)
         if plan.p > 1:
-            faults = first_touch(cp, ITEM * m * n)
+            faults = first_touch(cp, WORD * m * n)
             out["collection"] += faults
             out["total"] += faults
         return out

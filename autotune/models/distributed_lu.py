@@ -42,19 +42,11 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.core.assumptions import LU_POLL_BLOCKS
-from autotune.core.routines import flops
+from autotune.core.routines import WORD, flops
 from autotune.db.contention import alone
 
 from . import comm_train, movement
 from .lu import u12_pattern
-
-WORD = 8
-
-
-def _suffix(x: np.ndarray) -> np.ndarray:
-    out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,))
-    out[..., :-1] = np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
-    return out
 
 
 def _k(sp, routine: str, backend: str, threads: int, x, pattern: str, param: float) -> np.ndarray:
@@ -74,8 +66,8 @@ class _Steps:
         s[-1] = n - (N - 1) * b
         rowm = (J[None, :] % r == np.arange(r)[:, None]).astype(float)
         colm = (J[None, :] % c == np.arange(c)[:, None]).astype(float)
-        rows = _suffix(rowm * s)                         # (r, N+1) local rows of blocks >= J
-        cols = _suffix(colm * s)                         # (c, N+1)
+        rows = movement.suffix_sums(rowm * s)                         # (r, N+1) local rows of blocks >= J
+        cols = movement.suffix_sums(colm * s)                         # (c, N+1)
         if nrhs:                                         # the right-hand sides: one more block column
             cols[N % c, :] += nrhs
         M, Nc = rows[:, 1:].T, cols[:, 1:].T            # (N, r), (N, c): below / right of block K
@@ -262,5 +254,4 @@ def explain(problem, plan, sp, cp) -> list[str]:
             "(held-out PRTT train error, LoOgGP vs Hockney), the broadcast's Hockney curve elsewhere"]
 
 
-MODELS = {"lu": model, "gesv": solve_model}
 WAIT_PHASE = {"lu": "communication", "gesv": "communication"}

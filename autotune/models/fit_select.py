@@ -22,7 +22,7 @@ def aicc(rss_rel: float, n_obs: int, n_coef: int) -> float:
 
 
 @dataclass(frozen=True, eq=False)  # holds arrays: identity equality
-class Candidate:
+class TermCandidate:
     """One fitted candidate term set: AICc, difference to the best, Akaike weight, relative sigma, coefficients."""
 
     termset: TermSet
@@ -38,7 +38,7 @@ class Selection:
     """AICc model selection result (docs/models.md#fitted.aicc): ranked candidates, term importances
     and the best model."""
 
-    ranked: tuple[Candidate, ...]
+    ranked: tuple[TermCandidate, ...]
     importances: dict[str, float]
     best: FittedModel
     skipped: tuple[TermSet, ...] = ()
@@ -54,15 +54,15 @@ class Selection:
         """Akaike weights in ranking order (they sum to 1)."""
         return np.array([c.weight for c in self.ranked])
 
-    def best_by_dimension(self) -> dict[int, Candidate]:
+    def best_by_dimension(self) -> dict[int, TermCandidate]:
         """Lowest-AICc candidate for each number of terms (TIA's report to judge the chosen one)."""
-        out: dict[int, Candidate] = {}
+        out: dict[int, TermCandidate] = {}
         for c in self.ranked:
             out.setdefault(len(c.termset), c)
         return dict(sorted(out.items()))
 
 
-def _score(termset: TermSet, s: Samples) -> Candidate | None:
+def _score(termset: TermSet, s: Samples) -> TermCandidate | None:
     """Fit one candidate; None if the data cannot support it (too few points for AICc, rank-deficient)."""
     d = len(termset)
     if len(s) - (d + 1) - 1 <= 0:
@@ -70,7 +70,7 @@ def _score(termset: TermSet, s: Samples) -> Candidate | None:
     c, rss, rank = lstsq_rel(termset.design(s.n, s.a), s.t)
     if rank < d:
         return None
-    return Candidate(termset, aicc(rss, len(s), d), 0.0, 0.0, math.sqrt(rss / (len(s) - d)), c)
+    return TermCandidate(termset, aicc(rss, len(s), d), 0.0, 0.0, math.sqrt(rss / (len(s) - d)), c)
 
 
 def select_terms(n, a, t, candidates: TermSet | Sequence[TermSet], *, max_sets: int = 256,
@@ -95,13 +95,13 @@ def select_terms(n, a, t, candidates: TermSet | Sequence[TermSet], *, max_sets: 
     delta = np.array([c.aicc for c in fitted]) - fitted[0].aicc
     w = np.exp(-delta / 2)
     w /= w.sum()
-    ranked = tuple(Candidate(c.termset, c.aicc, float(dl), float(wi), c.sigma, c.coefficients)
+    ranked = tuple(TermCandidate(c.termset, c.aicc, float(dl), float(wi), c.sigma, c.coefficients)
                    for c, dl, wi in zip(fitted, delta, w, strict=True))
     skipped = tuple(ts for ts, c in scored if c is None)
     return Selection(ranked, _importances(ranked), _best_model(ranked[0], s), skipped)
 
 
-def _importances(ranked: Sequence[Candidate]) -> dict[str, float]:
+def _importances(ranked: Sequence[TermCandidate]) -> dict[str, float]:
     """Sum of Akaike weights of the sets containing each term, most important first."""
     imp: dict[str, float] = {}
     for c in ranked:
@@ -110,7 +110,7 @@ def _importances(ranked: Sequence[Candidate]) -> dict[str, float]:
     return dict(sorted(imp.items(), key=lambda kv: -kv[1]))
 
 
-def _best_model(c: Candidate, s: Samples) -> FittedModel:
+def _best_model(c: TermCandidate, s: Samples) -> FittedModel:
     """The winning candidate as a single-region FittedModel over the data's size range."""
     edges = np.array([s.n.min(), s.n.max()])
     return FittedModel(c.termset, "FI-LS", edges, c.coefficients[None, :], s, c.sigma)

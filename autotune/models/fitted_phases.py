@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.db.phase_factors import GROUP, load_phase_records, save_phase_records
 
-from .fitted_plans import PlanFit, PlanModels
+from .fitted_plans import PlanFit, PlanFits
 
 # The total has its own factor: the phases are not its terms where one holds a faster rank's
 # waits, off the critical path (SUMMA's broadcasts, BSR's gather); scaling them would move the
@@ -95,7 +95,7 @@ class PhaseFactors:
         self.factors = list(factors)
         self._by_key = {(f.family, f.algorithm, f.phase, f.p): f.factor for f in self.factors}
         self.info, self.updated = dict(info or {}), updated
-        self.plans = PlanModels(plans)
+        self.plans = PlanFits(plans)
 
     def family_infos(self) -> dict[str, dict]:
         """Per family calibrated (factors or not): its runs' ``sizes``, ``runs``, ``fitted`` date."""

@@ -161,7 +161,7 @@ def fit_plan_models(runs: Iterable[Run]) -> list[PlanFit]:
     return out
 
 
-class PlanModels:
+class PlanFits:
     """Lookup of the fitted T(n, p) in use by series; none: the factor model everywhere."""
 
     def __init__(self, fits: Iterable[PlanFit] = ()):
@@ -187,4 +187,4 @@ class PlanModels:
         return (t, fit) if t > 0 else None
 
 
-__all__ = ["MIN_ORDERS", "TERMS", "PlanFit", "PlanModels", "Run", "SeriesKey", "fit_plan_models"]
+__all__ = ["MIN_ORDERS", "TERMS", "PlanFit", "PlanFits", "Run", "SeriesKey", "fit_plan_models"]

@@ -156,9 +156,18 @@ def _ls_sizes(method: str, dn: int, n_range: tuple[float, float], region: tuple[
     return _sizes(rlo + np.arange(nd) * (rhi - rlo) / nd, integer)
 
 
-def _fit_method(method: str, source, termset: TermSet, n_range, a_values, *, regions: int = 2,
-                n_inc: float | None = None, n_dat: int | None = None, integer: bool = True) -> FittedModel:
-    """Shared body of the four coefficient methods (plans points, measures or selects them, fits per region)."""
+def fit(method: str, source: Measure | Samples, termset: TermSet, n_range: Sequence[float],
+        a_values: Sequence[float] | None = None, *, regions: int = 2, n_inc: float | None = None,
+        n_dat: int | None = None, integer: bool = True) -> FittedModel:
+    """One of the four coefficient methods (plans points, measures or selects them, fits per region).
+
+    FI-ME: one polynomial from exactly as many runs as coefficients, at sizes ``n_i + k (n_e - n_i) /
+    (d_n + 1)`` times d_a values over ``a_values`` (the ``len(termset)`` most independent points,
+    pivoted QR, when the terms are not a full tensor product). VA-ME: ``regions`` equal intervals,
+    FI-ME in each. FI-LS: relative least squares on sizes n_i, n_i + n_inc, ... <= n_e (default
+    ``3 d_n + 1`` sizes). VA-LS: ``regions`` intervals, ``n_dat`` sizes each (default ``2 d_n + 1``),
+    LS in each. With measured ``Samples``, each planned point is the nearest measured one (LS: all
+    points in the range)."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: one of {METHODS}")
     lo, hi = _check_range(n_range)
@@ -186,47 +195,6 @@ def _fit_region(termset: TermSet, s: Samples, method: str, k: int) -> tuple[np.n
         return fit_points(termset, s)
     except ValueError as err:
         raise ValueError(f"{method}, region {k}: {err}") from None
-
-
-def fi_me(source: Measure | Samples, termset: TermSet, n_range: Sequence[float],
-          a_values: Sequence[float] | None = None, *,
-          integer: bool = True) -> FittedModel:
-    """FI-ME: one polynomial from exactly as many runs as coefficients, at evenly spaced sizes (square system).
-
-    Sizes ``n_i + k (n_e - n_i) / (d_n + 1)`` (k = 1..d_n, d_n = distinct powers of n) times d_a
-    parameter values spread over ``a_values``; when the terms are not a full tensor product the
-    ``len(termset)`` most independent of those points are run (pivoted QR). With measured
-    ``Samples`` instead of ``measure``, each planned point is the nearest measured one.
-    """
-    return _fit_method("FI-ME", source, termset, n_range, a_values, integer=integer)
-
-
-def va_me(source: Measure | Samples, termset: TermSet, n_range: Sequence[float],
-          a_values: Sequence[float] | None = None, *,
-          regions: int = 2, integer: bool = True) -> FittedModel:
-    """VA-ME: ``regions`` equal size intervals, FI-ME in each (one polynomial per region)."""
-    return _fit_method("VA-ME", source, termset, n_range, a_values, regions=regions, integer=integer)
-
-
-def fi_ls(source: Measure | Samples, termset: TermSet, n_range: Sequence[float],
-          a_values: Sequence[float] | None = None, *,
-          n_inc: float | None = None, integer: bool = True) -> FittedModel:
-    """FI-LS: one polynomial by relative least squares on sizes n_i, n_i + n_inc, ..., <= n_e, every a value.
-
-    Default ``n_inc`` gives ``3 d_n + 1`` sizes. With ``Samples``, all given points in the range are used.
-    """
-    return _fit_method("FI-LS", source, termset, n_range, a_values, n_inc=n_inc, integer=integer)
-
-
-def va_ls(source: Measure | Samples, termset: TermSet, n_range: Sequence[float],
-          a_values: Sequence[float] | None = None, *,
-          regions: int = 2, n_dat: int | None = None, integer: bool = True) -> FittedModel:
-    """VA-LS: ``regions`` intervals ``[n_i + jw, n_i + (j+1)w)``, ``n_dat`` sizes at step ``w/n_dat``, LS in each.
-
-    Default ``n_dat = 2 d_n + 1``; every a value at each size. The last region also takes ``n_e``
-    when measured points are given.
-    """
-    return _fit_method("VA-LS", source, termset, n_range, a_values, regions=regions, n_dat=n_dat, integer=integer)
 
 
 # ----------------------------------------------------------------------------- check points
@@ -332,7 +300,7 @@ def _trial(method: str, src, termset: TermSet, n_range, a_values, check: Samples
     """Fit one method and score it on the check points; a method that cannot be applied is recorded, not raised."""
     runs0, secs0 = measure_cost(src)
     try:
-        model = _fit_method(method, src, termset, n_range, a_values, **opts)
+        model = fit(method, src, termset, n_range, a_values, **opts)
     except (ValueError, np.linalg.LinAlgError) as err:
         runs, secs = measure_cost(src)
         return Trial(method, None, 0, runs - runs0, secs - secs0, error=str(err))

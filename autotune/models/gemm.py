@@ -21,7 +21,6 @@ STRASSEN_ADD_BACKEND = "numba-reference"
 # Strassen's addition kernel versions (the ``variant`` AP of a "strassen" candidate): 0 the fused
 # Numba loops above, priced by the add/view SP series; 1 the OpenMP ``add`` of kernels/_omp.pyx at
 # the candidate's thread count, priced by the measured thread SPs of version "omp" (R-pfor per pass).
-STRASSEN_ADD_VERSIONS = {0: "numba-fused", 1: "omp"}
 # Calls of the OpenMP add per Strassen node on quadrants of C: C22 = M1 - M2 + M3 (2), two two-target
 # accumulations (2 each), plus 2 accumulations of M6, M7 unless the node's products are leaves.
 OMP_CALLS_C_LEAF, OMP_CALLS_C_INNER = 6, 8

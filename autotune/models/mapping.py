@@ -37,12 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.core.families import FAMILIES
+from autotune.core.routines import WORD
 from autotune.geometry.layout import cycle, grid_weights
 
 from . import movement
-
-WORD = 8.0
-
 
 # The routine, access pattern and library behind each kernel of the cost.
 SERIES = {"gemm": ("gemm", "rankb", "numpy-openblas"), "trsm": ("trsm", "panel", "scipy-openblas"),

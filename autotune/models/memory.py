@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 from autotune.core.assumptions import HUGE_MIN_BYTES, HUGE_PAGE
 from autotune.core.plans import Candidate, Plan
+from autotune.core.routines import WORD
 from autotune.geometry.halo import Tile
 from autotune.geometry.layout import Axis, grid_weights
 from autotune.kernels.strassen_shape import strassen_workspace_elems
-
-WORD = 8
 
 
 def ws(*elems: float) -> float:

@@ -13,14 +13,13 @@ import numpy as np
 
 from autotune.core.assumptions import COPY_SHARE, FILL_SHARE, LOOP_SHARE, READ_SHARE
 
-ITEM = 8                            # bytes per float64
 PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 # Hand-set shares of an add pass (copy, cold read, fill, in-loop move): autotune/core/assumptions.py
 # (docs/models.md#movement).
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
-__all__ = ["COPY_SHARE", "FILL_SHARE", "ITEM", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "checked_copy",
-           "cold_copies", "cold_k", "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop",
+__all__ = ["COPY_SHARE", "FILL_SHARE", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "checked_copy",
+           "cold_copies", "cold_k", "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop", "LinkCost", "suffix_sums",
            "k", "pack", "passes", "run_length"]
 
 
@@ -165,3 +164,11 @@ class LinkCost:
         t = self.seconds(v, h[:, None] != h[None, :])
         np.fill_diagonal(t, 0.0)
         return float(max(t.sum(axis=1).max(), t.sum(axis=0).max()))
+
+
+def suffix_sums(x: np.ndarray) -> np.ndarray:
+    """Suffix sums along the last axis, with a trailing 0: out[..., J] = sum(x[..., J:]) (the steps left
+    of a blocked factorisation)."""
+    out = np.zeros(x.shape[:-1] + (x.shape[-1] + 1,))
+    out[..., :-1] = np.cumsum(x[..., ::-1], axis=-1)[..., ::-1]
+    return out

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from autotune.core.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
-from autotune.core.workload import MANAGER, STAGE, Plan, Spec
+from autotune.core.workload import MANAGER, STAGE, Spec, WorkloadPlan
 from autotune.models.stencil import link_primitive
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
@@ -107,7 +107,7 @@ def _kept_draws(seed: int, worker: int, stage: int, tasks: int) -> np.ndarray:
     return out
 
 
-def _units(pl: Plan, worker: int) -> list[tuple[int, tuple[int, ...]]]:
+def _units(pl: WorkloadPlan, worker: int) -> list[tuple[int, tuple[int, ...]]]:
     """The worker's stages in order as (process receiving its tasks, its servers), from its head
     along each process's target back to the master."""
     out, k = [], pl.heads[worker]
@@ -118,7 +118,7 @@ def _units(pl: Plan, worker: int) -> list[tuple[int, tuple[int, ...]]]:
     return out
 
 
-def _service(pl: Plan, worker: int, n: int, receiver: int, merged: dict, key: int) -> np.ndarray:
+def _service(pl: WorkloadPlan, worker: int, n: int, receiver: int, merged: dict, key: int) -> np.ndarray:
     """Service times (n runs x tasks) of one stage's servers (a merged compute group: their sum)."""
     spec = pl.spec
     stages = merged.get(receiver, [pl.processes[receiver].stage])
@@ -126,7 +126,7 @@ def _service(pl: Plan, worker: int, n: int, receiver: int, merged: dict, key: in
     return sum(np.maximum(w.stages[j].mean + w.stages[j].spread * draws(spec, key, j, n), 0.0) for j in stages)
 
 
-def _merge(pl: Plan, worker: int, units) -> tuple[list, dict]:
+def _merge(pl: WorkloadPlan, worker: int, units) -> tuple[list, dict]:
     """Compute work: consecutive single stages on one processor become one server."""
     if pl.spec.work != "compute":
         return units, {}
@@ -141,7 +141,7 @@ def _merge(pl: Plan, worker: int, units) -> tuple[list, dict]:
     return out, merged
 
 
-def makespan(pl: Plan, worker: int, arrive: np.ndarray, hop: Hop, host: tuple[int, ...],
+def makespan(pl: WorkloadPlan, worker: int, arrive: np.ndarray, hop: Hop, host: tuple[int, ...],
              wake: float = PIPELINE_POLL_SECONDS / 2, draw_worker: int | None = None) -> np.ndarray:
     """When the master has the last reply of ``worker``'s batch, which reached its head at ``arrive``
     (n runs; stage times drawn as worker ``draw_worker``'s, default its own). A stage's links carry
@@ -184,7 +184,7 @@ def makespan(pl: Plan, worker: int, arrive: np.ndarray, hop: Hop, host: tuple[in
     return arrive[:, -1]
 
 
-def iteration_times(pl: Plan, hop: Hop, hosts: int | None = None, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+def iteration_times(pl: WorkloadPlan, hop: Hop, hosts: int | None = None, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray]:
     """Sampled iteration times (n runs x iterations), and per worker (workers x n x iterations)."""
     spec = pl.spec
     host = pl.host_of(hosts or pl.processors)
@@ -199,7 +199,7 @@ def iteration_times(pl: Plan, hop: Hop, hosts: int | None = None, n: int = SAMPL
     return per_worker.max(axis=0).reshape(n, spec.iterations), per_worker.reshape(len(ends), n, spec.iterations)
 
 
-def predict(pl: Plan, hop: Hop, hosts: int | None = None, n: int = SAMPLES) -> Prediction:
+def predict(pl: WorkloadPlan, hop: Hop, hosts: int | None = None, n: int = SAMPLES) -> Prediction:
     """Predicted run time of ``pl`` with processors dealt round-robin over ``hosts`` hosts
     (default: one host per processor), from ``n`` sampled runs."""
     it, per_worker = iteration_times(pl, hop, hosts, n)

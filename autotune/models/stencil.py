@@ -29,7 +29,7 @@ import numpy as np
 from autotune.core.assumptions import HALO_REQUEST
 from autotune.core.families import StencilProblem
 from autotune.core.plans import PHASES, Plan
-from autotune.core.routines import STENCIL_FLOPS
+from autotune.core.routines import STENCIL_FLOPS, WORD
 from autotune.geometry.halo import Tile, border_cells, interior_cells, tiles
 from autotune.geometry.layout import grid_weights
 from autotune.models.movement import LinkCost
@@ -103,7 +103,7 @@ def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -
         cells = tile.send(d).cells
         npr, npc = tile.neighbour(d)
         other = rank_host[npr * c + npc] != here
-        t = link_time(cp, bool(other), cells * movement.ITEM)
+        t = link_time(cp, bool(other), cells * WORD)
         if d[1] != 0:
             t_pack = 2.0 * movement.copy(sp, cells)
             local += t_pack
@@ -166,8 +166,8 @@ def _moves(problem: StencilProblem, plan: Plan, sp, cp) -> tuple[float, float]:
     cells = problem.rows * problem.cols
     rank_host = hosts_of(plan.p, cp)
     prime = 2.0 * max(sum(exchange(t, rank_host, plan.c, problem.corners, sp, cp)) for t in tls)
-    scatter = float(cp.time("scatterv", plan.p, biggest * movement.ITEM)) + movement.copy(sp, 3.0 * cells) + prime
-    gather = float(cp.time("gatherv", plan.p, biggest * movement.ITEM)) + movement.copy(sp, 2.0 * cells)
+    scatter = float(cp.time("scatterv", plan.p, biggest * WORD)) + movement.copy(sp, 3.0 * cells) + prime
+    gather = float(cp.time("gatherv", plan.p, biggest * WORD)) + movement.copy(sp, 2.0 * cells)
     return scatter, gather
 
 

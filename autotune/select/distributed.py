@@ -23,7 +23,7 @@ from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 from . import corrections
 from .corrections import Correction
 from .memory import keep_fitting
-from .rank import choose
+from .ranking import choose
 
 # Strassen levels on SUMMA.
 DIST_STRASSEN_LEVELS = (1, 2)

@@ -35,6 +35,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from autotune.host.processes import start_time
+
 PREFIX = "at-"
 BRIDGE = f"{PREFIX}br"
 SUBNET = "10.77.0"
@@ -358,23 +360,13 @@ def down(workdir: Path | None = None) -> list[dict]:
     return stopped
 
 
-def _started(pid: int) -> str | None:
-    """When process ``pid`` started (clock ticks since boot), None if there is none or it has ended
-    (a zombie): with its pid it tells a process from a later one given the same pid."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]
-
-
 def _jobs(jobs_dir: Path) -> list[tuple[Path, dict]]:
     """The jobs registered in ``jobs_dir`` whose ``testbed mpiexec`` still runs, with their files."""
     out = []
     for path in sorted(jobs_dir.glob("*.json")):
         try:
             job = json.loads(path.read_text())
-            if job["start"] is not None and _started(job["pid"]) == job["start"]:
+            if job["start"] is not None and start_time(job["pid"]) == job["start"]:
                 out.append((path, job))
         except (OSError, ValueError, KeyError, TypeError):
             continue                      # a file half written or not ours: its job was not registered
@@ -396,11 +388,11 @@ def _stop_jobs(workdir: Path) -> list[dict]:
         path.unlink(missing_ok=True)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid, start in launchers:
-            if _started(pid) == start:
+            if start_time(pid) == start:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
         deadline = time.monotonic() + STOP_GRACE
-        while any(_started(pid) == start for pid, start in launchers) and time.monotonic() < deadline:
+        while any(start_time(pid) == start for pid, start in launchers) and time.monotonic() < deadline:
             time.sleep(0.05)
     return [job for _, job in jobs]
 
@@ -425,8 +417,8 @@ def run_job(tb: Testbed, np_: int, argv: list[str], mpiexec: str | None = None, 
     try:
         try:
             tb.jobs_dir.mkdir(exist_ok=True)
-            me.write_text(json.dumps({"pid": os.getpid(), "start": _started(os.getpid()), "np": np_, "argv": argv,
-                                      "launcher": proc.pid, "launcher_start": _started(proc.pid)}))
+            me.write_text(json.dumps({"pid": os.getpid(), "start": start_time(os.getpid()), "np": np_, "argv": argv,
+                                      "launcher": proc.pid, "launcher_start": start_time(proc.pid)}))
         except OSError:
             proc.terminate()              # the testbed went down before the job was registered
         code = proc.wait()

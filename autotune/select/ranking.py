@@ -9,6 +9,7 @@ import numpy as np
 
 from autotune.backends.pools import PoolState
 from autotune.core.assumptions import COMPOSED_RISK, EXTRAPOLATION_PENALTY, FLOOR_SLACK, INCUMBENT_MARGIN
+from autotune.core.cache import BoundedCache
 from autotune.core.families import FAMILIES, Problem, label
 from autotune.core.plans import Candidate
 from autotune.db.pools import Transitions, transitions_for
@@ -35,9 +36,6 @@ UNMEASURED = "NOT MEASURED"
 
 # The hand-set hedge and margin (COMPOSED_RISK, INCUMBENT_MARGIN, FLOOR_SLACK) live in
 # autotune/core/assumptions.py; the thread-pool charges are measured (autotune.db.pools).
-
-_CACHE_LIMIT = 4096
-
 
 @dataclass(frozen=True)
 class Ranked:
@@ -570,7 +568,7 @@ def _charge(family: str, g: Evaluation, ev: _Evidence) -> float:
     return _risk(g.algorithm, ev.risk.get(g.algorithm))
 
 
-_CACHE: dict[tuple, Decision] = {}
+_CACHE: BoundedCache[Decision] = BoundedCache()
 
 
 def choose(problem: Problem, sp, threads: int, allow_strassen: bool = False,
@@ -579,20 +577,11 @@ def choose(problem: Problem, sp, threads: int, allow_strassen: bool = False,
     state). The memory cap (which follows the host's available memory) ranks again, cached under
     it, only when the uncapped choice does not fit."""
     key = (problem, threads, allow_strassen, id(sp), learn.version(), after)
-    dec = _cached(key, lambda: rank(problem, sp, threads, allow_strassen, prune=True, after=after))
+    dec = _CACHE.get_or_make(key, lambda: rank(problem, sp, threads, allow_strassen, prune=True, after=after))
     if memory_bytes is None or memory.local(problem.dims, problem.family, dec.chosen).root_bytes <= memory_bytes:
         return dec
-    return _cached(key + (memory_bytes,), lambda: rank(problem, sp, threads, allow_strassen, prune=True,
+    return _CACHE.get_or_make(key + (memory_bytes,), lambda: rank(problem, sp, threads, allow_strassen, prune=True,
                                                        after=after, memory_bytes=memory_bytes))
-
-
-def _cached(key: tuple, make: Callable[[], Decision]) -> Decision:
-    dec = _CACHE.get(key)
-    if dec is None:
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.clear()
-        dec = _CACHE[key] = make()
-    return dec
 
 
 def clear_cache() -> None:
