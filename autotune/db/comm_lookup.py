@@ -5,6 +5,7 @@ with the first-touch, packing, check and calibration costs; nominal defaults
 for the run's process count from what ``db.comm`` stores."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -158,6 +159,7 @@ class CommParams:
         self.reason = reason
         self.others = others
         self._nprocs = nprocs
+        self._speeds: dict[str, float] | None = None
         self._warned: set[str] = set()
         self._curves: dict[tuple, _Curve] = {}
         self._choice: dict[tuple, _Curve | None] = {}
@@ -188,9 +190,18 @@ class CommParams:
 
     @property
     def host_speeds(self) -> dict[str, float]:
-        """GFLOP/s of one-thread dgemm per host, as the comm probe measured them ({} if not)."""
+        """GFLOP/s of one-thread dgemm per host, as the comm probe measured them ({} if not), or
+        the speeds a view from ``with_host_speeds`` carries."""
+        if self._speeds is not None:
+            return self._speeds
         speeds = self._info("host_speeds")
         return {str(h): float(v) for h, v in speeds.items()} if isinstance(speeds, dict) else {}
+
+    def with_host_speeds(self, speeds: dict[str, float]) -> CommParams:
+        """This lookup with its host speeds replaced (the speeds repeated calls measured), all else shared."""
+        view = copy.copy(self)
+        view._speeds = dict(speeds)
+        return view
 
     def compute_skew(self, p: int) -> float:
         """Share of a synchronised step's compute that ``p`` ranks wait for the slowest (the probe's

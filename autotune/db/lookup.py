@@ -14,6 +14,7 @@ import os
 import shlex
 import time
 from collections import defaultdict
+from typing import Protocol
 
 import numpy as np
 
@@ -48,6 +49,19 @@ def drift_corrected_k(records: np.ndarray) -> np.ndarray:
         factor = np.percentile(ref[sel], DRIFT_PERCENTILE) / ref[sel]
         k[sel] *= np.clip(factor, 1.0 / MAX_DRIFT_CORRECTION, MAX_DRIFT_CORRECTION)
     return k
+
+
+class SPLookup(Protocol):
+    """What the models and the selector read of the system parameters: ``SystemParameters``, or a
+    view of it that records each lookup for ``explain`` (``select.ranking``)."""
+
+    table: SPTable | None
+
+    def has(self, routine: str, backend: str, threads: int, pattern: str = "square",
+            dtype: str = "float64") -> bool: ...
+
+    def k(self, routine: str, backend: str, threads: int, x, pattern: str = "square",
+          param=0.0, dtype: str = "float64"): ...
 
 
 class SPTable:

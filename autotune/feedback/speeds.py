@@ -83,15 +83,4 @@ def speeds_for(cp, names: list[str], root: int):
     if seen is None or not probe:
         return cp, "probe"
     speeds, source = seen.effective(probe, names[root])
-    return (cp if speeds is probe else SpeedView(cp, speeds)), source
-
-
-
-class SpeedView:
-    """A comm lookup whose host speeds are replaced (everything else is the lookup's)."""
-
-    def __init__(self, cp, speeds: dict[str, float]):
-        self._cp, self.host_speeds = cp, speeds
-
-    def __getattr__(self, name):
-        return getattr(self._cp, name)
+    return (cp if speeds is probe else cp.with_host_speeds(speeds)), source
