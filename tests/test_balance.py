@@ -235,6 +235,11 @@ def test_tuned_calls_plan_with_the_speeds_they_saw():
         def primitives(self):
             return ["link_net"]
 
+        def with_host_speeds(self, seen):
+            view = Lookup()
+            view.host_speeds = seen
+            return view
+
     plan = Plan("bsr", 2, 2, 1, weights=(3.0, 1.0))
     assert speeds.work_share(plan, 3, 0, 1) == pytest.approx(0.25)
     assert speeds.work_share(plan, 3, 0, 2) == 0.0
