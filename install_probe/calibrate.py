@@ -40,7 +40,7 @@ from autotune.benchmarks.calls import CALLS
 from autotune.core.families import FAMILIES
 from autotune.core.plans import PHASES, Plan
 from autotune.db import load_sp
-from autotune.db.comm_lookup import load_comm
+from autotune.db.comm_lookup import CommParams, load_comm
 from autotune.db.store import DatabaseError
 from autotune.distributed.plan import Phases
 from autotune.select.distributed import predict
@@ -96,7 +96,7 @@ class _Trial:
     """Communication parameters with some calibrated values replaced by trial ones (a value, or
     for ``step_wait`` the share at every p and b)."""
 
-    def __init__(self, cp, **values):
+    def __init__(self, cp: CommParams, **values):
         self.cp, self.values = cp, values
 
     def step_wait(self, p: int, b: int, grid=None) -> float:

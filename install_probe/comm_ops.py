@@ -2,6 +2,11 @@
 operations per primitive (warm and cold), round trips for LoOgGP, the platform's description."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 import math
 import socket
 import time
@@ -40,7 +45,7 @@ class Point:
     inner: int
 
 
-def time_point(comm, op, timing: CommTiming, *, batch: bool = True, prepare=None) -> Point:
+def time_point(comm: MPI.Comm, op, timing: CommTiming, *, batch: bool = True, prepare=None) -> Point:
     """Collective timing of ``op`` over ``comm`` (every member calls this with its own ``op``);
     ``prepare()``, if given, runs untimed before each repetition, after the re-warming calls."""
     from mpi4py import MPI
@@ -171,7 +176,7 @@ def _darray_type(m: int):
     return dt, gsizes[0] * gsizes[1], dt.Get_size() // 8
 
 
-def make_op(prim: str, comm, m: int, bufs: Buffers, *, row=None, col=None):
+def make_op(prim: str, comm: MPI.Comm, m: int, bufs: Buffers, *, row=None, col=None):
     """(op, payload bytes, cleanup) for one call of ``prim`` moving ``m`` bytes on ``comm``."""
     from mpi4py import MPI
 
@@ -252,7 +257,7 @@ class ColdOp:
     not put on huge pages: the runs send from the user's matrices (or pack them first), so that
     would read low."""
 
-    def __init__(self, prim: str, comm, m: int, flush: CacheFlush | None = None):
+    def __init__(self, prim: str, comm: MPI.Comm, m: int, flush: CacheFlush | None = None):
         if prim not in COLD:
             raise ValueError(f"unknown cold primitive {prim!r}")
         self.prim, self.comm, self.d, self.flush = prim, comm, m // 8, flush
@@ -285,7 +290,7 @@ class ColdOp:
             comm.Scatterv(None, [self.buf, MPI.DOUBLE], 0)
 
 
-def make_prtt(comm, m: int, n: int, delay: float, bufs: Buffers):
+def make_prtt(comm: MPI.Comm, m: int, n: int, delay: float, bufs: Buffers):
     """PRTT(n, d, s) (Kielmann et al.; Hoefler et al.'s LoOgGP): rank 0 sends n messages of s
     bytes, waiting ``delay`` seconds (busy) after each but the last; rank 1 receives them all and
     answers with one message of s bytes."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from .comm_ops import (
     time_point,
 )
 from .comm_profile import ALL_PRIMITIVES, COLD, GROUP, LINK, PAIR, ROUND_TRIP, CommProfile
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 from .comm_root import check_costs, first_touch_in_fresh_process, fortran_copy_costs, pack_costs
 
 
@@ -47,7 +51,7 @@ class _Run:
         if self.verbose and self.world.Get_rank() == 0:
             print(f"[comm probe {time.perf_counter() - self.t0:6.1f} s] {msg}", file=sys.stderr, flush=True)
 
-    def curve(self, prim: str, comm, p: int, grid: tuple[int, int], bufs: Buffers, **comms) -> None:
+    def curve(self, prim: str, comm: MPI.Comm, p: int, grid: tuple[int, int], bufs: Buffers, **comms) -> None:
         """Every size of one primitive on ``comm`` (its members only)."""
         pf = self.profile
         sizes = pf.sizes_for(prim)
@@ -72,7 +76,7 @@ class _Run:
             self.rows.append((prim, p, grid[0], grid[1], payload, pt.median / div, pt.minimum / div,
                               pt.q1 / div, pt.q3 / div, pt.reps, pt.inner, pt.mean / div))
 
-    def prtt(self, comm, bufs: Buffers) -> None:
+    def prtt(self, comm: MPI.Comm, bufs: Buffers) -> None:
         """PRTT(1,0,s), PRTT(n,0,s) and PRTT(n,d,s) with d = PRTT(1,0,s) (>= the gap) for LoOgGP."""
         pf = self.profile
         n = pf.loggp_messages

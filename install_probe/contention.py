@@ -13,6 +13,11 @@ equal work (``compute_skew``), which the comm probe stores with its platform.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +61,7 @@ def _update(rank: int, pattern: str, n: int, k: int) -> Callable[[int], object]:
     return run
 
 
-def _concurrent_times(comm, n: int, k: int, reps: int) -> np.ndarray:
+def _concurrent_times(comm: MPI.Comm, n: int, k: int, reps: int) -> np.ndarray:
     """Every rank's time of the same one-thread rank-k update of an n x n C, all started together
     (a barrier before each): shape (reps, ranks)."""
     run = _update(comm.rank, "rankb", n, k)

@@ -12,6 +12,11 @@ root-held matrices to the gathered result, each phase the slowest rank's.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 import re
 import socket
 import time
@@ -40,7 +45,7 @@ from autotune.models.fitted_phases import (
 )
 from autotune.models.fitted_plans import PlanFit, Run, SeriesKey, fit_plan_models
 from autotune.select.distributed import plans, rank_plans
-from autotune.select.mapping import (
+from autotune.select.placement import (
     MAPPING_ALGORITHM,
     communicator_platform,
     plan_estimate,
@@ -69,7 +74,7 @@ def _max():
     return MPI.MAX
 
 
-def _run_once(problem: Problem, plan: Plan, args: tuple, comm) -> tuple[float, dict[str, float]]:
+def _run_once(problem: Problem, plan: Plan, args: tuple, comm: MPI.Comm) -> tuple[float, dict[str, float]]:
     """One collective run of ``plan``: root wall time and the per-phase max over ranks."""
     phases = Phases()
     comm.Barrier()
@@ -84,7 +89,7 @@ def _run_once(problem: Problem, plan: Plan, args: tuple, comm) -> tuple[float, d
     return wall, dict(zip(PHASES, worst.tolist(), strict=True))
 
 
-def measure(family: str, plan_list: list[Plan], n: int, comm, reps: int, rng) -> list[dict]:
+def measure(family: str, plan_list: list[Plan], n: int, comm: MPI.Comm, reps: int, rng) -> list[dict]:
     """Every plan's ``reps`` runs on one problem, interleaved: round k runs each plan once, in an
     order rotated by k, so a slow spell of the machine falls on every plan alike; each plan's
     first run warms up."""
@@ -120,7 +125,7 @@ class _Ranked:
     checked: bool
 
 
-def _ranked(family: str, n: int, comm, max_ratio: float, db, strassen: bool) -> tuple[list[_Ranked], Plan]:
+def _ranked(family: str, n: int, comm: MPI.Comm, max_ratio: float, db, strassen: bool) -> tuple[list[_Ranked], Plan]:
     """Every plan of the root's ranking and the selector's choice, broadcast (its failure raised on
     every rank)."""
     ranked, error = None, ""
@@ -153,7 +158,7 @@ def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strass
             for r in dec.ranking], choice
 
 
-def validate(family: str, sizes, comm, reps: int, max_ratio: float, db: str | None,
+def validate(family: str, sizes, comm: MPI.Comm, reps: int, max_ratio: float, db: str | None,
              strassen: bool = False, verbose: bool = True, whole_series: bool = False) -> list[dict]:
     """Time every plan to check on each order of ``sizes``: per problem its rows (plan, predicted
     and analytical phases, measured phases) and the selector's choice. ``whole_series``: a plan
@@ -263,7 +268,7 @@ def mapping_rows(results: list[dict], names: list[str], cores: list[int], db) ->
             if row["algorithm"] == FAMILIES[prob["family"]].mapping and "r" in row]
 
 
-def _models_usable(comm, db) -> bool:
+def _models_usable(comm: MPI.Comm, db) -> bool:
     """Whether the database holds the BLAS records the distributed models need (as the probe's
     other calibrations require), agreed on every rank."""
     ok = False

@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from autotune.core.plans import ALGORITHMS, Candidate
+from autotune.db.lookup import SystemParameters
 from autotune.models.fit_select import select_terms
 from autotune.models.fit_terms import METHODS, Samples, TermSet
 from autotune.models.fitted import ANY_PARAM, EXTRAPOLATION, FittedEntry, eq410_terms
@@ -144,7 +145,7 @@ def fit_blocks(members: Sequence[Candidate]) -> list[Candidate]:
 
 
 def remodel_all(series: dict[Candidate, list], why: dict[Candidate, str], spec, tol: float,
-                 timer, sp) -> dict[Candidate, FittedEntry]:
+                 timer, sp: SystemParameters) -> dict[Candidate, FittedEntry]:
     """Fit the flagged (``why``) series one by one, then each blocked series with a flagged member
     over its blocks: its T(n, b) serves a member where it beats that member's analytical model and
     own fit on the member's check points (the better kept per block). The fitting sizes are timed
@@ -216,7 +217,7 @@ def _remodel_blocks(group: Candidate, members: list[Candidate], why: dict[Candid
 
 
 def _remodel(cand: Candidate, pts: list, why: str, spec, tol: float, timer,
-             sp) -> FittedEntry | None:
+             sp: SystemParameters) -> FittedEntry | None:
     """Fit one series on its (already timed) fitting sizes; None if it cannot be fitted. A Strassen
     series also gets the form of docs/models.md#fitted.strassen; the better of the two on the check
     points is kept."""
@@ -237,7 +238,7 @@ def _remodel(cand: Candidate, pts: list, why: str, spec, tol: float, timer,
     return min(tried, key=lambda e: (not e.in_use, e.fitted_ape), default=None)
 
 
-def _strassen_parts(cand: Candidate, sp) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def _strassen_parts(cand: Candidate, sp: SystemParameters) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """``parts(n)``: the two terms of docs/models.md#fitted.strassen for this Strassen candidate at
     square sizes n, as the runtime has them."""
     def parts(ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,7 @@ from autotune.core.families import as_problem
 from autotune.core.plans import Candidate
 from autotune.db import load_sp, resolve
 from autotune.db.fitted import save_fitted
+from autotune.db.lookup import SystemParameters
 from autotune.db.validation import save_validation
 from autotune.models.fit_terms import METHODS
 from autotune.models.fitted import FittedEntry
@@ -207,7 +208,7 @@ class Point:
     measured: float = math.nan
 
 
-def _candidates(family: str, n: int, sp, spec: Spec) -> list[tuple[Candidate, float]]:
+def _candidates(family: str, n: int, sp: SystemParameters, spec: Spec) -> list[tuple[Candidate, float]]:
     """Candidates the selector ranks at size n, with predictions, minus those > max_ratio x the best of a budget."""
     dims = _dims(family, n)
     ranking = rank(as_problem(family, dims), sp, max(spec.budgets), allow_strassen=spec.strassen).ranking
@@ -290,7 +291,7 @@ class Report:
         return "\n".join(lines)
 
 
-def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp, flagged: dict | None = None) -> None:
+def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp: SystemParameters, flagged: dict | None = None) -> None:
     """Fill the report's rows and check points, and the overall APE of the model in use on check
     points predicted >= min_seconds."""
     apes = []
@@ -334,7 +335,7 @@ def _model_reason(entry: FittedEntry | None, flagged: str | None, ape: float, to
 # ----------------------------------------------------------------------------- the step
 
 def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, progress=True,
-             sp=None, save: bool = True, budget_seconds: float | None = None) -> Report:
+             sp: SystemParameters=None, save: bool = True, budget_seconds: float | None = None) -> Report:
     """Time the selector's candidates on check points, remodel the series the analytical model gets wrong, store.
 
     ``sp`` replaces the system parameters read from ``db_path`` (tests pass a deliberately wrong
@@ -351,7 +352,7 @@ def validate(db_path=None, profile_name_or_spec="quick", *, tol: float = 3.0, pr
     return _validate(db_path, profile_name_or_spec, tol, progress or None, sp, save, budget_seconds)
 
 
-def _validate(db_path, profile_name_or_spec, tol: float, progress, sp, save: bool,
+def _validate(db_path, profile_name_or_spec, tol: float, progress, sp: SystemParameters, save: bool,
               budget_seconds: float | None) -> Report:
     """``validate`` with its progress display (None: none)."""
     spec = load_spec(profile_name_or_spec)
@@ -382,7 +383,7 @@ def _validate(db_path, profile_name_or_spec, tol: float, progress, sp, save: boo
     return report
 
 
-def _check(spec: Spec, sp, timer: Timer, say) -> dict[tuple[str, int], list[Point]]:
+def _check(spec: Spec, sp: SystemParameters, timer: Timer, say) -> dict[tuple[str, int], list[Point]]:
     """Every (family, check size) problem's candidates, predicted and measured."""
     problems: dict[tuple[str, int], list[Point]] = {}
     for fam in spec.families:

@@ -11,6 +11,7 @@ helper here skips the test that calls it (``require_mpi``), so the rest of each 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -74,10 +75,11 @@ LAUNCHER_FAILURES = ("The PMIx server's listener thread failed to start",
                      "A daemon failed to report back after being spawned")
 
 
-def _launch(cmd: list[str], cwd, timeout: float) -> subprocess.CompletedProcess:
-    """``cmd`` with the MPI environment; once more if the launcher itself failed to start."""
+def _launch(cmd: list[str], cwd, timeout: float, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``cmd`` with the MPI environment (and ``env``); once more if the launcher itself failed to start."""
     for _ in range(2):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=cwd)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**mpi_env(), **(env or {})},
+                              cwd=cwd)
         if not (proc.returncode and any(m in proc.stdout + proc.stderr for m in LAUNCHER_FAILURES)):
             break
     return proc
@@ -112,7 +114,7 @@ def run_checked(cmd: list[str], cwd, timeout: float = MPI_TIMEOUT) -> subprocess
 
 
 def fake_launch(monkeypatch, cli) -> dict:
-    """Make ``cli.launch_comm_probe`` start a process that succeeds at once; returns the dict
+    """Make ``launch.launch_comm_probe`` start a process that succeeds at once; returns the dict
     that receives the command and environment it was started with. Other processes (the hardware
     query behind the run-time estimate, when no earlier test cached it) start for real."""
     seen: dict = {}
@@ -131,6 +133,122 @@ def fake_launch(monkeypatch, cli) -> dict:
         return Done(cmd, env, **kw) if env is not None else real(cmd, *args, **kw)
 
     monkeypatch.setattr(subprocess, "Popen", popen)
-    monkeypatch.setattr(cli, "find_mpiexec", lambda: "mpiexec")
-    monkeypatch.setattr(cli, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
+    from autotune.install_probe import launch
+
+    monkeypatch.setattr(launch, "find_mpiexec", lambda: "mpiexec")
+    monkeypatch.setattr(launch, "mpiexec_command", lambda exe, n: [exe, "-n", str(n)])
     return seen
+
+
+# -- several scripts (or one script at several world sizes) in one launch -----------------------------
+
+_VARIANTS_DRIVER = r'''
+import contextlib, io, json, os, sys, time, traceback
+from mpi4py import MPI
+
+_WORLD = MPI.COMM_WORLD
+_VARIANTS = json.loads(open(sys.argv[1]).read())
+
+
+def _emit(label, text, stream):
+    if text:
+        lines = text.splitlines()
+        stream.write("".join(f"[{label}] {ln}\n" for ln in lines))
+        stream.flush()
+
+
+def _wait_all():
+    # ranks outside a variant wait here without spinning on the shared cores
+    req = _WORLD.Ibarrier()
+    while not req.Test():
+        time.sleep(0.002)
+
+
+for _v in _VARIANTS:
+    _label, _p = _v["label"], _v["np"]
+    _sub = _WORLD.Split(0 if _WORLD.rank < _p else MPI.UNDEFINED, _WORLD.rank)
+    if _sub != MPI.COMM_NULL:
+        _saved_env = dict(os.environ)
+        os.environ.update(_v["env"])
+        os.environ["OMPI_COMM_WORLD_SIZE"] = str(_p)          # what a launch at -n p would show
+        os.environ["OMPI_COMM_WORLD_RANK"] = str(_sub.rank)
+        sys.argv = [_v["script"], *_v["args"]]
+        MPI.COMM_WORLD = _sub                                 # the script's world is its variant's ranks
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = compile(open(_v["script"]).read(), _v["script"], "exec")
+                exec(code, {"__name__": "__main__", "__file__": _v["script"]})
+        except BaseException:                                  # noqa: BLE001 - reported, then the job ends
+            _emit(_label, out.getvalue(), sys.stdout)
+            _emit(_label, err.getvalue() + traceback.format_exc(), sys.stderr)
+            sys.stderr.write(f"VARIANT FAILED {_label} rank {_sub.rank}\n")
+            sys.stderr.flush()
+            _WORLD.Abort(1)
+        finally:
+            MPI.COMM_WORLD = _WORLD
+            os.environ.clear()
+            os.environ.update(_saved_env)
+        _emit(_label, out.getvalue(), sys.stdout)
+        _emit(_label, err.getvalue(), sys.stderr)
+        print(f"[{_label}] VARIANT DONE {_sub.rank}", flush=True)
+        _sub.Free()
+    _wait_all()
+'''
+
+
+class Variants:
+    """The outcome of :func:`run_mpi_variants`: each variant's own stdout (its lines, unprefixed)."""
+
+    def __init__(self, proc: subprocess.CompletedProcess, variants: list[dict]):
+        self.proc, self.variants = proc, {v["label"]: v for v in variants}
+
+    def stdout(self, label: str) -> str:
+        tag = f"[{label}] "
+        return "".join(ln[len(tag):] + "\n" for ln in self.proc.stdout.splitlines() if ln.startswith(tag))
+
+    def check(self, label: str) -> subprocess.CompletedProcess:
+        """The variant's run as if launched alone (stdout its lines, stderr the launch's); fails the
+        calling test unless every one of its ranks finished."""
+        out = self.stdout(label)
+        np_ = self.variants[label]["np"]
+        done = sum(ln.startswith("VARIANT DONE") for ln in out.splitlines())
+        if done != np_:
+            pytest.fail(f"variant {label} (-n {np_}) did not finish on every rank ({done} of {np_}); "
+                        f"launch exit {self.proc.returncode}\nstdout:\n{self.proc.stdout}\n"
+                        f"stderr:\n{self.proc.stderr}")
+        out = "".join(ln + "\n" for ln in out.splitlines() if not ln.startswith("VARIANT DONE"))
+        return subprocess.CompletedProcess(self.proc.args, 0, out, self.proc.stderr)
+
+
+def run_mpi_variants(variants: list[tuple], tmp_path: Path, *, timeout: float = 2 * MPI_TIMEOUT,
+                     launch_env: dict[str, str] | None = None) -> Variants:
+    """Run several scripts in one ``mpiexec`` launch, one after the other, each on the first ``np``
+    ranks (``MPI.COMM_WORLD`` is that sub-communicator while it runs): saves the launch and the
+    imports (2-3 s each here) of every separate launch. ``launch_env`` is added to the launch's
+    environment (what MPI reads at its start, e.g. an MCA parameter).
+
+    ``variants`` are ``(label, code, np[, args[, env]])``. A failing variant prints its traceback,
+    labelled, and ends the launch; ``Variants.check(label)`` then fails each test whose variant did
+    not finish. The launch as a whole never fails the caller; the per-variant checks do."""
+    require_mpi()
+    specs = []
+    for i, v in enumerate(variants):
+        label, code, np_, args, env = (*v, None, None)[:5]
+        script = tmp_path / f"mpi_variant_{i}.py"
+        script.write_text(textwrap.dedent(code))
+        own_db = {"AUTOTUNE_DB": str(tmp_path / "default-db" / "system_parameters.h5")}   # never the user's
+        specs.append({"label": str(label), "script": str(script), "np": int(np_), "args": list(args or []),
+                      "env": {**own_db, **(env or {})}})
+    assert len({s["label"] for s in specs}) == len(specs), "variant labels must differ"
+    (tmp_path / "mpi_variants.json").write_text(json.dumps(specs))
+    driver = tmp_path / "mpi_variants_driver.py"
+    driver.write_text(_VARIANTS_DRIVER)
+    cmd = mpi_command(max(s["np"] for s in specs), [sys.executable, str(driver), str(tmp_path / "mpi_variants.json")])
+    try:
+        proc = _launch(cmd, tmp_path, timeout, launch_env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        proc = subprocess.CompletedProcess(cmd, -1, out, err + f"\nmpiexec timed out after {timeout} s (hang?)")
+    return Variants(proc, specs)

@@ -333,7 +333,7 @@ def test_a_series_measured_at_one_size_is_a_constant():
 
 
 def test_explain_marks_every_k_it_did_not_measure():
-    from autotune.select.ranking import _Recorder
+    from autotune.select.recorder import Recorder as _Recorder
 
     sp = SystemParameters(Database(records=records(zip(XS, KS, strict=True))))
     rec = _Recorder(sp)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import yaml
-from mpi_helpers import mpi_command, mpi_env, run_mpi
+from mpi_helpers import mpi_command, mpi_env, run_mpi_variants
 
 COMM_TINY = {
     "name": "tiny-api-test", "sizes": [8, 512, 4096, 32768, 262144], "procs": "all", "grids": "all",
@@ -95,9 +95,15 @@ print("OK", comm.rank, flush=True)
 """
 
 
+@pytest.fixture(scope="module")
+def api_runs(mpi_db, tmp_path_factory):
+    """API at 2 and 3 ranks, in one launch at -n 3 (each on that many of its ranks)."""
+    return run_mpi_variants([(f"np{p}", API, p, [str(mpi_db)]) for p in (2, 3)], tmp_path_factory.mktemp("api"))
+
+
 @pytest.mark.parametrize("nprocs", [2, 3])
-def test_collective_api(mpi_db, tmp_path, nprocs):
-    out = run_mpi(API, nprocs, tmp_path, args=[str(mpi_db)])
+def test_collective_api(api_runs, nprocs):
+    out = api_runs.check(f"np{nprocs}")
     assert out.stdout.count("OK") == nprocs, out.stdout + out.stderr
     assert "NOERR" not in out.stdout
     errs = [ln.split(" ", 3) for ln in out.stdout.splitlines() if ln.startswith("ERR")]

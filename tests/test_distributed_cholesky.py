@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mpi_helpers import run_mpi
+from mpi_helpers import run_mpi, run_mpi_variants
 
 from autotune.core.plans import PHASES, Plan
 from autotune.models.distributed_cholesky import MODELS, model
@@ -145,9 +145,15 @@ print("OK", me)
 """
 
 
+@pytest.fixture(scope="module")
+def factored(tmp_path_factory):
+    """FACTOR at every world size, in one launch at -n 4 (each size on that many of its ranks)."""
+    return run_mpi_variants([(f"np{p}", FACTOR, p) for p in (1, 2, 3, 4)], tmp_path_factory.mktemp("cholesky"))
+
+
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
-def test_distributed_cholesky_matches_scipy(tmp_path, nprocs):
-    proc = run_mpi(FACTOR, nprocs, tmp_path)
+def test_distributed_cholesky_matches_scipy(factored, nprocs):
+    proc = factored.check(f"np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 

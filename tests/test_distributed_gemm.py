@@ -7,7 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mpi_helpers import run_mpi
+from mpi_helpers import run_mpi_variants
 
 from autotune.core.plans import PHASES, Plan
 from autotune.models import distributed_gemm as dg
@@ -131,8 +131,8 @@ print("OK", me, flush=True)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
-def test_every_algorithm_reproduces_numpy(tmp_path, nprocs):
-    out = run_mpi(SWEEP, nprocs, tmp_path)
+def test_every_algorithm_reproduces_numpy(launched, nprocs):
+    out = launched.check(f"sweep np{nprocs}")
     bad = [ln for ln in out.stdout.splitlines() if ln.startswith("BAD")]
     assert not bad, "\n".join(bad[:30])
     assert out.stdout.count("OK") == nprocs
@@ -204,9 +204,17 @@ ERROR_CASES = {"none": "must pass B", "inner": "inner dimensions", "nan": "NaN o
                "ms_level0": "level >= 1", "cannon_grid": "square grid", "summa_dist_layout": "rows in blocks"}
 
 
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """SWEEP at every world size and ERRORS at 1 and 3, in one launch at -n 4, each on that many of
+    its ranks."""
+    return run_mpi_variants([*((f"sweep np{p}", SWEEP, p) for p in (1, 2, 3, 4)),
+                             *((f"errors np{p}", ERRORS, p) for p in (1, 3))], tmp_path_factory.mktemp("gemm"))
+
+
 @pytest.mark.parametrize("nprocs", [1, 3])
-def test_errors_raised_on_every_rank(tmp_path, nprocs):
-    out = run_mpi(ERRORS, nprocs, tmp_path)
+def test_errors_raised_on_every_rank(launched, nprocs):
+    out = launched.check(f"errors np{nprocs}")
     assert "NOERR" not in out.stdout, out.stdout
     assert out.stdout.count("OK") == nprocs
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("ERR")]

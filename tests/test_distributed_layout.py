@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mpi_helpers import run_mpi
+from mpi_helpers import run_mpi_variants
 
 from autotune.geometry.layout import Axis, block_2d, block_cyclic, cycle, grid_weights, row_block
 
@@ -100,8 +100,8 @@ print("OK", comm.rank)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
-def test_scatter_gather_redistribute(tmp_path, nprocs):
-    out = run_mpi(MOVE, nprocs, tmp_path)
+def test_scatter_gather_redistribute(launched, nprocs):
+    out = launched.check(f"move np{nprocs}")
     assert out.stdout.count("OK") == nprocs
 
 
@@ -118,8 +118,15 @@ except ValueError as exc:
 """
 
 
-def test_ranks_agree_on_errors(tmp_path):
-    out = run_mpi(AGREE, 3, tmp_path)
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    """MOVE at every world size and AGREE at 3, in one launch at -n 4, each on that many of its ranks."""
+    return run_mpi_variants([*((f"move np{p}", MOVE, p) for p in (1, 2, 3, 4)), ("agree", AGREE, 3)],
+                            tmp_path_factory.mktemp("layout"))
+
+
+def test_ranks_agree_on_errors(launched):
+    out = launched.check("agree")
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RAISED")]
     assert len(lines) == 3 and all("rank 2: bad shape here" in ln for ln in lines)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mpi_helpers import run_mpi
+from mpi_helpers import run_mpi_variants
 from test_distributed_cholesky import FakeCP, FakeSP
 
 from autotune.core.families import BLOCKS, LuProblem, SolveProblem
@@ -100,8 +100,8 @@ print("OK", me)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
-def test_distributed_lu_matches_scipy(tmp_path, nprocs):
-    proc = run_mpi(FACTOR, nprocs, tmp_path)
+def test_distributed_lu_matches_scipy(launched, nprocs):
+    proc = launched.check(f"factor np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 
@@ -158,10 +158,18 @@ print("OK", me)
 """
 
 
+@pytest.fixture(scope="module")
+def launched(tiny_db, tmp_path_factory):
+    """FACTOR at every world size and TUNED (reading the tiny database) at 1 and 2, in one launch at
+    -n 4, each on that many of its ranks."""
+    return run_mpi_variants([*((f"factor np{p}", FACTOR, p) for p in (1, 2, 3, 4)),
+                             *((f"tuned np{p}", TUNED, p, [], {"AUTOTUNE_DB": str(tiny_db)}) for p in (1, 2))],
+                            tmp_path_factory.mktemp("lu"))
+
+
 @pytest.mark.parametrize("nprocs", [1, 2])
-def test_tuned_lu_and_solve_with_comm(tmp_path, nprocs, tiny_db, monkeypatch):
-    monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
-    proc = run_mpi(TUNED, nprocs, tmp_path)
+def test_tuned_lu_and_solve_with_comm(launched, nprocs):
+    proc = launched.check(f"tuned np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 

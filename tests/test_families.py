@@ -14,7 +14,7 @@ from autotune.core.routines import flops
 from autotune.models import mapping as mapping_models
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 from autotune.select.distributed import GRID_PLANS
-from autotune.select.ranking import GROUPS
+from autotune.select.groups import GROUPS
 
 
 def test_single_process_selector_covers_every_family():

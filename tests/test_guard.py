@@ -18,7 +18,7 @@ from autotune.entry import decide as decide_entry
 from autotune.entry import gemm as gemm_entry
 from autotune.entry import lu as lu_entry
 from autotune.feedback import guard, learn
-from autotune.select.ranking import Decision, Ranked
+from autotune.select.decision import Decision, Ranked
 
 CHOSEN = Candidate("blas", "numba-reference", 2)
 REFERENCE = Candidate("blas", "numpy-openblas", 2)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from mpi_helpers import run_mpi
+from mpi_helpers import run_mpi, run_mpi_variants
 
 from autotune.distributed.collective import mask_cores, node_cores, rebuilt, verdict_of
 
@@ -226,9 +226,16 @@ print("OK", rank, flush=True)
 SUBPLAN = SUBPLAN_SETUP + RUN_CASES + SUBPLAN_CHECKS
 
 
+@pytest.fixture(scope="module")
+def subplan_runs(tiny_db, tmp_path_factory):
+    """SUBPLAN at 3 and 4 ranks, in one launch at -n 4 (each on that many of its ranks)."""
+    return run_mpi_variants([(f"np{p}", SUBPLAN, p, [str(tiny_db)]) for p in (3, 4)],
+                            tmp_path_factory.mktemp("subplan"))
+
+
 @pytest.mark.parametrize("nprocs", [3, 4])
-def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(tiny_db, tmp_path, nprocs):
-    out = run_mpi(SUBPLAN, nprocs, tmp_path, args=[str(tiny_db)])
+def test_errors_of_plans_on_part_of_the_communicator_reach_every_rank(subplan_runs, nprocs):
+    out = subplan_runs.check(f"np{nprocs}")
     assert out.stdout.count("OK") == nprocs and "NOERR" not in out.stdout, out.stdout + out.stderr
     errs = [ln.split(" ", 5) for ln in out.stdout.splitlines() if ln.startswith("ERR")]
     cases = {e[1] for e in errs}

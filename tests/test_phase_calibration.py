@@ -15,7 +15,7 @@ from autotune.install_probe.comm_profile import CommProfileError, load_comm_prof
 from mpi_helpers import mpi_env
 
 from autotune.cli import command as cli
-from autotune.cli import show as cli_show
+from autotune.cli import show_comm
 from autotune.core.families import GemmProblem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
@@ -85,9 +85,9 @@ def test_show_lists_stored_calibrations_and_legacy_ones(tmp_path):
     path = tmp_path / "db.h5"
     save_phase_factors(path, "k", [PhaseFactor("gemm", "bsr", "collection", 2.0, 3, 0.1, 50.0, 5.0)],
                        info={"sizes": [1536, 2560], "nprocs": 2})  # as `autotune bench mpi-validate` stores
-    lines = cli_show.phase_calibration_lines(path, "k")
+    lines = show_comm.phase_calibration_lines(path, "k")
     assert "n = 1536, 2560" in lines[0] and "bsr" in lines[1] and "collection x2.00" in lines[1]
-    assert "none" in cli_show.phase_calibration_lines(path, "other")[0]
+    assert "none" in show_comm.phase_calibration_lines(path, "other")[0]
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ the single-process numpy program; the tuned plan; bad input raises alike on ever
 from __future__ import annotations
 
 import pytest
-from mpi_helpers import run_mpi
+from mpi_helpers import run_mpi_variants
 
 EQUAL = """
 import numpy as np
@@ -68,8 +68,8 @@ print("OK", me)
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
-def test_every_grid_schedule_and_halo_equals_numpy(tmp_path, nprocs):
-    proc = run_mpi(EQUAL, nprocs, tmp_path)
+def test_every_grid_schedule_and_halo_equals_numpy(launched, nprocs):
+    proc = launched.check(f"equal np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 
@@ -98,9 +98,8 @@ print("OK", me)
 
 
 @pytest.mark.parametrize("nprocs", [2])
-def test_tuned_plan_equals_numpy(tmp_path, nprocs, tiny_db, monkeypatch):
-    monkeypatch.setenv("AUTOTUNE_DB", str(tiny_db))
-    proc = run_mpi(TUNED, nprocs, tmp_path)
+def test_tuned_plan_equals_numpy(launched, nprocs):
+    proc = launched.check(f"tuned np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
     assert "chose" in proc.stdout and "efficiency" in proc.stdout and "s measured on" in proc.stdout
 
@@ -141,7 +140,16 @@ print("OK", me)
 """
 
 
+@pytest.fixture(scope="module")
+def launched(tiny_db, tmp_path_factory):
+    """EQUAL at 1, 2 and 4 ranks, TUNED (reading the tiny database) at 2 and ERRORS at 3, in one
+    launch at -n 4, each on that many of its ranks."""
+    return run_mpi_variants([*((f"equal np{p}", EQUAL, p) for p in (1, 2, 4)),
+                             ("tuned np2", TUNED, 2, [], {"AUTOTUNE_DB": str(tiny_db)}), ("errors np3", ERRORS, 3)],
+                            tmp_path_factory.mktemp("stencil"))
+
+
 @pytest.mark.parametrize("nprocs", [3])
-def test_bad_input_raises_alike_on_every_rank(tmp_path, nprocs):
-    proc = run_mpi(ERRORS, nprocs, tmp_path)
+def test_bad_input_raises_alike_on_every_rank(launched, nprocs):
+    proc = launched.check(f"errors np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr

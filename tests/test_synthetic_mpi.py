@@ -89,7 +89,8 @@ def _alive(pid: int) -> bool:
 def test_a_rank_killed_mid_run_ends_the_job_without_orphans(tmp_path, victim=2):
     script = tmp_path / "long.py"
     script.write_text(LONG)
-    launcher = subprocess.Popen(mpi_command(5, [sys.executable, str(script), str(tmp_path), "30"]),
+    # the run's own timeout is an hour: only the launcher ending the job on the death ends it in time
+    launcher = subprocess.Popen(mpi_command(5, [sys.executable, str(script), str(tmp_path), "3600"]),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env(),
                                 cwd=tmp_path, start_new_session=True)
     try:
@@ -99,16 +100,13 @@ def test_a_rank_killed_mid_run_ends_the_job_without_orphans(tmp_path, victim=2):
         pids = [int(p.read_text()) for p in sorted(tmp_path.glob("rank*.pid"))]
         assert len(pids) == 5, "the ranks did not start"
         time.sleep(2.0)
-        killed = time.monotonic()
         os.kill(int((tmp_path / f"rank{victim}.pid").read_text()), signal.SIGKILL)
-        out, err = launcher.communicate(timeout=60)
-        took = time.monotonic() - killed
+        out, err = launcher.communicate(timeout=120)     # a job left running fails here (TimeoutExpired)
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
             launcher.wait()
     assert launcher.returncode != 0 and "FINISHED" not in out, (out, err)
-    assert took < 45, f"the job took {took:.0f} s to end after a rank died"
     time.sleep(1.0)
     assert not [p for p in pids if _alive(p)], "ranks left running after the job ended"
 

@@ -23,7 +23,7 @@ def test_hosts_and_their_checks():
     assert {h.slots for h in hosts} == {2} and hosts[1].ns == "at-h1"
     for bad in (testbed.hosts_from(1, rates=["fast"]), testbed.hosts_from(1, cpus=[0]), []):
         with pytest.raises(testbed.TestbedError):
-            testbed._check(bad)
+            testbed.check_hosts(bad)
     for count in (0, -1, 201):
         with pytest.raises(testbed.ArgumentError, match=f"between 1 and 200 hosts, got {count}$"):
             testbed.hosts_from(count)
@@ -31,7 +31,7 @@ def test_hosts_and_their_checks():
 
 def test_agent_and_mpiexec_options(tmp_path):
     tb = testbed.Testbed(testbed.hosts_from(2, cpus=[100, 50]), str(tmp_path))
-    script = testbed._agent_script(tb)
+    script = testbed.agent_script(tb)
     assert "h0) ns=at-h0" in script and "h1) ns=at-h1; cg=/sys/fs/cgroup/cpu/at-h1" in script
     assert "unshare --uts" in script and "ip netns exec" in script
     args = tb.mpiexec_args()
@@ -43,7 +43,7 @@ def test_agent_and_mpiexec_options(tmp_path):
 
 
 def test_ranks_sharing_cores_yield_when_idle(tmp_path, monkeypatch):
-    monkeypatch.setattr(testbed.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
     two = testbed.Testbed(testbed.hosts_from(2), str(tmp_path)).mpiexec_args()
     assert "mpi_yield_when_idle" not in two                  # one rank per core: polling costs nobody
     four = testbed.Testbed(testbed.hosts_from(2, slots=2), str(tmp_path)).mpiexec_args()
@@ -51,7 +51,7 @@ def test_ranks_sharing_cores_yield_when_idle(tmp_path, monkeypatch):
 
 
 def test_cli_reports_a_missing_testbed(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
+    monkeypatch.setattr(testbed.state, "STATE_DIR", tmp_path / "none")
     assert cli_main(["testbed", "show"]) == 1
     assert capsys.readouterr().err.startswith("autotune testbed: error: no testbed is up")
 
@@ -73,8 +73,8 @@ def test_up_needs_a_host_count_in_range(capsys):
 def test_mpiexec_without_a_command_is_one_line(tmp_path, monkeypatch, capsys):
     """``testbed mpiexec NP`` with no command (or NP < 1) exits 2 with one line, before looking for a
     testbed: mpiexec is never started."""
-    monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "none")
-    monkeypatch.setattr(testbed.subprocess, "Popen", None)       # a launch would fail loudly
+    monkeypatch.setattr(testbed.state, "STATE_DIR", tmp_path / "none")
+    monkeypatch.setattr(subprocess, "Popen", None)       # a launch would fail loudly
     for argv, said in ((["2"], "no command to run"),
                        (["0", "hostname"], "NP must be a positive number of ranks, got 0")):
         assert cli_main(["testbed", "mpiexec", *argv]) == 2
@@ -343,7 +343,7 @@ def test_up_refuses_a_live_testbed_unless_replaced(tmp_path, monkeypatch, capsys
     """A second ``up`` fails in one line naming the live testbed and leaves it as it was; ``up
     --replace`` builds the new one."""
     _require_testbed()
-    monkeypatch.setattr(testbed, "STATE_DIR", tmp_path / "bed")
+    monkeypatch.setattr(testbed.state, "STATE_DIR", tmp_path / "bed")
     try:
         assert cli_main(["testbed", "up", "--hosts", "1"]) == 0
         capsys.readouterr()
@@ -372,7 +372,7 @@ def test_down_ends_a_running_job_which_then_fails(tmp_path, monkeypatch, capsys)
     _require_testbed()
     mpiexec()
     work = tmp_path / "bed"
-    monkeypatch.setattr(testbed, "STATE_DIR", work)
+    monkeypatch.setattr(testbed.state, "STATE_DIR", work)
     testbed.up(testbed.hosts_from(2), work)
     job = None
     try:

@@ -49,12 +49,18 @@ COMMANDS = {"regress": regress, "validate": validate, "rescore": rescore, "overh
             "balance": balance, "balance-calls": balance_calls, "synthetic": synthetic, "memory": memory}
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Register ``bench`` and its subcommands on the ``autotune`` parser's subparsers."""
-    bench = sub.add_parser("bench", help="benchmarks: tuned vs numpy/scipy, model validation, overhead, ...")
-    commands = bench.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
+HELP = "benchmarks: tuned vs numpy/scipy, model validation, overhead, ..."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The benchmarks as subcommands of ``autotune bench``."""
+    commands = p.add_subparsers(dest="bench_command", required=True, metavar="BENCHMARK")
     for name, module in COMMANDS.items():
-        p = commands.add_parser(name, help=module.HELP, description=module.__doc__,
+        c = commands.add_parser(name, help=module.HELP, description=module.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(p)
-        p.set_defaults(func=module.run)
+        module.add_arguments(c)
+        c.set_defaults(bench=module.run)
+
+
+def run(args) -> int:
+    return args.bench(args)

@@ -10,12 +10,16 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autotune.cli.common import output_problem as output_problem  # the benchmarks' check of --out
 from autotune.db import load_sp
 from autotune.entry.protocol import MPI_MISSING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def error(command: str, message: str, status: int = 2) -> int:
@@ -48,7 +52,7 @@ def mpi_world(command: str, problem: str = ""):
     return MPI.COMM_WORLD, 0
 
 
-def report_root(comm, report: dict, out: str | None) -> None:
+def report_root(comm: MPI.Comm, report: dict, out: str | None) -> None:
     """The root prints ``report`` as JSON and writes it to ``out`` if given."""
     if comm.rank == 0:
         print(json.dumps(report, indent=1, default=str), flush=True)

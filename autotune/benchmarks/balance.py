@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import socket
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -42,6 +43,9 @@ from autotune.geometry.halo import Rect
 from autotune.kernels.stencil import Sweeper, heat_weights
 from autotune.settings import options
 from autotune.stencil import distribute
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 HELP = "a stencil balancing itself while CPU shares change, against static splits (under testbed mpiexec)"
 STATIC = ("equal", "probe", "oracle")
@@ -119,7 +123,7 @@ def _phases(events) -> list[dict[str, int | None]]:
     return out
 
 
-def measure_speeds(comm, rows: int, cols: int, seconds: float = 0.4) -> np.ndarray:
+def measure_speeds(comm: MPI.Comm, rows: int, cols: int, seconds: float = 0.4) -> np.ndarray:
     """Each rank's cells per second sweeping a ``rows`` x ``cols`` tile, all ranks at once."""
     u = np.random.default_rng(comm.rank).random((rows + 2, cols + 2))
     v = u.copy()
@@ -154,7 +158,7 @@ def loads(spent: list[Mark], steps: int, cells: np.ndarray) -> np.ndarray:
     return sweep + step_overhead(other, share)
 
 
-def insitu_speeds(comm, u, args) -> np.ndarray:
+def insitu_speeds(comm: MPI.Comm, u, args) -> np.ndarray:
     """Each rank's speed in place (cells per second): on two ranks, the row split of
     ``ORACLE_SPLITS`` (rank 0's share) whose ``--calibrate`` steps ran fastest, as speeds in that
     ratio; on more, each rank's measured rate over ``--calibrate`` steps on equal rows."""
@@ -185,7 +189,7 @@ def insitu_speeds(comm, u, args) -> np.ndarray:
     return rows * n / loads(spent, args.calibrate, rows * n)
 
 
-def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray], insitu: list[np.ndarray]) -> dict:
+def one_run(comm: MPI.Comm, u, name: str, args, events, speeds: list[np.ndarray], insitu: list[np.ndarray]) -> dict:
     """One configuration's run: wall time, and per chunk the root's seconds, every rank's compute
     seconds and the row shares."""
     P, n = comm.size, args.field
@@ -240,7 +244,7 @@ def one_run(comm, u, name: str, args, events, speeds: list[np.ndarray], insitu: 
 
 # ------------------------------------------------------------------------------ comparison
 
-def compare(comm, args, events) -> dict:
+def compare(comm: MPI.Comm, args, events) -> dict:
     P, n = comm.size, args.field
     hosts = comm.allgather(socket.gethostname())
     u = np.random.default_rng(7).random((n, n)) if comm.rank == 0 else None

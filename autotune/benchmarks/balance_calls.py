@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from autotune.benchmarks.quotas import parse_share, restored, set_quotas
 from autotune.feedback.balance import Policy
 from autotune.feedback.speeds import HostSpeeds
 from autotune.geometry.layout import block_cyclic
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 HELP = "repeated distributed LU / Cholesky on data kept distributed, weights adapting after a host slows"
 CONFIGS = ("probe", "adaptive")
@@ -71,7 +75,7 @@ def _matrix(n: int, family: str) -> np.ndarray:
     return a @ a.T + n * np.eye(n) if family == "cholesky" else a
 
 
-def compare(comm, args, probe_q: dict, call_q: dict) -> dict:
+def compare(comm: MPI.Comm, args, probe_q: dict, call_q: dict) -> dict:
     P, n = comm.size, args.n
     a = _matrix(n, args.family)
     runs: dict[str, list] = {c: [] for c in CONFIGS}
@@ -94,7 +98,7 @@ def compare(comm, args, probe_q: dict, call_q: dict) -> dict:
     return out
 
 
-def calls(comm, a: np.ndarray, probe: np.ndarray, adapt: bool, args) -> dict:
+def calls(comm: MPI.Comm, a: np.ndarray, probe: np.ndarray, adapt: bool, args) -> dict:
     """``--calls`` factorizations of ``a`` kept distributed (columns by ``probe``, moved when
     ``adapt`` and the speeds the calls measure say so): seconds of each (moves included)."""
     from autotune.distributed import DistMatrix, ProcessGrid, movement

@@ -15,6 +15,7 @@ import argparse
 import ctypes
 import functools
 import gc
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from autotune.core.families import as_problem
 from autotune.core.plans import Candidate, Plan, grids
 from autotune.models.memory import local, plan_footprint
 from autotune.stencil import heat2d
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 HELP = "each call's measured peak memory (RSS high-water) against the memory model's prediction"
 M_MMAP_THRESHOLD = -3       # glibc's mallopt parameter
@@ -116,7 +120,7 @@ def _local_rows(n: int, rng) -> list[dict]:
     return rows
 
 
-def _plan_rows(comm, n: int, block: int, rng) -> list[dict]:
+def _plan_rows(comm: MPI.Comm, n: int, block: int, rng) -> list[dict]:
     from autotune.distributed.cholesky import ALGORITHMS as CHOLESKY
     from autotune.distributed.gemm import ALGORITHMS as GEMM
     from autotune.distributed.lu import ALGORITHMS as LU

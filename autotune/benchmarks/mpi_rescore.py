@@ -17,7 +17,8 @@ from autotune.benchmarks.mpi_validate import summarise
 from autotune.core.families import DISTRIBUTED, FAMILIES
 from autotune.core.plans import Plan
 from autotune.db import load_sp
-from autotune.db.comm_lookup import load_comm
+from autotune.db.comm_lookup import CommParams, load_comm
+from autotune.db.lookup import SystemParameters
 from autotune.models.fitted_phases import platform_factors
 from autotune.select.distributed import predict
 
@@ -34,7 +35,7 @@ def parse(text: str) -> Plan | None:
     return Plan(alg, int(p), int(r), int(c), int(b or 0), int(level or 0), int(threads), backend)
 
 
-def rescore(results: list[dict], family: str, sp, cp) -> list[dict]:
+def rescore(results: list[dict], family: str, sp: SystemParameters, cp: CommParams) -> list[dict]:
     """``results`` with every distributed row's ``model``, ``predicted`` (the database's fitted
     T(n, p) or phase factors) and ``factored`` (the phase factors alone) from the current code, and
     each problem's ``choice`` the row predicted fastest (the timed plans, oversubscribed or not)."""

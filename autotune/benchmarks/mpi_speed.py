@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -35,13 +36,16 @@ from autotune.kernels.stencil import heat_weights, reference
 from autotune.select.distributed import rank_plans
 from autotune.settings import options
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 HELP = "distributed speed at P ranks vs numpy/scipy and dask (under mpiexec -n P)"
 # Pause after the one-process baselines: their BLAS and dask pools keep spinning for a while and
 # would slow the next distributed run (the probe settles the same way).
 SETTLE_SECONDS = 0.5
 
 
-def best_plan(problem: Problem, comm, db) -> Plan:
+def best_plan(problem: Problem, comm: MPI.Comm, db) -> Plan:
     """The model's best plan that uses every rank with one BLAS thread each, for the cores of the
     root's node (collective: a rank bound to one core does not see the node's count)."""
     from autotune.distributed.collective import gather_cores

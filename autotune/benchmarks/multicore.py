@@ -24,6 +24,7 @@ from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.core.plans import Candidate
 from autotune.db import load_sp
 from autotune.db.location import resolve
+from autotune.db.lookup import SPLookup
 from autotune.db.threads import ThreadSPs, load_threads
 from autotune.dispatch import run_gemm
 from autotune.kernels import versions
@@ -95,7 +96,7 @@ def add_points(tsp: ThreadSPs, sizes, threads, reps: int) -> list[dict]:
     return pts
 
 
-def nested_points(tsp: ThreadSPs, sp, sizes, budget: int, reps: int) -> list[dict]:
+def nested_points(tsp: ThreadSPs, sp: SPLookup, sizes, budget: int, reps: int) -> list[dict]:
     """Nested Strassen for every P1 x P2 (P1 <= 7, P2 within the library's threads, P1 P2 <= budget),
     predicted as the selector predicts it (models.gemm.strassen_nested)."""
     if tsp.strassen is None:
@@ -116,7 +117,7 @@ def nested_points(tsp: ThreadSPs, sp, sizes, budget: int, reps: int) -> list[dic
     return pts
 
 
-def omp_strassen_points(tsp: ThreadSPs, sp, sizes, threads, reps: int) -> list[dict]:
+def omp_strassen_points(tsp: ThreadSPs, sp: SPLookup, sizes, threads, reps: int) -> list[dict]:
     """Sequential Strassen with the OpenMP additions (gemm candidate variant 1), run as a tuned call runs it."""
     if versions.load("omp") is None or gemm_models.omp_add_sps(tsp) is None or sp.table is None \
             or BACKEND not in sp.table.backends:

@@ -13,6 +13,7 @@ import numpy as np
 from autotune.benchmarks._common import output_problem, probed_sp, write_json
 from autotune.core.families import FAMILIES as FAMILY_DEFS
 from autotune.core.families import as_problem
+from autotune.db.lookup import SystemParameters
 from autotune.entry.decide import decide
 from autotune.select import choose, clear_cache
 from autotune.settings import options
@@ -22,7 +23,8 @@ SIZES = [97 + 131 * i for i in range(30)]
 FAMILIES = (("gemm", False), ("gemm", True), ("cholesky", False))
 
 
-def first_decisions(family: str, dims_list, sp, threads: int, strassen: bool, repeats: int = 5) -> np.ndarray:
+def first_decisions(family: str, dims_list, sp: SystemParameters, threads: int, strassen: bool,
+                    repeats: int = 5) -> np.ndarray:
     """Per shape, the median over ``repeats`` of a decision taken with an empty cache (noise-robust)."""
     out = np.empty((repeats, len(dims_list)))
     for r in range(repeats):

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from autotune import testbed
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def parse_share(item: str, option: str = "--quota") -> tuple[str, int | None]:
@@ -32,7 +36,7 @@ def parse_quota(items: list[str]) -> list[tuple[int, str, int | None]]:
     return sorted(out)
 
 
-def set_quotas(comm, quotas: dict[str, int | None]) -> None:
+def set_quotas(comm: MPI.Comm, quotas: dict[str, int | None]) -> None:
     """Collective: rank 0 sets each host's share, then every rank goes on together."""
     if comm.rank == 0:
         for host, pct in quotas.items():
@@ -41,7 +45,7 @@ def set_quotas(comm, quotas: dict[str, int | None]) -> None:
 
 
 @contextmanager
-def restored(comm, hosts: Iterable[str]) -> Iterator[None]:
+def restored(comm: MPI.Comm, hosts: Iterable[str]) -> Iterator[None]:
     """Collective: the testbed's shares of ``hosts`` as they were on entry, set again on exit."""
     tb = testbed.saved() if comm.rank == 0 else None
     wanted = set(hosts)

@@ -19,12 +19,13 @@ from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.benchmarks.validate import finish, summarise
 from autotune.core.families import as_problem
 from autotune.db import load_sp
+from autotune.db.lookup import SystemParameters
 from autotune.select import rank
 
 HELP = "re-score a validate run against another database, without re-timing"
 
 
-def rescore(results: list[dict], sp, strassen: bool = False) -> tuple[list[dict], int]:
+def rescore(results: list[dict], sp: SystemParameters, strassen: bool = False) -> tuple[list[dict], int]:
     """(results with new predictions, number of problems whose choice changed)."""
     changed = 0
     for r in results:

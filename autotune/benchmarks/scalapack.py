@@ -20,11 +20,15 @@ import ctypes
 import ctypes.util
 import json
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from autotune.benchmarks._common import error, output_problem, write_json
 from autotune.geometry.layout import Axis, block_cyclic
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 HELP = "distributed LU/Cholesky vs ScaLAPACK pdgetrf/pdpotrf on distributed data (under mpiexec -n P)"
 _INT = ctypes.c_int
@@ -104,7 +108,7 @@ def _candidates(ns, P: int):
 class _Runner:
     """Pieces, descriptors and grids of every candidate, built once; ``call`` times one."""
 
-    def __init__(self, comm, sl: ScaLAPACK, a: np.ndarray, s: np.ndarray, n: int):
+    def __init__(self, comm: MPI.Comm, sl: ScaLAPACK, a: np.ndarray, s: np.ndarray, n: int):
         self.comm, self.sl, self.a, self.s, self.n = comm, sl, a, s, n
         self.state: dict = {}
 

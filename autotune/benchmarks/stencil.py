@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,7 +27,8 @@ from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.core.families import StencilProblem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
-from autotune.db.comm_lookup import load_comm
+from autotune.db.comm_lookup import CommParams, load_comm
+from autotune.db.lookup import SPLookup, SystemParameters
 from autotune.distributed.collective import gather_cores, quiet_barrier
 from autotune.distributed.plan import Phases
 from autotune.kernels.stencil import heat_weights, reference
@@ -34,6 +36,9 @@ from autotune.models import stencil as model
 from autotune.select.distributed import predict, rank_plans
 from autotune.settings import options
 from autotune.stencil import distribute, heat2d
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 HELP = "stencil schedules and plans, measured against their model (under mpiexec / testbed mpiexec)"
 SCHEDULES = ("blocking", "overlap", "border_first")
@@ -85,7 +90,7 @@ def _stats(times: list[float]) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------ 1. schedules by tile
 
-def _step_time(comm, field, phases: Phases, steps: int) -> tuple[float, dict[str, float]]:
+def _step_time(comm: MPI.Comm, field, phases: Phases, steps: int) -> tuple[float, dict[str, float]]:
     """Seconds per step of a field kept distributed (the root's wall time between barriers), and
     this rank's phase seconds per step."""
     phases.seconds.clear()
@@ -97,7 +102,7 @@ def _step_time(comm, field, phases: Phases, steps: int) -> tuple[float, dict[str
     return t, {k: v / steps for k, v in phases.seconds.items()}
 
 
-def sweep(comm, args, sp, cp) -> dict:
+def sweep(comm: MPI.Comm, args, sp: SPLookup, cp: CommParams) -> dict:
     """Every schedule at every tile side, interleaved; predicted and measured per step."""
     from mpi4py import MPI
 
@@ -175,7 +180,7 @@ def _steps_apart(sides: list[int], a: int | None, b: int | None) -> float | None
 
 # ------------------------------------------------------------------------------ 2. plans on a field
 
-def handwritten(u, steps: int, comm) -> np.ndarray | None:
+def handwritten(u, steps: int, comm: MPI.Comm) -> np.ndarray | None:
     """The stencil a user writes with mpi4py: row bands, ``Sendrecv`` of the edge rows with each
     neighbour, then a numpy slice update; gathered on rank 0."""
     from mpi4py import MPI
@@ -204,7 +209,7 @@ def handwritten(u, steps: int, comm) -> np.ndarray | None:
     return out
 
 
-def _timed_call(comm, fn) -> float:
+def _timed_call(comm: MPI.Comm, fn) -> float:
     comm.Barrier()
     t0 = time.perf_counter()
     fn()
@@ -212,7 +217,7 @@ def _timed_call(comm, fn) -> float:
     return time.perf_counter() - t0
 
 
-def compare_plans(comm, args, sp, cp) -> dict:
+def compare_plans(comm: MPI.Comm, args, sp: SystemParameters, cp: CommParams) -> dict:
     """The ranked plans, the chosen ones, each p's efficiency, the hand-written and numpy stencils."""
     P, n, steps = comm.size, args.field, args.steps
     prob = StencilProblem(n, n, steps)

@@ -22,6 +22,7 @@ from autotune.api import tuned_gemm
 from autotune.benchmarks._common import error, output_problem, timed, write_json, write_text
 from autotune.core.plans import Candidate
 from autotune.db import load_sp
+from autotune.db.lookup import SPLookup
 from autotune.models import gemm as gemm_models
 from autotune.models.fit_strassen import StrassenFit, fit_strassen
 from autotune.models.gemm import STRASSEN_ADD_BACKEND
@@ -44,7 +45,7 @@ def measure(n: int, level: int, reps: int, rng: np.random.Generator) -> float:
     return float(np.median([timed(lambda: tuned_gemm(a, b, out=out, config=cand)) for _ in range(reps)]))
 
 
-def analytical(n: int, level: int, sp) -> float:
+def analytical(n: int, level: int, sp: SPLookup) -> float:
     """The analytical model's seconds at (n, level): dgemm at level 0, Strassen above."""
     if level == 0:
         return float(gemm_models.blas(n, n, n, BACKEND, 1, sp))
@@ -56,7 +57,7 @@ def timings(sizes, levels, reps: int, rng: np.random.Generator) -> list[tuple[in
     return [(n, lv, measure(n, lv, reps, rng)) for n in sizes for lv in levels if n >> lv >= MIN_LEAF]
 
 
-def fit(grid: list[tuple[int, int, float]], sp) -> StrassenFit:
+def fit(grid: list[tuple[int, int, float]], sp: SPLookup) -> StrassenFit:
     """M(l), A(l) per level from the grid's times, with the database's k3 (leaf dgemm) and k2 (view add)."""
     def k3(x):
         return sp.k("gemm", BACKEND, 1, x)
@@ -68,7 +69,7 @@ def fit(grid: list[tuple[int, int, float]], sp) -> StrassenFit:
     return fit_strassen(n, lv, t, k3, k2)
 
 
-def compare(check: list[tuple[int, int, float]], fitted: StrassenFit, sp) -> list[dict]:
+def compare(check: list[tuple[int, int, float]], fitted: StrassenFit, sp: SPLookup) -> list[dict]:
     """Per check point: measured seconds and both models' predictions."""
     return [{"n": n, "l": lv, "measured": t, "analytical": analytical(n, lv, sp),
              "fitted": float(fitted.predict(n, lv))} for n, lv, t in check]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import socket
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from autotune import synthetic
 from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root
 from autotune.core.workload import Pipeline, PipelineError, Spec, Stage, assign
 from autotune.core.workload_read import load_spec
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 HELP = "synthetic master/worker pipelines (003): the source's cases and generated workloads, original vs tuned"
 SIZES = (1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
@@ -89,7 +93,7 @@ def generate(count: int, seed: int, sizes) -> list[Spec]:
     return out
 
 
-def _time(comm, candidates: dict[str, Spec], reps: int, hop) -> dict:
+def _time(comm: MPI.Comm, candidates: dict[str, Spec], reps: int, hop) -> dict:
     """Each candidate run ``reps`` times, interleaved (the order rotating per round); on the root
     {label: {seconds: [...], sent, received}}, a candidate the ranks cannot hold marked skipped."""
     names = comm.allgather(socket.gethostname())
@@ -129,7 +133,7 @@ def _entry(spec: Spec, timed: dict, hop, hosts: int | None) -> dict:
             **{k: v for k, v in timed.items() if k != "seconds"}, "seconds": timed.get("seconds", [])}
 
 
-def _case(comm, name: str, args, hop, hosts: int) -> dict:
+def _case(comm: MPI.Comm, name: str, args, hop, hosts: int) -> dict:
     base = synthetic.scaled(load_spec(str(resources.files("autotune.configs") / "synthetic" / f"{name}.yaml")),
                             args.scale)
     source = synthetic.scaled(load_spec(str(resources.files("autotune.configs") / "synthetic" /
@@ -147,7 +151,7 @@ def _case(comm, name: str, args, hop, hosts: int) -> dict:
     return out
 
 
-def _workload(comm, spec: Spec, args, hop, hosts: int) -> dict:
+def _workload(comm: MPI.Comm, spec: Spec, args, hop, hosts: int) -> dict:
     own = synthetic.plan(spec).processors
     budget = max(own, min(own + args.extra, hosts)) if hosts > 1 else own + args.extra
     candidates = None

@@ -1,5 +1,5 @@
-"""How the ``autotune`` commands report a failure: one line, and the exit status; the argument
-types and parser they share for it, and the check of a file a command will write."""
+"""What every ``autotune`` command shares: its one-line failure and exit status, the ``--db`` option,
+the argument types and parser, and the check of a file a command will write."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,14 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+DB_HELP = "database path (default: $AUTOTUNE_DB or the user data dir)"
+
+
+def add_db_argument(p: argparse.ArgumentParser, purpose: str = "") -> None:
+    """The one ``--db PATH`` option of every command (``purpose``: what the command reads there)."""
+    p.add_argument("--db", default=None, metavar="PATH", help=f"{purpose}: {DB_HELP}" if purpose else DB_HELP)
 
 
 def output_problem(option: str, path: str | None) -> str:
@@ -48,4 +56,4 @@ def positive_number(text: str) -> float:
     return value
 
 
-__all__ = ["OneLineParser", "error", "output_problem", "positive_number"]
+__all__ = ["DB_HELP", "OneLineParser", "add_db_argument", "error", "output_problem", "positive_number"]

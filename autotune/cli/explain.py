@@ -2,6 +2,7 @@
 process mappings), optionally running the chosen call once."""
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import time
 
@@ -15,10 +16,11 @@ from autotune.api import (
 )
 from autotune.backends import pools
 from autotune.benchmarks.calls import CALLS
-from autotune.cli.common import error
-from autotune.core.families import DISTRIBUTED, FAMILIES, as_problem, label
+from autotune.cli.common import add_db_argument, error
+from autotune.core.families import CHECK_STEPS, DISTRIBUTED, FAMILIES, as_problem, label
 from autotune.db import load_sp, resolve
 from autotune.db.comm_lookup import load_comm
+from autotune.db.lookup import SystemParameters
 from autotune.db.platform import PlatformError, load_platform, measured_platform
 from autotune.host.budget import Budget
 from autotune.host.resources import available_cores, available_memory
@@ -126,7 +128,7 @@ def _memory_problem(routine: str, dims: tuple[int, ...]) -> str:
             f"{free / 2**30:,.1f} GiB of memory available")
 
 
-def _explain_distributed(args, dims: tuple[int, ...], sp, opts) -> int:
+def _explain_distributed(args, dims: tuple[int, ...], sp: SystemParameters, opts) -> int:
     """Rank distributed plans on up to ``--np`` ranks (models only: nothing is launched)."""
     cp = load_comm(opts.db, nprocs=args.np)
     try:
@@ -155,3 +157,31 @@ def _run_once(routine: str, dims: tuple[int, ...], chosen) -> None:
         call()
         times.append(time.perf_counter() - t0)
     print(f"ran tuned_{label(routine, dims)} with {chosen}: {np.median(times) * 1e3:.3f} ms (median of 3)")
+
+
+HELP = "rank the candidate configurations for a problem"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("routine", choices=list(FAMILIES))
+    p.add_argument("dims", type=int, nargs="+",
+                   help="gemm: N or M K N; cholesky, lu: N; solve, lu_solve: N [NRHS]; stencil: ROWS COLS")
+    p.add_argument("--steps", type=int, default=None, help=f"stencil: steps per call (default {CHECK_STEPS})")
+    p.add_argument("--threads", type=int, default=None, help="thread budget (default: the smallest limit set here)")
+    p.add_argument("--strassen", action="store_true", help="allow Strassen (changes rounding error)")
+    add_db_argument(p)
+    p.add_argument("--top", type=int, default=12, help="how many ranked candidates to print")
+    p.add_argument("--run", action="store_true", help="also run the tuned call once and time it")
+    p.add_argument("--after", default=None, metavar="LIBRARY:THREADS",
+                   help="decide as right after a call on that library's pool (e.g. numpy-openblas:2; "
+                        "default: after an idle spell)")
+    p.add_argument("--np", type=int, default=None,
+                   help="rank distributed plans for up to NP MPI ranks (cores per node: --threads)")
+    p.add_argument("--min-efficiency", type=float, default=None, metavar="E",
+                   help="with --np: choose the fastest plan predicted at efficiency >= E (shared clusters)")
+    p.add_argument("--platform", default=None, metavar="FILE.yaml|measured",
+                   help="search process-to-processor mappings on a platform file (or the platform the comm "
+                        "probe measured): every method's and modelled user's choice")
+
+
+run = cmd_explain

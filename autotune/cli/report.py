@@ -9,6 +9,7 @@ the fitted models. Plain HTML, no JavaScript; anything missing becomes a note, n
 """
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import os
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.cli.common import add_db_argument, error
 from autotune.core.families import DISTRIBUTED, FAMILIES
 from autotune.core.plans import ALGORITHMS, Candidate
 from autotune.db import load_sp, location
 from autotune.db.comm_lookup import load_comm
+from autotune.db.lookup import SystemParameters
 from autotune.db.validation import read_validation
 from autotune.feedback.learn import load_learned
 from autotune.host.resources import available_cores
@@ -284,7 +287,7 @@ def _annot(cand, extrapolated: bool = False) -> str:
     return f"{cand.threads}t{'*' if extrapolated else ''}{extra}"
 
 
-def _map_cell(family: str, n: int, sp, threads: int) -> tuple[str, str]:
+def _map_cell(family: str, n: int, sp: SystemParameters, threads: int) -> tuple[str, str]:
     """(label, text) of the choice at order ``n``: ``*`` where its price reads an SP series beyond
     the sizes that series was measured at."""
     try:                  # the pruned ranking ``choose`` caches, with the terms explain records
@@ -318,7 +321,7 @@ def _draw_map(grid: list[list[tuple[str, str]]], xs, ys, ylabel: str, title: str
     plt.close(fig)
 
 
-def _maps_section(sp, out: Path, cores: int) -> str:
+def _maps_section(sp: SystemParameters, out: Path, cores: int) -> str:
     parts = ["<h2>Chosen candidate over size x thread budget</h2>",
              f"<p>Colour: algorithm and library; text: threads (and block b / Strassen level l); "
              f"<b>*</b>: priced beyond the sizes its series were measured at (extrapolated, penalised). "
@@ -332,7 +335,7 @@ def _maps_section(sp, out: Path, cores: int) -> str:
     return "".join(parts)
 
 
-def _dist_section(sp, path: Path, out: Path, cores: int) -> str:
+def _dist_section(sp: SystemParameters, path: Path, out: Path, cores: int) -> str:
     parts = ["<h2>Chosen plan over size x process count</h2>"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -460,3 +463,38 @@ def write_report(out_dir, db=None, validation=None) -> Path:
     tmp.write_text(page)
     os.replace(tmp, target)
     return target
+
+
+HELP = "write an HTML report of the models and the choices they make"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory for index.html and the PNGs (created with its parents)")
+    add_db_argument(p)
+    p.add_argument("--validation", default=None, metavar="FILE.json",
+                   help="check points besides the database's own (`autotune bench validate --out` output)")
+
+
+def run(args) -> int:
+    """Write the HTML model report with its plots."""
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        return error("report", f"--out {args.out}: exists and is not a directory", 2)
+    if args.validation is not None:
+        try:
+            load_validation(args.validation)
+        except OSError as exc:
+            return error("report", f"--validation {args.validation}: {exc.strerror or exc}", 2)
+        except (ValueError, KeyError, TypeError) as exc:
+            return error("report", f"--validation {args.validation}: not an `autotune bench validate` output "
+                                    f"({exc})", 2)
+    missing = missing_database(args.db)
+    if missing:                     # as `autotune show` and `explain`: nothing to report on
+        return error("report", missing)
+    try:
+        page = write_report(out, db=args.db, validation=args.validation)   # creates DIR and its parents
+    except OSError as exc:
+        return error("report", f"cannot write the report into {args.out}: {exc}")
+    print(f"report written to {page}")
+    return 0

@@ -2,6 +2,7 @@
 communication fits and calibrations), as text, JSON or plots."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections import defaultdict
@@ -9,16 +10,16 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.cli.common import error
+from autotune.cli.common import add_db_argument, error
+from autotune.cli.show_comm import comm_curves, comm_json, comm_platforms, comm_plot_name, comm_summary
 from autotune.db import DatabaseError, load, resolve
-from autotune.db.comm import PRIMITIVES, library_id, loggp_lines, read_platforms
+from autotune.db.comm import PRIMITIVES
 from autotune.db.fingerprint import machine_fingerprint, mismatches
 from autotune.db.lookup import INVALID, remeasure_command
 from autotune.db.noise import noise_of, verdict
 from autotune.db.pools import COLD, Transitions, load_transitions
 from autotune.db.store import valid_mask
 from autotune.db.threads import ThreadSPs, load_threads
-from autotune.models.fitted_phases import load_phase_factors
 
 
 def _series(records: np.ndarray, pattern: str = "square") -> dict[str, dict[tuple[str, int], dict]]:
@@ -218,7 +219,7 @@ def cmd_show(args) -> int:
     problem = _plot_problem(args.plot) if args.plot else ""
     if problem:
         return error("show", problem, 2)
-    platforms = _comm_platforms(path)
+    platforms = comm_platforms(path)
     try:
         db = load(path, check_machine=False)
     except DatabaseError as exc:
@@ -314,144 +315,33 @@ def _write_plots(db, platforms: list, filename: str) -> None:
         plot(db, filename)
         print(f"\nplot written to {filename}")
     if platforms:
-        comm_file = _comm_plot_name(filename)
+        comm_file = comm_plot_name(filename)
         plot_comm(platforms, comm_file)
         print(f"communication plot written to {comm_file}")
 
 
 # -- MPI communication parameters (autotune.db.comm) ----------------------------------------------
 
-def _comm_platforms(path) -> list:
-    """The file's communication platforms; [] when it has none or cannot be read."""
-    try:
-        return sorted(read_platforms(path), key=lambda q: (q.P, q.key))
-    except Exception:
-        return []
 
 
-def _comm_plot_name(filename: str) -> str:
-    p = Path(filename)
-    return str(p.with_name(f"{p.stem}-comm{p.suffix or '.png'}"))
 
 
-def _curves(fits: np.ndarray) -> dict[tuple, np.ndarray]:
-    """(primitive, p, r, c) -> its fit rows, in primitive order."""
-    keys = {(f["primitive"].decode(), int(f["p"]), int(f["r"]), int(f["c"])) for f in fits}
-    order = sorted(keys, key=lambda k: (PRIMITIVES.index(k[0]) if k[0] in PRIMITIVES else 99, k[1:]))
-    out = {}
-    for k in order:
-        sel = ((fits["primitive"] == k[0].encode()) & (fits["p"] == k[1]) & (fits["r"] == k[2])
-               & (fits["c"] == k[3]))
-        out[k] = np.sort(fits[sel], order="regime")
-    return out
 
 
-def _bytes(x: float) -> str:
-    if not np.isfinite(x):
-        return "inf"
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if x >= size:
-            return f"{x / size:.4g} {unit}"
-    return f"{x:.0f} B"
 
 
-def comm_summary(platforms, verbose: bool = False, path=None) -> list[str]:
-    """Per platform, one line per primitive and p (grid): regimes, small-message ts, large-message
-    bandwidth, worst held-out error and breakpoints; ``verbose`` adds a line per regime; then the
-    phase calibration the file at ``path`` holds for it."""
-    lines = [f"MPI communication parameters ({len(platforms)} platform{'s' * (len(platforms) != 1)}):"]
-    for q in platforms:
-        info = q.info
-        lines.append(f"  {q.key}: {library_id(info.get('library', ''))}")
-        cores = "oversubscribed" if info.get("oversubscribed") else "dedicated cores"
-        lines.append(f"    P={info.get('P')} ({cores}), "
-                     f"{info.get('hosts', '?')} host(s), profile {info.get('profile', '?')!r}, {len(q.points)} points, "
-                     f"measured {info.get('updated', '?')} in {info.get('seconds', 0):.0f} s")
-        speeds = info.get("host_speeds") or {}
-        if speeds:
-            top = max(speeds.values()) or 1.0
-            lines.append("    host speeds (one-thread dgemm): " + ", ".join(
-                f"{h} {v:.1f} GF/s (x{v / top:.2f})" for h, v in sorted(speeds.items())))
-        if q.loggp:
-            lines += ["    " + x for x in loggp_lines(q.loggp)]
-        for (prim, p, r, c), rows in _curves(q.fits).items():
-            name = f"{prim} p={p}" + (f" grid {r}x{c}" if r else "")
-            lines.append(f"    {name:26s} {_curve_brief(rows)}")
-            if verbose:
-                lines += [f"      {_regime_line(f)}" for f in rows]
-        lines += ["    " + x for x in phase_calibration_lines(path, q.key)]
-    return lines
 
 
-def phase_calibration_lines(path, key: str) -> list[str]:
-    """The platform's phase calibration: per family its sizes, runs and date, then per algorithm
-    the factors (phase x factor, at p processes where fitted per p)."""
-    factors = load_phase_factors(path, key) if path is not None else None
-    if factors is None or not factors.family_infos():
-        return ["phase calibration: none (analytical models only; autotune-install --mpi fits it)"]
-    lines = []
-    for family, info in sorted(factors.family_infos().items()):
-        plans = max(int(info.get("plans", 1)), 1)
-        runs = f", {plans} plans x {info['runs'] // plans} runs" if "runs" in info else ""
-        lines.append(f"phase calibration {family}: n = {', '.join(map(str, info.get('sizes', []))) or '?'}"
-                     f"{runs}, fitted {str(info.get('fitted', '?')).replace('T', ' ')[:16]}")
-        by_alg = defaultdict(list)
-        for f in factors.factors:
-            pooled = factors.factor(family, f.algorithm, f.phase)
-            if f.family == family and (not f.p or f.factor != pooled):    # per p only where it differs
-                by_alg[f.algorithm].append(f"{f.phase}{f' (p={f.p})' if f.p else ''} x{f.factor:.2f}")
-        lines += [f"  {alg:15s} {', '.join(items)}" for alg, items in sorted(by_alg.items())]
-        lines += [f"  T(n, p) {_plan_fit_line(f)}" for f in factors.plans.fits if f.series.family == family]
-    return lines
 
 
-def _plan_fit_line(f) -> str:
-    """One fitted plan series: its formula, what it was fitted on, its held-out error and whether it is used."""
-    use = "in use" if f.in_use else "not used"
-    return (f"{str(f.series).removeprefix(f.series.family + ' ')}: {f.formula}; p = "
-            f"{', '.join(map(str, f.procs))}, {f.points} runs, held-out APE {f.ape_fit:.1f}% against "
-            f"{f.ape_factor:.1f}% with the factors: {use}")
 
 
-def _gbs(tw: float) -> str:
-    return f"{1e-9 / tw:8.2f} GB/s" if tw > 0 else f"{'inf':>8s} GB/s"
 
 
-def _curve_brief(rows: np.ndarray) -> str:
-    """One fitted curve in one line: ts of its first regime, bandwidth of its last, the worst
-    regime's held-out error, breakpoints."""
-    held = rows[rows["n_heldout"] > 0]
-    worst = float(np.nanmax(held["err_max"])) if len(held) else np.nan
-    err = (f"held-out err med {100 * np.nanmax(held['err_med']):5.1f}% max {100 * worst:5.1f}%"
-           f"{' (> 10%)' if worst > 0.10 else ''}" if np.isfinite(worst) else "held-out err -")
-    bps = ", ".join(_bytes(b) for b in rows["lo"][1:]) or "none"
-    return (f"{len(rows)} regime{'s' * (len(rows) != 1)}, ts {rows[0]['ts'] * 1e6:8.3f} us, "
-            f"{_gbs(rows[-1]['tw'])} (large), {err}; breakpoints {bps}")
 
 
-def _regime_line(f) -> str:
-    """One regime of a fitted curve: byte range, ts, bandwidth, held-out error."""
-    err = (f"held-out err med {100 * f['err_med']:5.1f}% max {100 * f['err_max']:5.1f}% "
-           f"({f['n_heldout']} sizes){'  (> 10%)' if f['err_max'] > 0.10 else ''}"
-           if f["n_heldout"] else "held-out err -")
-    return (f"[{_bytes(f['lo']):>9s}, {_bytes(f['hi']):>9s}): ts {f['ts'] * 1e6:8.3f} us, "
-            f"tw {_gbs(f['tw'])}; {err}")
 
 
-def comm_json(q, path=None) -> dict:
-    loggp = {k: v for k, v in q.loggp.items() if k not in ("o_s", "g_s", "sizes")} if q.loggp else None
-    phases = load_phase_factors(path, q.key) if path is not None else None
-    calibration = ({"families": phases.family_infos(), "factors": [vars(f) for f in phases.factors]}
-                   if phases is not None and phases.family_infos() else None)
-    return {"key": q.key, "platform": q.info, "points": len(q.points), "loggp": loggp,
-            "phase_calibration": calibration,
-            "fits": [{"primitive": f["primitive"].decode(), "p": int(f["p"]), "grid": [int(f["r"]), int(f["c"])],
-                      "regime": int(f["regime"]), "lo": float(f["lo"]),
-                      "hi": float(f["hi"]) if np.isfinite(f["hi"]) else None,
-                      "ts": float(f["ts"]), "tw": float(f["tw"]),
-                      "heldout_err_median": None if np.isnan(f["err_med"]) else float(f["err_med"]),
-                      "heldout_err_max": None if np.isnan(f["err_max"]) else float(f["err_max"])}
-                     for f in q.fits]}
 
 
 def plot_comm(platforms, filename: str) -> None:
@@ -469,7 +359,7 @@ def plot_comm(platforms, filename: str) -> None:
     for ax, prim in zip(axes.flat, prims, strict=False):
         n = 0
         for qi, q in enumerate(platforms):
-            for (pr, p, r, c), fits in _curves(q.fits).items():
+            for (pr, p, r, c), fits in comm_curves(q.fits).items():
                 if pr != prim:
                     continue
                 sel = ((q.points["primitive"] == prim.encode()) & (q.points["p"] == p) & (q.points["r"] == r)
@@ -498,3 +388,18 @@ def plot_comm(platforms, filename: str) -> None:
     fig.tight_layout()
     fig.savefig(filename, dpi=110)
     plt.close(fig)
+
+
+HELP = "print what the system-parameter database holds"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_db_argument(p)
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="also draw GFLOP/s against size (and MPI time against size into FILE-comm.png)")
+    p.add_argument("--json", action="store_true", help="machine-readable summary (every series)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also list every measured series, library paths and every MPI fit regime")
+
+
+run = cmd_show

@@ -11,7 +11,7 @@ import yaml
 
 from autotune import synthetic
 from autotune.benchmarks._common import write_atomic
-from autotune.cli.common import OneLineParser, error, output_problem, positive_number
+from autotune.cli.common import OneLineParser, add_db_argument, error, output_problem, positive_number
 from autotune.core.workload import MAX_LAUNCH, SpecError
 
 COMMAND = "synthetic"       # every error line reads ``autotune synthetic: error: ...``
@@ -120,10 +120,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            help=f"processors to use, 1 to {MAX_LAUNCH} (default: the spec's)")
             c.add_argument("--hosts", type=_count, default=None, help="hosts the processors are dealt over "
                            f"(1 to {MAX_LAUNCH}; default: one each)")
-            c.add_argument("--db", default=None, help="database with the comm probe's links")
+            add_db_argument(c, "the comm probe's links")
             c.add_argument("--out", default=None, metavar="FILE.yaml", help="write the best configuration's spec")
         if name == "run":
-            c.add_argument("--db", default=None, help="database with the comm probe's links (for the deadline)")
+            add_db_argument(c, "the comm probe's links (for the deadline)")
             c.add_argument("--timeout", type=positive_number, default=None,
                            help="seconds before a waiting rank aborts the job (default: 5x the prediction + 60)")
-        c.set_defaults(func=func)
+        c.set_defaults(action=func)
+
+
+HELP = "synthetic master/worker-of-pipelines workloads: check, tune, run"
+
+
+def run(args) -> int:
+    return args.action(args)

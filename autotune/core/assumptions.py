@@ -248,7 +248,7 @@ LU_POLL_BLOCKS = _assume(
     "block columns of the distributed LU's trailing update between two polls of its messages (the "
     "gemm runs in strips this wide, and the model prices them so)",
     SET_BY_HAND + " (over TCP a large message moves only while both ranks are inside MPI)",
-    "distributed/lu.py _LU.gemm; models/distributed_lu.py update")
+    "distributed/lu_factorization.py LUFactorization.gemm; models/distributed_lu.py update")
 
 __all__ += ["LU_POLL_BLOCKS"]
 

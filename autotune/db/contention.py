@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from .lookup import SPLookup
 from .store import read_member, replace_group
 
 GROUP = "contention"
@@ -86,7 +87,7 @@ class ContendedSP:
     """An SP view whose k is slowed by the contention factor of ``p`` busy ranks (models call
     ``k``), for their mean, slowest (``statistic`` "max") or fastest ("min") rank."""
 
-    def __init__(self, sp, contention: Contention, p: int, statistic: str = "mean"):
+    def __init__(self, sp: SPLookup, contention: Contention, p: int, statistic: str = "mean"):
         self.sp, self.contention, self.p, self.statistic = sp, contention, p, statistic
 
     def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
@@ -154,20 +155,20 @@ class ContendedSP:
         return getattr(self.sp, name)
 
 
-def alone(sp):
+def alone(sp: SPLookup):
     """``sp`` as one rank sees it working while the others wait (the root's moves in and out of a
     distributed call): without contention, since the waiting ranks do not slow it."""
     return sp.sp if isinstance(sp, ContendedSP) else sp
 
 
-def lockstep(sp, backend: str, threads: int):
+def lockstep(sp: SPLookup, backend: str, threads: int):
     """``ContendedSP.lockstep`` of ``sp``; for an uncontended ``sp`` every rank runs alone."""
     if isinstance(sp, ContendedSP):
         return sp.lockstep(backend, threads)
     return lambda loads, calls: (np.asarray(loads, float), float(np.max(loads, initial=0.0)))
 
 
-def sharing(sp, backend: str, threads: int):
+def sharing(sp: SPLookup, backend: str, threads: int):
     """``ContendedSP.sharing`` of ``sp``; no slowdown at all for an uncontended ``sp``."""
     if isinstance(sp, ContendedSP):
         return sp.sharing(backend, threads)

@@ -53,9 +53,10 @@ def drift_corrected_k(records: np.ndarray) -> np.ndarray:
 
 class SPLookup(Protocol):
     """What the models and the selector read of the system parameters: ``SystemParameters``, or a
-    view of it that records each lookup for ``explain`` (``select.ranking``)."""
+    view of it that records each lookup for ``explain`` (``select.recorder``)."""
 
-    table: SPTable | None
+    @property
+    def table(self) -> SPTable | None: ...
 
     def has(self, routine: str, backend: str, threads: int, pattern: str = "square",
             dtype: str = "float64") -> bool: ...

@@ -33,7 +33,7 @@ def save_phase_records(path: str | os.PathLike, key: str, rows: Iterable[dict], 
     replace_group(path, GROUP, key, write)
 
 
-def load_phase_records(path: str | os.PathLike | None, key: str | None, build: Callable[[list[dict]], object],
+def load_phase_records(path: str | os.PathLike | None, key: str | None, build: Callable[[list[dict], dict], object],
                        empty: Callable[[], object]):
     """``build(records, meta)`` of the platform's stored factors (``meta``: ``{"info": dict,
     "updated": date}``), ``empty()`` when absent or unreadable (one warning); cached per file version."""

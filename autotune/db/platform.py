@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .comm_lookup import CommParams
+
 KERNELS = ("gemm", "trsm", "panel")           # the mapping models' k (models/mapping.py)
 # Optional: the library routine of each family on one process (the one-process plan; without it
 # one process runs the blocked algorithm's cost).
@@ -197,14 +199,14 @@ def simulated_platform(processors: int, degree: str, per_host: int = 4) -> dict:
     return {"name": f"sim{processors}-{degree}", "hosts": hosts, "links": SIMULATED_LINKS, "k": SIMULATED_K}
 
 
-def _link(cp, primitive: str) -> Link:
+def _link(cp: CommParams, primitive: str) -> Link:
     """(ts of the smallest message, tw of the largest regime) of a measured link primitive."""
     ts, _ = cp.ts_tw(primitive, 2, 8)
     _, tw = cp.ts_tw(primitive, 2, 16 << 20)
     return Link(ts, tw)
 
 
-def measured_platform(cp, k: KFunction, processors: int | Mapping[str, int] = 1,
+def measured_platform(cp: CommParams, k: KFunction, processors: int | Mapping[str, int] = 1,
                       order: list[str] | None = None) -> ClusterPlatform:
     """The MPI platform the comm probe measured: one host per entry of its ``host_speeds`` (in
     ``order`` if given, else by name; ``processors`` each, or per host name, speeds relative to the fastest),

@@ -20,6 +20,7 @@ import numpy as np
 from autotune.backends.pools import PoolState
 
 from ._warn import warn_user
+from .lookup import SystemParameters
 from .store import kept_with, read_member, readable_rows, replace_group
 
 GROUP = "pools"
@@ -131,7 +132,7 @@ def load_transitions(path: str | os.PathLike | None) -> Transitions:
 _FOR_SP: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def transitions_for(sp) -> Transitions:
+def transitions_for(sp: SystemParameters) -> Transitions:
     """The transitions stored with the system parameters ``sp`` (read once per ``sp`` object,
     ``store.kept_with``); empty without a path."""
     return kept_with(sp, _FOR_SP, lambda: load_transitions(getattr(sp, "path", None)))

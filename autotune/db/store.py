@@ -10,11 +10,11 @@ compiled driver is charged ``flops * k`` and a Python caller ``flops * k + calls
 ``t_wall``, ``t_cpu``, ``cpu_share`` and ``noise`` say whether the machine was busy while the point
 was timed (``db.noise``: the share of the CPU its threads got and why it is noisy; 0: not recorded).
 Writers take ``PATH.lock`` and replace the file atomically, so a reader sees either the old
-or the new file, never a torn one, and never waits for the lock. Every file written is sealed: its
-first ``USERBLOCK`` bytes (an HDF5 user block, which the library skips) hold the SHA-256 of the rest,
-and readers parse only bytes that match it (``open_file``): the HDF5 library can crash or spin on a
-damaged file, so a damaged one is refused before it is parsed. A file without a user block (written
-before seals, or by hand) is read unchecked.
+or the new file, never a torn one, and never waits for the lock. Every file written is sealed
+(``db.seal``): its first bytes (an HDF5 user block, which the library skips) hold the SHA-256 of the
+rest, and readers parse only bytes that match it (``open_file``): the HDF5 library can crash or spin
+on a damaged file, so a damaged one is refused before it is parsed. A file without a user block
+(written before seals, or by hand) is read unchecked.
 
 Groups beside ``/k`` (``KEPT_GROUPS``), each written by its own db module through
 ``replace_group`` (one member per platform or machine) and carried over by ``save``:
@@ -33,7 +33,6 @@ that rebuilds it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -49,6 +48,7 @@ import numpy as np
 from . import fingerprint as fp
 from . import location
 from ._warn import warn_user
+from .seal import create, seal, seal_problem
 
 SCHEMA_VERSION = 4
 # Root versions read as SCHEMA_VERSION on read: 3's /k rows lack the timing-noise fields (read as 0,
@@ -59,9 +59,6 @@ PER_GROUP_VERSIONS = frozenset({2})
 LEGACY_MEMBER_VERSION = {"comm": ("comm_schema", 1), "fitted": ("fitted_schema", 1),
                          "learned": ("learned_schema", 1)}
 REBUILD = "autotune-install --profile quick --db {path}"
-USERBLOCK = 512                      # bytes before the HDF5 data: the seal
-SEAL = b"autotune-db sha256 "        # the seal's first bytes, then the digest's 64 hex digits
-HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 RECORD_DTYPE = np.dtype([
     ("routine", "S8"), ("backend", "S24"), ("threads", "i4"), ("dtype", "S8"),
@@ -250,37 +247,6 @@ def open_file(path: str | os.PathLike):
     return h5py.File(io.BytesIO(data), "r")
 
 
-def seal_problem(data: bytes) -> str | None:
-    """Why the bytes of a database file may not be parsed (None: sealed and intact, or unsealed)."""
-    if data.startswith(HDF5_SIGNATURE):
-        return None
-    if not data.startswith(SEAL):
-        return "damaged or not a database (neither an autotune seal nor an HDF5 signature at its start)"
-    digest = data[len(SEAL):len(SEAL) + 64]
-    if hashlib.sha256(memoryview(data)[USERBLOCK:]).hexdigest().encode() != digest:
-        return "damaged (its content does not match its checksum)"
-    return None
-
-
-def seal(path: str | os.PathLike) -> None:
-    """Write the SHA-256 of everything after the user block into it (a file created by ``_create``;
-    one without a user block, written by hand, is left as it is)."""
-    with open(path, "r+b") as fh:
-        if fh.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
-            return
-        fh.seek(USERBLOCK)
-        digest = hashlib.sha256(fh.read()).hexdigest().encode()
-        fh.seek(0)
-        fh.write((SEAL + digest + b"\n").ljust(USERBLOCK, b"\0"))
-
-
-def _create(path: str | os.PathLike):
-    """A new, empty database file with room for its seal."""
-    import h5py
-
-    return h5py.File(path, "w", locking=False, userblock_size=USERBLOCK)
-
-
 @contextlib.contextmanager
 def _atomic_replace(path: Path) -> Iterator[str]:
     """Under the database's lock, yield a temporary file next to ``path``; replace ``path`` with it
@@ -340,7 +306,7 @@ def _mode(path: Path) -> int:
 
 
 def _write(db: Database, tmp: str) -> None:
-    with _create(tmp) as f:
+    with create(tmp) as f:
         _write_root(f, db)
         f.create_dataset("k", data=db.records.astype(RECORD_DTYPE), maxshape=(None,))
 
@@ -393,7 +359,7 @@ def replace_group(path: str | os.PathLike, group: str, member: str, write) -> No
             src = open_file(path) if path.is_file() else None
         except Exception:  # damaged: start afresh (it was unusable anyway)
             src = None
-        with _create(tmp) as dst:
+        with create(tmp) as dst:
             if src is None:
                 _write_root(dst, Database())
             else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import socket
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from autotune.core.routines import WORD
 from autotune.distributed.plan import Mark
 from autotune.feedback.balance import Balancer, Policy
 from autotune.models.movement import LinkCost
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # Periods not sampled at the start: kernels compile, pages are touched, MPI connections open.
 WARM_UP = 2
@@ -77,7 +81,7 @@ class Rebalancer:
     """Drives one field's balancing (collective to build: it learns each rank's host). The gate
     weighs a move against the steps left in the current call, or to ``horizon`` steps in all."""
 
-    def __init__(self, comm, policy: Policy, link: LinkCost, minimum: int, horizon: int | None = None):
+    def __init__(self, comm: MPI.Comm, policy: Policy, link: LinkCost, minimum: int, horizon: int | None = None):
         self.comm, self.link, self.horizon = comm, link, horizon
         self.balancer = Balancer(policy, minimum)
         names = comm.allgather(socket.gethostname())

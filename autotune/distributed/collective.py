@@ -16,16 +16,20 @@ import socket
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 Verdict = tuple[tuple[str, ...], str]     # an error as its class names (most derived first) and message
 
 
-def agree(comm, error: Exception | None) -> None:
+def agree(comm: MPI.Comm, error: Exception | None) -> None:
     """Raise on every rank if any rank reported an error (the lowest rank's error wins)."""
     raise_first(comm, comm.allgather(None if error is None else verdict_of(error)), error)
 
 
-def agree_args(comm, error: Exception | None, args: dict, extra=None) -> list:
+def agree_args(comm: MPI.Comm, error: Exception | None, args: dict, extra=None) -> list:
     """Collective: every rank's ``extra``, once all ranks passed equal ``args`` and none an error.
 
     Arguments every rank must pass alike are compared in the same allgather that agrees on the
@@ -41,7 +45,7 @@ def agree_args(comm, error: Exception | None, args: dict, extra=None) -> list:
     return [g[2] for g in gathered]
 
 
-def share(comm, root: int, error: Exception | None, value=None):
+def share(comm: MPI.Comm, root: int, error: Exception | None, value=None):
     """Collective: the root's ``value``, or its ``error`` raised on every rank (one bcast)."""
     verdict, value = comm.bcast((None if error is None else verdict_of(error), value) if comm.rank == root
                                 else None, root=root)
@@ -50,7 +54,7 @@ def share(comm, root: int, error: Exception | None, value=None):
     return value
 
 
-def settle(comm, error: Exception | None) -> None:
+def settle(comm: MPI.Comm, error: Exception | None) -> None:
     """Collective after work that only some ranks did (a plan on part of the communicator, a local
     plan on the root): if any rank has an error, every rank raises the lowest rank's, with its message
     unchanged and the same type (``rebuilt``). One nonblocking allreduce of a flag, waited on with
@@ -119,7 +123,7 @@ def _named_class(name: str) -> type[Exception] | None:
     return obj if isinstance(obj, type) and issubclass(obj, Exception) else None
 
 
-def raise_first(comm, verdicts: Sequence[Verdict | None], own: Exception | None) -> None:
+def raise_first(comm: MPI.Comm, verdicts: Sequence[Verdict | None], own: Exception | None) -> None:
     """Raise the lowest rank's reported error on this rank (``own`` if it is this rank's)."""
     for rank, verdict in enumerate(verdicts):
         if verdict is not None:
@@ -160,13 +164,13 @@ def mask_cores(infos: Sequence[tuple[str, int]]) -> list[int]:
     return [max(1, mask.bit_count()) for _, mask in infos]
 
 
-def gather_cores(comm, root: int = 0) -> tuple[int, list[int]]:
+def gather_cores(comm: MPI.Comm, root: int = 0) -> tuple[int, list[int]]:
     """Collective: the root node's usable cores and every rank's own core count."""
     infos = comm.allgather(core_info())
     return node_cores(infos, root), mask_cores(infos)
 
 
-def quiet_barrier(comm, poll_seconds: float = 0.001) -> None:
+def quiet_barrier(comm: MPI.Comm, poll_seconds: float = 0.001) -> None:
     """Barrier that sleeps between polls instead of spinning: ranks waiting while another rank
     computes or times something must not take a core from it."""
     req = comm.Ibarrier()
@@ -174,7 +178,7 @@ def quiet_barrier(comm, poll_seconds: float = 0.001) -> None:
         time.sleep(poll_seconds)
 
 
-def split_first(comm, p: int):
+def split_first(comm: MPI.Comm, p: int):
     """The first ``p`` ranks of ``comm`` as their own communicator, None on the others (collective)."""
     from mpi4py import MPI
 
@@ -183,7 +187,7 @@ def split_first(comm, p: int):
 
 
 @contextmanager
-def first_ranks(comm, p: int, poll_seconds: float = 0.0005):
+def first_ranks(comm: MPI.Comm, p: int, poll_seconds: float = 0.0005):
     """``split_first`` for a block of work on the first ``p`` ranks: freed at the end, then every
     rank meets in ``quiet_barrier``, so the ranks left out wait without taking a core from it."""
     sub = split_first(comm, p)

@@ -60,6 +60,7 @@ Lower-level API on distributed data: ``summa_dist`` (block-cyclic DistMatrix ope
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -69,6 +70,9 @@ from .gemm_grid import bsr, bsr_dist, cannon, cbsr, summa, summa_dist
 from .gemm_run import _local, _run
 from .gemm_strassen import strassen_ms, strassen_summa
 from .plan import Phases
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["ALGORITHMS", "bsr", "bsr_dist", "cannon", "cbsr", "distributed_gemm", "strassen_ms",
            "strassen_summa", "summa", "summa_dist"]
@@ -80,7 +84,8 @@ ALGORITHMS: dict[str, Callable[..., np.ndarray | None]] = {
 }
 
 
-def distributed_gemm(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def distributed_gemm(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0,
+                     phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by the algorithm ``plan.algorithm`` names (collective; C on the root)."""
     fn = ALGORITHMS.get(getattr(plan, "algorithm", None))
     if fn is None:                    # rejected by the agreed plan check on every rank

@@ -2,6 +2,8 @@
 lower-level ``bsr_dist`` and ``summa_dist`` on distributed data)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autotune.core.plans import Plan
@@ -25,6 +27,9 @@ from .grid import ProcessGrid
 from .movement import DistMatrix
 from .plan import Phases, timed
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 
 def _bsr(run: _Run) -> np.ndarray | None:
     comm, m, k, n = run.comm, run.m, run.k, run.n
@@ -39,7 +44,7 @@ def _bsr(run: _Run) -> np.ndarray | None:
         return _gather_blocks(comm, cloc, rows, Axis(n, 1), out)
 
 
-def bsr(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def bsr(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B with A's rows block-striped over p ranks and B replicated (docs/models.md#distributed.bsr)."""
     return _run("bsr", _bsr, a, b, comm, plan, root, phases)
 
@@ -114,7 +119,7 @@ def _cbsr(run: _Run) -> np.ndarray | None:
         return _gather_blocks(comm, cloc, rows, ncols, out)
 
 
-def cbsr(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def cbsr(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B with A checkerboard on r x c (gathered along rows) and B replicated
     (docs/models.md#distributed.cbsr)."""
     return _run("cbsr", _cbsr, a, b, comm, plan, root, phases)
@@ -173,7 +178,7 @@ def _cannon(run: _Run) -> np.ndarray | None:
         return _gather_blocks(comm, cloc, mrows, ncols, out)
 
 
-def cannon(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def cannon(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by Cannon's algorithm on a square q x q grid, p = q^2 (docs/models.md#distributed.cannon)."""
     return _run("cannon", _cannon, a, b, comm, plan, root, phases)
 
@@ -303,7 +308,7 @@ def _summa(run: _Run) -> np.ndarray | None:
     return None if out is None else (out.T if flip else out)
 
 
-def summa(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def summa(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by SUMMA (PBLAS pdgemm's algorithm), block-cyclic with block ``plan.b`` on r x c."""
     return _run("summa", _summa, a, b, comm, plan, root, phases)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from .checks import all_finite
 from .grid import ProcessGrid
 from .plan import Phases
 from .runs import PlanRun, agree_plan, plan_run
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # Their additions turn inf into NaN where a @ b would not: they reject non-finite operands.
 STRASSEN = ("strassen_summa", "strassen_ms")
@@ -133,7 +137,7 @@ def _root_operands(a, b, algorithm: str, plan: Plan) -> tuple[tuple, tuple]:
     return (a, b), (a.shape[0], a.shape[1], b.shape[1], _order(a), _order(b))
 
 
-def _run(algorithm: str, body: Callable[[_Run], np.ndarray | None], a, b, comm, plan: Plan,
+def _run(algorithm: str, body: Callable[[_Run], np.ndarray | None], a, b, comm: MPI.Comm, plan: Plan,
          root: int, phases: Phases | None) -> np.ndarray | None:
     """The shared set-up (``runs``: checks agreed with the shapes, the plan's ranks), then ``body``."""
     ops, meta = agree_plan(comm, plan, algorithm, root, plan_error,
@@ -168,7 +172,7 @@ def _block_counts(rows: Axis, cols: Axis, size: int) -> tuple[list, np.ndarray, 
     return shapes, counts, displs
 
 
-def _scatter_blocks(comm, x: np.ndarray | None, rows: Axis, cols: Axis, order: str,
+def _scatter_blocks(comm: MPI.Comm, x: np.ndarray | None, rows: Axis, cols: Axis, order: str,
                     recv: np.ndarray | None = None, name: str = "a") -> np.ndarray:
     """Root's (rank 0) x -> block (rank // c, rank % c) of the balanced rows x cols split, in
     ``order`` (into ``recv``, else workspace ``name``); sent straight from x's memory when the
@@ -196,7 +200,7 @@ def _scatter_blocks(comm, x: np.ndarray | None, rows: Axis, cols: Axis, order: s
     return buf.reshape(shapes[me], order=order)
 
 
-def _result_piece(comm, rows: Axis, cols: Axis) -> tuple[np.ndarray | None, np.ndarray]:
+def _result_piece(comm: MPI.Comm, rows: Axis, cols: Axis) -> tuple[np.ndarray | None, np.ndarray]:
     """(C on the root or None, this rank's row-major C block); for row bands the root's block is
     a view of C itself, so its product is computed in place (``_gather_blocks`` leaves it).
     C is fresh (the user's); the blocks are workspace."""
@@ -207,7 +211,8 @@ def _result_piece(comm, rows: Axis, cols: Axis) -> tuple[np.ndarray | None, np.n
     return out, (out[:shape[0]] if cols.parts == 1 else workspace.empty("c", shape))
 
 
-def _gather_blocks(comm, local: np.ndarray, rows: Axis, cols: Axis, out: np.ndarray | None) -> np.ndarray | None:
+def _gather_blocks(comm: MPI.Comm, local: np.ndarray, rows: Axis, cols: Axis,
+                   out: np.ndarray | None) -> np.ndarray | None:
     """Row-major block pieces (rank // c, rank % c) -> the whole row-major ``out`` on rank 0
     (from ``_result_piece``)."""
     from mpi4py import MPI
@@ -228,7 +233,7 @@ def _gather_blocks(comm, local: np.ndarray, rows: Axis, cols: Axis, out: np.ndar
     return out
 
 
-def _bcast_matrix(comm, x: np.ndarray | None, shape: tuple[int, int], order: str) -> np.ndarray:
+def _bcast_matrix(comm: MPI.Comm, x: np.ndarray | None, shape: tuple[int, int], order: str) -> np.ndarray:
     """Root's whole matrix to every rank (one Bcast of its contiguous buffer)."""
     if comm.rank == 0:
         comm.Bcast([x.reshape(-1, order=order), _double()], root=0)
@@ -246,7 +251,8 @@ def _leaf_index(rows: Axis, cols: Axis, size: int, c: int):
             for rk in range(size)]
 
 
-def _scatter_leaves(comm, x: np.ndarray | None, rows: Axis, cols: Axis, g: int, c: int, name: str) -> np.ndarray:
+def _scatter_leaves(comm: MPI.Comm, x: np.ndarray | None, rows: Axis, cols: Axis, g: int, c: int,
+                    name: str) -> np.ndarray:
     """Root's x (zero-padded to g*rows.n x g*cols.n) -> this rank's (mloc, nloc, g, g) Fortran
     stack (workspace ``name``) of its piece of every leaf block, each leaf block-cyclic by
     (rows, cols) over the grid with c columns (g = 1: one block-cyclic matrix). The root packs
@@ -272,7 +278,7 @@ def _scatter_leaves(comm, x: np.ndarray | None, rows: Axis, cols: Axis, g: int, 
     return out
 
 
-def _gather_leaves(comm, zloc: np.ndarray, rows: Axis, cols: Axis, g: int, c: int,
+def _gather_leaves(comm: MPI.Comm, zloc: np.ndarray, rows: Axis, cols: Axis, g: int, c: int,
                    shape: tuple[int, int], order: str) -> np.ndarray | None:
     """Inverse of ``_scatter_leaves`` for C (padding dropped) into a new ``order`` array on the root."""
     from mpi4py import MPI

@@ -2,6 +2,8 @@
 (master/slave level-1 products)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autotune.core.plans import Plan
@@ -12,6 +14,9 @@ from . import workspace
 from .gemm_grid import _oriented, _summa_core, _SummaWork
 from .gemm_run import _double, _gather_leaves, _gemm, _Run, _run, _scatter_leaves
 from .plan import Phases
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def _quads(x: np.ndarray):
@@ -98,7 +103,8 @@ def _strassen_summa(run: _Run) -> np.ndarray | None:
     return None if out is None else (out.T if flip else out)
 
 
-def strassen_summa(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def strassen_summa(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0,
+                   phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by ``plan.level`` Strassen levels over distributed quadrants, leaves by SUMMA
     (StPBLAS, docs/models.md#distributed.strassen_summa); odd sizes zero-padded to a multiple of 2^level."""
     return _run("strassen_summa", _strassen_summa, a, b, comm, plan, root, phases)
@@ -233,7 +239,7 @@ def _ms_master(run: _Run, m2: int, k2: int, n2: int, mo: str) -> np.ndarray:
     return np.ascontiguousarray(cw)
 
 
-def strassen_ms(a, b, comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
+def strassen_ms(a, b, comm: MPI.Comm, plan: Plan, *, root: int = 0, phases: Phases | None = None) -> np.ndarray | None:
     """C = A @ B by master-worker Strassen: the root farms the 7 level-1 products out to p - 1
     workers (StMS, docs/models.md#distributed.strassen_ms); odd sizes peeled on the root."""
     return _run("strassen_ms", _strassen_ms, a, b, comm, plan, root, phases)

@@ -1,13 +1,18 @@
 """An r x c process grid over the first r*c ranks of a communicator, with row and column comms."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 
 class ProcessGrid:
     """Rank ``pr * c + pc`` sits at (pr, pc); ``row`` links a process row (c members), ``col`` a
     process column (r members). Ranks beyond r*c are outside (``inside`` False, comms None).
     Building it is collective over ``comm``."""
 
-    def __init__(self, comm, r: int, c: int):
+    def __init__(self, comm: MPI.Comm, r: int, c: int):
         from mpi4py import MPI
 
         if r < 1 or c < 1 or r * c > comm.size:

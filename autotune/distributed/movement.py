@@ -7,6 +7,7 @@ Alltoallv: no pickling on the data path. Any dtype numpy and MPI share works.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,6 +15,9 @@ from autotune.geometry.layout import Axis, Layout
 from autotune.kernels.pack import as_index, put, take_flat
 
 from . import workspace
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # Tag of the root <-> rank column-block moves (``scatter_columns`` / ``gather_columns``).
 MOVE_TAG = 24576
@@ -30,13 +34,13 @@ def _counts(layout: Layout, size: int) -> tuple[np.ndarray, np.ndarray]:
     return counts, np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
-def _check_fits(layout: Layout, comm) -> None:
+def _check_fits(layout: Layout, comm: MPI.Comm) -> None:
     if layout.size > comm.size:
         raise ValueError(f"layout on {layout.grid[0]}x{layout.grid[1]} needs {layout.size} ranks, "
                          f"communicator has {comm.size}")
 
 
-def scatter(a: np.ndarray | None, layout: Layout, comm, root: int = 0) -> np.ndarray:
+def scatter(a: np.ndarray | None, layout: Layout, comm: MPI.Comm, root: int = 0) -> np.ndarray:
     """Root's ``a`` (ignored elsewhere) -> this rank's local piece of ``layout`` (Fortran order)."""
     _check_fits(layout, comm)
     dtype = np.dtype(comm.bcast(np.asarray(a).dtype.str if comm.rank == root else None, root=root))
@@ -56,7 +60,7 @@ def scatter(a: np.ndarray | None, layout: Layout, comm, root: int = 0) -> np.nda
     return recv.reshape(layout.local_shape(comm.rank), order="F")
 
 
-def gather(local: np.ndarray, layout: Layout, comm, root: int = 0, order: str = "C") -> np.ndarray | None:
+def gather(local: np.ndarray, layout: Layout, comm: MPI.Comm, root: int = 0, order: str = "C") -> np.ndarray | None:
     """This rank's piece -> the whole matrix on ``root`` (None elsewhere)."""
     _check_fits(layout, comm)
     counts, displs = _counts(layout, comm.size)
@@ -81,7 +85,7 @@ def _overlap(mine: np.ndarray, theirs: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return as_index(pm), as_index(pt)
 
 
-def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm, agreed: bool = False) -> np.ndarray:
+def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm: MPI.Comm, agreed: bool = False) -> np.ndarray:
     """This rank's piece of ``src`` -> its piece of ``dst`` (same global matrix), via Alltoallv.
     ``agreed``: the ranks agree on any error of their local preparation before the Alltoallv, so a
     rank that fails there raises the same error on every rank instead of leaving them waiting."""
@@ -98,7 +102,7 @@ def redistribute(local: np.ndarray, src: Layout, dst: Layout, comm, agreed: bool
     return _moved(local, *prepared, dst, comm)
 
 
-def _prepare(local: np.ndarray, src: Layout, dst: Layout, comm):
+def _prepare(local: np.ndarray, src: Layout, dst: Layout, comm: MPI.Comm):
     """The send buffer (packed) and the receive buffer's parts of one redistribution."""
     _check_fits(src, comm)
     _check_fits(dst, comm)
@@ -127,7 +131,7 @@ def _prepare(local: np.ndarray, src: Layout, dst: Layout, comm):
     return sbuf, (scounts, sdispl), rbuf, (rcounts, rdispl), recv_parts, keep
 
 
-def _moved(local: np.ndarray, sbuf, sends, rbuf, recvs, recv_parts, keep, dst: Layout, comm) -> np.ndarray:
+def _moved(local: np.ndarray, sbuf, sends, rbuf, recvs, recv_parts, keep, dst: Layout, comm: MPI.Comm) -> np.ndarray:
     (scounts, sdispl), (rcounts, rdispl) = sends, recvs
     me = comm.rank
     mtype = _mpi_type(local.dtype)
@@ -172,7 +176,7 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, order="F")
 
 
-def scatter_columns(src: np.ndarray | None, rows: int, cols: Axis, comm, root: int = 0,
+def scatter_columns(src: np.ndarray | None, rows: int, cols: Axis, comm: MPI.Comm, root: int = 0,
                     tag: int = MOVE_TAG) -> np.ndarray:
     """This rank's column-cyclic piece (``cols``: blocks over ranks 0..cols.parts-1, Fortran order,
     workspace memory) of the root's Fortran-ordered float64 rows x cols ``src``. Each column block is
@@ -197,7 +201,7 @@ def scatter_columns(src: np.ndarray | None, rows: int, cols: Axis, comm, root: i
     return local
 
 
-def gather_columns(local: np.ndarray, rows: int, cols: Axis, comm, root: int = 0,
+def gather_columns(local: np.ndarray, rows: int, cols: Axis, comm: MPI.Comm, root: int = 0,
                    tag: int = MOVE_TAG) -> np.ndarray | None:
     """The reverse of ``scatter_columns``: the whole Fortran-ordered rows x cols matrix (new
     memory) on the root, None elsewhere."""
@@ -227,7 +231,7 @@ class DistMatrix:
     comm: object
 
     @classmethod
-    def from_root(cls, a: np.ndarray | None, layout: Layout, comm, root: int = 0) -> DistMatrix:
+    def from_root(cls, a: np.ndarray | None, layout: Layout, comm: MPI.Comm, root: int = 0) -> DistMatrix:
         return cls(scatter(a, layout, comm, root), layout, comm)
 
     def to_root(self, root: int = 0, order: str = "C") -> np.ndarray | None:

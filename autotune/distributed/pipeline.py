@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -21,6 +22,9 @@ from threadpoolctl import threadpool_limits
 from autotune.core.assumptions import PIPELINE_POLL_SECONDS
 from autotune.core.routines import flops_of
 from autotune.core.workload import MANAGER, MASTER, REPLICA, STAGE, Process, WorkloadPlan, assign
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 BATCH, TASK, RESULT, REPLY, END = 31, 32, 33, 34, 35
 IN_FLIGHT_POLL = PIPELINE_POLL_SECONDS / 10     # seconds between progress calls while sends are in flight
@@ -97,7 +101,7 @@ class Work:
 class Channel:
     """One process's messages: counted sends (kept until complete) and polled receives."""
 
-    def __init__(self, comm, ranks: list[int], deadline: float, nbytes: int):
+    def __init__(self, comm: MPI.Comm, ranks: list[int], deadline: float, nbytes: int):
         from mpi4py import MPI
         self.MPI, self.comm, self.ranks, self.deadline = MPI, comm, ranks, deadline
         self.index_of = {r: i for i, r in enumerate(ranks)}
@@ -294,7 +298,7 @@ def calibrate(n: int = GEMM_N, calls: int = 12) -> float:
     return float(np.median(times[2:]))
 
 
-def run(comm, pl: WorkloadPlan, timeout: float, root: int = 0, gemm_k: float | None = None) -> Report | None:
+def run(comm: MPI.Comm, pl: WorkloadPlan, timeout: float, root: int = 0, gemm_k: float | None = None) -> Report | None:
     """Run ``pl`` on ``comm`` (collective); the report on ``root``, None elsewhere. Every rank
     raises PipelineError alike if the ranks cannot hold the plan; past ``timeout`` seconds a
     waiting rank aborts the job. Compute stages repeat ``GEMM_N`` gemm calls on one thread, each
@@ -306,7 +310,7 @@ def run(comm, pl: WorkloadPlan, timeout: float, root: int = 0, gemm_k: float | N
         return _run(comm, pl, timeout, root, Work("compute", per_call, GEMM_N))
 
 
-def _run(comm, pl: WorkloadPlan, timeout: float, root: int, work: Work) -> Report | None:
+def _run(comm: MPI.Comm, pl: WorkloadPlan, timeout: float, root: int, work: Work) -> Report | None:
     names = comm.allgather(socket.gethostname())
     ranks, _ = assign(pl, names)              # deterministic: every rank raises alike
     me = ranks.index(comm.rank) if comm.rank in ranks else -1

@@ -1,4 +1,5 @@
-"""How distributed runs report their phases (``Phases``, ``timed``); the ``Plan`` they run is in ``autotune.core.plans``."""
+"""How distributed runs report their phases (``Phases``, ``timed``); the ``Plan`` they run is in
+``autotune.core.plans``."""
 from __future__ import annotations
 
 import time

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from . import workspace
 from .collective import raise_first, verdict_of
 from .grid import ProcessGrid
 from .plan import Phases, timed
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 __all__ = ["PlanRun", "agree_plan", "check_plan", "cyclic_layout", "open_run", "plan_run"]
 
@@ -78,7 +81,7 @@ def _backend(plan: Plan):
     return be
 
 
-def agree_plan(comm, plan: Plan, algorithm: str, root: int, problem: Callable[[Plan], str | None],
+def agree_plan(comm: MPI.Comm, plan: Plan, algorithm: str, root: int, problem: Callable[[Plan], str | None],
                on_root: Callable[[], tuple[Any, Any]]) -> tuple[Any, Any]:
     """Collective: (the root's operands, None elsewhere; the root's metadata on every rank).
 
@@ -145,7 +148,7 @@ class PlanRun:
         self.comm.Free()
 
 
-def open_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> PlanRun | None:
+def open_run(comm: MPI.Comm, plan: Plan, root: int, phases: Phases | None = None) -> PlanRun | None:
     """Collective (one ``Split``): a ``PlanRun`` on the plan's ranks (``Plan.used_ranks``) in their
     order, ``root`` first, None on the others, which take no part; the caller closes it (a field
     kept distributed between calls keeps its run open)."""
@@ -158,7 +161,7 @@ def open_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> PlanR
 
 
 @contextmanager
-def plan_run(comm, plan: Plan, root: int, phases: Phases | None = None) -> Iterator[PlanRun | None]:
+def plan_run(comm: MPI.Comm, plan: Plan, root: int, phases: Phases | None = None) -> Iterator[PlanRun | None]:
     """``open_run`` for one call, at the plan's thread count, closed when it ends. Call after ``agree_plan``."""
     run = open_run(comm, plan, root, phases)
     if run is None:

@@ -17,6 +17,8 @@ A halo of b = s·R serves s steps per exchange. The field stays distributed betw
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autotune.core.assumptions import OVERLAP_POLLS
@@ -28,6 +30,9 @@ from autotune.kernels.stencil import Sweeper
 
 from . import movement
 from .plan import Phases, timed
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 _DIRS = EDGES + CORNERS
 TAG = 31000          # + the sender's direction index
@@ -43,8 +48,8 @@ class HaloField:
     """This rank's part of a distributed field (collective to build: every rank of ``comm``, the
     plan's ranks with the root as rank 0, in grid order)."""
 
-    def __init__(self, comm, problem: StencilProblem, plan: Plan, sweeper: Sweeper, local: np.ndarray, phases=None,
-                 layout: Layout | None = None):
+    def __init__(self, comm: MPI.Comm, problem: StencilProblem, plan: Plan, sweeper: Sweeper, local: np.ndarray,
+                 phases=None, layout: Layout | None = None):
         self.comm, self.problem, self.plan, self.sweeper, self.phases = comm, problem, plan, sweeper, phases
         self._types: list = []
         self.error: Exception | None = None
@@ -230,7 +235,7 @@ class HaloField:
         self.requests, self._types = [[], []], []
 
 
-def scatter_field(comm, problem: StencilProblem, plan: Plan, u: np.ndarray | None, sweeper: Sweeper,
+def scatter_field(comm: MPI.Comm, problem: StencilProblem, plan: Plan, u: np.ndarray | None, sweeper: Sweeper,
                   phases=None) -> HaloField:
     """Collective over the plan's ranks: the root's field ``u`` cut into halo tiles."""
     with timed(phases, "distribution"):
@@ -238,7 +243,7 @@ def scatter_field(comm, problem: StencilProblem, plan: Plan, u: np.ndarray | Non
         return HaloField(comm, problem, plan, sweeper, local, phases)
 
 
-def _run(u, comm, plan: Plan, *, problem: StencilProblem, sweeper: Sweeper, steps: int, phases=None,
+def _run(u, comm: MPI.Comm, plan: Plan, *, problem: StencilProblem, sweeper: Sweeper, steps: int, phases=None,
          rebalancer=None):
     """A whole call on the plan's ranks (``comm``: the root is rank 0): scatter, ``steps`` steps
     (rebalanced by ``rebalancer`` if given), gather."""

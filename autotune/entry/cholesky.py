@@ -1,6 +1,8 @@
 """TODO docstring."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy import linalg
 
@@ -14,6 +16,7 @@ from autotune.entry.decide import (
     decide,
     guarded,
     lapack_float64,
+    library_threads,
     not_tuned,
     reference_routine,
     scipy_call,
@@ -28,6 +31,9 @@ from autotune.kernels.inputs import work_buffer
 from autotune.models.distributed_cholesky import memory_order
 from autotune.select import as_candidate
 from autotune.settings import Options, get_options
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def local(a, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
@@ -53,7 +59,8 @@ def local(a, *, lower: bool = False, overwrite_a: bool = False, check_finite: bo
         cand, dec = decide(problem, config, explain, opts, state)
         if dec is not None and cand is not None and settled(dec, problem, opts):
             _remember_cholesky(cand, problem, overwrite_a, hot, opts, state=state)
-        elif dec is not None and opts.guard and guard.demoted(problem, cand, dec.threads):   # scipy's call, in C
+        elif dec is not None and cand is not None and opts.guard \
+                and guard.demoted(problem, cand, dec.threads):       # the guard demoted it: scipy's call, in C
             _remember_cholesky(reference_routine("cholesky"), problem, overwrite_a, hot, opts,
                                switch_threads=False, state=state)
     if cand is None:
@@ -105,13 +112,13 @@ def _remember_cholesky(cand: Candidate, problem: CholeskyProblem, overwrite_a: b
     n, tri = problem.n, problem.lapack_lower
     be, lib = backends.get(cand.backend), pools.CODES[cand.backend]
     if not switch_threads:
-        _front.remember_cholesky(n, cholesky_runner(cand), None, be.get_threads(), opts, lib, state, tri)
+        _front.remember_cholesky(n, cholesky_runner(cand), None, library_threads(cand.backend), opts, lib, state, tri)
         return
     if be.thread_addresses or be.set_threads is None:
         _front.remember_cholesky(n, cholesky_runner(cand), be.thread_addresses, cand.threads, opts, lib, state, tri)
 
 
-def collective(a, comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
+def collective(a, comm: MPI.Comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
                          root: int = 0, config=None, explain: bool = False, phases=None) -> np.ndarray | None:
     """Collective ``scipy.linalg.cholesky``: the root passes a and gets the factor; others get None.
     Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank);

@@ -59,7 +59,7 @@ def not_tuned(family: str, why: str, config, explain: bool) -> None:
 
 
 def decide(problem: Problem, config, explain: bool, opts: Options | None = None,
-           state: int | None = None) -> tuple[Candidate, Decision | None]:
+           state: int | None = None) -> tuple[Candidate | None, Decision | None]:
     """The candidate to run under ``opts`` (None: the options in force) in pool state ``state``
     (``pools.state_code()``; None: now): forced ``config`` or the selector's choice; None when
     untuned. After a gap that may hide a call of the program's own, that call is taken to be on
@@ -113,7 +113,7 @@ def _unguarded(dec: Decision, opts: Options) -> bool:
     (the reference's library at the thread count it has now: under a budget below that count, as in a
     cgroup CPU quota the library does not read, the choice is not the call the user would have run)."""
     return not opts.guard or dec.incumbent is None or (
-        dec.chosen == dec.incumbent and backends.get(dec.chosen.backend).get_threads() == dec.chosen.threads)
+        dec.chosen == dec.incumbent and library_threads(dec.chosen.backend) == dec.chosen.threads)
 
 
 def settled(dec: Decision | None, problem: Problem, opts: Options) -> bool:
@@ -126,13 +126,21 @@ def reference_routine(family: str) -> Candidate:
     """The family's reference routine (numpy/scipy's library call) at its library's thread count
     now: what the C hot path runs for a decision the guard demoted, or without a database."""
     algorithm, library = FAMILIES[family].incumbent
-    return Candidate(algorithm, library, backends.get(library).get_threads())
+    return Candidate(algorithm, library, library_threads(library))
+
+
+def library_threads(backend: str) -> int:
+    """The thread count ``backend``'s library has now (TypeError for a backend without one)."""
+    get = backends.get(backend).get_threads
+    if get is None:
+        raise TypeError(f"{backend} has no thread count")
+    return get()
 
 
 def scipy_call(fn: Callable[..., T], *args, **kwargs) -> T:
     """scipy's own routine ``fn(*args, **kwargs)`` under its library's lease at its count now."""
     be = backends.get("scipy-openblas")
-    with pools.lease(be, be.get_threads()):
+    with pools.lease(be, library_threads("scipy-openblas")):
         return fn(*args, **kwargs)
 
 

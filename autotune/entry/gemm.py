@@ -1,6 +1,8 @@
 """TODO docstring."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from autotune import backends
@@ -9,12 +11,25 @@ from autotune.core.assumptions import ALIGNED_OUTPUT_WORK, MIN_TUNED_SIZE
 from autotune.core.families import GemmProblem, Problem, gemm_layout
 from autotune.core.plans import Plan
 from autotune.dispatch import run_gemm
-from autotune.entry.decide import F64, SCALARS, decide, guarded, not_tuned, observe_call, settled, untuned_operands
+from autotune.entry.decide import (
+    F64,
+    SCALARS,
+    decide,
+    guarded,
+    library_threads,
+    not_tuned,
+    observe_call,
+    settled,
+    untuned_operands,
+)
 from autotune.entry.protocol import agree_plan, observed, require_mpi4py, root_matrices, run_local
 from autotune.feedback import guard, learn
 from autotune.kernels import _front
 from autotune.select import as_candidate
 from autotune.settings import get_options
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def local(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
@@ -54,7 +69,7 @@ def local(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: 
         _front.remember(a.shape + b.shape, False, opts, _numpy_threads(), state, layout == "aat")
     direct = out is None or _direct_target(out, a, b, (m, n))
     own = (cand.algorithm == "blas" and cand.backend == "numpy-openblas"     # numpy's own call (its syrk on aat)
-           and (layout == "aat" or backends.get(cand.backend).get_threads() == cand.threads))
+           and (layout == "aat" or library_threads(cand.backend) == cand.threads))
     def reference():
         return _numpy_matmul(a, b, out) if plain else generic_gemm(a, b, alpha, beta, c, trans_a, trans_b, out)
 
@@ -83,14 +98,14 @@ def local(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: 
 
 def _numpy_threads() -> int:
     """numpy's library thread count now (what its own call runs with)."""
-    return backends.get("numpy-openblas").get_threads()
+    return library_threads("numpy-openblas")
 
 
 
 def _numpy_matmul(a, b, out, threads: int | None = None):
     """numpy's own product under its library's lease at ``threads`` (None: its count now)."""
     be = backends.get("numpy-openblas")
-    with pools.lease(be, be.get_threads() if threads is None else threads):
+    with pools.lease(be, library_threads("numpy-openblas") if threads is None else threads):
         return np.matmul(a, b, out=out)
 
 
@@ -159,7 +174,7 @@ def _keeps_float64(alpha, beta, c) -> bool:
     return np.result_type(F64, *terms) == F64
 
 
-def collective(a, b, comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
+def collective(a, b, comm: MPI.Comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
                      alpha: float = 1.0, beta: float = 0.0, c=None, trans_a: bool = False, trans_b: bool = False,
                      out=None, refused: Exception | None = None) -> np.ndarray | None:
     """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the

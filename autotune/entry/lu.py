@@ -4,6 +4,7 @@ square float64 problems, scipy's own call for everything else (other dtypes, sha
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import linalg
@@ -39,6 +40,9 @@ from autotune.kernels import _front
 from autotune.kernels.inputs import work_buffer
 from autotune.select import as_candidate
 from autotune.settings import get_options
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 GENERAL = (None, "gen", "general")
 POSITIVE = ("pos", "positive definite")
@@ -340,7 +344,7 @@ def _solve_pos(cand: Candidate, w: np.ndarray, x: np.ndarray, lower: bool) -> No
 __all__ = ["lu_factor", "lu_solve", "solve"]
 
 
-def collective_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
+def collective_lu_factor(a, comm: MPI.Comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
                           config=None, explain: bool = False, phases=None):
     """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
     ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
@@ -352,9 +356,9 @@ def collective_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bo
     if plan.algorithm == "local":
         return run_local(comm, root, plan, phases,
                           lambda: lu_factor(a, overwrite_a=overwrite_a, check_finite=check_finite))
-    from autotune.distributed.lu import lu_factor
+    from autotune.distributed import lu as distributed_lu
 
-    res = observed(comm, root, plan, phases, lambda ph: lu_factor(
+    res = observed(comm, root, plan, phases, lambda ph: distributed_lu.lu_factor(
         a if comm.rank == root else None, comm, plan, root=root, phases=ph, overwrite_a=overwrite_a,
         check_finite=check_finite))
     if res is None:
@@ -366,7 +370,7 @@ def collective_lu_factor(a, comm, *, overwrite_a: bool = False, check_finite: bo
 
 
 
-def collective_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
+def collective_solve(a, b, comm: MPI.Comm, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
                       check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
                       config=None, explain: bool = False, phases=None):
     """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
@@ -380,12 +384,13 @@ def collective_solve(a, b, comm, *, lower: bool = False, overwrite_a: bool = Fal
         return run_local(comm, root, plan, phases, lambda: solve(
             a, b, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b, check_finite=check_finite,
             assume_a=assume_a, transposed=transposed))
-    from autotune.distributed.lu import solve
+    from autotune.distributed import lu as distributed_lu
 
     def run(ph):
         a2, b2 = ops[:2] if comm.rank == root else (None, None)
-        res = solve(a2, None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None]), comm, plan, root=root,
-                    phases=ph, overwrite_a=overwrite_a, check_finite=check_finite)
+        rhs = None if b2 is None else (b2 if b2.ndim == 2 else b2[:, None])
+        res = distributed_lu.solve(a2, rhs, comm, plan, root=root, phases=ph, overwrite_a=overwrite_a,
+                                   check_finite=check_finite)
         x, info = res if res is not None else (None, 0)
         if info:
             raise singular()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,13 +25,14 @@ from autotune.core.cache import BoundedCache
 from autotune.core.families import FAMILIES, Problem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
-from autotune.db.comm_lookup import load_comm
+from autotune.db.comm_lookup import CommParams, load_comm
+from autotune.db.lookup import SPLookup, SystemParameters
 from autotune.db.platform import PlatformError
 from autotune.feedback.speeds import RUN_SPEEDS, HostSpeeds, speeds_for, work_share
 from autotune.kernels.inputs import require_finite
 from autotune.models.fitted_phases import platform_factors
 from autotune.select.distributed import as_plan, rank_plans
-from autotune.select.mapping import (
+from autotune.select.placement import (
     Placement,
     communicator_platform,
     heterogeneous,
@@ -38,6 +40,9 @@ from autotune.select.mapping import (
     rank_hosts,
 )
 from autotune.settings import get_options, options
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # The selector's plans, keyed as select.rank.choose keys its decisions: by the loaded database
 # objects (load_sp, load_comm: one object per file version) and cleared when full.
@@ -58,7 +63,7 @@ MPI_MISSING = ('needs mpi4py: pip install "autotune[mpi]" (or mpi4py built again
 
 
 
-def observed(comm, root: int, plan: Plan, phases, work: Callable):
+def observed(comm: MPI.Comm, root: int, plan: Plan, phases, work: Callable):
     """Collective: ``work(phases)`` on every rank (errors agreed, as ``settled``), then each rank's
     sweep of the plan's work at its CPU share (``distributed.balance.busy`` of its compute phase)
     and its share of the work gathered on the root, which averages them into ``RUN_SPEEDS``."""
@@ -74,6 +79,7 @@ def observed(comm, root: int, plan: Plan, phases, work: Callable):
     samples = comm.gather((socket.gethostname(), busy(spent, "compute"), work_share(plan, comm.size, root, comm.rank)),
                           root=root)
     if comm.rank == root:
+        assert samples is not None, "the root gathers"
         key = tuple(sorted({h for h, _, _ in samples}))
         RUN_SPEEDS.setdefault(key, HostSpeeds()).observe(samples, root)
     return out
@@ -93,7 +99,7 @@ def require_mpi4py() -> None:
         raise ImportError(f"comm= {MPI_MISSING}")
 
 
-def agree_plan(family: str, operands: Callable[[], tuple], comm, root, config, explain: bool, phases, *,
+def agree_plan(family: str, operands: Callable[[], tuple], comm: MPI.Comm, root, config, explain: bool, phases, *,
             guard: Callable | None = None, refused: Exception | None = None,
             **flags) -> tuple[Plan, dict, tuple | None]:
     """Collective: the arguments every rank passed (agreed, ``root`` validated), the root's plan
@@ -117,14 +123,14 @@ def agree_plan(family: str, operands: Callable[[], tuple], comm, root, config, e
     return share(comm, root, err, plan), args, ops
 
 
-def call_args(comm, root, family: str, phases=None, **flags) -> tuple[dict, Exception | None]:
+def call_args(comm: MPI.Comm, root, family: str, phases=None, **flags) -> tuple[dict, Exception | None]:
     """This rank's arguments every rank must pass alike, as comparable values, and what is wrong
     with them (``root`` must be an int in range(comm.size), ``phases`` None or a ``Phases``: every
     rank knows without asking)."""
     from autotune.distributed.plan import Phases
 
     args: dict = {"family": family, "root": f"<{type(root).__name__}>"}
-    err = None if phases is None or isinstance(phases, Phases) else TypeError(
+    err: Exception | None = None if phases is None or isinstance(phases, Phases) else TypeError(
         f"phases must be an autotune.distributed.plan.Phases or None, got {type(phases).__name__}")
     if isinstance(root, (bool, np.bool_)) or not isinstance(root, (int, np.integer)):
         err = err or ValueError(f"root must be an int rank, got {type(root).__name__}")
@@ -199,7 +205,7 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     """Root only: the forced plan or the selector's choice (cached per problem, ranks' hosts and
     database contents).
     ``names``, ``cores``: each rank's host name and the cores of its node. Ranks on hosts of measured,
-    different speeds are placed by the mapping search (select.mapping.placement); otherwise the
+    different speeds are placed by the mapping search (select.placement.placement); otherwise the
     distributed selector plans for the root node's cores."""
     nprocs = len(names)
     if config is not None:
@@ -230,14 +236,15 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     return _remember(key, sp, cp, dec.chosen)
 
 
-def _remember(key: tuple, sp, cp, plan: Plan) -> Plan:
+def _remember(key: tuple, sp: SPLookup, cp: CommParams, plan: Plan) -> Plan:
     """Cache ``plan`` under ``key`` (emptied first when full); the entry holds ``sp`` and ``cp``, so
     the ids in its key stay theirs while it lives."""
     _PLANS.put(key, (sp, cp, plan))
     return plan
 
 
-def _placement(problem: Problem, names: list[str], cores: list[int], root: int, sp, cp) -> Placement | None:
+def _placement(problem: Problem, names: list[str], cores: list[int], root: int, sp: SystemParameters,
+               cp: CommParams) -> Placement | None:
     """The mapping search's placement when the ranks span hosts of measured, different speeds and
     the problem is one the mapping model covers (square orders of gemm, Cholesky, LU); else None."""
     if not FAMILIES[problem.family].mapping or len(set(problem.dims)) != 1 or sp.table is None:
@@ -264,7 +271,7 @@ def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
     return plan if plan.threads <= most else dataclasses.replace(plan, threads=most)
 
 
-def run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray]) -> np.ndarray | None:
+def run_local(comm: MPI.Comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray]) -> np.ndarray | None:
     """Collective: ``work()`` on the root with the plan's threads, the others waiting quietly;
     its error is raised on every rank."""
     from autotune.distributed.plan import timed
@@ -278,7 +285,7 @@ def run_local(comm, root: int, plan: Plan, phases, work: Callable[[], np.ndarray
     return agreed(comm, run)
 
 
-def agreed(comm, work: Callable[[], object]):
+def agreed(comm: MPI.Comm, work: Callable[[], object]):
     """Collective: ``work()`` on every rank (a plan may use only some of them), then an error any
     rank met is raised on every rank of ``comm`` (``collective.settle``), none left returning None."""
     from autotune.distributed.collective import settle

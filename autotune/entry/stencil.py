@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from autotune.models.stencil import link_cost
 from autotune.select.ranking import choose
 from autotune.settings import get_options
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 UNTUNED = Candidate("sweep", "numpy-stencil", 1)     # no usable database: numpy's slices, as by hand
 _KERNEL_FLOPS: dict[int, float] = {}
 
@@ -50,6 +54,7 @@ class Stencil:
         if self.kernel is not None:
             return True
         w = self.weights
+        assert w is not None, "weights where there is no kernel"
         rad = self.radius
         ii, jj = np.nonzero(w)
         return bool(np.any((ii != rad) & (jj != rad)))
@@ -58,6 +63,7 @@ class Stencil:
         """Flops per cell: 2·points - 1 for weights; a kernel's time per cell against the probed
         5-point kernel's, measured once per kernel on a 128 x 128 region."""
         if self.kernel is None:
+            assert self.weights is not None, "weights where there is no kernel"
             return 2.0 * float(np.count_nonzero(self.weights)) - 1.0
         key = id(self.kernel)
         if key not in _KERNEL_FLOPS:
@@ -68,6 +74,7 @@ class Stencil:
         """What every rank must pass alike (compared in the agreement)."""
         if self.kernel is not None:
             return f"kernel {getattr(self.kernel, '__qualname__', type(self.kernel).__name__)} radius {self.radius}"
+        assert self.weights is not None, "weights where there is no kernel"
         return f"weights {self.weights.tolist()!r}"
 
     def sweeper(self, backend: str, threads: int) -> Sweeper:
@@ -210,7 +217,7 @@ class Agreed:
     explain: bool = False
 
 
-def agreed_plan(u, steps, stencil_args: StencilArgs, comm, root, check_finite: bool, config, explain: bool,
+def agreed_plan(u, steps, stencil_args: StencilArgs, comm: MPI.Comm, root, check_finite: bool, config, explain: bool,
                 plan_steps: int | None = None, balance=None, phases=None) -> Agreed:
     """Collective: every rank checks and agrees on its arguments (the stencil, ``steps``,
     ``plan_steps``, ``balance``, ``root``, ``phases``, the field's shape), then the root checks the
@@ -231,6 +238,7 @@ def agreed_plan(u, steps, stencil_args: StencilArgs, comm, root, check_finite: b
     except Exception as exc:
         err = err or exc
     infos = agree_args(comm, err, args, core_info())
+    assert stencil is not None, "agree_args raised every rank's error"
     root = args["root"]
     plan = a = problem = link = None
     err = None
@@ -261,7 +269,7 @@ def _check_plan(plan: Plan, problem: StencilProblem) -> None:
         raise ValueError("border_first runs one step per exchange: halo width = the stencil's radius")
 
 
-def collective(u, steps, stencil_args: StencilArgs, comm, *, root=0, check_finite: bool = True, config=None,
+def collective(u, steps, stencil_args: StencilArgs, comm: MPI.Comm, *, root=0, check_finite: bool = True, config=None,
                explain: bool = False, phases=None, balance=None) -> np.ndarray | None:
     """Collective ``steps`` sweeps: the field on the root, None elsewhere."""
     ag = agreed_plan(u, steps, stencil_args, comm, root, check_finite, config, explain, balance=balance,
@@ -282,7 +290,7 @@ def measured_efficiency(problem: StencilProblem, plan: Plan, seconds: float) -> 
     return f"ran {plan}: {seconds:.3g} s measured on {used} core(s){eff}"
 
 
-def _run(ag: Agreed, comm, phases):
+def _run(ag: Agreed, comm: MPI.Comm, phases):
     plan, stencil, steps = ag.plan, ag.stencil, ag.steps
     if plan.algorithm == "local":
         return protocol.run_local(comm, ag.root, plan, phases,
@@ -308,12 +316,13 @@ def _run(ag: Agreed, comm, phases):
     return protocol.agreed(comm, run)
 
 
-def rebalancer_of(ag: Agreed, comm, horizon: int | None = None):
+def rebalancer_of(ag: Agreed, comm: MPI.Comm, horizon: int | None = None):
     """Collective over the plan's ranks: the run's ``Rebalancer`` (None without ``balance=``)."""
     if ag.policy is None:
         return None
     from autotune.distributed.balance import Rebalancer
 
+    assert ag.link is not None, "priced with the policy (agreed_plan)"
     return Rebalancer(comm, ag.policy, ag.link, ag.plan.b, horizon)
 
 

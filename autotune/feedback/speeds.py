@@ -6,6 +6,7 @@ import numpy as np
 
 from autotune.core.assumptions import OBSERVE_MIN_SECONDS
 from autotune.core.plans import Plan
+from autotune.db.comm_lookup import CommParams
 from autotune.feedback.balance import MovingAverage, Policy
 
 
@@ -75,7 +76,7 @@ def work_share(plan: Plan, size: int, root: int, rank: int) -> float:
 
 
 
-def speeds_for(cp, names: list[str], root: int):
+def speeds_for(cp: CommParams, names: list[str], root: int):
     """``cp`` as the planner should see it, and where its host speeds come from: the probe's, or a
     view with the speeds the communicator's recent calls measured where they differ (``HostSpeeds``)."""
     seen = RUN_SPEEDS.get(tuple(sorted(set(names))))

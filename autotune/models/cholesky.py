@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from autotune.core.assumptions import MEMORY_SHARE
-from autotune.core.routines import SEGMENT_FRACTIONS, flops
+from autotune.core.routines import ROUTINES, SEGMENT_FRACTIONS
+from autotune.db.lookup import SPLookup
 
 # Share of the unblocked gemv variant's n^3/3 flops falling in each eighth-segment (x 96/n^3).
 SEGMENT_WEIGHTS = (5.0, 11.0, 11.0, 5.0)
@@ -18,10 +20,12 @@ SEGMENT_WEIGHTS = (5.0, 11.0, 11.0, 5.0)
 
 def chol_flops(n) -> np.ndarray:
     """Cholesky flop count, the probe's definition, over an array of orders."""
-    return flops("potrf", {"n": np.asarray(n, dtype=float)})
+    # ``routines.flops`` is annotated for integer dims; its counts are numpy expressions of them.
+    return cast(np.ndarray, ROUTINES["potrf"].flops(n=np.asarray(n, dtype=float)))
 
 
-def potrf(n: int, backend: str, threads: int, sp, parts: dict | None = None, pattern: str = "square") -> float:
+def potrf(n: int, backend: str, threads: int, sp: SPLookup, parts: dict | None = None,
+          pattern: str = "square") -> float:
     """A library's own LAPACK potrf: ``flops(n) * k_potrf(backend, threads, n)``, on the series of
     its triangle (``pattern``: "square", the lower; "upper"). ``parts``, if given, receives the time
     by routine call kind (here the one call), for ``explain``."""
@@ -31,12 +35,12 @@ def potrf(n: int, backend: str, threads: int, sp, parts: dict | None = None, pat
     return t
 
 
-def blocked(n: int, blocks, variant: int, backend: str, threads: int, sp) -> np.ndarray:
+def blocked(n: int, blocks, variant: int, backend: str, threads: int, sp: SPLookup) -> np.ndarray:
     """Right-looking blocked Cholesky, one variant, per block b (see ``blocked_variants``)."""
     return blocked_variants(n, blocks, (variant,), backend, threads, sp)[0]
 
 
-def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp,
+def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp: SPLookup,
                      parts: dict | None = None) -> np.ndarray:
     """Right-looking blocked Cholesky per (variant, block b): array of shape (variants, blocks).
 
@@ -60,7 +64,8 @@ def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp,
     common = np.bincount(g.owner, weights=cost, minlength=g.nb)
     out, split = [], []
     for variant in variants:
-        upd, mem, gemm = np.zeros(g.owner.size), np.zeros(g.live.sum()), np.zeros(g.nb)
+        upd, mem = np.zeros(g.owner.size), np.zeros(g.live.sum())
+        gemm: np.ndarray = np.zeros(g.nb)
         if variant == 0:
             upd[g.live] = g.syrk_flops * sp.k("syrk", backend, threads, g.xl, "panel", g.bl)
         else:
@@ -70,7 +75,7 @@ def blocked_variants(n: int, blocks, variants, backend: str, threads: int, sp,
             mem = MEMORY_SHARE * g.trailing * sp.k("add", backend, threads, np.sqrt(g.trailing))
             syrk = upd[g.live].copy()
             upd[g.live] += mem
-        total = common + np.bincount(g.owner, weights=upd, minlength=g.nb)
+        total: np.ndarray = common + np.bincount(g.owner, weights=upd, minlength=g.nb)
         if variant == 1 and g.rows.size:
             gemm = np.bincount(g.gemm_owner, minlength=g.nb, weights=g.gemm_flops * sp.k(
                 "gemm", backend, threads, g.rows, "panel", g.gemm_b))
@@ -145,7 +150,7 @@ class _Steps:
                       rows, g_b, g_owner, (i - 1) * 2.0 * rows * g_b * g_b)
 
 
-def unblocked_gemv(n: int, backend: str, threads: int, sp, parts: dict | None = None) -> float:
+def unblocked_gemv(n: int, backend: str, threads: int, sp: SPLookup, parts: dict | None = None) -> float:
     """Left-looking unblocked Cholesky, one gemv per column on (n-i) x i (segment pattern);
     ``parts``, if given, receives the time by routine call kind."""
     if n < 2:
@@ -158,7 +163,7 @@ def unblocked_gemv(n: int, backend: str, threads: int, sp, parts: dict | None = 
     return gemv + column
 
 
-def unblocked_axpy(n: int, backend: str, threads: int, sp) -> float:
+def unblocked_axpy(n: int, backend: str, threads: int, sp: SPLookup) -> float:
     """Right-looking outer-product Cholesky: one step per pivot on the trailing matrix of order
     x = n..2, each timed by the probe as one whole step (axpy, "trail" pattern: the axpys stream
     the trailing triangle from memory, which per-call axpy timings on hot vectors would miss)."""
@@ -168,6 +173,6 @@ def unblocked_axpy(n: int, backend: str, threads: int, sp) -> float:
     return float(np.sum(x * (x - 1) * sp.k("axpy", backend, threads, x, "trail")))
 
 
-def _column_work(n: int, backend: str, threads: int, sp) -> float:
+def _column_work(n: int, backend: str, threads: int, sp: SPLookup) -> float:
     """Square roots and column scaling (n^2/2 flops), costed like a level-1 sweep of that length."""
     return float(n * n / 2.0 * sp.k("axpy", backend, 1, n)[()] / 2.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -67,12 +68,8 @@ def _line(m: np.ndarray, t: np.ndarray, w: np.ndarray | None = None,
         (float((r @ u) / (u @ u)), 0.0),                            # tw = 0
         (0.0, float((r @ v) / (v @ v)) if (v @ v) > 0 else 0.0),    # ts = 0
     ]
-    out = None
-    for ts, tw in candidates:
-        rss = float((w * ((t - ts - tw * m) / t) ** 2).sum())
-        if out is None or rss < out[2]:
-            out = (ts, tw, rss)
-    return out
+    fits = [(ts, tw, float((w * ((t - ts - tw * m) / t) ** 2).sum())) for ts, tw in candidates]
+    return min(fits, key=lambda f: f[2])        # the first of the least weighted RSS
 
 
 def segment_costs(m: np.ndarray, t: np.ndarray, min_seg: int, w: np.ndarray | None = None) -> np.ndarray:
@@ -163,7 +160,8 @@ def best_cuts(cost: np.ndarray, max_regimes: int, min_seg: int, score) -> tuple[
     the cuts, cost and ``score(cost, k)`` of the k = 1..max_regimes split that scores lowest.
     Shared by one curve's fit and the joint regimes of several curves (``comm_scaling``)."""
     n = len(cost)
-    best, best_score = None, math.inf
+    best: tuple[tuple[int, ...], float] | None = None
+    best_score = math.inf
     dp = cost[0].copy()                           # dp[j]: best split of points 0..j into k regimes
     back: list[np.ndarray] = []                   # back[k-2][j]: start of the last regime
     for k in range(1, max_regimes + 1):
@@ -183,6 +181,7 @@ def best_cuts(cost: np.ndarray, max_regimes: int, min_seg: int, score) -> tuple[
                 cuts.append(int(layer[j]))
                 j = cuts[-1] - 1
             best, best_score = (tuple(reversed(cuts)), float(dp[n - 1])), value
+    assert best is not None, "no finite one-regime cost"
     return best[0], best[1], best_score
 
 
@@ -350,7 +349,7 @@ def fit_loggp(prtt: np.ndarray, fits: np.ndarray | None = None) -> dict:
         sel = (s >= lo) & (s < hi)
         if not sel.any():
             continue
-        row = {"lo": lo, "hi": hi if math.isfinite(hi) else None, "npts": int(sel.sum())}
+        row: dict[str, Any] = {"lo": lo, "hi": hi if math.isfinite(hi) else None, "npts": int(sel.sum())}
         for name, vals in (("o", o_s[sel]), ("g", g_s[sel])):
             floor = max(0.05 * float(np.median(vals)), 1e-9)
             a, b, _ = _line(s[sel] - 1.0, np.maximum(vals, floor))
@@ -418,6 +417,7 @@ def loggp_heldout(prtt: np.ndarray, pingpong: tuple[np.ndarray, np.ndarray], fit
     train[0::2] = True
     train[-1] = True
     model = LoOgGP.of(fit_loggp(prtt[train], fits))
+    assert model is not None, "four sizes or more fit one regime at least"
     m, t = (np.asarray(x, dtype=float) for x in pingpong)
     fitted = np.isin(m, prtt["nbytes"][train])
     hock = fit_hockney(m[fitted], t[fitted])

@@ -63,7 +63,8 @@ def fit_forms(p, m, t, m0: float = 0.0, forms=FORMS) -> tuple[str, str, np.ndarr
     """(ts form, tw form, [ts_a, ts_b, tw_a, tw_b], AICc) of the pair of ``forms`` with the lowest
     AICc for T(p, m) = ts(p) + tw(p) (m - m0) on these points, relative least squares, coefficients >= 0."""
     p, m, t = (np.asarray(v, dtype=float) for v in (p, m, t))
-    n, dm, best = len(t), m - m0, None
+    n, dm = len(t), m - m0
+    best: tuple[tuple[float, int, int, int], str, str, np.ndarray, float] | None = None
     for fi, ts_form in enumerate(forms):
         for gi, tw_form in enumerate(forms):
             cols = [np.ones(n), form_values(ts_form, p), dm, form_values(tw_form, p) * dm]
@@ -77,6 +78,7 @@ def fit_forms(p, m, t, m0: float = 0.0, forms=FORMS) -> tuple[str, str, np.ndarr
             key = (round(score, 6) if math.isfinite(score) else math.inf, len(used), fi, gi)   # ties: simpler
             if best is None or key < best[0]:
                 best = (key, ts_form, tw_form, coef, score)
+    assert best is not None, "no forms to fit"
     return best[1], best[2], best[3], best[4]
 
 
@@ -88,8 +90,8 @@ def shared_bounds(curves: list[tuple[np.ndarray, np.ndarray]], max_regimes: int 
     if len(common) < 2:
         return np.zeros(0)
     min_seg = max(1, min(min_points, len(common)))
-    cost = sum(comm_fit.segment_costs(common, np.maximum(np.asarray(t, float)[np.isin(m, common)], 1e-12), min_seg)
-               for m, t in curves)
+    cost = reduce(np.add, [comm_fit.segment_costs(common, np.maximum(np.asarray(t, float)[np.isin(m, common)], 1e-12),
+                                                  min_seg) for m, t in curves])
     k_curves, n = len(curves), len(curves) * len(common)
 
     def mbic(rss: float, k: int) -> float:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.db.comm_lookup import CommParams
 from autotune.db.store import kept_with
 
 from .comm_fit import LoOgGP, loggp_heldout
@@ -55,12 +56,12 @@ def compare(prtt, pingpong, fits=None) -> dict:
 _CHOICES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()     # CommParams -> its TrainChoice
 
 
-def choice(cp) -> TrainChoice | None:
+def choice(cp: CommParams) -> TrainChoice | None:
     """The platform's choice (kept with its CommParams); None without LoOgGP or its PRTT runs."""
     return kept_with(cp, _CHOICES, lambda: _choose(cp))
 
 
-def _choose(cp) -> TrainChoice | None:
+def _choose(cp: CommParams) -> TrainChoice | None:
     model = LoOgGP.of(getattr(cp, "loggp", None))
     prtt = getattr(cp, "prtt", None)
     if model is None or prtt is None or len(prtt) < 4:
@@ -70,7 +71,7 @@ def _choose(cp) -> TrainChoice | None:
     return TrainChoice(model, tuple(np.nan_to_num(cmp["loggp_train"], nan=np.inf)), cmp["hockney_train"])
 
 
-def train_time(cp, k, nbytes, hockney) -> np.ndarray:
+def train_time(cp: CommParams, k, nbytes, hockney) -> np.ndarray:
     """Seconds until the last of ``k`` messages of ``nbytes`` one rank sends back to back has
     arrived: LoOgGP's ``one_way + (k - 1) gap`` where it is the better model, else ``hockney``
     (the caller's Hockney price of the same train, an array over ``nbytes``)."""

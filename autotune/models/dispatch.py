@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from autotune.core.routines import DISPATCH_ORDER, dims_of, flops
+from autotune.db.lookup import SPLookup
 
 
-def dispatch(routine: str, backend: str, threads: int, sp) -> float:
+def dispatch(routine: str, backend: str, threads: int, sp: SPLookup) -> float:
     """Seconds a tuned call adds to the library's own ``routine`` when it runs this backend: the
     probe's whole-call timing (pattern ``dispatch``) minus the library's own time at the same
     order; never negative."""

@@ -59,7 +59,9 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.core.routines import WORD
+from autotune.db.comm_lookup import CommParams
 from autotune.db.contention import alone, sharing
+from autotune.db.lookup import SPLookup
 
 from . import movement
 from .cholesky import MEMORY_SHARE, chol_flops
@@ -96,7 +98,8 @@ def loop_grid(r: int, c: int, lower: bool, order: str = "C") -> tuple[int, int]:
     return (r, c) if lower != flipped(r, c, order) else (c, r)
 
 
-def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, lookahead: bool) -> dict[str, float]:
+def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp: SPLookup, cp: CommParams,
+         lookahead: bool) -> dict[str, float]:
     p, grid = r * c, (r, c)
     # The loop keeps fewer ranks busy as the trailing matrix shrinks, so the contention is applied
     # per step here (``sharing``) on uncontended k: the plan's p for every step would overcharge
@@ -222,14 +225,15 @@ def _one(n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, loo
     return out
 
 
-def _measured(cp, primitive: str) -> bool:
+def _measured(cp: CommParams, primitive: str) -> bool:
     """Whether the comm probe behind ``cp`` timed ``primitive`` (databases from older probes lack
     some)."""
     names = getattr(cp, "primitives", None)
     return callable(names) and primitive in names()
 
 
-def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads: int) -> tuple[float, float]:
+def _moves(n: int, r: int, c: int, b: int, p: int, sp: SPLookup, cp: CommParams, backend: str,
+           threads: int) -> tuple[float, float]:
     """(distribution, collection) seconds of the root's n x n matrix in and its factor out.
 
     Distribution: the root's finiteness check, then on 1-D grids ``colscatter_cold`` of the
@@ -257,7 +261,7 @@ def _moves(n: int, r: int, c: int, b: int, p: int, sp, cp, backend: str, threads
     return dist, 2.0 * touch + movement.pack(sp, cp, elems, run, "put") + gather
 
 
-def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True, lower: bool = False,
+def model(n: int, plan, sp: SPLookup, cp: CommParams, *, b=None, lookahead: bool = True, lower: bool = False,
           order: str = "C") -> dict[str, float] | dict[str, np.ndarray]:
     """Predicted seconds per phase (and "total") of ``cholesky(a, comm, plan, lower=lower)`` for an
     n x n matrix ``a`` in memory ``order`` (C, F, or A for neither).

@@ -39,7 +39,9 @@ import math
 import numpy as np
 
 from autotune.core.routines import WORD
+from autotune.db.comm_lookup import CommParams
 from autotune.db.contention import alone, lockstep
+from autotune.db.lookup import SPLookup
 from autotune.geometry.layout import Axis
 from autotune.models.gemm import ADDS_A, ADDS_B, ADDS_C_INNER, ADDS_C_LEAF, blas, lookup_size
 from autotune.models.gemm import strassen as strassen_seq
@@ -103,14 +105,14 @@ def _moved(rows: int, cols: int, R: int, C: int, block: int) -> int:
     return int(pieces[1:].max()) if pieces.size > 1 else int(pieces[0])
 
 
-def _coll(cp, primitive: str, members: int, nbytes, p: int | None = None, grid=None) -> float:
+def _coll(cp: CommParams, primitive: str, members: int, nbytes, p: int | None = None, grid=None) -> float:
     """Seconds of a collective among ``members`` processes (0 alone), summed over message sizes."""
     if members <= 1:
         return 0.0
     return float(np.sum(cp.time(primitive, p if p is not None else members, np.asarray(nbytes, float), grid)))
 
 
-def _k3(sp, plan, x, pattern: str = "square", param: float = 0.0) -> float:
+def _k3(sp: SPLookup, plan, x, pattern: str = "square", param: float = 0.0) -> float:
     return _k(sp, "gemm", plan.backend, plan.threads, x, pattern, param)
 
 
@@ -121,14 +123,14 @@ def _result(distribution=0.0, communication=0.0, compute=0.0, collection=0.0, to
     return out
 
 
-def _local(m, k, n, plan, sp) -> dict[str, float]:
+def _local(m, k, n, plan, sp: SPLookup) -> dict[str, float]:
     """One process: the runs do one local gemm."""
     return _result(compute=blas(m, k, n, plan.backend, plan.threads, sp))
 
 
 # -- the models ------------------------------------------------------------------------------------
 
-def _in_lockstep(sp, plan, load: float, runs: int) -> tuple[float, float, float]:
+def _in_lockstep(sp: SPLookup, plan, load: float, runs: int) -> tuple[float, float, float]:
     """(compute, wall, wait) of the plan's p ranks, each with BLAS work ``load`` (uncontended
     seconds, the largest rank's) in ``runs`` uninterrupted runs between synchronisations, placed on
     the cores as the scheduler keeps them (``contention.lockstep``): the slowest rank's compute, the
@@ -138,7 +140,7 @@ def _in_lockstep(sp, plan, load: float, runs: int) -> tuple[float, float, float]
     return float(busy.max()), wall, wall - float(busy.min())
 
 
-def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def bsr(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """Scatterv of A's row bands (ts + (m/p) k tw), Bcast of B (ts + kn tw), gemm on the
     (m/p) x k by k x n stripe (pattern ``stripe``, param p), Gatherv of C's bands (where the
     first rank done waits for the last, ``_in_lockstep``)."""
@@ -156,7 +158,7 @@ def bsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
 _bsr_phases = bsr    # before ``_new_result`` below: CBSR on one column adds the page faults once
 
 
-def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def cbsr(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """Row panels to process column 0 (Scatterv among r), blocks along rows (Scatterv among c,
     after packing the band into blocks when c > 1), Bcast of B; Allgatherv of the blocks along rows (communication);
     c gemms of (m/r) x (k/c) by (k/c) x (n/c) (square at the geometric mean); Gatherv of C.
@@ -176,7 +178,7 @@ def cbsr(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
     return _result(dist, comm, comp, coll + wait, total=dist + comm + wall + coll)
 
 
-def cannon(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def cannon(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """Scatterv of A's and B's q x q blocks (packed on the root), skew + q - 1 shifts of both
     (2q Sendrecv: 2 sqrt(p) ts + sqrt(p) (mk + kn)/p tw), q block gemms (square at the geometric
     mean of the block), Gatherv of C's blocks (unpacked on the root)."""
@@ -198,7 +200,7 @@ def _oriented(m: int, k: int, n: int, plan) -> tuple[int, int, int, int, int]:
     return n, k, m, plan.c, plan.r
 
 
-def _calibrated(cp, name: str, p: int, b: int, *grid: tuple[int, int]) -> float:
+def _calibrated(cp: CommParams, name: str, p: int, b: int, *grid: tuple[int, int]) -> float:
     """The probe's SUMMA calibration ``cp.<name>(p, b[, grid])`` (``step_wait``: share of a step's
     compute the ranks wait for the slowest, by the plan's grid, falling back on the probe's skew;
     ``end_wait``: steps of its update the root waits in the gather); 0 for communication
@@ -207,7 +209,7 @@ def _calibrated(cp, name: str, p: int, b: int, *grid: tuple[int, int]) -> float:
     return max(float(value(p, b, *grid)), 0.0) if value is not None else 0.0
 
 
-def _root_lead(cp, p: int, b: int, area: np.ndarray, step: float) -> float:
+def _root_lead(cp: CommParams, p: int, b: int, area: np.ndarray, step: float) -> float:
     """What the root waits in the gather for ranks that finished their last update after it, where
     some other rank holds a piece of C (``area``, per rank) as large as the root's (so none is
     reliably last): ``cp.end_wait(p, b)`` (the probe's SUMMA calibration runs at equal loads) of
@@ -218,8 +220,8 @@ def _root_lead(cp, p: int, b: int, area: np.ndarray, step: float) -> float:
     return _calibrated(cp, "end_wait", p, b) * step
 
 
-def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
-                 cp) -> tuple[float, float, tuple[float, float, float, float], float]:
+def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp: SPLookup,
+                 cp: CommParams) -> tuple[float, float, tuple[float, float, float, float], float]:
     """(communication, compute, wait, lag) of SUMMA's ceil(kk/b) steps for X (mm x kk) Y (kk x nn) on R x C:
     bcast_row of the mloc x w X panel among C, bcast_col of the w x nloc Y panel among R (after its
     owner copies it out of the local Y, which the last update evicted: one out-of-cache pass,
@@ -273,7 +275,7 @@ def _summa_steps(mm: int, kk: int, nn: int, R: int, C: int, b: int, plan, sp,
     return comm, top, (idle * (1.0 - last), idle * last, end, lead), lag
 
 
-def summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def summa(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """Scatterv of the block-cyclic operands (packed on the root), per k-panel a row and a column
     broadcast and a rank-b update (``_summa_steps``), Gatherv of C (unpacked on the root)."""
     p, b = plan.p, plan.b
@@ -297,7 +299,7 @@ def _gather_after_wait(gather: float, unpack: float, end: float) -> float:
     return gather + max(unpack, end)
 
 
-def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def strassen_summa(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """StPBLAS (docs/models.md#distributed.strassen_summa, with measured SPs): sizes padded to
     multiples of 2^l; 7^l SUMMA
     leaf products (communication and gemm as ``_summa_steps`` at leaf size); at level i,
@@ -333,7 +335,7 @@ def strassen_summa(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
 MS_ACC_PASSES = (2, 2, 2, 2, 2, 1, 1)
 
 
-def strassen_ms(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def strassen_ms(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """StMS (docs/models.md#distributed.strassen_ms, generalised): the schedule of the run, simulated.
 
     Product t goes to worker ``1 + t mod (p-1)``. The root, per product: forms the two operands
@@ -393,7 +395,7 @@ def _new_result(model):
     """``model`` plus the page faults of the root's new m x n C (``cp.first_touch_time``),
     first written as it is gathered (or accumulated, strassen_ms): collection and total, p > 1."""
     @functools.wraps(model)
-    def charged(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+    def charged(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
         out = model(m, k, n, plan, sp, cp)
         if plan.p > 1:
             faults = first_touch(cp, WORD * m * n)
@@ -414,7 +416,7 @@ MODELS = {"bsr": bsr, "cbsr": cbsr, "cannon": cannon, "summa": summa,
 WAIT_PHASE: dict[str, str] = {}
 
 
-def predict(m: int, k: int, n: int, plan, sp, cp) -> dict[str, float]:
+def predict(m: int, k: int, n: int, plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """The model of ``plan.algorithm``; ValueError for a plan its algorithm cannot run."""
     problem = plan_error(plan)
     if problem:

@@ -43,13 +43,15 @@ import numpy as np
 
 from autotune.core.assumptions import LU_POLL_BLOCKS
 from autotune.core.routines import WORD, flops
+from autotune.db.comm_lookup import CommParams
 from autotune.db.contention import alone
+from autotune.db.lookup import SPLookup
 
 from . import comm_train, movement
 from .lu import u12_pattern
 
 
-def _k(sp, routine: str, backend: str, threads: int, x, pattern: str, param: float) -> np.ndarray:
+def _k(sp: SPLookup, routine: str, backend: str, threads: int, x, pattern: str, param: float) -> np.ndarray:
     xs = np.maximum(np.asarray(x, float), 1.0)
     return np.asarray([movement.k(sp, routine, backend, threads, float(v), pattern, param) for v in xs.ravel()],
                       float).reshape(xs.shape)
@@ -58,7 +60,8 @@ def _k(sp, routine: str, backend: str, threads: int, x, pattern: str, param: flo
 class _Steps:
     """Per-step costs of one (n, r, c, b) on every rank: arrays (N, r, c) of seconds."""
 
-    def __init__(self, n: int, r: int, c: int, b: int, backend: str, threads: int, sp, cp, nrhs: int):
+    def __init__(self, n: int, r: int, c: int, b: int, backend: str, threads: int, sp: SPLookup, cp: CommParams,
+                 nrhs: int):
         p, grid = r * c, (r, c)
         self.N = N = -(-n // b)
         J = np.arange(N)
@@ -148,7 +151,7 @@ def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
     return t, busy
 
 
-def _ring(st: _Steps, n: int, nrhs: int, backend: str, threads: int, sp, cp) -> float:
+def _ring(st: _Steps, n: int, nrhs: int, backend: str, threads: int, sp: SPLookup, cp: CommParams) -> float:
     """Seconds of the back substitution: per block column its owner's trsm and gemm, and a hand-over
     of the n x nrhs right-hand sides whenever the owner changes (every step on 1 x c, c > 1)."""
     s, c, b = st.s, st.c, int(st.s[0])
@@ -161,7 +164,7 @@ def _ring(st: _Steps, n: int, nrhs: int, backend: str, threads: int, sp, cp) -> 
     return comp + hops * send
 
 
-def _moves(n: int, r: int, c: int, b: int, sp, cp, nrhs: int) -> tuple[float, float]:
+def _moves(n: int, r: int, c: int, b: int, sp: SPLookup, cp: CommParams, nrhs: int) -> tuple[float, float]:
     """(distribution, collection): the root's checked Fortran copy of a C-ordered matrix (numpy's
     default; the probe's ``fortran_copy`` timing) and scatter; the factor back
     (collection 0 for the solve: only x returns, inside the back substitution)."""
@@ -188,7 +191,7 @@ def _moves(n: int, r: int, c: int, b: int, sp, cp, nrhs: int) -> tuple[float, fl
     return dist, coll
 
 
-def _one(n: int, plan, b: int, sp, cp, lookahead: bool, nrhs: int) -> dict[str, float]:
+def _one(n: int, plan, b: int, sp: SPLookup, cp: CommParams, lookahead: bool, nrhs: int) -> dict[str, float]:
     """The phases of one block: the loop on ``sp`` as the selector passes it (slowed by the ranks
     computing at once, ``contention``), the root's moves alone (the others wait)."""
     st = _Steps(n, plan.r, plan.c, b, plan.backend, plan.threads, sp, cp, nrhs)
@@ -202,7 +205,7 @@ def _one(n: int, plan, b: int, sp, cp, lookahead: bool, nrhs: int) -> dict[str, 
             "collection": coll, "total": dist + loop + coll}
 
 
-def _model(n: int, plan, sp, cp, b, lookahead: bool, nrhs: int):
+def _model(n: int, plan, sp: SPLookup, cp: CommParams, b, lookahead: bool, nrhs: int):
     bs = plan.b if b is None else b
     arr = np.atleast_1d(np.asarray(bs, dtype=int))
     if (arr < 1).any():
@@ -217,18 +220,18 @@ def _model(n: int, plan, sp, cp, b, lookahead: bool, nrhs: int):
     return {k: np.array([row[k] for row in rows]) for k in rows[0]}
 
 
-def model(n: int, plan, sp, cp, *, b=None, lookahead: bool = True):
+def model(n: int, plan, sp: SPLookup, cp: CommParams, *, b=None, lookahead: bool = True):
     """Predicted seconds per phase (and "total") of ``lu_factor(a, comm, plan)`` for an n x n ``a``;
     ``b``: candidate blocks (array) instead of ``plan.b``, then every value is an array over them."""
     return _model(n, plan, sp, cp, b, lookahead, 0)
 
 
-def solve_model(n: int, nrhs: int, plan, sp, cp, *, b=None, lookahead: bool = True):
+def solve_model(n: int, nrhs: int, plan, sp: SPLookup, cp: CommParams, *, b=None, lookahead: bool = True):
     """Predicted phases of ``solve(a, b, comm, plan)`` with ``nrhs`` right-hand sides (1 x c plans)."""
     return _model(n, plan, sp, cp, b, lookahead, max(int(nrhs), 1))
 
 
-def explain(problem, plan, sp, cp) -> list[str]:
+def explain(problem, plan, sp: SPLookup, cp: CommParams) -> list[str]:
     """The terms the model adds to 001's phases for the chosen plan, each summed over the steps
     (the busiest rank's), and how the panel's sends are priced."""
     n, b = int(problem.order), int(min(plan.b, problem.order))

@@ -162,10 +162,11 @@ def as_points(n, a=None) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True, eq=False)  # holds arrays: identity equality
 class Samples:
-    """Measured points: sizes ``n``, parameter values ``a`` (NaN: none) and positive times ``t`` in seconds."""
+    """Measured points: sizes ``n``, parameter values ``a`` (NaN: none) and positive times ``t`` in seconds
+    (each stored as a flat float array; ``a`` may be given as None, no parameter)."""
 
     n: np.ndarray
-    a: np.ndarray | None
+    a: np.ndarray
     t: np.ndarray
 
     def __post_init__(self) -> None:
@@ -207,7 +208,8 @@ class MeasureRecorder:
     """Runs ``measure`` once per distinct point, validates the time, and counts runs and seconds."""
 
     def __init__(self, measure: Measure) -> None:
-        self.measure, self.cache, self.runs, self.seconds = measure, {}, 0, 0.0
+        self.measure, self.runs, self.seconds = measure, 0, 0.0
+        self.cache: dict[tuple[float, float | None], float] = {}
 
     def __call__(self, n: float, a: float) -> float:
         arg_n = int(n) if float(n).is_integer() else float(n)

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autotune.db.fitted import ANY_PARAM, GROUP, FittedRecord, Key, read_fitted, save_fitted
+from autotune.db.lookup import SPLookup, SystemParameters
 from autotune.db.store import kept_with
 from autotune.models.fit_terms import FittedModel, TermSet
 from autotune.models.gemm import STRASSEN_ADD_BACKEND, strassen_parts
@@ -105,11 +106,12 @@ class FittedEntry(FittedRecord):
         inner, rows = self._plain
         return float(sum(c * n ** i for i, c in rows[bisect.bisect_right(inner, n)]))
 
-    def predict_dims(self, dims: Sequence[float], sp) -> float:
+    def predict_dims(self, dims: Sequence[float], sp: SPLookup | None) -> float:
         """Seconds for the problem ``dims``: the polynomial at its size, or the weighted
         analytical terms of docs/models.md#fitted.strassen (which need the system parameters ``sp``)."""
         if self.form == "polynomial":
             return self.predict_one(size_variable(dims))
+        assert sp is not None, "eq4.10 entries weight the analytical terms of the system parameters"
         leaves, adds = eq410_terms(self.backend, self.threads, self.param, dims, sp)
         return float(self.coefficients[0, 0] * leaves + self.coefficients[0, 1] * adds)
 
@@ -126,7 +128,7 @@ class FittedEntry(FittedRecord):
                 f"{self.reason})")
 
 
-def eq410_terms(backend: str, threads: int, levels: int, dims: Sequence[float], sp) -> tuple[float, float]:
+def eq410_terms(backend: str, threads: int, levels: int, dims: Sequence[float], sp: SPLookup) -> tuple[float, float]:
     """The two terms docs/models.md#fitted.strassen weights by M(l) and A(l): the analytical
     Strassen model's leaf products and additions (``models.gemm.strassen_parts``) for the selector's
     Strassen candidate."""
@@ -163,10 +165,10 @@ class FittedModels:
         """Entries the selector uses."""
         return list(self._in_use.values())
 
-    def predict(self, candidate_key: Key, dims: Sequence[float], sp=None) -> float | None:
+    def predict(self, candidate_key: Key, dims: Sequence[float], sp: SPLookup | None = None) -> float | None:
         """Fitted seconds for a candidate at ``dims``; None without an in-use entry, outside its size
         range, or (``eq4.10`` entries, docs/models.md#fitted.strassen) without system parameters ``sp``."""
-        entry = self._in_use.get(tuple(candidate_key)) if self._in_use else None
+        entry = self._in_use.get(candidate_key) if self._in_use else None
         if entry is None or not entry.covers(size_variable(dims)) or (entry.form != "polynomial" and sp is None):
             return None
         t = entry.predict_dims(dims, sp)
@@ -181,7 +183,8 @@ def candidate_key(cand) -> Key:
     return (cand.algorithm, cand.backend, int(cand.threads), int(cand.param), int(cand.variant))
 
 
-def override(ranking_candidate, dims: Sequence[float], analytical_seconds: float, sp) -> tuple[float, str]:
+def override(ranking_candidate, dims: Sequence[float], analytical_seconds: float, sp: SystemParameters) -> tuple[float,
+             str]:
     """(fitted seconds, "fitted") when a fitted model is in use for this candidate, else (analytical, "analytical")."""
     try:
         fitted = fitted_for(sp)
@@ -201,7 +204,7 @@ def load_fitted(path: str | os.PathLike | None = None, machine: str = "default")
     return FittedModels(entries, reason=reason, info=info)
 
 
-def fitted_for(sp) -> FittedModels | None:
+def fitted_for(sp: SystemParameters) -> FittedModels | None:
     """The fitted models stored with the system parameters ``sp`` (``db.SystemParameters``, or a view
     forwarding its ``db``/``path``/``reason``), read on first use and kept as long as ``sp`` is.
 

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from autotune.db.comm_lookup import CommParams
+from autotune.db.lookup import SystemParameters
 from autotune.db.phase_factors import GROUP, load_phase_records, save_phase_records
 
 from .fitted_plans import PlanFit, PlanFits
@@ -129,7 +131,7 @@ def load_phase_factors(path: str | os.PathLike | None, key: str | None) -> Phase
     return load_phase_records(path, key, _build, PhaseFactors)
 
 
-def platform_factors(sp, cp) -> PhaseFactors:
+def platform_factors(sp: SystemParameters, cp: CommParams) -> PhaseFactors:
     """The factors stored for ``cp``'s MPI platform in the database ``sp`` was read from."""
     return load_phase_factors(getattr(sp, "path", None), cp.platform.get("key"))
 

@@ -110,7 +110,7 @@ def _snap(s: Samples, n: np.ndarray, a: np.ndarray) -> Samples:
         idx = [i for i in np.flatnonzero(same) if i not in used]
         if not idx:
             raise ValueError(f"no measured point left near n={x:g}, a={y:g} in this region: measure more or use LS")
-        used.add(min(idx, key=lambda i: (abs(s.n[i] - x), s.n[i])))
+        used.add(int(min(idx, key=lambda i: (abs(s.n[i] - x), s.n[i]))))
     return s.take(sorted(used))
 
 
@@ -306,7 +306,7 @@ def _trial(method: str, src, termset: TermSet, n_range, a_values, check: Samples
         return Trial(method, None, 0, runs - runs0, secs - secs0, error=str(err))
     phi, ape = phi_err(model, check.n, check.a, check.t), median_ape(model, check.n, check.a, check.t)
     runs, secs = measure_cost(src)
-    bad = first_nonpositive(model, *n_range, a_values)
+    bad = first_nonpositive(model, n_range[0], n_range[1], a_values)
     return Trial(method, model, len(model.points), runs - runs0, secs - secs0, phi, ape,
                  abs(phi) < tol and ape < ape_tol and bad is None,
                  "" if bad is None else f"predicts a non-positive time at n = {bad:.0f}")
@@ -339,10 +339,11 @@ def remodel(measure: Measure | Samples, n_range: Sequence[float], a_values: Sequ
     for method in methods:
         trials.append(_trial(method, src, termset, n_range, a_values, check, tol,
                              tol if ape_tol is None else ape_tol, **opts))
-        if trials[-1].accepted:
-            return Remodel(trials[-1].model, True, tuple(trials), check, check_runs, check_secs)
-    fitted = [t for t in trials if t.model is not None]
+        last = trials[-1]
+        if last.accepted and last.model is not None:      # accepted: fitted, within tolerance
+            return Remodel(last.model, True, tuple(trials), check, check_runs, check_secs)
+    fitted = [(t, t.model) for t in trials if t.model is not None]
     if not fitted:
         raise ValueError("no method could be applied: " + "; ".join(f"{t.method}: {t.error}" for t in trials))
-    best = min(fitted, key=lambda t: (abs(t.phi_err), t.ape))
-    return Remodel(best.model, False, tuple(trials), check, check_runs, check_secs)
+    _, model = min(fitted, key=lambda tm: (abs(tm[0].phi_err), tm[0].ape))
+    return Remodel(model, False, tuple(trials), check, check_runs, check_secs)

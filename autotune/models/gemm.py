@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.core.routines import flops
+from autotune.db.lookup import SPLookup
 from autotune.db.threads import ThreadSPs, VersionSPs, driver_extra
 
 from . import movement, multicore
@@ -35,7 +36,7 @@ def lookup_size(m: float, k: float, n: float) -> np.ndarray:
     return np.cbrt(np.asarray(m, float) * np.asarray(k, float) * np.asarray(n, float))
 
 
-def blas(m: int, k: int, n: int, backend: str, threads: int, sp, parts: dict | None = None,
+def blas(m: int, k: int, n: int, backend: str, threads: int, sp: SPLookup, parts: dict | None = None,
          layout: str = "nn", copied: int = 0) -> float:
     """``2mkn * k3_gemm(backend, threads, size)`` on the k series of the BLAS call's ``layout`` (tn, nt
     and tt measured as their own patterns; "aat" is numpy's syrk: ``n(n+1)k * k3_syrk``), plus the
@@ -61,7 +62,7 @@ def transposed_copies(m: int, k: int, n: int, layout: str) -> int:
     return (n * k if layout[0] == "t" else 0) + (k * m if layout[1] == "t" else 0)
 
 
-def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
+def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp: SPLookup,
              add_backend: str = STRASSEN_ADD_BACKEND, add_threads: int = 1, parts: dict | None = None) -> np.ndarray:
     """Strassen with ``levels`` recursion levels (array), leaves on ``backend``'s gemm
     (docs/models.md#gemm.strassen); ``parts``, if given, receives the leaf gemms and additions."""
@@ -71,7 +72,8 @@ def strassen(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     return leaves + adds
 
 
-def _leaves(m: int, k: int, n: int, levels, backend: str, threads: int, sp) -> tuple[np.ndarray, np.ndarray]:
+def _leaves(m: float, k: float, n: float, levels, backend: str, threads: int, sp: SPLookup) -> tuple[np.ndarray,
+            np.ndarray]:
     """(levels as an int array, ``7^l 2 (m/2^l)(k/2^l)(n/2^l) k3_gemm(leaf size)`` per level)."""
     levels = np.atleast_1d(np.asarray(levels, dtype=int))
     scale = 2.0 ** levels
@@ -90,7 +92,7 @@ def omp_add_sps(tsp: ThreadSPs) -> tuple[VersionSPs, tuple[float, float] | None]
     return omp, (tsp.strassen.t_add if tsp.strassen is not None else None)
 
 
-def strassen_omp(m: int, k: int, n: int, levels, backend: str, threads: int, sp, tsp: ThreadSPs,
+def strassen_omp(m: int, k: int, n: int, levels, backend: str, threads: int, sp: SPLookup, tsp: ThreadSPs,
                  parts: dict | None = None) -> np.ndarray:
     """Strassen with ``levels`` levels, leaves on ``backend``'s gemm, additions by the OpenMP ``add``
     at ``threads`` threads (variant 1): the leaves as in ``strassen``; every addition call an R-pfor
@@ -119,7 +121,7 @@ def strassen_omp(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
     return leaves + adds
 
 
-def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: ThreadSPs, sp=None,
+def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: ThreadSPs, sp: SPLookup | None = None,
                     backend: str = "numpy-openblas", parts: dict | None = None) -> np.ndarray:
     """Nested-parallel Strassen (algorithm "strassen_nested", variant ``p1``): ``p1`` workers over the
     top level's 7 products, ``threads / p1`` BLAS threads each, ``levels`` (1 or 2) levels
@@ -138,7 +140,7 @@ def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: 
     hm, hk, hn = m // 2, k // 2, n // 2
     for i, lv in enumerate(levels):
         per = driver_extra(tsp.strassen, p1, p2, int(lv), size) if sp is not None else None
-        if per is None:
+        if per is None or sp is None:          # no measured driver overhead (none without sp)
             prod[i] = float(multicore.strassen_nested(size, p1, p2, tsp.strassen, tsp.cores, int(lv), NESTED_COUNTS))
             continue
         one = (blas(hm, hk, hn, backend, p2, sp) if lv == 1
@@ -150,7 +152,7 @@ def strassen_nested(m: int, k: int, n: int, levels, p1: int, threads: int, tsp: 
     return prod + extra
 
 
-def strassen_parts(m: int, k: int, n: int, levels, backend: str, threads: int, sp,
+def strassen_parts(m: float, k: float, n: float, levels, backend: str, threads: int, sp: SPLookup,
                    add_backend: str = STRASSEN_ADD_BACKEND, add_threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Strassen's two cost terms (arrays over ``levels``): leaf products and additions (the terms
     docs/models.md#fitted.strassen weights by M(l) and A(l) when it remodels).

@@ -38,6 +38,7 @@ import numpy as np
 
 from autotune.core.families import FAMILIES
 from autotune.core.routines import WORD
+from autotune.db.lookup import SPLookup
 from autotune.geometry.layout import cycle, grid_weights
 
 from . import movement
@@ -48,7 +49,7 @@ SERIES = {"gemm": ("gemm", "rankb", "numpy-openblas"), "trsm": ("trsm", "panel",
           "lib_cholesky": ("potrf", "square", "scipy-openblas"), "lib_lu": ("getrf", "square", "scipy-openblas")}
 
 
-def database_k(sp, size: float = 2048.0):
+def database_k(sp: SPLookup, size: float = 2048.0):
     """k(kernel, b): seconds per flop of one BLAS thread from the SP database, the series the
     distributed models use at a middle-sized operand (one k per kernel and block)."""
     cache: dict[tuple[str, int], float] = {}
@@ -61,7 +62,7 @@ def database_k(sp, size: float = 2048.0):
     return k
 
 
-def _beta(q: np.ndarray) -> np.ndarray:
+def _beta(q: np.ndarray | float) -> np.ndarray:
     """Tree broadcast steps among q processes."""
     return np.ceil(np.log2(np.maximum(q, 1.0)))
 
@@ -169,7 +170,9 @@ def weighted_slowdown(rank_speeds: np.ndarray, r: np.ndarray, c: np.ndarray) -> 
     which is ``slowdown`` where every rank gets an equal share."""
     out = np.empty((len(r), 1))
     for g, (rows, cols) in enumerate(zip(r[:, 0].astype(int), c[:, 0].astype(int), strict=True)):
-        wr, wc = grid_weights(rank_speeds, rows, cols)
+        axes = grid_weights(rank_speeds, rows, cols)
+        assert axes is not None, "weights given: both axes' weights"
+        wr, wc = axes
         share = np.outer(_shares(wr, rows), _shares(wc, cols)).ravel()
         out[g, 0] = float(np.max(rows * cols * share / rank_speeds))
     return out

@@ -60,7 +60,7 @@ def local(dims: tuple[int, ...], family: str, cand: Candidate) -> Footprint:
     """One process: the result (or the factor's working copy) and the algorithm's temporaries."""
     if family == "gemm":
         m, k, n = dims
-        parts = {"C": m * n}
+        parts: dict[str, float] = {"C": m * n}
         if cand.algorithm == "strassen":
             parts["Strassen temporaries"] = strassen_workspace_elems(m, k, n, cand.param)
         elif cand.algorithm == "strassen_nested":
@@ -174,7 +174,7 @@ def _factor(dims, plan: Plan) -> Footprint:
     return Footprint(root, rank)
 
 
-def _factor_rank(plan: Plan, n: int, rows: Axis, mloc: int, nloc: int) -> dict[str, int]:
+def _factor_rank(plan: Plan, n: int, rows: Axis, mloc: int, nloc: int) -> dict[str, float]:
     """A factorization's rank holding an ``mloc`` x ``nloc`` piece: the piece and its panel buffers."""
     b = min(plan.b, n)
     piece = ws(mloc * nloc) if plan.r == 1 else mloc * nloc      # 1 x c: scattered into workspace
@@ -183,7 +183,7 @@ def _factor_rank(plan: Plan, n: int, rows: Axis, mloc: int, nloc: int) -> dict[s
         return {"piece": piece, "panels": 2 * ws(*pieces) + (ws(b * b) if plan.r == 1 or plan.c == 1 else 0)}
     # three received, two slots sent (to each process row with other ranks), the U12 block
     sent = [b * rows.count(i) for i in range(plan.r) if plan.c > 1 or i > 0]
-    rank = {"piece": piece, "panels": ws(*[b * mloc] * 3, *sent, *sent)}
+    rank: dict[str, float] = {"piece": piece, "panels": ws(*[b * mloc] * 3, *sent, *sent)}
     if plan.r > 1:      # the gathered panel and its pieces, U12 down the column, the row exchange
         rank["gathered panel, U12, row exchange"] = ws(b * n, b * mloc, b * nloc) + b * mloc + 2 * b * nloc
     return rank
@@ -197,7 +197,7 @@ def _stencil(dims, plan: Plan) -> Footprint:
     tile = Tile(rows, cols, plan.r, plan.c, 0, 0, max(plan.b, 1), 1,
                 grid_weights(plan.weights, plan.r, plan.c) or (None, None))
     (tr, tc), (lr, lc) = tile.shape, tile.local_shape
-    rank = {"two halo buffers": 2 * lr * lc, "piece": tr * tc}
+    rank: dict[str, float] = {"two halo buffers": 2 * lr * lc, "piece": tr * tc}
     return Footprint({**rank, "gather buffer and result": 2 * rows * cols}, rank)
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.core.assumptions import COPY_SHARE, FILL_SHARE, LOOP_SHARE, READ_SHARE
+from autotune.db.comm_lookup import CommParams
+from autotune.db.lookup import SPLookup
 
 PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 # Hand-set shares of an add pass (copy, cold read, fill, in-loop move): autotune/core/assumptions.py
@@ -19,11 +21,12 @@ PACK_BACKEND = "numba-reference"    # Numba loops: packing, Strassen additions
 COLD_SIDE = 1 << 14                 # an x-by-x view no cache holds: the add series' largest sizes
 
 __all__ = ["COPY_SHARE", "FILL_SHARE", "LOOP_SHARE", "PACK_BACKEND", "READ_SHARE", "checked_copy",
-           "cold_copies", "cold_k", "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop", "LinkCost", "suffix_sums",
-           "k", "pack", "passes", "run_length"]
+           "cold_copies", "cold_k", "cold_reads", "copies", "copy", "fill", "finite_check", "first_touch", "in_loop",
+           "LinkCost", "suffix_sums", "k", "pack", "passes", "run_length"]
 
 
-def k(sp, routine: str, backend: str, threads: int, x: float, pattern: str = "square", param: float = 0.0) -> float:
+def k(sp: SPLookup, routine: str, backend: str, threads: int, x: float, pattern: str = "square",
+      param: float = 0.0) -> float:
     """``sp.k`` at one size; a pattern the database never measured falls back to ``square``
     (same routine, size x) rather than to the nominal default."""
     table = getattr(sp, "table", None)
@@ -32,30 +35,30 @@ def k(sp, routine: str, backend: str, threads: int, x: float, pattern: str = "sq
     return float(np.asarray(sp.k(routine, backend, threads, max(float(x), 1.0), pattern, param)))
 
 
-def add_k(sp, x: float) -> float:
+def add_k(sp: SPLookup, x: float) -> float:
     """Seconds per element of a one-thread Numba addition on x-by-x views (pattern ``view``)."""
     return k(sp, "add", PACK_BACKEND, 1, x, "view")
 
 
-def passes(sp, elems: float) -> float:
+def passes(sp: SPLookup, elems: float) -> float:
     """Seconds of one memory pass (copy/addition) over ``elems`` float64 elements."""
     if elems <= 0:
         return 0.0
     return float(elems) * add_k(sp, math.sqrt(elems))
 
 
-def copy(sp, elems: float) -> float:
+def copy(sp: SPLookup, elems: float) -> float:
     """Seconds of copying ``elems`` elements between buffers (slice assignment)."""
     return float(copies(sp, np.asarray(float(elems))))
 
 
-def copies(sp, elems: np.ndarray) -> np.ndarray:
+def copies(sp: SPLookup, elems: np.ndarray) -> np.ndarray:
     """``copy`` of each element count in ``elems`` (vectorised; 0 where elems <= 0)."""
     e = np.asarray(elems, float)
     return COPY_SHARE * np.array([passes(sp, v) for v in e.ravel()]).reshape(e.shape)
 
 
-def update_traffic(sp, elems, timed) -> np.ndarray:
+def update_traffic(sp: SPLookup, elems, timed) -> np.ndarray:
     """Seconds a rank-b update of ``elems`` elements of C spends moving C beyond what the probe's
     gemm paid on its own C of ``timed`` elements: a read and a write of each element (``copies``)
     at the cost per element of memory that size, less that of the timed size (the probe's C stays
@@ -65,42 +68,42 @@ def update_traffic(sp, elems, timed) -> np.ndarray:
     return np.where(np.asarray(elems, float) > 0, e * np.maximum(per, 0.0), 0.0)
 
 
-def cold_k(sp) -> float:
+def cold_k(sp: SPLookup) -> float:
     """Seconds per element of an addition on memory no cache holds (the add series' largest sizes)."""
     return add_k(sp, COLD_SIDE)
 
 
-def _cold(sp, share: float, elems) -> np.ndarray:
+def _cold(sp: SPLookup, share: float, elems) -> np.ndarray:
     """``share`` of an out-of-cache pass over each of ``elems`` elements (0 where elems <= 0)."""
     return share * np.maximum(np.asarray(elems, float), 0.0) * cold_k(sp)
 
 
-def in_loop(sp, elems, share: float | None = None):
+def in_loop(sp: SPLookup, elems, share: float | None = None):
     """Extra seconds of moving ``elems`` elements inside a distributed loop, on top of the probe's
     transfer or copy time: ``share`` of an out-of-cache pass per element (the platform's
     calibration, ``cp.loop_share``; None: ``LOOP_SHARE``)."""
     return _cold(sp, LOOP_SHARE if share is None else share, elems)
 
 
-def cold_copies(sp, elems) -> np.ndarray:
+def cold_copies(sp: SPLookup, elems) -> np.ndarray:
     """Seconds of copying ``elems`` elements out of memory the caches no longer hold (a SUMMA
     Y-panel packed from the local Y the previous update evicted): one out-of-cache pass each."""
     return _cold(sp, 1.0, elems)
 
 
-def cold_reads(sp, elems) -> np.ndarray:
+def cold_reads(sp: SPLookup, elems) -> np.ndarray:
     """Seconds of reading ``elems`` elements the caches no longer hold (``READ_SHARE`` of an
     out-of-cache pass each): a finiteness check, or a SUMMA X-panel its owner multiplies
     straight out of its local X."""
     return _cold(sp, READ_SHARE, elems)
 
 
-def fill(sp, elems: np.ndarray) -> np.ndarray:
+def fill(sp: SPLookup, elems: np.ndarray) -> np.ndarray:
     """Seconds of zeroing ``elems`` elements of memory the caches no longer hold."""
     return _cold(sp, FILL_SHARE, elems)
 
 
-def pack(sp, cp, elems: float, run: float, kind: str = "take") -> float:
+def pack(sp: SPLookup, cp: CommParams, elems: float, run: float, kind: str = "take") -> float:
     """The root's block-cyclic packing ("take") or unpacking ("put") of ``elems`` column-major
     elements in contiguous runs of ``run``: the comm probe's measured cost, else one memory pass."""
     measured = getattr(cp, "pack_time", None)
@@ -114,7 +117,7 @@ def run_length(rows: int, parts: int, b: int) -> int:
     return min(b, rows) if parts > 1 else rows
 
 
-def finite_check(sp, rows: int, cols: int, backend: str, threads: int, cp=None) -> float:
+def finite_check(sp: SPLookup, rows: int, cols: int, backend: str, threads: int, cp: CommParams | None = None) -> float:
     """The root's finiteness check of a rows x cols matrix: one gemv with a ones vector on the
     plan's library and threads (``distributed.checks.all_finite``), 2 rows cols flops, but
     no faster than the comm probe's timing of the check out of cache (``cp.check_time``), or,
@@ -128,7 +131,7 @@ def finite_check(sp, rows: int, cols: int, backend: str, threads: int, cp=None) 
     return max(flops, float(cold_reads(sp, elems)) if floor is None else floor)
 
 
-def checked_copy(sp, cp, elems: float) -> float:
+def checked_copy(sp: SPLookup, cp: CommParams, elems: float) -> float:
     """The root's checked Fortran copy of a C-ordered matrix (a transposing copy with the finiteness
     check, one pass): the comm probe's timing (``cp.fortran_copy_time``), else a plain copy."""
     timer = getattr(cp, "fortran_copy_time", None)
@@ -136,7 +139,7 @@ def checked_copy(sp, cp, elems: float) -> float:
     return copy(sp, elems) if t is None else float(t)
 
 
-def first_touch(cp, nbytes: float) -> float:
+def first_touch(cp: CommParams, nbytes: float) -> float:
     """Page faults of a new array of ``nbytes`` as it is first written (``cp.first_touch_time``;
     nothing for communication parameters that do not model them)."""
     timer = getattr(cp, "first_touch_time", None)

@@ -70,7 +70,7 @@ def jacobi(n: int, p, sps: VersionSPs, cores: int) -> np.ndarray:
     return n * n / p * point
 
 
-def strassen_nested(n: int, p1, p2, sps: StrassenSPs, cores: int, levels: int = 2,
+def strassen_nested(n: float, p1, p2, sps: StrassenSPs, cores: int, levels: int = 2,
                     counts: str = "printed") -> np.ndarray:
     """Parallel Strassen, eqs. 6.9-6.12: ``P1`` workers over the products of the first level times
     ``P2`` threads inside each (``levels`` 1 or 2). ``T_mul``, ``T_add`` and ``T_sw/T_cpu`` are read
@@ -94,7 +94,8 @@ def shared_makespan(tasks: Iterable[tuple[float, int]], workers: int, cores: int
     """Seconds until ``workers`` threads have run ``tasks`` (seconds each alone, threads each), taken
     in order as workers free up, on ``cores`` shared equally by all running threads (processor
     sharing: with more threads than cores each runs at ``cores / threads`` of its own speed)."""
-    queue, active, clock = list(tasks), [], 0.0
+    queue, clock = list(tasks), 0.0
+    active: list[list] = []                 # [seconds left alone, threads] of each running task
     while queue or active:
         while queue and len(active) < workers:
             left, threads = queue.pop(0)

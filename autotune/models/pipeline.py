@@ -22,6 +22,7 @@ import numpy as np
 
 from autotune.core.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
 from autotune.core.workload import MANAGER, STAGE, Spec, WorkloadPlan
+from autotune.db.comm_lookup import CommParams
 from autotune.models.stencil import link_primitive
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
@@ -42,7 +43,7 @@ class Prediction:
     workers: tuple[float, ...]
 
 
-def comm_hop(cp) -> Hop:
+def comm_hop(cp: CommParams) -> Hop:
     """A message's (ts, m tw) from the comm probe's one-way link primitives
     (``models.stencil.link_primitive``), cached per size: a pipeline has three message sizes."""
     cache: dict[tuple[float, bool], tuple[float, float]] = {}
@@ -130,7 +131,8 @@ def _merge(pl: WorkloadPlan, worker: int, units) -> tuple[list, dict]:
     """Compute work: consecutive single stages on one processor become one server."""
     if pl.spec.work != "compute":
         return units, {}
-    out, merged = [], {}
+    out: list = []
+    merged: dict[int, list] = {}
     for u in units:
         p = pl.processes[u[0]]
         if out and p.role == STAGE and pl.processes[out[-1][0]].role == STAGE \
@@ -184,7 +186,8 @@ def makespan(pl: WorkloadPlan, worker: int, arrive: np.ndarray, hop: Hop, host: 
     return arrive[:, -1]
 
 
-def iteration_times(pl: WorkloadPlan, hop: Hop, hosts: int | None = None, n: int = SAMPLES) -> tuple[np.ndarray, np.ndarray]:
+def iteration_times(pl: WorkloadPlan, hop: Hop, hosts: int | None = None, n: int = SAMPLES) -> tuple[np.ndarray,
+                    np.ndarray]:
     """Sampled iteration times (n runs x iterations), and per worker (workers x n x iterations)."""
     spec = pl.spec
     host = pl.host_of(hosts or pl.processors)

@@ -4,33 +4,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from autotune.core.families import Problem
+from autotune.core.families import CholeskyProblem, Problem
 from autotune.core.plans import PHASES, Plan
+from autotune.db.comm_lookup import CommParams
+from autotune.db.lookup import SPLookup
 
 from . import distributed_cholesky, distributed_gemm, distributed_lu, movement, stencil
 
 
-def _by_dims(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
+def _by_dims(model: Callable, problem: Problem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     return model(*problem.dims, plan, sp, cp)
 
 
-def _cholesky(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
+def _cholesky(model: Callable, problem: CholeskyProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     return model(problem.n, plan, sp, cp, lower=problem.lower, order=problem.memory)
 
 
-def _whole(model: Callable, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
+def _whole(model: Callable, problem: Problem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     return model(problem, plan, sp, cp)
 
 
-def _nothing(problem: Problem, plan: Plan, sp) -> dict[str, float]:
+def _nothing(problem: Problem, plan: Plan, sp: SPLookup) -> dict[str, float]:
     return {}
 
 
-def _no_terms(problem: Problem, plan: Plan, sp, cp) -> list[str]:
+def _no_terms(problem: Problem, plan: Plan, sp: SPLookup, cp: CommParams) -> list[str]:
     return []
 
 
-def _cholesky_local(problem: Problem, plan: Plan, sp) -> dict[str, float]:
+def _cholesky_local(problem: CholeskyProblem, plan: Plan, sp: SPLookup) -> dict[str, float]:
     """A one-process Cholesky as run over MPI: the root's finiteness check (its ``distribution``),
     then the call's working copy."""
     n = problem.n
@@ -50,11 +52,11 @@ class PlanModels:
     local: Callable = _nothing
     explain: Callable = _no_terms      # (problem, plan, sp, cp) -> lines explain prints for a chosen plan
 
-    def phases(self, problem: Problem, plan: Plan, sp, cp) -> dict[str, float]:
+    def phases(self, problem: Problem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
         """Predicted seconds per phase (and "total") of ``plan`` on ``problem``."""
         return self.call(self.models[plan.algorithm], problem, plan, sp, cp)
 
-    def local_phases(self, problem: Problem, plan: Plan, sp, seconds: float) -> dict[str, float]:
+    def local_phases(self, problem: Problem, plan: Plan, sp: SPLookup, seconds: float) -> dict[str, float]:
         """The one-process plan's phases: the single-process prediction ``seconds`` plus ``local``."""
         phases = dict.fromkeys(PHASES, 0.0)
         phases["compute"] = seconds

@@ -30,6 +30,8 @@ from autotune.core.assumptions import HALO_REQUEST
 from autotune.core.families import StencilProblem
 from autotune.core.plans import PHASES, Plan
 from autotune.core.routines import STENCIL_FLOPS, WORD
+from autotune.db.comm_lookup import CommParams
+from autotune.db.lookup import SPLookup
 from autotune.geometry.halo import Tile, border_cells, interior_cells, tiles
 from autotune.geometry.layout import grid_weights
 from autotune.models.movement import LinkCost
@@ -39,13 +41,15 @@ from . import movement
 SCHEDULES = ("blocking", "overlap", "border_first")
 
 
-def sweep(sp, backend: str, threads: int, shape: tuple[int, int], pattern: str, scale: float = 1.0) -> float:
+def sweep(sp: SPLookup, backend: str, threads: int, shape: tuple[int, int], pattern: str, scale: float = 1.0) -> float:
     """Seconds of one sweep over an m x n rectangle accessed as ``pattern``: interior blocks are
     looked up at their square-equivalent side, row strips at their length (param: their height),
     column strips at their height (param: their width)."""
     m, n = shape
     if m <= 0 or n <= 0:
         return 0.0
+    x: float
+    param: float
     if pattern == "rows":
         x, param = n, m
     elif pattern == "cols":
@@ -55,7 +59,7 @@ def sweep(sp, backend: str, threads: int, shape: tuple[int, int], pattern: str, 
     return scale * STENCIL_FLOPS * m * n * movement.k(sp, "stencil", backend, threads, x, pattern, param)
 
 
-def single(problem: StencilProblem, backend: str, threads: int, sp) -> float:
+def single(problem: StencilProblem, backend: str, threads: int, sp: SPLookup) -> float:
     """One process: ``steps`` sweeps of the field's interior in one call each, plus the copy of the
     field into the two working buffers."""
     rad = problem.radius
@@ -64,14 +68,14 @@ def single(problem: StencilProblem, backend: str, threads: int, sp) -> float:
             + movement.copy(sp, 2.0 * problem.rows * problem.cols))
 
 
-def hosts_of(p: int, cp) -> np.ndarray:
+def hosts_of(p: int, cp: CommParams) -> np.ndarray:
     """Each rank's host: the platform's hosts filled in rank order (mpiexec's default by-slot mapping)."""
     hosts = max(1, int(cp.platform.get("hosts", 1) or 1)) if cp is not None else 1
     per = -(-p // hosts)
     return np.arange(p) // per
 
 
-def link_primitive(cp, net: bool, one_way: bool = False) -> str:
+def link_primitive(cp: CommParams, net: bool, one_way: bool = False) -> str:
     """The comm probe's primitive for a message between two ranks on one host or on two while its
     neighbour's travels the other way: its swap (Sendrecv) on a pair of that link kind, else its
     link ping-pong, else the plain ping-pong (a one-way time: on a loaded link it undercounts).
@@ -82,18 +86,19 @@ def link_primitive(cp, net: bool, one_way: bool = False) -> str:
     return next((x for x in order if x in have), "pingpong")
 
 
-def link_time(cp, net: bool, nbytes: float) -> float:
+def link_time(cp: CommParams, net: bool, nbytes: float) -> float:
     """One halo message of ``nbytes`` (``link_primitive``)."""
     return float(cp.time(link_primitive(cp, net), 2, nbytes))
 
 
-def link_cost(cp, nbytes: float = 1 << 20) -> LinkCost:
+def link_cost(cp: CommParams, nbytes: float = 1 << 20) -> LinkCost:
     """(ts, tw) within a host and between hosts for moving a field's cells in a rebalance (messages
     of about ``nbytes``), from the same primitives as ``link_time``."""
     return LinkCost(*cp.ts_tw(link_primitive(cp, False), 2, nbytes), *cp.ts_tw(link_primitive(cp, True), 2, nbytes))
 
 
-def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -> tuple[float, float]:
+def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp: SPLookup, cp: CommParams) -> tuple[float,
+             float]:
     """(seconds of the messages within the host, seconds of those to other hosts) of one halo
     exchange of ``tile``: each message's link time, column messages' packing and unpacking, and the
     requests' own cost (counted with the in-host part: the CPU spends it)."""
@@ -101,7 +106,9 @@ def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -
     local, net = 0.0, 0.0
     for d in tile.directions(corners):
         cells = tile.send(d).cells
-        npr, npc = tile.neighbour(d)
+        neighbour = tile.neighbour(d)
+        assert neighbour is not None, "directions() gives the tile's neighbours only"
+        npr, npc = neighbour
         other = rank_host[npr * c + npc] != here
         t = link_time(cp, bool(other), cells * WORD)
         if d[1] != 0:
@@ -115,13 +122,14 @@ def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp, cp) -
     return local, net
 
 
-def _pieces(sp, backend: str, threads: int, rects, rows, scale: float) -> float:
+def _pieces(sp: SPLookup, backend: str, threads: int, rects, rows, scale: float) -> float:
     """The border pieces, each swept on its own: row strips contiguous, column strips strided."""
     return sum(sweep(sp, backend, threads, r.shape, "rows" if row else "cols", scale)
                for r, row in zip(rects, rows, strict=True))
 
 
-def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.ndarray, sp, cp) -> dict[str, float]:
+def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.ndarray, sp: SPLookup,
+              cp: CommParams) -> dict[str, float]:
     """One rank's seconds per step of ``plan.algorithm``: {"compute", "communication", "hidden"
     (network time the interior covered), "interior", "net"}."""
     be, t, scale = plan.backend, plan.threads, problem.scale
@@ -147,7 +155,7 @@ def plan_tiles(problem: StencilProblem, plan: Plan) -> list[Tile]:
     return tiles(problem.rows, problem.cols, plan.r, plan.c, plan.b, problem.radius, weights)
 
 
-def per_step(problem: StencilProblem, plan: Plan, sp, cp) -> dict[str, float]:
+def per_step(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """The slowest rank's step (every rank waits for its neighbours each exchange): its terms, and
     "idle", what the fastest rank waits per step."""
     rank_host = hosts_of(plan.p, cp)
@@ -157,7 +165,7 @@ def per_step(problem: StencilProblem, plan: Plan, sp, cp) -> dict[str, float]:
     return {**worst, "idle": max(totals) - min(totals), "total": max(totals)}
 
 
-def _moves(problem: StencilProblem, plan: Plan, sp, cp) -> tuple[float, float]:
+def _moves(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> tuple[float, float]:
     """(distribution, collection): the root's Scatterv / Gatherv of the tiles, the copies into
     and out of the halo arrays (two buffers per rank) and the two exchanges that fill both
     buffers' halos once."""
@@ -171,7 +179,7 @@ def _moves(problem: StencilProblem, plan: Plan, sp, cp) -> tuple[float, float]:
     return scatter, gather
 
 
-def model(problem: StencilProblem, plan: Plan, sp, cp) -> dict[str, float]:
+def model(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """Predicted seconds per phase of ``plan`` (a schedule on its grid) for ``problem.steps`` steps."""
     step = per_step(problem, plan, sp, cp)
     dist, coll = _moves(problem, plan, sp, cp)
@@ -189,7 +197,7 @@ def overlap_pays(interior: float, net: float) -> bool:
     return interior >= net
 
 
-def crossover(problem: StencilProblem, plan: Plan, sp, cp, sides=None) -> int | None:
+def crossover(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams, sides=None) -> int | None:
     """The smallest square tile side at which the interior of the plan's busiest tile covers its
     network messages (eq. 12; the field is the plan's grid of such tiles), None where no side of
     ``sides`` (default 8..8192) does. Interior work grows as n^2 and messages as n: one crossing,
@@ -213,7 +221,7 @@ def crossover(problem: StencilProblem, plan: Plan, sp, cp, sides=None) -> int | 
     return hi
 
 
-def terms(problem: StencilProblem, plan: Plan, sp, cp) -> list[str]:
+def terms(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> list[str]:
     """explain's lines: the busiest tile's cells (004 eqs. 5-6) and its step's terms (eq. 8)."""
     step = per_step(problem, plan, sp, cp)
     busiest = max(plan_tiles(problem, plan), key=lambda t: t.shape[0] * t.shape[1] + sum(t.borders))

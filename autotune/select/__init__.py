@@ -6,6 +6,7 @@ plan. Nothing here loads a BLAS library; only the dispatcher does, for the chose
 from autotune.core.plans import ALGORITHMS, Candidate
 
 from .candidates import as_candidate
-from .ranking import Decision, Ranked, choose, clear_cache, rank
+from .decision import Decision, Ranked
+from .ranking import choose, clear_cache, rank
 
 __all__ = ["ALGORITHMS", "Candidate", "Decision", "Ranked", "as_candidate", "choose", "clear_cache", "rank"]

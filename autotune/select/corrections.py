@@ -54,7 +54,7 @@ def stack(steps: Mapping[str, Step]) -> tuple[tuple[str, Step], ...]:
 
 
 def apply(prediction: P, context, steps: Mapping[str, Step] | tuple[tuple[str, Step], ...],
-          total: Callable[[P], float] = float) -> tuple[P, tuple[Correction, ...]]:
+          total: Callable[[Any], float] = float) -> tuple[P, tuple[Correction, ...]]:
     """Run ``steps`` (a ``stack``, or a mapping made into one) on ``prediction`` in ``STEPS`` order;
     ``total`` reads seconds off a prediction (a float, or a dict of phases). Steps that neither
     change the prediction nor leave a note are not recorded."""

@@ -12,9 +12,19 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from autotune.core.families import DISTRIBUTED, FAMILIES, STENCIL_BACKENDS, Problem, family, usable_blocks
+from autotune.core.families import (
+    DISTRIBUTED,
+    FAMILIES,
+    STENCIL_BACKENDS,
+    Problem,
+    StencilProblem,
+    family,
+    usable_blocks,
+)
 from autotune.core.plans import PHASES, Plan, grids
-from autotune.db.contention import ContendedSP, load_contention
+from autotune.db.comm_lookup import CommParams
+from autotune.db.contention import ContendedSP, Contention, load_contention
+from autotune.db.lookup import SPLookup, SystemParameters
 from autotune.geometry.halo import fits
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
 from autotune.models.memory import plan_footprint, ranks_on_busiest_host
@@ -135,7 +145,7 @@ def _gemm_plans(problem: Problem, base: Plan, blocks: list[int]) -> list[Plan]:
     return out
 
 
-def _stencil_plans(problem: Problem, base: Plan, halos: list[int]) -> list[Plan]:
+def _stencil_plans(problem: StencilProblem, base: Plan, halos: list[int]) -> list[Plan]:
     """Every schedule and kernel backend at every halo width that is a multiple of the stencil's
     radius and fits the tiles (004's border-first order at one step per exchange only)."""
     out = []
@@ -151,8 +161,9 @@ def _stencil_plans(problem: Problem, base: Plan, halos: list[int]) -> list[Plan]
 
 
 # How each family's plans are laid on one grid: (problem, the grid's plan, usable blocks) -> plans.
-GRID_PLANS = {"gemm": _gemm_plans, "cholesky": _factor_plans, "lu": _factor_plans, "solve": _solve_plans,
-              "stencil": _stencil_plans}
+GRID_PLANS: dict[str, Callable[..., list[Plan]]] = {
+    "gemm": _gemm_plans, "cholesky": _factor_plans, "lu": _factor_plans, "solve": _solve_plans,
+    "stencil": _stencil_plans}
 
 
 @dataclass(frozen=True)
@@ -162,14 +173,14 @@ class _PlanContext:
 
     problem: Problem
     plan: Plan
-    sp: object
-    cp: object
-    contention: object          # autotune.db.contention.Contention (factor 1 where not measured)
+    sp: SystemParameters
+    cp: CommParams
+    contention: Contention      # factor 1 where not measured
     factors: PhaseFactors
 
     @classmethod
-    def of(cls, problem: Problem, plan: Plan, sp, cp, contention=None,
-           factors: PhaseFactors | None = None) -> _PlanContext:
+    def of(cls, problem: Problem, plan: Plan, sp: SystemParameters, cp: CommParams,
+           contention: Contention | None = None, factors: PhaseFactors | None = None) -> _PlanContext:
         path, key = getattr(sp, "path", None), cp.platform.get("key")
         return cls(problem, plan, sp, cp,
                    load_contention(path, key) if contention is None else contention,
@@ -184,7 +195,8 @@ class _PlanContext:
         return bool(self.contention.available and self.plan.p > 1)
 
 
-def predict(problem: Problem, plan: Plan, sp, cp, fitted: bool = True) -> dict[str, float]:
+def predict(problem: Problem, plan: Plan, sp: SystemParameters, cp: CommParams, fitted: bool = True) -> dict[str,
+            float]:
     """Phase times of one plan through the correction stack: the model of its algorithm, the
     per-call overhead, per-rank k slowed by the measured contention of ``p x threads`` busy cores
     (``autotune.db.contention``), then the platform's fitted phase factors (``models.fitted_phases``)
@@ -207,7 +219,7 @@ def _total(phases: dict[str, float]) -> float:
     return phases["total"]
 
 
-def _model(ctx: _PlanContext, sp) -> dict[str, float]:
+def _model(ctx: _PlanContext, sp: SPLookup) -> dict[str, float]:
     """The analytical model of the plan's algorithm on the SP view ``sp``."""
     return PLAN_MODELS[ctx.family].phases(ctx.problem, ctx.plan, sp, ctx.cp)
 
@@ -282,7 +294,7 @@ _PLAN_STACK = corrections.stack(PLAN_STEPS)
 _CALIBRATION = corrections.stack({"calibration": _calibration_step})
 
 
-def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, float]:
+def _with_call_overhead(phases: dict[str, float], plan: Plan, cp: CommParams) -> dict[str, float]:
     """The phases plus the fixed per-call costs the comm probe measured for this algorithm
     (``cp.call_overhead``: the call's agreement, communicator split and grid, beyond its model)."""
     extra = cp.call_overhead(plan.algorithm) if hasattr(cp, "call_overhead") else {}
@@ -293,7 +305,7 @@ def _with_call_overhead(phases: dict[str, float], plan: Plan, cp) -> dict[str, f
     return out
 
 
-def _calibration(family: str, sp, cp) -> Calibration | None:
+def _calibration(family: str, sp: SystemParameters, cp: CommParams) -> Calibration | None:
     """The platform's phase calibration of ``family``, None where it has none."""
     key = cp.platform.get("key")
     factors = platform_factors(sp, cp)
@@ -305,7 +317,7 @@ def _calibration(family: str, sp, cp) -> Calibration | None:
                        tuple(int(n) for n in info.get("sizes", ())), factors)
 
 
-def local_phases(problem: Problem, sp, cores: int, nprocs: int = 1,
+def local_phases(problem: Problem, sp: SystemParameters, cores: int, nprocs: int = 1,
                  memory_bytes: int | None = None) -> tuple[Plan, dict[str, float]]:
     """The one-process candidate: the single-process selector's choice on the cores the other
     ``nprocs - 1`` ranks leave free (an idle MPI rank still polls, so it occupies a core), with
@@ -316,8 +328,8 @@ def local_phases(problem: Problem, sp, cores: int, nprocs: int = 1,
     return plan, PLAN_MODELS[problem.family].local_phases(problem, plan, sp, best.predicted)
 
 
-def rank_plans(problem: Problem, nprocs: int, sp, cp, cores: int, allow_strassen: bool = False,
-               oversubscribe: bool = False, min_efficiency: float | None = None,
+def rank_plans(problem: Problem, nprocs: int, sp: SystemParameters, cp: CommParams, cores: int,
+               allow_strassen: bool = False, oversubscribe: bool = False, min_efficiency: float | None = None,
                memory_bytes: int | None = None) -> DistDecision:
     """Every plan for ``dims`` on up to ``nprocs`` ranks, fastest predicted first: ranks x BLAS
     threads never exceed the cores of a host (the platform's ``hosts``), unless ``oversubscribe``.
@@ -369,7 +381,7 @@ def host_bytes(problem: Problem, plan: Plan, hosts: int) -> float | None:
     return None if fp is None else fp.host_bytes(ranks_on_busiest_host(plan.p, hosts))
 
 
-def _set_efficiency(ranking: list[DistRanked], problem: Problem, sp) -> None:
+def _set_efficiency(ranking: list[DistRanked], problem: Problem, sp: SystemParameters) -> None:
     """Each plan's predicted efficiency against the single-process best on one core (T_seq)."""
     if sp.table is None:
         return

@@ -8,10 +8,12 @@ import weakref
 from autotune.core.assumptions import INCUMBENT_MARGIN, NOISY_MARGIN
 from autotune.core.families import FAMILIES
 from autotune.core.plans import Candidate
+from autotune.db.lookup import SystemParameters
 from autotune.db.noise import series_noise
 
 
-def apply_margin(family: str, ranking: list, sp) -> tuple[Candidate, Candidate | None, list[str], float]:
+def apply_margin(family: str, ranking: list, sp: SystemParameters) -> tuple[Candidate, Candidate | None, list[str],
+                 float]:
     """The fastest of ``ranking`` (``rank.Ranked`` entries, fastest first) predicted ahead of the
     library default (the reference) by more than its ``candidate_margin``, else the default; with
     the notes and the margin of the best alternative."""
@@ -57,12 +59,13 @@ def candidate_margin(family: str, cand: Candidate, noise: dict) -> tuple[float, 
 _NOISE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _series_noise(sp) -> dict:
+def _series_noise(sp: SystemParameters) -> dict:
     """``db.noise.series_noise`` of the database behind ``sp``, once per SystemParameters."""
-    if getattr(sp, "db", None) is None:
+    db = getattr(sp, "db", None)
+    if db is None:
         return {}
     if sp not in _NOISE:
-        _NOISE[sp] = series_noise(sp.db.records)
+        _NOISE[sp] = series_noise(db.records)
     return _NOISE[sp]
 
 

@@ -64,7 +64,8 @@ def iter_options(n: int, most: int, replicas: int = MAX_REPLICAS, group: int | N
         if j == n:
             yield (), 0
             return
-        choices = [(("IND",), 1)] + [((f"REP_{r}",), r) for r in range(2, replicas + 1)]
+        choices: list[tuple[tuple[str, ...], int]] = [(("IND",), 1)]
+        choices += [((f"REP_{r}",), r) for r in range(2, replicas + 1)]
         choices += [((f"AGR_{g}",) + ("IND",) * (g - 1), 1) for g in range(2, min(group, n - j) + 1)]
         for head, cost in choices:
             if cost <= left:
@@ -142,8 +143,9 @@ def _combinations(fronts: list[list[Option]], processors: int):
         yield from itertools.product(*fronts)
         return
     for bound in sorted({float(o[2].mean()) for f in fronts for o in f}):
-        pick = [next((o for o in f if o[2].mean() <= bound), None) for f in fronts]
-        if None not in pick and 1 + sum(o[1] for o in pick) <= processors:
+        found = [next((o for o in f if o[2].mean() <= bound), None) for f in fronts]
+        pick = [o for o in found if o is not None]
+        if len(pick) == len(found) and 1 + sum(o[1] for o in pick) <= processors:
             yield tuple(pick)
 
 
