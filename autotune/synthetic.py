@@ -119,5 +119,6 @@ def gemm_k(db=None) -> float | None:
 
 Plan = WorkloadPlan     # the public name of a checked workload (autotune.synthetic.Plan)
 
-__all__ = ["Choice", "PipelineError", "Plan", "WorkloadPlan", "Prediction", "Spec", "SpecError", "check", "describe", "gemm_k",
+__all__ = ["Choice", "PipelineError", "Plan", "Prediction", "Spec", "SpecError", "WorkloadPlan", "check", "describe",
+           "gemm_k",
            "links", "load_spec", "plan", "predict", "rules", "run", "scaled", "table", "tune"]

@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from autotune.cli.common import OneLineParser, positive_number
+from autotune.cli.common import OneLineParser, add_db_argument, positive_number
 from autotune.db import resolve
 from autotune.db.comm_lookup import mpi_world_size_env
 from autotune.db.store import read_only
@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=None,
                    help=f"quick | standard | full | PATH.yaml (default: {BLAS_DEFAULT_PROFILE}; "
                         f"with --mpi: {MPI_DEFAULT_PROFILE})")
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or the user data dir)")
+    add_db_argument(p)
     p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="measure only these routines and/or backends (e.g. --only gemm potrf mkl)")
     p.add_argument("--resume", action="store_true", help="finish an interrupted run of the same profile")

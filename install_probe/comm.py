@@ -68,6 +68,7 @@ import numpy as np
 from autotune.install_probe import phase_calibration as phcal
 from autotune.install_probe.profile import COMM_DEFAULT
 
+from autotune.cli.common import add_db_argument
 from autotune.db import comm as dbc
 from autotune.db.comm import loggp_lines
 from autotune.models import comm_scaling as scaling
@@ -113,7 +114,7 @@ def _phase_logger(world, quiet: bool):
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m autotune.install_probe.comm", description=__doc__.split("\n")[0])
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or the user data dir)")
+    add_db_argument(p)
     p.add_argument("--profile", default=COMM_DEFAULT, help=f"quick | standard | PATH.yaml (default: {COMM_DEFAULT})")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p

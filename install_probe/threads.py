@@ -49,7 +49,8 @@ class ThreadPlan:
 
 
 QUICK = ThreadPlan((20_000, 200_000), 2_000, 5, 3, (16, 192), 256, (96, 256), (128, 192))
-FULL = ThreadPlan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584), (512, 1024, 1536))
+FULL = ThreadPlan((50_000, 500_000), 5_000, 10, 7, (16, 384), 512, (256, 512, 1024, 1536, 2560, 3584),
+                  (512, 1024, 1536))
 DRIVER_REPS = 3   # timed driver calls per point (median): its largest points take a quarter second
 WAKE_GEMM = 128   # order of the BLAS gemm that precedes each timed addition in "add_after_blas"
 

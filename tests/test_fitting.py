@@ -371,7 +371,8 @@ def test_strassen_remodel_with_noise_and_polynomial_factors():
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.mark.parametrize("call, match", [
-    (lambda: fit("FI-LS", (np.array([100.0, 200, 300]), None, np.ones(3)), CUBIC, (100, 300)), "3 points for 4 coefficients"),
+    (lambda: fit("FI-LS", (np.array([100.0, 200, 300]), None, np.ones(3)), CUBIC, (100, 300)),
+     "3 points for 4 coefficients"),
     (lambda: fit("FI-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 2000), n_inc=1000), "2 points for 4 coefficients"),
     (lambda: fit("FI-LS", poly_measure(CUBIC, C_CUBIC), CUBIC, (100, 2000), n_inc=0), "n_inc must be positive"),
     (lambda: Samples([100, 200], None, [1.0, 0.0]), "positive"),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from autotune.cli.common import error
 from autotune.cli.common import output_problem as output_problem  # the benchmarks' check of --out
 from autotune.db import load_sp
 from autotune.entry.protocol import MPI_MISSING
@@ -22,21 +22,14 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
 
-def error(command: str, message: str, status: int = 2) -> int:
-    """Print ``autotune bench COMMAND: error: ...`` on one line; returns ``status``
-    (2: bad input, 1: a failed run or a regression)."""
-    print(f"autotune bench {command}: error: {message}", file=sys.stderr)
-    return status
-
-
 def probed_sp(command: str, db, problem: str = ""):
     """``(system parameters of the database db, 0)`` for a benchmark whose arguments passed, else
     ``(None, status)`` after its one error line: ``problem`` (2), or no usable BLAS measurements (1)."""
     if problem:
-        return None, error(command, problem)
+        return None, error(f"bench {command}", problem, 2)
     sp = load_sp(db)
     if sp.table is None:
-        return None, error(command, f"no usable database ({sp.reason}): run `autotune-install` first", 1)
+        return None, error(f"bench {command}", f"no usable database ({sp.reason}): run `autotune-install` first", 1)
     return sp, 0
 
 
@@ -46,7 +39,7 @@ def mpi_world(command: str, problem: str = ""):
     if not problem and importlib.util.find_spec("mpi4py") is None:
         problem = MPI_MISSING
     if problem:
-        return None, error(command, problem)
+        return None, error(f"bench {command}", problem, 2)
     from mpi4py import MPI
 
     return MPI.COMM_WORLD, 0

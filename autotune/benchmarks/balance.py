@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune import testbed
-from autotune.benchmarks._common import error, mpi_world, output_problem, quartiles, report_root
+from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root
 from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.benchmarks.quotas import parse_quota, restored, set_quotas
+from autotune.cli.common import add_db_argument, error
 from autotune.core.plans import Plan
 from autotune.distributed.balance import busy, step_overhead
 from autotune.distributed.plan import Mark, Phases
@@ -67,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "weights)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians over them)")
     p.add_argument("--calibrate", type=int, default=30, help="steps per split of the in-place speed measurement")
-    p.add_argument("--db", default=None, help="database path (link costs of the gate)")
+    add_db_argument(p, "database path (link costs of the gate)")
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
     p.add_argument("--plot", metavar="FILE.png", help="draw shares and imbalance over the steps here")
 
@@ -94,7 +95,7 @@ def run(args) -> int:
     try:
         events = parse_quota(args.quota)
     except ValueError as exc:
-        return error("balance", str(exc))
+        return error("bench balance", str(exc), 2)
     problem = output_problem("--out", args.out) or output_problem("--plot", args.plot) or (
         "" if args.field >= 16 and args.steps >= 1 and args.chunk >= 1 and args.rounds >= 1 and args.window >= 1
         else "--field (>= 16), --steps, --chunk, --window, --rounds must be positive")
@@ -102,7 +103,7 @@ def run(args) -> int:
     if comm is None:
         return status
     if events and testbed.saved() is None:          # every rank reads the same state file
-        return error("balance", "--quota needs a testbed (autotune testbed up)")
+        return error("bench balance", "--quota needs a testbed (autotune testbed up)", 2)
     with options(db=args.db):
         report = compare(comm, args, events)
     report_root(comm, report, args.out)
@@ -176,7 +177,7 @@ def insitu_speeds(comm: MPI.Comm, u, args) -> np.ndarray:
             t0 = time.perf_counter()
             field.advance(args.calibrate)
             comm.Barrier()
-            t = time.perf_counter() - t0
+            t = comm.bcast(time.perf_counter() - t0, root=0)   # one time on every rank: all choose alike
             if t < fastest:
                 best, fastest = x, t
         field.free()

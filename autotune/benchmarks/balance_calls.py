@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune import testbed
-from autotune.benchmarks._common import error, mpi_world, output_problem, report_root
+from autotune.benchmarks._common import mpi_world, output_problem, report_root
 from autotune.benchmarks.balance import measure_speeds
 from autotune.benchmarks.quotas import parse_share, restored, set_quotas
+from autotune.cli.common import error
 from autotune.feedback.balance import Policy
 from autotune.feedback.speeds import HostSpeeds
 from autotune.geometry.layout import block_cyclic
@@ -56,7 +57,7 @@ def run(args) -> int:
         probe_q = dict(parse_share(q, "--probe-quota") for q in args.probe_quota)
         call_q = dict(parse_share(q) for q in args.quota)
     except ValueError as exc:
-        return error("balance-calls", str(exc))
+        return error("bench balance-calls", str(exc), 2)
     problem = output_problem("--out", args.out) or (
         "" if args.n >= 2 * args.block and args.block >= 1 and args.calls >= 2 and args.rounds >= 1
         else "--n (>= 2 blocks), --block, --calls (>= 2), --rounds must be positive")
@@ -64,7 +65,7 @@ def run(args) -> int:
     if comm is None:
         return status
     if (probe_q or call_q) and testbed.saved() is None:
-        return error("balance-calls", "--quota needs a testbed (autotune testbed up)")
+        return error("bench balance-calls", "--quota needs a testbed (autotune testbed up)", 2)
     report_root(comm, compare(comm, args, probe_q, call_q), args.out)
     return 0
 

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import linprog
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
+from autotune.cli.common import error
 from autotune.db import comm as dbc
 from autotune.models import comm_fit, comm_train
 from autotune.models import comm_scaling as scaling
@@ -225,13 +226,13 @@ def run(args) -> int:
     """Print each platform's failing regimes and summary (and the retest with OTHER_DB); write --out."""
     problem = output_problem("--out", args.out) or ("" if args.tol > 0 else "--tol must be positive")
     if problem:
-        return error("comm-fit", problem)
+        return error("bench comm-fit", problem, 2)
     loaded = []
     for path in filter(None, (args.db, args.other)):
         try:
             loaded.append(_read(path))
         except (OSError, ValueError) as exc:
-            return error("comm-fit", f"{path}: {exc}")
+            return error("bench comm-fit", f"{path}: {exc}", 2)
     mine, others = loaded[0], (loaded[1] if args.other else {})
     reports = [check(pl, others.get(key), args.tol) for key, pl in mine.items()]
     for doc in reports:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
+from autotune.cli.common import error
 
 HELP = "points (primitive x p x grid x size) and probe time of a comm profile at large P, sampled vs full sweep"
 
@@ -70,11 +71,11 @@ def run(args) -> int:
     if not problem and (min(args.np) < 2 or (args.cores is not None and args.cores < 1)):
         problem = "--np needs world sizes >= 2 and --cores a positive count"
     if problem:
-        return error("comm-plan", problem)
+        return error("bench comm-plan", problem, 2)
     try:
         profile = load_comm_profile(args.profile)
     except CommProfileError as exc:
-        return error("comm-plan", str(exc))
+        return error("bench comm-plan", str(exc), 2)
     rows = [plan_row(profile, n, args.cores) for n in args.np]
     print("\n".join(table_lines(rows, profile.name)))
     if args.out:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error
+from autotune.cli.common import error
 from autotune.db import DatabaseError, load
 from autotune.db.lookup import drift_corrected_k
 
@@ -51,14 +51,14 @@ def run(args) -> int:
     tables = []
     for path in (args.a, args.b):
         if not Path(path).is_file():
-            return error("compare", f"{path}: no such database")
+            return error("bench compare", f"{path}: no such database", 2)
         try:
             tables.append(table(path, args.routine, args.pattern, args.drift))
         except (DatabaseError, OSError) as exc:
-            return error("compare", f"{path}: {exc}")
+            return error("bench compare", f"{path}: {exc}", 2)
     groups = differences(*tables, args.min_size)
     if not groups:
-        return error("compare", f"no {args.routine} {args.pattern} size >= {args.min_size} measured in both")
+        return error("bench compare", f"no {args.routine} {args.pattern} size >= {args.min_size} measured in both", 2)
     worst = 0.0
     for (be, t), diffs in sorted(groups.items()):
         d = np.array([v for _, v in diffs])

@@ -22,7 +22,8 @@ from scipy import linalg
 from threadpoolctl import threadpool_limits
 
 from autotune.api import tuned_cholesky, tuned_gemm
-from autotune.benchmarks._common import error, half_iqr, output_problem, write_json
+from autotune.benchmarks._common import half_iqr, output_problem, write_json
+from autotune.cli.common import add_db_argument, error
 from autotune.settings import options
 
 HELP = "alternating gemm and Cholesky: tuned calls vs numpy + scipy, side by side"
@@ -37,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="thread budgets (0: the default, every core, nothing limited)")
     p.add_argument("--rounds", type=int, default=5, help="rounds of interleaved blocks")
     p.add_argument("--seconds", type=float, default=0.2, help="about how long each loop runs per round")
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--out", metavar="FILE.json", help="write the results here")
 
 
@@ -113,9 +114,9 @@ def table(rows: list[dict]) -> str:
 def run(args) -> int:
     problem = output_problem("--out", args.out)
     if problem:
-        return error("composed", problem)
+        return error("bench composed", problem, 2)
     if min(args.sizes) < 1 or min(args.budgets) < 0 or args.rounds < 1 or args.seconds <= 0:
-        return error("composed", "sizes and --rounds must be positive, budgets >= 0, --seconds > 0")
+        return error("bench composed", "sizes and --rounds must be positive, budgets >= 0, --seconds > 0", 2)
     rows = []
     with options(db=args.db):
         for n in args.sizes:

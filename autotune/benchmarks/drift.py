@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from autotune.benchmarks._common import error
+from autotune.cli.common import error
 
 HELP = "how much this machine's dgemm speed wanders over minutes"
 BACKENDS = ("numpy-openblas", "scipy-openblas", "blis", "numba-reference")
@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     """Print a line of GFLOP/s per window until --minutes pass, then each library's range."""
     if args.n < 1 or args.minutes < 0 or args.seconds < 0:
-        return error("drift", "--n must be positive, --minutes and --seconds not negative")
+        return error("bench drift", "--n must be positive, --minutes and --seconds not negative", 2)
     calls = _calls(args.n)
     print("# time " + " ".join(calls), flush=True)
     rows, end = [], time.time() + 60 * args.minutes

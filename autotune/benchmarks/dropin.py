@@ -25,8 +25,9 @@ import numpy as np
 from scipy import linalg
 
 from autotune.api import tuned_cholesky, tuned_gemm, tuned_lu_factor, tuned_solve
-from autotune.benchmarks._common import error, half_iqr, output_problem, write_json
+from autotune.benchmarks._common import half_iqr, output_problem, write_json
 from autotune.benchmarks.calls import spd_matrix
+from autotune.cli.common import add_db_argument, error
 from autotune.core.assumptions import GUARD_MAX_ROUNDS
 from autotune.feedback import guard
 from autotune.settings import options
@@ -168,7 +169,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=1.5, help="about how long a case's rounds take")
     p.add_argument("--threads", type=int, default=None, help="options(threads=) for the tuned calls")
     p.add_argument("--cold", action="store_true", help="time from the first call (the guard's trial included)")
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--out", default=None, help="write the results as JSON here")
 
 
@@ -177,7 +178,7 @@ def run(args) -> int:
     if args.rounds < 1 or args.seconds <= 0 or any(n < 2 for n in args.sizes):
         problem = problem or "--rounds must be >= 1, --seconds > 0 and every size >= 2"
     if problem:
-        return error("dropin", problem)
+        return error("bench dropin", problem, 2)
     rng = np.random.default_rng(61)
     results = []
     with options(db=args.db, threads=args.threads):

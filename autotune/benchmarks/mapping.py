@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from autotune.benchmarks._common import error
+from autotune.cli.common import error
 from autotune.db.platform import HETEROGENEITY, PlatformError, load_platform, parse_platform, simulated_platform
 from autotune.models.mapping import FAMILIES
 from autotune.select import mapping as sm
@@ -87,9 +87,9 @@ def run(args) -> int:
     try:
         platforms = _platforms(args)
     except PlatformError as e:
-        return error("mapping", str(e))
+        return error("bench mapping", str(e), 2)
     if any(n < 1 for n in args.n):
-        return error("mapping", "--n must be positive")
+        return error("bench mapping", "--n must be positive", 2)
     records = []
     for pl in platforms:
         methods = [m for m in args.methods if m != "exhaustive" or mapping_count(pl) <= args.exhaustive_limit]

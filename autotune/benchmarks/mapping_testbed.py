@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem
+from autotune.benchmarks._common import output_problem
 from autotune.benchmarks.calls import CALLS, agrees, square
+from autotune.cli.common import add_db_argument, error
 from autotune.core.families import FAMILIES, Problem, usable_blocks
 from autotune.core.plans import Plan, grids
 from autotune.db import load_sp
@@ -48,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, nargs="+", default=[1024, 2048], help="matrix orders")
     p.add_argument("--blocks", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--reps", type=int, default=3, help="timed runs per plan (after one warm-up)")
-    p.add_argument("--db", default=None, help="database with the BLAS and the cluster's comm probe")
+    add_db_argument(p, "database with the BLAS and the cluster's comm probe")
     p.add_argument("--out", default=None, metavar="FILE.json", help="the root writes every timing here")
 
 
@@ -200,7 +201,7 @@ def args_problem(args) -> str:
 def run(args) -> int:
     problem = args_problem(args)
     if problem:
-        return error("mapping-testbed", problem)
+        return error("bench mapping-testbed", problem, 2)
     from dataclasses import replace
 
     from mpi4py import MPI
@@ -221,7 +222,7 @@ def run(args) -> int:
             problem = str(e)
     problem, speeds = world.bcast((problem, [h.speed for h in platform.hosts] if platform else None), root=0)
     if problem:
-        return error("mapping-testbed", problem)
+        return error("bench mapping-testbed", problem, 2)
     with options(db=args.db), threadpool_limits(1, "blas"):
         results = _run_all(world, args, platform, hosts, speeds)
     if world.rank == 0 and args.out:

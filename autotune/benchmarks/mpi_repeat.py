@@ -18,7 +18,8 @@ import json
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
+from autotune.cli.common import error
 
 HELP = "repeatability of mpi-validate rounds: per-phase differences and the error floor they set"
 PHASES = ("distribution", "communication", "compute", "collection", "total")
@@ -76,16 +77,16 @@ def run(args) -> int:
     """Print the per-phase table of the rounds' differences; write --out."""
     problem = output_problem("--out", args.out) or ("" if len(args.rounds) >= 2 else "need at least two rounds")
     if problem:
-        return error("mpi-repeat", problem)
+        return error("bench mpi-repeat", problem, 2)
     rounds = []
     for path in args.rounds:
         try:
             rounds.append(_load(path))
         except OSError as exc:
-            return error("mpi-repeat", f"{path}: {exc.strerror or exc}")
+            return error("bench mpi-repeat", f"{path}: {exc.strerror or exc}", 2)
         except (ValueError, KeyError, TypeError) as exc:
-            return error("mpi-repeat", f"{path}: not an `autotune bench mpi-validate --out` file "
-                                       f"({type(exc).__name__}: {exc})")
+            return error("bench mpi-repeat", f"{path}: not an `autotune bench mpi-validate --out` file "
+                                       f"({type(exc).__name__}: {exc})", 2)
     stats = statistics(rounds)
     print("\n".join(table(stats)))
     if args.out:

@@ -12,8 +12,9 @@ import argparse
 import json
 import re
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
 from autotune.benchmarks.mpi_validate import summarise
+from autotune.cli.common import add_db_argument, error
 from autotune.core.families import DISTRIBUTED, FAMILIES
 from autotune.core.plans import Plan
 from autotune.db import load_sp
@@ -54,7 +55,7 @@ def rescore(results: list[dict], family: str, sp: SystemParameters, cp: CommPara
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN.json", help="outputs of `autotune bench mpi-validate --out`")
-    p.add_argument("--db", required=True, help="database to re-predict with")
+    add_db_argument(p, "database to re-predict with", required=True)
     p.add_argument("--np", type=int, required=True, help="the platform's world size P")
     p.add_argument("--family", choices=list(DISTRIBUTED), required=True)
     p.add_argument("--out", metavar="FILE.json", help="write the re-scored runs and summary here")
@@ -64,17 +65,17 @@ def run(args) -> int:
     """Print the analytical median APE per phase of the re-scored runs."""
     problem = output_problem("--out", args.out) or ("" if args.np >= 1 else "--np must be positive")
     if problem:
-        return error("mpi-rescore", problem)
+        return error("bench mpi-rescore", problem, 2)
     results = []
     for path in args.runs:
         try:
             with open(path) as f:
                 results += json.load(f)["results"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            return error("mpi-rescore", f"{path}: not an `autotune bench mpi-validate --out` file ({exc})")
+            return error("bench mpi-rescore", f"{path}: not an `autotune bench mpi-validate --out` file ({exc})", 2)
     sp = load_sp(args.db)
     if sp.table is None:
-        return error("mpi-rescore", f"no usable database ({sp.reason}): {args.db}", 1)
+        return error("bench mpi-rescore", f"no usable database ({sp.reason}): {args.db}", 1)
     summary = summarise(rescore(results, args.family, sp, load_comm(args.db, nprocs=args.np)))
     ape = summary["ape_median_analytical"]
     print(" ".join(f"{k} {v:.1f}" if v is not None else f"{k} n/a" for k, v in ape.items()))

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from autotune.benchmarks._common import error, output_problem, timed, write_json
+from autotune.benchmarks._common import output_problem, timed, write_json
 from autotune.benchmarks.calls import CALLS, HEAT_ALPHA, square
+from autotune.cli.common import add_db_argument, error
 from autotune.core.families import DISTRIBUTED, Problem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
@@ -131,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--blocks", type=int, default=2, help="alternating blocks: distributed runs, then baselines")
     p.add_argument("--chunks", type=int, nargs="*", default=[1024, 2048],
                    help="dask chunk sizes (none: no dask comparison)")
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
 
 
@@ -141,12 +142,12 @@ def run(args) -> int:
         "" if args.n >= 1 and args.rounds >= 1 and args.blocks >= 1 and min(args.chunks, default=1) >= 1
         else "--n, --rounds, --blocks and --chunks must be positive")
     if problem:
-        return error("mpi-speed", problem)
+        return error("bench mpi-speed", problem, 2)
     if importlib.util.find_spec("mpi4py") is None:
-        return error("mpi-speed", MPI_MISSING)
+        return error("bench mpi-speed", MPI_MISSING, 2)
     if args.chunks and importlib.util.find_spec("dask") is None:
-        return error("mpi-speed", 'the dask comparison needs dask: pip install "autotune[bench]" '
-                                  "(or --chunks with no size to leave it out)")
+        return error("bench mpi-speed", 'the dask comparison needs dask: pip install "autotune[bench]" '
+                                  "(or --chunks with no size to leave it out)", 2)
     from mpi4py import MPI
 
     from autotune.distributed.collective import quiet_barrier

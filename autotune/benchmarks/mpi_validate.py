@@ -27,7 +27,8 @@ import json
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json, write_text
+from autotune.benchmarks._common import output_problem, write_json, write_text
+from autotune.cli.common import add_db_argument, error
 from autotune.core.plans import PHASES
 from autotune.entry.protocol import MPI_MISSING
 
@@ -106,9 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048], help="square sizes")
     p.add_argument("--reps", type=int, default=3, help="timed runs of each plan (median)")
     p.add_argument("--max-ratio", type=float, default=3.0, help="run plans predicted within this x the best")
-    p.add_argument("--db", default=None,
-                   help="database path (default: $AUTOTUNE_DB or user data dir); --fit and --fit-from store "
-                        "their factors here and need it named")
+    add_db_argument(p, "--fit and --fit-from store their factors here and need it named")
     p.add_argument("--out", metavar="FILE.json", help="write every run and the summary here (the root)")
     p.add_argument("--markdown", metavar="FILE.md", help="write the tables here (the root)")
     p.add_argument("--strassen", action="store_true", help="also rank the Strassen plans (opt-in, as in the API)")
@@ -126,8 +125,8 @@ def run(args) -> int:
     from autotune.install_probe.phase_calibration import validate
 
     if (args.fit or args.fit_from) and args.db is None:
-        return error("mpi-validate", f"{'--fit' if args.fit else '--fit-from'} stores phase factors in a database: "
-                                     "name it with --db (a benchmark writes only where it is told to)")
+        return error("bench mpi-validate", f"{'--fit' if args.fit else '--fit-from'} stores phase factors in a "
+                     "database: name it with --db (a benchmark writes only where it is told to)", 2)
     if args.fit_from:
         loaded = []
         for name in args.fit_from:
@@ -135,17 +134,18 @@ def run(args) -> int:
                 with open(name) as f:
                     loaded.append(json.load(f)["results"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                return error("mpi-validate", f"--fit-from {name}: not an `autotune bench mpi-validate --out` file "
-                                             f"({exc})")
+                return error("bench mpi-validate",
+                             f"--fit-from {name}: not an `autotune bench mpi-validate --out` file "
+                                             f"({exc})", 2)
         for results in loaded:
             fit_and_report(results, args.db, results[0]["nprocs"])
         return 0
     problem = output_problem("--out", args.out) or output_problem("--markdown", args.markdown) or (
         "" if min(args.sizes) >= 1 and args.reps >= 1 else "--sizes and --reps must be positive")
     if problem:
-        return error("mpi-validate", problem)
+        return error("bench mpi-validate", problem, 2)
     if importlib.util.find_spec("mpi4py") is None:
-        return error("mpi-validate", MPI_MISSING)
+        return error("bench mpi-validate", MPI_MISSING, 2)
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -20,7 +20,8 @@ from collections.abc import Callable
 import numpy as np
 
 from autotune import backends
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
+from autotune.cli.common import add_db_argument, error
 from autotune.core.plans import Candidate
 from autotune.db import load_sp
 from autotune.db.location import resolve
@@ -153,7 +154,7 @@ def summarise(points: list[dict]) -> dict:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="square sizes for every check (default: each check's own off-grid sizes)")
     p.add_argument("--reps", type=int, default=5, help="timed calls per point (median taken)")
@@ -167,11 +168,11 @@ def run(args) -> int:
         "--reps must be >= 1" if args.reps < 1 else
         "--sizes must be >= 4" if args.sizes is not None and min(args.sizes) < 4 else "")
     if problem:
-        return error("multicore", problem)
+        return error("bench multicore", problem, 2)
     path = resolve(args.db)
     tsp = load_threads(path)
     if not tsp.measured:
-        return error("multicore", f"no thread SPs in {path}: run `autotune-install` first", 1)
+        return error("bench multicore", f"no thread SPs in {path}: run `autotune-install` first", 1)
     sp = load_sp(args.db)
     cores = tsp.cores or _cores()
     top = args.max_threads or 2 * cores

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import output_problem, probed_sp, write_json
+from autotune.cli.common import add_db_argument
 from autotune.core.families import FAMILIES as FAMILY_DEFS
 from autotune.core.families import as_problem
 from autotune.db.lookup import SystemParameters
@@ -48,7 +49,7 @@ def cached_decision(family: str, dims, threads: int, strassen: bool, reps: int =
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--threads", type=int, default=2, help="thread budget of the decisions")
     p.add_argument("--sizes", type=int, nargs="+", default=SIZES, help="square sizes decided on")
     p.add_argument("--out", metavar="FILE.json", help="write the results here")

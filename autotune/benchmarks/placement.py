@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error
 from autotune.benchmarks.calls import CALLS, agrees
 from autotune.benchmarks.mapping_testbed import args_problem, cluster_problem, plans
+from autotune.cli.common import add_db_argument, error
 from autotune.core.families import FAMILIES, usable_blocks
 from autotune.core.plans import Plan
 from autotune.db.comm_lookup import load_comm
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n", type=int, nargs="+", default=[2048, 3072], help="matrix orders")
     p.add_argument("--blocks", type=int, nargs="+", default=[64, 128], help="blocks of the forced grids")
     p.add_argument("--reps", type=int, default=3, help="interleaved rounds after one warm-up")
-    p.add_argument("--db", default=None, help="database with the BLAS SPs and the cluster's comm probe")
+    add_db_argument(p, "database with the BLAS SPs and the cluster's comm probe")
     p.add_argument("--out", default=None, metavar="FILE.json", help="the root writes the results here")
 
 
@@ -108,7 +108,7 @@ def lines(res: dict) -> list[str]:
 def run(args) -> int:
     problem = args_problem(args)
     if problem:
-        return error("placement", problem)
+        return error("bench placement", problem, 2)
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 

@@ -11,7 +11,8 @@ import argparse
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from autotune.benchmarks._common import error, output_problem, timed, write_json
+from autotune.benchmarks._common import output_problem, timed, write_json
+from autotune.cli.common import error
 from autotune.core.routines import flops_of
 
 HELP = "the probe's dgemm timing against a plain numpy a @ b (A/B)"
@@ -55,7 +56,7 @@ def run(args) -> int:
     problem = output_problem("--out", args.out) or ("" if min(args.n, args.threads, args.rounds) >= 1 else
                                                     "--n, --threads and --rounds must be positive")
     if problem:
-        return error("probe", problem)
+        return error("bench probe", problem, 2)
     probe, direct = rounds(args.n, args.threads, args.rounds)
     ratios = np.array(probe) / np.array(direct)
     res = {"n": args.n, "threads": args.threads, "rounds": args.rounds,

@@ -48,6 +48,7 @@ from autotune.benchmarks._common import (
 )
 from autotune.benchmarks.calls import CALLS
 from autotune.benchmarks.regress_report import document, line, write_junit
+from autotune.cli.common import add_db_argument
 from autotune.core.families import FAMILIES, Problem
 from autotune.core.plans import ALGORITHMS
 from autotune.db import load_sp
@@ -280,7 +281,7 @@ def _failures(r: dict) -> list[dict]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="square sizes (default: 64..4096 plus rectangular gemm shapes)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread budgets")
@@ -340,14 +341,14 @@ def run(args) -> int:
     --baseline and --fail-below."""
     problem = _input_problem(args)
     if problem:
-        return error("regress", problem)
+        return error("bench regress", problem, 2)
     fingerprint = machine_fingerprint()
     baseline, note = {}, ""
     if args.baseline:
         try:
             baseline, note = load_baseline(args.baseline, fingerprint)
         except BaselineError as exc:
-            return error("regress", str(exc))
+            return error("bench regress", str(exc), 2)
     rule = Rule(args.threshold, args.max_threshold, args.fail_below)
     sizes, rect = (args.sizes, ()) if args.sizes else (SIZES, RECT)
     todo = cases(sizes, rect, args.threads, args.routines, args.strassen)
@@ -362,7 +363,7 @@ def run(args) -> int:
     if interrupted:
         where = f"; partial results in {', '.join(written)}" if written else ""
         done = doc["summary"]["complete"]
-        return error("regress", f"interrupted after {done} of {len(todo)} case(s){where}", INTERRUPTED)
+        return error("bench regress", f"interrupted after {done} of {len(todo)} case(s){where}", INTERRUPTED)
     return _verdict(args, doc, note)
 
 
@@ -389,8 +390,8 @@ def _verdict(args, doc: dict, note: str) -> int:
         print(f"note: {note}")
     results, counts = doc["results"], doc["summary"]
     if args.baseline and not counts["compared"]:
-        return error("regress", f"baseline {args.baseline} has none of this run's cases; "
-                                f"{_refresh(args.baseline)} or run its sizes and threads")
+        return error("bench regress", f"baseline {args.baseline} has none of this run's cases; "
+                                f"{_refresh(args.baseline)} or run its sizes and threads", 2)
     failed = [r for r in results if r["failures"]]
     for r in failed:
         print("".join(f"FAIL {r['case']}: {f['message']}\n" for f in r["failures"]), end="")
@@ -402,5 +403,5 @@ def _verdict(args, doc: dict, note: str) -> int:
         print("; ".join(parts), flush=True)
     if not failed:
         return 0
-    return error("regress", f"{counts['failed']} of {len(results)} case(s) failed ({'; '.join(parts)}), "
+    return error("bench regress", f"{counts['failed']} of {len(results)} case(s) failed ({'; '.join(parts)}), "
                             f"first {failed[0]['case']}: {failed[0]['failures'][0]['message']}", 1)

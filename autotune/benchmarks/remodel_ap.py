@@ -25,6 +25,7 @@ import numpy as np
 
 from autotune.benchmarks._common import output_problem, probed_sp, write_json, write_text
 from autotune.benchmarks.validate import SETTLE_SECONDS, measure, paired_regret, runner
+from autotune.cli.common import add_db_argument
 from autotune.core.families import FAMILIES, as_problem
 from autotune.db import load_sp
 from autotune.select import clear_cache, rank
@@ -36,7 +37,7 @@ MODELS = ("over blocks", "per block")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="a probed database (read only: the validation runs on copies)")
+    add_db_argument(p, "a probed database (read only: the validation runs on copies)")
     p.add_argument("--spec", default="install", help="validation spec (install, quick, standard, full, or a file)")
     p.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="held-out orders")
     p.add_argument("--routines", nargs="+", choices=["cholesky", "lu"], default=["cholesky", "lu"])

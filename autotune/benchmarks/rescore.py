@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
 from autotune.benchmarks.validate import finish, summarise
+from autotune.cli.common import add_db_argument, error
 from autotune.core.families import as_problem
 from autotune.db import load_sp
 from autotune.db.lookup import SystemParameters
@@ -59,7 +60,7 @@ def retime(results: list[dict], pairs: int, rng) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", metavar="RUN.json", help="output of `autotune bench validate --out`")
-    p.add_argument("--db", required=True, help="database to re-predict with")
+    add_db_argument(p, "database to re-predict with", required=True)
     p.add_argument("--out", metavar="FILE.json")
     p.add_argument("--retime", action="store_true", help="re-time chosen vs best with A/B pairs")
     p.add_argument("--pairs", type=int, default=7)
@@ -79,16 +80,17 @@ def run(args) -> int:
     """Re-predict every candidate of RUN.json, print the new summary, write --out."""
     problem = output_problem("--out", args.out)
     if problem:
-        return error("rescore", problem)
+        return error("bench rescore", problem, 2)
     try:
         results = _load(args.run)
     except OSError as exc:
-        return error("rescore", f"{args.run}: {exc.strerror or exc}")
+        return error("bench rescore", f"{args.run}: {exc.strerror or exc}", 2)
     except (ValueError, KeyError, TypeError) as exc:
-        return error("rescore", f"{args.run}: not an `autotune bench validate` output ({type(exc).__name__}: {exc})")
+        return error("bench rescore",
+                     f"{args.run}: not an `autotune bench validate` output ({type(exc).__name__}: {exc})", 2)
     sp = load_sp(args.db)
     if sp.table is None:
-        return error("rescore", f"--db {args.db}: no usable database ({sp.reason})")
+        return error("bench rescore", f"--db {args.db}: no usable database ({sp.reason})", 2)
     results, changed = rescore(results, sp)
     if args.retime:
         retime(results, args.pairs, np.random.default_rng(1))

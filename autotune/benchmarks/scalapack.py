@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autotune.benchmarks._common import error, output_problem, write_json
+from autotune.benchmarks._common import output_problem, write_json
+from autotune.cli.common import error
 from autotune.geometry.layout import Axis, block_cyclic
 
 if TYPE_CHECKING:
@@ -163,10 +164,10 @@ def run(args) -> int:
         "" if min(args.n, args.block, args.own_block, args.rounds) >= 1 else "--n, --block, --own-block and "
                                                                               "--rounds must be positive")
     if problem:
-        return error("scalapack", problem)
+        return error("bench scalapack", problem, 2)
     path = args.lib or ctypes.util.find_library("scalapack-openmpi") or ctypes.util.find_library("scalapack")
     if not path:
-        return error("scalapack", "no ScaLAPACK library found (--lib PATH; Debian: libscalapack-openmpi-dev)")
+        return error("bench scalapack", "no ScaLAPACK library found (--lib PATH; Debian: libscalapack-openmpi-dev)", 2)
     from mpi4py import MPI
 
     from autotune.install_probe.operands import spd_matrix

@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root, timed
 from autotune.benchmarks.calls import HEAT_ALPHA
+from autotune.cli.common import add_db_argument
 from autotune.core.families import StencilProblem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
@@ -58,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on an emulated cluster whose hosts share this machine's cores, say so here)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
     p.add_argument("--skip", nargs="*", default=[], choices=["sweep", "plans"], help="parts to leave out")
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
 
 

@@ -19,7 +19,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from autotune.api import tuned_gemm
-from autotune.benchmarks._common import error, output_problem, timed, write_json, write_text
+from autotune.benchmarks._common import output_problem, timed, write_json, write_text
+from autotune.cli.common import add_db_argument, error
 from autotune.core.plans import Candidate
 from autotune.db import load_sp
 from autotune.db.lookup import SPLookup
@@ -115,7 +116,7 @@ def markdown(res: dict, summ: dict) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--reps", type=int, default=3, help="timed runs per (size, level) (median)")
     p.add_argument("--sizes", type=int, nargs="+", default=list(GRID), help="square sizes the factors are fitted on")
     p.add_argument("--checks", type=int, nargs="+", default=list(CHECK), help="square sizes the models are checked on")
@@ -144,17 +145,17 @@ def run(args) -> int:
     """Time, fit and compare; print the tables, write what --out/--markdown ask."""
     problem = _problem(args)
     if problem:
-        return error("strassen-remodel", problem)
+        return error("bench strassen-remodel", problem, 2)
     sp = load_sp(args.db)
     if sp.table is None:
-        return error("strassen-remodel", f"no usable database ({sp.reason})")
+        return error("bench strassen-remodel", f"no usable database ({sp.reason})", 2)
     rng, levels = np.random.default_rng(0), sorted(set(args.levels))
     with threadpool_limits(1), options(db=args.db):
         grid = timings(args.sizes, levels, args.reps, rng)
         try:
             fitted = fit(grid, sp)
         except ValueError as exc:
-            return error("strassen-remodel", f"--sizes do not determine the factors: {exc}")
+            return error("bench strassen-remodel", f"--sizes do not determine the factors: {exc}", 2)
         res = result(grid, compare(timings(args.checks, levels, args.reps, rng), fitted, sp), fitted)
     summ = summarise(res)
     print(markdown(res, summ), end="")

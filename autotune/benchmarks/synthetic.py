@@ -25,6 +25,7 @@ import numpy as np
 
 from autotune import synthetic
 from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root
+from autotune.cli.common import add_db_argument
 from autotune.core.workload import Pipeline, PipelineError, Spec, Stage, assign
 from autotune.core.workload_read import load_spec
 
@@ -47,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the generated workloads' stage times x this (default 1: 10-120 ms)")
     p.add_argument("--extra", type=int, default=2, help="processors the tuner may add to a workload's own")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--db", default=None, help="database with the comm probe's links")
+    add_db_argument(p, "database with the comm probe's links")
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
 
 

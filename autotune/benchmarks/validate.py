@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from autotune.benchmarks._common import output_problem, probed_sp, write_json, write_text
+from autotune.cli.common import add_db_argument
 from autotune.core.families import FAMILIES, as_problem
 from autotune.db import load_sp
 from autotune.select import as_candidate, rank
@@ -183,7 +184,7 @@ def plot(results: list[dict], filename: str) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=None, help="database path (default: $AUTOTUNE_DB or user data dir)")
+    add_db_argument(p)
     p.add_argument("--sizes", type=int, nargs="+", default=None,
                    help="square sizes for both routines (default: off-grid sizes and rectangular gemm shapes)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])

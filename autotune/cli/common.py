@@ -9,9 +9,10 @@ import sys
 from pathlib import Path
 
 
-def error(command: str, message: str, status: int = 1) -> int:
-    """Print the one-line ``autotune COMMAND: error: ...`` message; returns the exit status
-    (2: the arguments are wrong, 1: the run failed)."""
+def error(command: str, message: str, status: int) -> int:
+    """Print the one-line ``autotune COMMAND: error: ...`` message of every command (``COMMAND`` as
+    typed: ``show``, ``bench dropin``); returns the exit status (2: the arguments are wrong, 1: the
+    run failed)."""
     print(f"autotune {command}: error: {message}", file=sys.stderr)
     return status
 
@@ -26,9 +27,11 @@ class OneLineParser(argparse.ArgumentParser):
 DB_HELP = "database path (default: $AUTOTUNE_DB or the user data dir)"
 
 
-def add_db_argument(p: argparse.ArgumentParser, purpose: str = "") -> None:
-    """The one ``--db PATH`` option of every command (``purpose``: what the command reads there)."""
-    p.add_argument("--db", default=None, metavar="PATH", help=f"{purpose}: {DB_HELP}" if purpose else DB_HELP)
+def add_db_argument(p: argparse.ArgumentParser, purpose: str = "", required: bool = False) -> None:
+    """The one ``--db PATH`` option of every command (``purpose``: what the command reads there;
+    ``required``: no default database)."""
+    text = (f"{purpose}; " if purpose else "") + ("required" if required else DB_HELP)
+    p.add_argument("--db", default=None, required=required, metavar="PATH", help=text)
 
 
 def output_problem(option: str, path: str | None) -> str:

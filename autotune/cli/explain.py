@@ -43,13 +43,13 @@ def cmd_explain(args) -> int:
         return error("explain", str(exc).removeprefix("explain: "), 2)
     problem = _memory_problem(args.routine, dims) if args.run else ""
     if problem:
-        return error("explain", problem)
+        return error("explain", problem, 1)
     if args.platform is not None:
         return _explain_mapping(args, dims)
     with options(threads=args.threads, allow_strassen=args.strassen, db=args.db) as opts:
         sp = load_sp(opts.db)
         if sp.table is None:
-            return error("explain", f"no usable database ({sp.reason}); tuned calls fall back to numpy/scipy")
+            return error("explain", f"no usable database ({sp.reason}); tuned calls fall back to numpy/scipy", 1)
         if args.np is not None:
             return _explain_distributed(args, dims, sp, opts)
         try:
@@ -62,13 +62,13 @@ def cmd_explain(args) -> int:
                        after=after, memory_bytes=opts.memory_cap)
             dec.limit = budget.source
         except LookupError as exc:
-            return error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy")
+            return error("explain", f"{exc} in {resolve(opts.db)}; tuned calls fall back to numpy/scipy", 1)
         print(describe(dec, top=args.top))
         if args.run:
             try:
                 _run_once(args.routine, dims, dec.chosen)
             except MemoryError as exc:
-                return error("explain", f"--run: out of memory for the operands ({exc})")
+                return error("explain", f"--run: out of memory for the operands ({exc})", 1)
     return 0
 
 
@@ -135,7 +135,7 @@ def _explain_distributed(args, dims: tuple[int, ...], sp: SystemParameters, opts
         dec = rank_plans(as_problem(args.routine, dims), args.np, sp, cp, args.threads or available_cores(),
                          opts.allow_strassen, min_efficiency=args.min_efficiency, memory_bytes=opts.memory_cap)
     except LookupError as exc:
-        return error("explain", f"{exc} in {resolve(opts.db)}")
+        return error("explain", f"{exc} in {resolve(opts.db)}", 1)
     print(f"communication parameters: {cp.platform.get('key') if cp.available else 'nominal defaults (no MPI probe)'}")
     print(describe_plans(dec, top=args.top))
     return 0

@@ -19,9 +19,9 @@ def run(args) -> int:
     try:
         summary = refit(args.db)
     except OSError as exc:          # a read-only database, a full disk
-        return error("refit", str(exc))
+        return error("refit", str(exc), 1)
     if "error" in summary:
-        return error("refit", f"{summary['error']} at {summary['db']}")
+        return error("refit", f"{summary['error']} at {summary['db']}", 1)
     print(f"{summary['db']}: {summary['observations']} logged observations, {summary['series']} candidate series")
     for c in summary["corrections"]:
         form = c["ratio_model"] or "scale"

@@ -491,10 +491,10 @@ def run(args) -> int:
                                     f"({exc})", 2)
     missing = missing_database(args.db)
     if missing:                     # as `autotune show` and `explain`: nothing to report on
-        return error("report", missing)
+        return error("report", missing, 1)
     try:
         page = write_report(out, db=args.db, validation=args.validation)   # creates DIR and its parents
     except OSError as exc:
-        return error("report", f"cannot write the report into {args.out}: {exc}")
+        return error("report", f"cannot write the report into {args.out}: {exc}", 1)
     print(f"report written to {page}")
     return 0

@@ -224,7 +224,7 @@ def cmd_show(args) -> int:
         db = load(path, check_machine=False)
     except DatabaseError as exc:
         if not platforms:
-            return error("show", str(exc))
+            return error("show", str(exc), 1)
         db, blas_error = None, str(exc)
     if args.json:
         out = summary_json(db) if db is not None else {"error": blas_error}
@@ -247,7 +247,7 @@ def cmd_show(args) -> int:
         try:
             _write_plots(db, platforms, args.plot)
         except OSError as exc:
-            return error("show", f"cannot write the plot: {exc}")
+            return error("show", f"cannot write the plot: {exc}", 1)
     return 0
 
 

@@ -41,7 +41,7 @@ def _spec(args):
     except SpecError as exc:
         if _root():
             for line in exc.problems:
-                error(COMMAND, f"{args.spec}: {line}")
+                error(COMMAND, f"{args.spec}: {line}", 1)
         return 2
 
 

@@ -148,7 +148,8 @@ WORKSPACE_FALLBACK_BYTES = _assume(
     SET_BY_HAND, "distributed/workspace.py limit_bytes")
 
 __all__ += ["ALIGNED_OUTPUT_WORK", "GUARD_CLASS_STEPS", "GUARD_MAX_ROUNDS", "GUARD_ROUNDS", "GUARD_SECONDS",
-            "CACHE_ENTRIES", "HUGE_ADVISE_BYTES", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE", "WORKSPACE_FALLBACK_BYTES", "WORKSPACE_SHARE"]
+            "CACHE_ENTRIES", "HUGE_ADVISE_BYTES", "HUGE_MIN_BYTES", "HUGE_PAGE", "MIN_TUNED_SIZE",
+            "WORKSPACE_FALLBACK_BYTES", "WORKSPACE_SHARE"]
 
 # -- defaults where nothing was measured, and lookup policies (db/lookup.py, db/comm.py) --------------
 

@@ -1,4 +1,5 @@
-"""The cores and memory this process may use now (affinity, /proc/meminfo, the cgroup limit), re-read at most once a second."""
+"""The cores and memory this process may use now (affinity, /proc/meminfo, the cgroup limit), re-read
+at most once a second."""
 from __future__ import annotations
 
 import os
