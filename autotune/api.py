@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from autotune.host.budget import Budget
 from autotune.kernels import _front
 from autotune.select import Decision, rank
 from autotune.settings import get_options
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # How long a remembered "numpy's own call" decision is trusted before options, database and
 # thread settings are looked at again (the same period as the database re-stat).
@@ -79,7 +83,8 @@ def describe(dec: Decision, top: int = 12) -> str:
 
 # ---------------------------------------------------------------------------------------------- gemm
 
-def _gemm(a, b, *, alpha, beta, c, trans_a, trans_b, out, config, explain, comm, root, ufunc_kwargs=None):
+def _gemm(a, b, *, alpha, beta, c, trans_a, trans_b, out, config, explain, comm: MPI.Comm | None, root,
+          ufunc_kwargs=None):
     """``tuned_gemm`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if type(out) is tuple and len(out) == 1:       # numpy's ufunc form out=(array,)
         out = out[0]
@@ -109,7 +114,7 @@ def _numpy_matmul(a, b, out, ufunc_kwargs: dict, extras: dict):
 
 # ------------------------------------------------------------------------------------------ cholesky
 
-def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm, root):
+def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm: MPI.Comm | None, root):
     """``tuned_cholesky`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return cholesky_entry.collective(a, comm, lower=lower, overwrite_a=overwrite_a, check_finite=check_finite,
@@ -120,7 +125,7 @@ def _cholesky(a, *, lower, overwrite_a, check_finite, config, explain, comm, roo
 
 # ------------------------------------------------------------------------------------------------ LU
 
-def _lu_factor(a, *, overwrite_a, check_finite, config, explain, comm, root):
+def _lu_factor(a, *, overwrite_a, check_finite, config, explain, comm: MPI.Comm | None, root):
     """``tuned_lu_factor`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return lu_entry.collective_lu_factor(a, comm, overwrite_a=overwrite_a, check_finite=check_finite, root=root,
@@ -141,7 +146,8 @@ def tuned_lu_solve(lu_and_piv, b, trans: int = 0, overwrite_b: bool = False, che
                              config=config, explain=explain)
 
 
-def _solve(a, b, *, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed, config, explain, comm, root):
+def _solve(a, b, *, lower, overwrite_a, overwrite_b, check_finite, assume_a, transposed,
+           config, explain, comm: MPI.Comm | None, root):
     """``tuned_solve`` past its C hot path (``kernels/_front.pyx``, which holds the public docstring)."""
     if comm is not None:
         return lu_entry.collective_solve(a, b, comm, lower=lower, overwrite_a=overwrite_a, overwrite_b=overwrite_b,

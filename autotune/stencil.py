@@ -11,6 +11,7 @@ keeps the field distributed between calls (``DistributedField.advance``, ``gathe
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,8 +20,12 @@ from autotune.entry import protocol
 from autotune.entry import stencil as stencil_entry
 from autotune.entry.stencil import StencilArgs
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
-def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, check_finite: bool = True,
+
+def heat2d(u0, steps: int, alpha: float = 0.1, *, comm: MPI.Comm | None = None, root: int = 0,
+           check_finite: bool = True,
            config=None, explain: bool = False, phases=None, balance=None) -> np.ndarray | None:
     """``steps`` explicit heat steps of the field ``u0`` (edges fixed): a new float64 array (on the
     root under ``comm``; None on the other ranks)."""
@@ -32,7 +37,8 @@ def heat2d(u0, steps: int, alpha: float = 0.1, *, comm=None, root: int = 0, chec
                                     balance=balance)
 
 
-def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm=None,
+def apply(u0, steps: int, weights=None, *, kernel: Callable | None = None, radius: int | None = None,
+          comm: MPI.Comm | None = None,
           root: int = 0, check_finite: bool = True, config=None, explain: bool = False,
           phases=None, balance=None) -> np.ndarray | None:
     """``steps`` sweeps of the stencil ``weights`` ((2R+1) x (2R+1): new[i, j] = sum w[a, b]
@@ -52,7 +58,7 @@ class DistributedField:
     gather and free). Under a one-process plan the root holds it whole. Every method's checks are
     agreed by all ranks, so a bad ``steps`` or a freed field raises the same error on every rank."""
 
-    def __init__(self, comm, agreed: stencil_entry.Agreed, phases=None, horizon: int | None = None):
+    def __init__(self, comm: MPI.Comm, agreed: stencil_entry.Agreed, phases=None, horizon: int | None = None):
         from autotune.distributed.runs import open_run
         from autotune.distributed.stencil import scatter_field
         plan, stencil, root, a = agreed.plan, agreed.stencil, agreed.root, agreed.field
@@ -146,7 +152,8 @@ class DistributedField:
         self.free()
 
 
-def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int | None = None, comm,
+def distribute(u0, weights=None, *, kernel: Callable | None = None, radius: int | None = None,
+               comm: MPI.Comm,
                steps: int = CHECK_STEPS, root: int = 0, check_finite: bool = True, config=None,
                explain: bool = False, phases=None, balance=None) -> DistributedField:
     """Collective: the root's ``u0`` cut into halo tiles on the plan chosen for ``steps`` steps

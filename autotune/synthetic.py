@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+from typing import TYPE_CHECKING
 
 from autotune.core.workload import PipelineError, Spec, SpecError, WorkloadPlan, describe, plan, spec_problems
 from autotune.core.workload_read import load_spec
@@ -22,6 +23,9 @@ from autotune.models.pipeline import predict as _predict
 from autotune.select.pipeline import Choice, rules
 from autotune.select.pipeline import tune as _tune
 from autotune.settings import get_options
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 DEADLINE_FACTOR = 5.0      # a run may take this many times its prediction (plus a minute) before it aborts
 GEMM_BACKEND = "numpy-openblas"    # the library a compute stage's gemm calls run on (numpy's matmul)
@@ -66,7 +70,8 @@ def tune(spec: Spec, processors: int | None = None, *, db=None, hosts: int | Non
     return _tune(spec, hop or links(db), budget, hosts)
 
 
-def run(spec, comm=None, *, timeout: float | None = None, root: int = 0, db=None, hop: Hop | None = None):
+def run(spec, comm: MPI.Comm | None = None, *, timeout: float | None = None, root: int = 0, db=None,
+        hop: Hop | None = None):
     """Run the workload (a ``Plan``, or a spec as ``check`` takes it) on ``comm`` (default
     COMM_WORLD; collective): its ``Report`` on ``root``, None elsewhere. Every rank checks its spec,
     ``timeout`` and ``root`` and the ranks agree on them (a bad or different one raises the same
