@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The Cholesky family's entry: ``local`` (scipy.linalg.cholesky's contract: the library and thread
+count chosen for real float64 problems, scipy's own call otherwise) and ``collective`` (over ``comm=``)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 
 
 def local(a, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True, config=None,
-             explain: bool = False):
+          explain: bool = False):
     """The Cholesky factor of ``a`` with scipy.linalg.cholesky's contract."""
     if config is not None:
         as_candidate(config, "cholesky")
@@ -119,7 +120,7 @@ def _remember_cholesky(cand: Candidate, problem: CholeskyProblem, overwrite_a: b
 
 
 def collective(a, comm: MPI.Comm, *, lower: bool = False, overwrite_a: bool = False, check_finite: bool = True,
-                         root: int = 0, config=None, explain: bool = False, phases=None) -> np.ndarray | None:
+               root: int = 0, config=None, explain: bool = False, phases=None) -> np.ndarray | None:
     """Collective ``scipy.linalg.cholesky``: the root passes a and gets the factor; others get None.
     Every rank must pass the same ``lower`` and ``root`` (else ValueError on every rank);
     ``overwrite_a`` and ``check_finite`` are the root's, as in scipy (a distributed run never

@@ -1,5 +1,6 @@
-"""Tuned calls in one process: the candidate (forced ``config`` or the selector's choice), run
-through dispatch, or numpy/scipy's own call when there is nothing to tune or no usable database."""
+"""The decision every family's one-process entry shares: the typed problem to the selector (or a
+forced ``config``), the guard around the choice, the reference call (numpy/scipy's own) when there
+is nothing to tune or no usable database, and the notes ``explain`` prints."""
 from __future__ import annotations
 
 import time

@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The gemm family's entry: ``local`` (``a @ b`` and BLAS dgemm's alpha, beta, c, transposes and out,
+with numpy's results and errors) and ``collective`` (the same over ``comm=``, the root's operands)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 
 def local(a, b, *, alpha=1.0, beta=0.0, c=None, trans_a: bool = False, trans_b: bool = False, out=None, config=None,
-         explain: bool = False):
+          explain: bool = False):
     """``alpha op(a) op(b) + beta c`` into ``out`` (or a new array): numpy's result and errors."""
     # No extra in effect. ``is True``: a comparison that is not a Python bool (an array's, whose
     # truth is ambiguous; a numpy scalar's) is not plain, so check_extras sees it (same values).
@@ -175,15 +176,15 @@ def _keeps_float64(alpha, beta, c) -> bool:
 
 
 def collective(a, b, comm: MPI.Comm, *, root: int = 0, config=None, explain: bool = False, phases=None,
-                     alpha: float = 1.0, beta: float = 0.0, c=None, trans_a: bool = False, trans_b: bool = False,
-                     out=None, refused: Exception | None = None) -> np.ndarray | None:
+               alpha: float = 1.0, beta: float = 0.0, c=None, trans_a: bool = False, trans_b: bool = False,
+               out=None, refused: Exception | None = None) -> np.ndarray | None:
     """Collective ``alpha op(a) op(b) + beta c``: the root passes the operands and gets the
     product (in ``out`` if given); others get None. ``refused``: this rank's error found before
     the call (raised on every rank)."""
     require_mpi4py()
     extras = (alpha, beta, c, trans_a, trans_b, out)
     plan, args, ops = agree_plan("gemm", lambda: _gemm_problem(_gemm_operands(a, b, *extras)), comm, root, config,
-                              explain, phases, guard=_finite_for_strassen, refused=refused)
+                                 explain, phases, guard=_finite_for_strassen, refused=refused)
     root = args["root"]
     if plan.algorithm == "local":
         return run_local(comm, root, plan, phases, lambda: local(

@@ -1,6 +1,6 @@
-"""LU factorisation and linear solves in one process, with scipy.linalg's contracts
-(``lu_factor``, ``lu_solve``, ``solve``): the selector's LAPACK library and thread count on real
-square float64 problems, scipy's own call for everything else (other dtypes, shapes, structures)."""
+"""The LU family's entry (``lu_factor``, ``lu_solve``, ``solve`` with scipy.linalg's contracts): the
+selector's LAPACK library and thread count on real square float64 problems, scipy's own call for
+everything else; ``collective_lu_factor`` and ``collective_solve`` over ``comm=``."""
 from __future__ import annotations
 
 import warnings
@@ -345,13 +345,13 @@ __all__ = ["lu_factor", "lu_solve", "solve"]
 
 
 def collective_lu_factor(a, comm: MPI.Comm, *, overwrite_a: bool = False, check_finite: bool = True, root: int = 0,
-                          config=None, explain: bool = False, phases=None):
+                         config=None, explain: bool = False, phases=None):
     """Collective ``scipy.linalg.lu_factor``: the root passes a and gets ``(lu, piv)`` (a
     ``LinAlgWarning`` for an exactly singular factor, as scipy); others get None. ``overwrite_a``
     and ``check_finite`` are the root's, as in scipy."""
     require_mpi4py()
     plan, args, _ = agree_plan("lu", lambda: square_problem(a, LuProblem, rectangular=True), comm, root, config,
-                            explain, phases)
+                               explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
         return run_local(comm, root, plan, phases,
@@ -371,14 +371,14 @@ def collective_lu_factor(a, comm: MPI.Comm, *, overwrite_a: bool = False, check_
 
 
 def collective_solve(a, b, comm: MPI.Comm, *, lower: bool = False, overwrite_a: bool = False, overwrite_b: bool = False,
-                      check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
-                      config=None, explain: bool = False, phases=None):
+                     check_finite: bool = True, assume_a=None, transposed: bool = False, root: int = 0,
+                     config=None, explain: bool = False, phases=None):
     """Collective ``scipy.linalg.solve``: the root passes a and b and gets x; others get None. A
     singular matrix raises LinAlgError on every rank of the plan. ``overwrite_a``, ``overwrite_b``
     and ``check_finite`` are the root's, as in scipy (a distributed run never writes into ``b``)."""
     require_mpi4py()
     plan, args, ops = agree_plan("solve", lambda: _solve_operands(a, b, assume_a, transposed), comm, root, config,
-                              explain, phases)
+                                 explain, phases)
     root = args["root"]
     if plan.algorithm == "local":
         return run_local(comm, root, plan, phases, lambda: solve(

@@ -1,5 +1,5 @@
-"""Tuned calls over MPI (``comm=``): collective entry points behind ``tuned_gemm``, ``tuned_cholesky``,
-``tuned_lu_factor`` and ``tuned_solve``.
+"""The collective protocol every family's ``comm=`` entry uses (``tuned_gemm``, ``tuned_cholesky``,
+``tuned_lu_factor``, ``tuned_solve``, the stencil).
 
 Every rank first checks its own arguments (``root`` in range) and, in one allgather, that all
 ranks passed the same family, ``root`` and ``lower`` and which cores each may run on; then the
