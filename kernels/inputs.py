@@ -18,13 +18,21 @@ def require_finite(finite: bool) -> None:
         raise ValueError(NOT_FINITE)
 
 
-def all_finite(a: np.ndarray) -> bool:
+def _numpy_finite(a: np.ndarray) -> bool:
     return bool(np.isfinite(a).all())
+
+
+def finite_checked(a: np.ndarray, check_finite: bool,
+                   finite: Callable[[np.ndarray], bool] = _numpy_finite) -> np.ndarray:
+    """``a`` itself, after scipy's ValueError when ``check_finite`` and it holds an inf or NaN
+    (``finite``: the check to run, e.g. the distributed runs' threaded one)."""
+    require_finite(not check_finite or finite(a))
+    return a
 
 
 def work_buffer(a, a1: np.ndarray, *, overwrite: bool, check_finite: bool, order: str = "F",
                 prepare: Callable[[np.ndarray, bool], np.ndarray | None] | None = None,
-                finite: Callable[[np.ndarray], bool] = all_finite) -> tuple[np.ndarray, bool]:
+                finite: Callable[[np.ndarray], bool] = _numpy_finite) -> tuple[np.ndarray, bool]:
     """The float64 buffer to work in and whether ``prepare`` made it: ``a`` itself when
     ``overwrite`` allows (writeable float64 already in ``order``; "A": either), else a copy in
     ``order`` on a 64-byte boundary (a contiguous float64 ``a1`` is copied and checked in one pass

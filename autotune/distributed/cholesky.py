@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.core.plans import Plan
-from autotune.kernels.inputs import require_finite
+from autotune.kernels.inputs import finite_checked
 from autotune.models.distributed_cholesky import flipped, memory_order, wanted_order
 
 from .checks import all_finite, root_square
@@ -69,7 +69,7 @@ def cholesky_dist(A: DistMatrix, grid: ProcessGrid, b: int, lower: bool = False,
             raise ValueError(f"distributed Cholesky takes float64, got {A.local.dtype}")
         if A.local.shape != A.layout.local_shape(comm.rank):
             raise ValueError(f"local piece {A.local.shape} does not match the layout")
-        require_finite(not check_finite or bool(np.isfinite(A.local).all()))
+        finite_checked(A.local, check_finite)
         be = backends.get(backend)
         if threads is not None and not 1 <= threads <= be.max_threads:
             raise ValueError(f"threads per rank must be in 1..{be.max_threads}, got {threads}")
@@ -95,7 +95,7 @@ def _check_root_matrix(a, plan: Plan, check_finite: bool = True) -> np.ndarray:
     """The root's matrix as float64 (scipy's errors for what no rank can factor), checked finite
     when ``check_finite``."""
     arr = root_square(a, "Cholesky").astype(np.float64, copy=False)
-    require_finite(not check_finite or all_finite(arr, plan.backend, plan.threads))
+    finite_checked(arr, check_finite, lambda w: all_finite(w, plan.backend, plan.threads))
     return arr
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.core.plans import Plan
-from autotune.kernels.inputs import require_finite, work_buffer
+from autotune.kernels.inputs import finite_checked, work_buffer
 
 from .checks import all_finite, root_square
 from .lu_factorization import LUFactorization
@@ -179,7 +179,7 @@ def _root_rhs(a, b, plan: Plan, check_finite: bool,
     if np.iscomplexobj(rhs):
         raise ValueError("distributed solve takes real right-hand sides")
     rhs = np.array(rhs, dtype=np.float64, order="F")
-    require_finite(not check_finite or bool(np.isfinite(rhs).all()))
+    finite_checked(rhs, check_finite)
     return (arr, rhs), rhs.shape
 
 

@@ -13,7 +13,6 @@ from autotune.core.families import GemmProblem, Problem, gemm_layout
 from autotune.core.plans import Plan
 from autotune.dispatch import run_gemm
 from autotune.entry.decide import (
-    F64,
     SCALARS,
     decide,
     guarded,
@@ -26,6 +25,7 @@ from autotune.entry.decide import (
 from autotune.entry.protocol import agree_plan, observed, require_mpi4py, root_matrices, run_local
 from autotune.feedback import guard, learn
 from autotune.kernels import _front
+from autotune.kernels.inputs import F64
 from autotune.select import as_candidate
 from autotune.settings import get_options
 

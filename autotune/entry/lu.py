@@ -24,7 +24,6 @@ from autotune.core.plans import Candidate
 from autotune.db._warn import warn_user
 from autotune.dispatch import int_dtype, lu_kernel, run_cholesky, run_getrs, run_lu
 from autotune.entry.decide import (
-    F64,
     decide,
     guarded,
     lapack_float64,
@@ -37,7 +36,7 @@ from autotune.entry.decide import (
 from autotune.entry.protocol import agree_plan, observed, require_mpi4py, run_local, square_problem
 from autotune.feedback import guard, learn
 from autotune.kernels import _front
-from autotune.kernels.inputs import work_buffer
+from autotune.kernels.inputs import F64, work_buffer
 from autotune.select import as_candidate
 from autotune.settings import get_options
 

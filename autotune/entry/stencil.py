@@ -27,7 +27,7 @@ from autotune.entry.decide import decide
 from autotune.feedback.balance import Policy, policy_of
 from autotune.geometry.halo import fits
 from autotune.kernels import stencil as kernels
-from autotune.kernels.inputs import require_finite
+from autotune.kernels.inputs import finite_checked
 from autotune.kernels.stencil import Sweeper, run_local
 from autotune.models.movement import LinkCost
 from autotune.models.stencil import link_cost
@@ -165,7 +165,7 @@ def check_field(u, check_finite: bool) -> np.ndarray:
         raise ValueError(f"the field must be 2-D, got {a.ndim}-D")
     if np.iscomplexobj(a) or a.dtype.kind not in "biuf":
         raise ValueError(f"the field must be real, got dtype {a.dtype}")
-    require_finite(not check_finite or bool(np.isfinite(a).all()))
+    finite_checked(a, check_finite)
     return a
 
 
