@@ -239,7 +239,7 @@ def _stencil(be, d, rng):
     src = rng.random((side + 2, side + 2))
     dst = np.zeros_like(src)
     w = np.array([0.6, 0.1, 0.1, 0.1, 0.1])
-    return Call(_op(be, "stencil", src, dst, w, 1, 1 + m, 1, 1 + n))
+    return Call(_op(be, "stencil", src, dst, w, 1, 1 + m, 1, 1 + n, d.get("levels", 1)))
 
 
 _BUILDERS = {
@@ -256,5 +256,5 @@ _BUILDERS = {
     ("laswp", "square"): _laswp_panel,
     ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,
     ("stencil", "square"): _stencil, ("stencil", "interior"): _stencil,
-    ("stencil", "rows"): _stencil, ("stencil", "cols"): _stencil,
+    ("stencil", "rows"): _stencil, ("stencil", "cols"): _stencil, ("stencil", "levels"): _stencil,
 }

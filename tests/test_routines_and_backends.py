@@ -18,7 +18,7 @@ AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
 PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "u12": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0,
          "trail": 0.0, "dispatch": 0.0, "rhs": 3.0, "interior": 0.0, "rows": 2.0, "cols": 2.0,
-         "tn": 0.0, "nt": 0.0, "tt": 0.0, "upper": 0.0}
+         "levels": 4.0, "tn": 0.0, "nt": 0.0, "tt": 0.0, "upper": 0.0}
 # Builders that time a whole tuned call on purpose (through the API, not a driver's operands).
 WHOLE_CALLS = {("gemm", "dispatch")}
 
@@ -69,11 +69,12 @@ def test_pattern_dims():
     assert dims_of("gemm", "rankb", 100, 8) == {"m": 100, "n": 100, "k": 8}
     assert dims_of("getrs", "rhs", 100, 16) == {"n": 100, "nrhs": 16}
     assert flops_of("getrs", "rhs", 100, 16)[0] == 2 * 100 * 100 * 16
-    with_param = ("panel", "u12", "stripe", "segment", "rankb", "rhs", "rows", "cols")
+    with_param = ("panel", "u12", "stripe", "segment", "rankb", "rhs", "rows", "cols", "levels")
     assert dims_of("trsm", "u12", 100, 8) == {"m": 100, "n": 8}       # b x x block row: x b^2 flops
     assert dims_of("stencil", "rows", 100, 2) == {"m": 2, "n": 100}
     assert dims_of("stencil", "cols", 100, 2) == {"m": 100, "n": 2}
     assert flops_of("stencil", "interior", 10)[0] == 9 * 100
+    assert flops_of("stencil", "levels", 10, 4)[0] == 4 * 9 * 100      # four fused steps
     assert all(p.needs_param == (name in with_param) for name, p in PATTERNS.items())
 
 
@@ -104,8 +105,8 @@ def _dims_from_call(routine, args, kwargs) -> dict:
         return {"n": args[1].shape[0]}
     if routine == "add":
         return {"m": args[2].shape[0], "n": args[2].shape[1]}
-    if routine == "stencil":                       # stencil(src, dst, w, r0, r1, c0, c1): row-major tiles
-        return {"m": args[4] - args[3], "n": args[6] - args[5]}
+    if routine == "stencil":                       # stencil(src, dst, w, r0, r1, c0, c1, levels): row-major tiles
+        return {"m": args[4] - args[3], "n": args[6] - args[5], "levels": args[7]}
     if routine == "getrs":                         # getrs(lu, ipiv, b): b holds the right-hand sides
         return {"n": args[0].shape[0], "nrhs": args[2].shape[1]}
     if routine == "getrf":                         # an m x n panel (m >= n), or square
@@ -155,8 +156,8 @@ def test_dispatch_builder_times_a_whole_tuned_call(monkeypatch):
 
 @pytest.mark.parametrize(("routine", "pattern"), sorted(_BUILDERS))
 def test_builders_run_on_a_real_backend(routine, pattern):
-    be = bk.get("numba-stencil" if routine == "stencil" else "scipy-openblas")
-    call = build(be, routine, pattern, 24, PARAM[pattern], np.random.default_rng(1))
+    name = {"stencil": "numba-wavefront" if pattern == "levels" else "numba-stencil"}.get(routine, "scipy-openblas")
+    call = build(bk.get(name), routine, pattern, 24, PARAM[pattern], np.random.default_rng(1))
     for _ in range(2):
         if call.restore is not None:
             call.restore()

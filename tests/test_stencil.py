@@ -13,9 +13,9 @@ from numba import njit
 
 import autotune
 from autotune import stencil
-from autotune.core.families import FAMILIES, StencilProblem, family
+from autotune.core.families import FAMILIES, HALOS, STENCIL_BACKENDS, StencilProblem, family
 from autotune.core.plans import Plan
-from autotune.geometry.halo import Tile, border_cells, fits, interior_cells, tiles
+from autotune.geometry.halo import Rect, Tile, border_cells, fits, interior_cells, tiles
 from autotune.models import stencil as model
 from autotune.select.distributed import plans, predict, rank_plans
 from autotune.select.ranking import choose
@@ -75,7 +75,7 @@ def test_fits_names_the_tiles_thinner_than_the_halo():
 
 @settings(max_examples=25, deadline=None)
 @given(rows=st.integers(1, 40), cols=st.integers(1, 40), steps=st.integers(0, 4), radius=st.integers(1, 2),
-       backend=st.sampled_from(["numba-stencil", "numpy-stencil"]), seed=st.integers(0, 2**16))
+       backend=st.sampled_from(STENCIL_BACKENDS), seed=st.integers(0, 2**16))
 def test_sweeps_equal_numpy_for_any_shape(rows, cols, steps, radius, backend, seed):
     rng = np.random.default_rng(seed)
     u = rng.random((rows, cols))
@@ -92,6 +92,26 @@ def test_heat_cross_kernel_and_threads_equal_numpy():
     for threads in (1, 2):
         got = run_local(u, 6, 1, Sweeper(heat_weights(0.2), threads=threads))
         np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+@settings(max_examples=25, deadline=None)
+@given(levels=st.integers(1, 6), shrink=st.integers(0, 1), radius=st.integers(1, 2), seed=st.integers(0, 2**16))
+def test_fused_levels_are_the_same_bits_as_a_call_a_step(levels, shrink, radius, seed):
+    """The wavefront sweeps a run of (possibly shrinking) rectangles exactly as one call each."""
+    rng = np.random.default_rng(seed)
+    shape = (20 + 4 * levels, 17 + 4 * levels)
+    w = heat_weights(0.2) if radius == 1 and seed % 2 else rng.random((2 * radius + 1,) * 2) / 9
+    rects = [Rect(radius + k * shrink * radius, shape[0] - radius - k * shrink, radius + k * shrink,
+                  shape[1] - radius - k * shrink * radius) for k in range(levels)]
+    bufs = {}
+    for name in ("numba-stencil", "numba-wavefront"):
+        a = rng.random(shape) if not bufs else bufs["numba-stencil"][2].copy()
+        init = a.copy()
+        b = a.copy()
+        Sweeper(w, backend=name).levels(a, b, rects)
+        bufs[name] = (a, b, init)
+    np.testing.assert_array_equal(bufs["numba-stencil"][0], bufs["numba-wavefront"][0])
+    np.testing.assert_array_equal(bufs["numba-stencil"][1], bufs["numba-wavefront"][1])
 
 
 def test_user_kernel_hook():
@@ -243,7 +263,7 @@ def test_plans_cover_schedules_halos_and_backends():
     prob = StencilProblem(64, 64, 10)
     ps = plans(prob, 4, 2)
     assert {p.algorithm for p in ps} == set(FAMILIES["stencil"].distributed)
-    assert {p.b for p in ps} == {1, 2, 4} and {p.backend for p in ps} == {"numba-stencil", "numpy-stencil"}
+    assert {p.b for p in ps} == set(HALOS) and {p.backend for p in ps} == set(STENCIL_BACKENDS)
     assert all(p.b == 1 for p in ps if p.algorithm == "border_first")
     assert not plans(StencilProblem(6, 64, 10), 4, 4, oversubscribe=True) or all(
         fits(6, 64, p.r, p.c, p.b) is None for p in plans(StencilProblem(6, 64, 10), 4, 4, oversubscribe=True))
@@ -256,8 +276,7 @@ def test_selector_ranks_backends_and_plans(tiny_db):
     sp = load_sp(tiny_db)
     prob = family("stencil").read((300, 400))
     dec = choose(prob, sp, 2)
-    assert dec.chosen.algorithm == "sweep" and {r.candidate.backend for r in dec.ranking} == {
-        "numba-stencil", "numpy-stencil"}
+    assert dec.chosen.algorithm == "sweep" and {r.candidate.backend for r in dec.ranking} == set(STENCIL_BACKENDS)
     with pytest.warns(RuntimeWarning):
         dist = rank_plans(StencilProblem(2000, 2000, 50), 2, sp, CommParams(None, "test"), 2, min_efficiency=0.8)
     assert dist.ranking[0].efficiency is not None

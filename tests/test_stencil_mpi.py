@@ -35,7 +35,9 @@ for weights, kernel, rad in cases:
             for alg in ("blocking", "overlap", "border_first"):
                 for h in ((rad, 2 * rad) if alg != "border_first" else (rad,)):
                     for steps in ((1, 3) if h == rad else (3, 5)):
-                        plan = Plan(alg, p, r, c, h, backend="numba-stencil")
+                        # a deep halo's sub-steps: one call each, or fused in one wavefront
+                        backend = "numba-wavefront" if h != rad and steps == 5 else "numba-stencil"
+                        plan = Plan(alg, p, r, c, h, backend=backend)
                         out = stencil.apply(u if me == 0 else None, steps, weights, kernel=kernel,
                                             radius=rad if kernel is not None else None, comm=comm, config=plan)
                         if me == 0:

@@ -24,6 +24,7 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     "blis": _factory("blis", "blis"),
     "numba-reference": _factory("numba_ref", "numba_reference"),
     "numba-stencil": _factory("stencil", "numba_stencil"),
+    "numba-wavefront": _factory("stencil", "numba_wavefront"),
     "numpy-stencil": _factory("stencil", "numpy_stencil"),
 }
 

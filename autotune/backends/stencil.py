@@ -1,7 +1,9 @@
-"""The stencil kernels as backends: the 5-point sweep compiled by Numba, and numpy's slices.
+"""The stencil kernels as backends: the 5-point sweep compiled by Numba (a step a call, or
+several fused in one wavefront), and numpy's slices.
 
-Each offers one routine, ``stencil(src, dst, w, r0, r1, c0, c1)``: the 5-point sweep with weights
-``w`` = (centre, north, south, west, east) over rows [r0, r1) x columns [c0, c1) of ``dst``. The
+Each offers one routine, ``stencil(src, dst, w, r0, r1, c0, c1, levels=1)``: the 5-point sweep with
+weights ``w`` = (centre, north, south, west, east) over rows [r0, r1) x columns [c0, c1) of ``dst``
+(``levels`` > 1: that many steps back and forth between the two arrays, on the fusing backend). The
 probe times it as it times a BLAS routine (patterns interior, rows, cols) and the stencil models
 look its k up the same way; the runs call ``autotune.dispatch.stencil``.
 """
@@ -23,7 +25,8 @@ def numba_stencil() -> Backend:
     except ImportError as exc:
         raise BackendUnavailable(f"numba stencil kernels unavailable: {exc}") from exc
 
-    def stencil(src, dst, w, r0, r1, c0, c1):
+    def stencil(src, dst, w, r0, r1, c0, c1, levels=1):
+        _one_level(levels)
         (k.cross5_par if numba.get_num_threads() > 1 else k.cross5)(src, dst, w, r0, r1, c0, c1)
 
     info = {"name": "numba-stencil", "library": k.__file__, "version": numba.__version__,
@@ -32,11 +35,37 @@ def numba_stencil() -> Backend:
                    int_dtype="int64", extra={"warm_up": k.warm_up})
 
 
+def numba_wavefront() -> Backend:
+    """Numba, one thread: ``levels`` steps fused in one row wavefront (kernels.stencil.cross5_levels)."""
+    try:
+        import numba
+
+        from autotune.kernels import stencil as k
+    except ImportError as exc:
+        raise BackendUnavailable(f"numba stencil kernels unavailable: {exc}") from exc
+
+    def stencil(src, dst, w, r0, r1, c0, c1, levels=1):
+        if levels == 1:
+            k.cross5(src, dst, w, r0, r1, c0, c1)
+        else:
+            k.cross5_levels(src, dst, w, np.array([[r0, r1, c0, c1]] * int(levels), dtype=np.int64))
+
+    info = {"name": "numba-wavefront", "library": k.__file__, "version": numba.__version__,
+            **package_info("numba")}
+    return Backend("numba-wavefront", {"stencil": stencil}, info, int_dtype="int64", extra={"warm_up": k.warm_up})
+
+
+def _one_level(levels: int) -> None:
+    if levels != 1:
+        raise ValueError(f"this stencil backend sweeps one step a call, got levels={levels}")
+
+
 def numpy_stencil() -> Backend:
     """numpy slices, one thread (what a user writes by hand)."""
     from autotune.kernels import stencil as k
 
-    def stencil(src, dst, w, r0, r1, c0, c1):
+    def stencil(src, dst, w, r0, r1, c0, c1, levels=1):
+        _one_level(levels)
         k.numpy_sweep(src, dst, *_CROSS, w, r0, r1, c0, c1)
 
     info = {"name": "numpy-stencil", "library": np.__file__, "version": np.__version__, **package_info("numpy")}

@@ -24,9 +24,11 @@ from autotune.core.routines import CHECK_NRHS, STENCIL_FLOPS, WORD, flops
 # extrapolated; one set for the distributed selector and the mapping model alike.
 BLOCKS = (32, 64, 128, 256, 512)
 # A stencil plan's halo widths (multiples of the stencil's radius: one exchange per width/radius steps).
-HALOS = (1, 2, 4)
+HALOS = (1, 2, 4, 8)
 # The stencil kernels' backends (autotune.backends.stencil): ours first.
-STENCIL_BACKENDS = ("numba-stencil", "numpy-stencil")
+STENCIL_BACKENDS = ("numba-stencil", "numba-wavefront", "numpy-stencil")
+# The one that fuses a run of steps in one call (probed under the ``levels`` pattern).
+WAVEFRONT_BACKEND = "numba-wavefront"
 # Steps of the stencil problems checks, reports and benchmarks use.
 CHECK_STEPS = 100
 # Bytes a problem's float64 operands may need together (16 PiB: more memory than any machine has, and
@@ -389,6 +391,7 @@ __all__ = [
     "LuSolveProblem",
     "Problem",
     "STENCIL_BACKENDS",
+    "WAVEFRONT_BACKEND",
     "SolveProblem",
     "StencilProblem",
     "as_problem",

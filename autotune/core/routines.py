@@ -55,7 +55,8 @@ ROUTINES: dict[str, Routine] = {r.name: r for r in (
     Routine("getrs", 3, lambda n, nrhs: 2.0 * n * n * nrhs),  # unit-lower then upper solve of nrhs columns
     # One sweep of the 5-point stencil over an m x n region: 5 multiplies and 4 adds per cell (004's
     # Tn per cell is k x STENCIL_FLOPS); other stencils scale by their own count (families.StencilProblem).
-    Routine("stencil", 2, lambda m, n: STENCIL_FLOPS * m * n),
+    # ``levels`` steps of it fused in one call (the wavefront kernel) do levels times the flops.
+    Routine("stencil", 2, lambda m, n, levels=1: STENCIL_FLOPS * m * n * levels),
 )}
 
 
@@ -140,6 +141,10 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Pattern("interior", "a stencil sweep over the x-by-x interior block of a tile (004's interior cells)", {
         "stencil": lambda x, _: {"m": x, "n": x},
     }),
+    Pattern("levels", "param stencil steps over an x-by-x block fused in one call (a row wavefront: the "
+            "sub-steps one halo exchange serves, or a run of whole steps in one process)", {
+        "stencil": lambda x, s: {"m": x, "n": x, "levels": _i(s)},
+    }, needs_param=True),
     Pattern("rows", "a stencil sweep over param border rows of length x (contiguous: a tile's top/bottom)", {
         "stencil": lambda x, h: {"m": _i(h), "n": x},
     }, needs_param=True),

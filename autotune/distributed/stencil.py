@@ -26,7 +26,7 @@ from autotune.core.families import StencilProblem
 from autotune.core.plans import Plan
 from autotune.geometry.halo import CORNERS, EDGES, Rect, Tile
 from autotune.geometry.layout import Axis, Layout, grid_weights
-from autotune.kernels.stencil import Sweeper
+from autotune.kernels.stencil import Sweeper, level_rects
 
 from . import movement
 from .plan import Phases, timed
@@ -129,39 +129,49 @@ class HaloField:
     def _sweep(self, rect: Rect) -> None:
         """Sweep ``rect``; once a sweep raised, this rank skips the rest but keeps exchanging halos
         (and balancing), so no rank waits for it, and ``advance`` raises that error on every rank."""
+        self._guarded(self.sweeper, self.bufs[self.cur], self.bufs[1 - self.cur], rect)
+
+    def _guarded(self, fn, *args) -> None:
         if self.error is not None:
             return
         try:
-            self.sweeper(self.bufs[self.cur], self.bufs[1 - self.cur], rect)
+            fn(*args)
         except Exception as exc:
             self.error = exc
+
+    def _run_levels(self, n: int, first: int) -> None:
+        """Sub-steps ``first``..n-1 of an n-step period, swept whole in one ``Sweeper.levels`` call
+        (fused on the wavefront backend)."""
+        if first >= n:
+            return
+        rad = self.problem.radius
+        rects = level_rects([self.sweeps[(n - 1 - k) * rad].whole for k in range(first, n)])
+        self._guarded(self.sweeper.levels, self.bufs[self.cur], self.bufs[1 - self.cur], rects)
+        if (n - first) % 2:
+            self.cur = 1 - self.cur
 
     def _period(self, n: int, overlap: bool) -> None:
         """One exchange, then ``n`` sub-steps (the first overlapped with it when ``overlap``)."""
         from mpi4py import MPI
 
         reqs = self.requests[self.cur]
-        rad = self.problem.radius
-        first = self.sweeps[(n - 1) * rad]
+        first = self.sweeps[(n - 1) * self.problem.radius]
         with timed(self.phases, "communication"):
             MPI.Prequest.Startall(reqs)
-        if overlap:
-            self._polled(first.interior, reqs)
+        if not overlap:
             with timed(self.phases, "communication"):
                 MPI.Request.Waitall(reqs)
             with timed(self.phases, "compute"):
-                for piece in first.border:
-                    self._sweep(piece)
-        else:
-            with timed(self.phases, "communication"):
-                MPI.Request.Waitall(reqs)
-            with timed(self.phases, "compute"):
-                self._sweep(first.whole)
-        self.cur = 1 - self.cur
+                self._run_levels(n, 0)
+            return
+        self._polled(first.interior, reqs)
+        with timed(self.phases, "communication"):
+            MPI.Request.Waitall(reqs)
         with timed(self.phases, "compute"):
-            for k in range(1, n):
-                self._sweep(self.sweeps[(n - 1 - k) * rad].whole)
-                self.cur = 1 - self.cur
+            for piece in first.border:
+                self._sweep(piece)
+            self.cur = 1 - self.cur
+            self._run_levels(n, 1)
 
     def _polled(self, rect: Rect, reqs: list) -> None:
         """Sweep ``rect`` in row chunks (the ``compute`` phase), testing ``reqs`` between them (the

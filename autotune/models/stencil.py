@@ -16,8 +16,10 @@ start and completion (``HALO_REQUEST``). Schedules (``halo.Tile.sweep`` gives th
   interior (004 §3.2.3); the same overlap, the border pieces as separate calls.
 
 A halo of width h = s·R serves s steps per exchange, sub-step k sweeping (s - 1 - k)·R more
-cells into the halo. The iteration takes the slowest rank's time (its neighbours wait: Tidle).
-Vectorised over the plan's tiles; the overlap condition (eq. 12) and the crossover tile it
+cells into the halo. On the wavefront backend the sub-steps swept whole (all s when blocking, the
+s - 1 after the first when overlapped) are one fused call, priced by the ``levels`` pattern's k at
+s levels; in one process it fuses ``LOCAL_LEVELS`` steps a call. The iteration takes the slowest
+rank's time (its neighbours wait: Tidle). Vectorised over the plan's tiles; the overlap condition (eq. 12) and the crossover tile it
 implies are functions of their own.
 """
 from __future__ import annotations
@@ -26,8 +28,8 @@ import math
 
 import numpy as np
 
-from autotune.core.assumptions import HALO_REQUEST
-from autotune.core.families import StencilProblem
+from autotune.core.assumptions import HALO_REQUEST, LOCAL_LEVELS
+from autotune.core.families import WAVEFRONT_BACKEND, StencilProblem
 from autotune.core.plans import PHASES, Plan
 from autotune.core.routines import STENCIL_FLOPS, WORD
 from autotune.db.comm_lookup import CommParams
@@ -59,12 +61,27 @@ def sweep(sp: SPLookup, backend: str, threads: int, shape: tuple[int, int], patt
     return scale * STENCIL_FLOPS * m * n * movement.k(sp, "stencil", backend, threads, x, pattern, param)
 
 
+def fused(sp: SPLookup, backend: str, threads: int, shapes: list[tuple[int, int]], scale: float = 1.0) -> float:
+    """Seconds of a run of sweeps, step k over ``shapes[k]``: one fused call on the wavefront
+    backend (k of the ``levels`` pattern at their mean block, len(shapes) levels), else a call each."""
+    if backend != WAVEFRONT_BACKEND or len(shapes) < 2:
+        return sum(sweep(sp, backend, threads, shape, "interior", scale) for shape in shapes)
+    cells = float(sum(m * n for m, n in shapes))
+    if cells <= 0:
+        return 0.0
+    x = math.sqrt(cells / len(shapes))
+    return scale * STENCIL_FLOPS * cells * movement.k(sp, "stencil", backend, threads, x, "levels", len(shapes))
+
+
 def single(problem: StencilProblem, backend: str, threads: int, sp: SPLookup) -> float:
-    """One process: ``steps`` sweeps of the field's interior in one call each, plus the copy of the
-    field into the two working buffers."""
+    """One process: ``steps`` sweeps of the field's interior (LOCAL_LEVELS a call on the wavefront
+    backend), plus the copy of the field into the two working buffers."""
     rad = problem.radius
     shape = (problem.rows - 2 * rad, problem.cols - 2 * rad)
-    return (problem.steps * sweep(sp, backend, threads, shape, "interior", problem.scale)
+    levels = LOCAL_LEVELS if backend == WAVEFRONT_BACKEND else 1
+    runs, rest = divmod(problem.steps, levels)
+    return (runs * fused(sp, backend, threads, [shape] * levels, problem.scale)
+            + fused(sp, backend, threads, [shape] * rest, problem.scale)
             + movement.copy(sp, 2.0 * problem.rows * problem.cols))
 
 
@@ -135,13 +152,13 @@ def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.nda
     be, t, scale = plan.backend, plan.threads, problem.scale
     s = tile.substeps
     local, net = exchange(tile, rank_host, plan.c, problem.corners, sp, cp)
-    later = sum(sweep(sp, be, t, tile.sweep((s - 1 - k) * problem.radius).whole.shape, "interior", scale)
-                for k in range(1, s))
+    shapes = [tile.sweep((s - 1 - k) * problem.radius).whole.shape for k in range(s)]
     first = tile.sweep((s - 1) * problem.radius)
     if plan.algorithm == "blocking":
-        compute = sweep(sp, be, t, first.whole.shape, "interior", scale) + later
+        compute = fused(sp, be, t, shapes, scale)
         return {"compute": compute / s, "communication": (local + net) / s, "hidden": 0.0,
                 "interior": compute / s, "net": net / s}
+    later = fused(sp, be, t, shapes[1:], scale)
     interior = sweep(sp, be, t, first.interior.shape, "interior", scale)
     border = _pieces(sp, be, t, first.border, first.rows, scale)
     exposed = max(net - interior, 0.0)
