@@ -19,8 +19,8 @@ A halo of width h = s·R serves s steps per exchange, sub-step k sweeping (s - 1
 cells into the halo. On the wavefront backend the sub-steps swept whole (all s when blocking, the
 s - 1 after the first when overlapped) are one fused call, priced by the ``levels`` pattern's k at
 s levels; in one process it fuses ``LOCAL_LEVELS`` steps a call. The iteration takes the slowest
-rank's time (its neighbours wait: Tidle). Vectorised over the plan's tiles; the overlap condition (eq. 12) and the crossover tile it
-implies are functions of their own.
+rank's time (its neighbours wait: Tidle). Vectorised over the plan's tiles; the overlap condition
+(eq. 12) and the crossover tile it implies are functions of their own.
 """
 from __future__ import annotations
 
