@@ -242,6 +242,12 @@ def _stencil(be, d, rng):
     return Call(_op(be, "stencil", src, dst, w, 1, 1 + m, 1, 1 + n, d.get("levels", 1)))
 
 
+def _stream(be, d, rng):
+    """STREAM copy (two arrays) or triad (three) over n elements."""
+    arrays = [rng.random(d["n"]) for _ in range(d["streams"])]
+    return Call(_op(be, "stream", *arrays))
+
+
 _BUILDERS = {
     ("gemm", "square"): _gemm_square, ("gemm", "panel"): _gemm_panel,
     **{("gemm", name): _gemm_transposed(flags) for name, flags in TRANSPOSED.items()},
@@ -257,4 +263,5 @@ _BUILDERS = {
     ("getrs", "rhs"): _getrs_rhs, ("getrs", "square"): _getrs_rhs,
     ("stencil", "square"): _stencil, ("stencil", "interior"): _stencil,
     ("stencil", "rows"): _stencil, ("stencil", "cols"): _stencil, ("stencil", "levels"): _stencil,
+    ("stream", "square"): _stream, ("stream", "copy"): _stream, ("stream", "triad"): _stream,
 }

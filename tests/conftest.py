@@ -78,9 +78,13 @@ TINY_PROFILE = {
         {"routines": ["stencil"], "pattern": "levels", "sizes": [32, 128], "params": [2], "threads": [1],
          "backends": ["numba-wavefront"]},
         {"routines": ["stencil"], "pattern": "rows", "sizes": [32, 128], "params": [1, 2], "threads": [1],
-         "backends": ["numba-stencil", "numpy-stencil"]},
+         "backends": ["numba-stencil", "numba-wavefront", "numpy-stencil"]},
         {"routines": ["stencil"], "pattern": "cols", "sizes": [32, 128], "params": [1, 2], "threads": [1],
-         "backends": ["numba-stencil", "numpy-stencil"]},
+         "backends": ["numba-stencil", "numba-wavefront", "numpy-stencil"]},
+        {"routines": ["stream"], "pattern": "copy", "sizes": [4096, 65536], "threads": [1],
+         "backends": ["numba-stencil"]},
+        {"routines": ["stream"], "pattern": "triad", "sizes": [4096, 65536], "threads": [1],
+         "backends": ["numba-stencil"]},
     ],
 }
 

@@ -125,3 +125,23 @@ def test_show_comm_section_is_one_line_per_curve_and_verbose_adds_regimes(db_pat
     assert cli.main(["show", "--db", str(db_path), "--verbose"]) == 0
     verbose = capsys.readouterr().out.splitlines()
     assert len(verbose) > len(out.splitlines()) and any(line.lstrip().startswith("[    4 KiB") for line in verbose)
+
+
+def test_show_states_the_bandwidth_and_each_stencil_kernels_fraction_of_it(tmp_path, capsys):
+    """Triad 20 GB/s at 1 thread; a 1 Gcells/s sweep streams 16 GB/s (0.80x), a fused one at
+    2.5 Gcells/s 40 GB/s (2.00x: what its cache reuse buys)."""
+    def row(routine, be, pattern, param, x, k):
+        return (routine, be, 1, "float64", pattern, param, x, 1.0, k, k, k, k, 3, 0.0, k, "run", 0.0, k, k, 1.0, 0)
+
+    rows = [row("stream", "numba-stencil", "triad", 0.0, 1 << 23, 1 / 20e9),
+            row("stream", "numba-stencil", "triad", 0.0, 1 << 10, 1 / 90e9),
+            row("stencil", "numba-stencil", "interior", 0.0, 2048, 1 / 9e9),
+            row("stencil", "numba-wavefront", "levels", 8.0, 2048, 1 / 22.5e9)]
+    path = tmp_path / "sp.h5"
+    save(Database(records=np.array(rows, dtype=RECORD_DTYPE), backends={}, run={"profile": "t", "complete": True}),
+         path)
+    assert cli.main(["show", "--db", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "triad  numba-stencil t=1:   20.0 GB/s (8388608 elements, 64 MiB an array)" in out
+    assert "numba-stencil t=1 (a step a call, 2048x2048): 1.00 Gcells/s = 16.0 GB/s at 16 B a cell, 0.80x" in out
+    assert "numba-wavefront t=1 (8 steps a call, 2048x2048): 2.50 Gcells/s = 40.0 GB/s at 16 B a cell, 2.00x" in out

@@ -18,7 +18,7 @@ AVAILABLE = bk.available()
 CASES = [(name, r) for name in AVAILABLE for r in bk.get(name).routines]
 PARAM = {"square": 0.0, "view": 0.0, "panel": 8.0, "u12": 8.0, "stripe": 4.0, "segment": 0.375, "rankb": 8.0,
          "trail": 0.0, "dispatch": 0.0, "rhs": 3.0, "interior": 0.0, "rows": 2.0, "cols": 2.0,
-         "levels": 4.0, "tn": 0.0, "nt": 0.0, "tt": 0.0, "upper": 0.0}
+         "levels": 4.0, "copy": 0.0, "triad": 0.0, "tn": 0.0, "nt": 0.0, "tt": 0.0, "upper": 0.0}
 # Builders that time a whole tuned call on purpose (through the API, not a driver's operands).
 WHOLE_CALLS = {("gemm", "dispatch")}
 
@@ -105,6 +105,8 @@ def _dims_from_call(routine, args, kwargs) -> dict:
         return {"n": args[1].shape[0]}
     if routine == "add":
         return {"m": args[2].shape[0], "n": args[2].shape[1]}
+    if routine == "stream":                        # stream(a, b[, c]): the arrays it streams
+        return {"n": args[0].size, "streams": len(args)}
     if routine == "stencil":                       # stencil(src, dst, w, r0, r1, c0, c1, levels): row-major tiles
         return {"m": args[4] - args[3], "n": args[6] - args[5], "levels": args[7]}
     if routine == "getrs":                         # getrs(lu, ipiv, b): b holds the right-hand sides
@@ -156,7 +158,8 @@ def test_dispatch_builder_times_a_whole_tuned_call(monkeypatch):
 
 @pytest.mark.parametrize(("routine", "pattern"), sorted(_BUILDERS))
 def test_builders_run_on_a_real_backend(routine, pattern):
-    name = {"stencil": "numba-wavefront" if pattern == "levels" else "numba-stencil"}.get(routine, "scipy-openblas")
+    name = {"stencil": "numba-wavefront" if pattern == "levels" else "numba-stencil",
+            "stream": "numba-stencil"}.get(routine, "scipy-openblas")
     call = build(bk.get(name), routine, pattern, 24, PARAM[pattern], np.random.default_rng(1))
     for _ in range(2):
         if call.restore is not None:
@@ -378,7 +381,18 @@ def check_stencil(be, rng):
     assert not dst.any()
 
 
-CHECKS = {"laswp": check_laswp, "stencil": check_stencil,
+def check_stream(be, rng):
+    """Copy and triad equal numpy's."""
+    a, b, c = rng.random(37), rng.random(37), rng.random(37)
+    out = np.zeros(37)
+    be.stream(a, out)
+    np.testing.assert_array_equal(out, a)
+    want = b + 3.0 * c
+    be.stream(a, b, c)
+    np.testing.assert_allclose(a, want, rtol=1e-15)
+
+
+CHECKS = {"laswp": check_laswp, "stencil": check_stencil, "stream": check_stream,
           "gemm": check_gemm, "syrk": check_syrk, "trsm": check_trsm, "gemv": check_gemv,
           "axpy": check_axpy, "add": check_add, "potrf": check_chol("potrf"),
           "potf2": check_chol("potf2"), "getrf": check_getrf, "getrs": check_getrs}

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 BLAS_ROUTINES = ("gemm", "syrk", "trsm", "gemv", "axpy", "add", "potrf", "potf2", "getrf", "getrs", "laswp")
-# Every routine a backend may offer: the BLAS/LAPACK ones and the stencil sweep (backends.stencil).
-ALL_ROUTINES = BLAS_ROUTINES + ("stencil",)
+# Every routine a backend may offer: the BLAS/LAPACK ones, the stencil sweep and STREAM's copy and
+# triad (backends.stencil).
+ALL_ROUTINES = BLAS_ROUTINES + ("stencil", "stream")
 
 
 def package_info(dist: str) -> dict[str, str]:

@@ -1,11 +1,13 @@
 """The stencil kernels as backends: the 5-point sweep compiled by Numba (a step a call, or
 several fused in one wavefront), and numpy's slices.
 
-Each offers one routine, ``stencil(src, dst, w, r0, r1, c0, c1, levels=1)``: the 5-point sweep with
-weights ``w`` = (centre, north, south, west, east) over rows [r0, r1) x columns [c0, c1) of ``dst``
+Each offers ``stencil(src, dst, w, r0, r1, c0, c1, levels=1)``: the 5-point sweep with weights
+``w`` = (centre, north, south, west, east) over rows [r0, r1) x columns [c0, c1) of ``dst``
 (``levels`` > 1: that many steps back and forth between the two arrays, on the fusing backend). The
-probe times it as it times a BLAS routine (patterns interior, rows, cols) and the stencil models
-look its k up the same way; the runs call ``autotune.dispatch.stencil``.
+probe times it as it times a BLAS routine (patterns interior, rows, cols, levels) and the stencil
+models look its k up the same way; the runs sweep through ``kernels.stencil.Sweeper``. The per-step Numba
+backend also offers ``stream(a, b, c=None)``: STREAM's copy (b = a) and triad (a = b + 3c), the
+memory bandwidth the sweeps are judged against (``autotune show``).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ def numba_stencil() -> Backend:
         import numba
 
         from autotune.kernels import stencil as k
+        from autotune.kernels import stream as streams
     except ImportError as exc:
         raise BackendUnavailable(f"numba stencil kernels unavailable: {exc}") from exc
 
@@ -29,10 +32,14 @@ def numba_stencil() -> Backend:
         _one_level(levels)
         (k.cross5_par if numba.get_num_threads() > 1 else k.cross5)(src, dst, w, r0, r1, c0, c1)
 
+    def warm_up():
+        k.warm_up()
+        streams.warm_up()
+
     info = {"name": "numba-stencil", "library": k.__file__, "version": numba.__version__,
             "corename": numba.config.THREADING_LAYER, **package_info("numba")}
-    return Backend("numba-stencil", {"stencil": stencil}, info, numba.set_num_threads, numba.get_num_threads,
-                   int_dtype="int64", extra={"warm_up": k.warm_up})
+    return Backend("numba-stencil", {"stencil": stencil, "stream": streams.stream}, info, numba.set_num_threads,
+                   numba.get_num_threads, int_dtype="int64", extra={"warm_up": warm_up})
 
 
 def numba_wavefront() -> Backend:

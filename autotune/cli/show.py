@@ -12,6 +12,7 @@ import numpy as np
 
 from autotune.cli.common import add_db_argument, error
 from autotune.cli.show_comm import comm_curves, comm_json, comm_platforms, comm_plot_name, comm_summary
+from autotune.cli.show_stencil import memory_lines
 from autotune.db import DatabaseError, load, resolve
 from autotune.db.comm import PRIMITIVES
 from autotune.db.fingerprint import machine_fingerprint, mismatches
@@ -237,7 +238,7 @@ def cmd_show(args) -> int:
         diff = mismatches(db.fingerprint, machine_fingerprint())
         if diff:
             print("NOTE: measured on another machine or stack; the runtime will not use it (" + "; ".join(diff) + ")")
-        print("\n".join(summary(db, path, args.verbose) + gflops_tables(db.records)
+        print("\n".join(summary(db, path, args.verbose) + gflops_tables(db.records) + memory_lines(db.records)
                         + pool_lines(load_transitions(path)) + thread_lines(load_threads(path))))
     else:
         print(f"BLAS/LAPACK: {blas_error}")

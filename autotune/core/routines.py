@@ -57,6 +57,9 @@ ROUTINES: dict[str, Routine] = {r.name: r for r in (
     # Tn per cell is k x STENCIL_FLOPS); other stencils scale by their own count (families.StencilProblem).
     # ``levels`` steps of it fused in one call (the wavefront kernel) do levels times the flops.
     Routine("stencil", 2, lambda m, n, levels=1: STENCIL_FLOPS * m * n * levels),
+    # STREAM's copy and triad over n elements, counted in bytes moved (k: seconds per byte, the
+    # inverse of the bandwidth): ``streams`` arrays of n float64 read or written.
+    Routine("stream", 1, lambda n, streams: float(WORD) * n * streams),
 )}
 
 
@@ -103,6 +106,7 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
         "getrs": lambda x, _: {"n": x, "nrhs": x},
         "laswp": lambda x, _: {"n": x, "k": x},
         "stencil": lambda x, _: {"m": x, "n": x},
+        "stream": lambda x, _: {"n": x, "streams": 3},
     }),
     Pattern("rhs", "solve from an LU factor of order x for param right-hand sides", {
         "getrs": lambda x, r: {"n": x, "nrhs": _i(r)},
@@ -151,6 +155,12 @@ PATTERNS: dict[str, Pattern] = {p.name: p for p in (
     Pattern("cols", "a stencil sweep over param border columns of height x (strided: a tile's left/right)", {
         "stencil": lambda x, h: {"m": x, "n": _i(h)},
     }, needs_param=True),
+    Pattern("copy", "STREAM copy of x float64 elements (one array read, one written)", {
+        "stream": lambda x, _: {"n": x, "streams": 2},
+    }),
+    Pattern("triad", "STREAM triad of x float64 elements (a = b + s c: two arrays read, one written)", {
+        "stream": lambda x, _: {"n": x, "streams": 3},
+    }),
     *(Pattern(name, f"square gemm of order x whose BLAS call transposes {what} (dispatch.gemm's Fortran-ordered "
                     "call: a C-ordered operand is the transpose of a Fortran one)", {
         "gemm": lambda x, _: {"m": x, "n": x, "k": x},
