@@ -13,6 +13,9 @@ testbed mpiexec P``): the stencil schedules measured against their model.
    measured efficiency T_seq / (p x threads x T_p), T_seq the one-process numba sweep on one core;
    the hand-written mpi4py stencil (row bands, ``Sendrecv`` then a numpy slice update) on the same
    ranks and single-process numpy.
+3. **Against Devito** (``benchmarks.stencil_peer``, when Devito is installed): the heat step on
+   ``--peer-fields`` sides, ``--peer-steps`` steps, on one rank and on all, our chosen plan beside
+   each of Devito's MPI modes, interleaved.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from autotune.benchmarks import stencil_peer
 from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root, timed
 from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.cli.common import add_db_argument
@@ -58,7 +62,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cores per host the plans may use (default: the root node's, as the ranks see them; "
                         "on an emulated cluster whose hosts share this machine's cores, say so here)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians over them)")
-    p.add_argument("--skip", nargs="*", default=[], choices=["sweep", "plans"], help="parts to leave out")
+    p.add_argument("--peer-fields", type=int, nargs="+", default=[512, 1024, 2048, 4096],
+                   help="field sides of the Devito comparison")
+    p.add_argument("--peer-steps", type=int, default=200, help="steps per timed run of the Devito comparison")
+    p.add_argument("--skip", nargs="*", default=[], choices=["sweep", "plans", "peer"], help="parts to leave out")
     add_db_argument(p)
     p.add_argument("--out", metavar="FILE.json", help="write the results here (the root)")
 
@@ -67,7 +74,8 @@ def run(args) -> int:
     """Time collectively; the root prints the report (and writes it to --out)."""
     problem = output_problem("--out", args.out) or (
         "" if min(args.sides) >= 4 and args.field >= 8 and args.steps >= 1 and args.rounds >= 1 and args.top >= 0
-        else "--sides, --field, --steps, --rounds must be positive")
+        and min(args.peer_fields) >= 8 and args.peer_steps >= 1
+        else "--sides, --field, --steps, --rounds, --peer-fields, --peer-steps must be positive")
     comm, status = mpi_world("stencil", problem)
     if comm is None:
         return status
@@ -79,6 +87,8 @@ def run(args) -> int:
             report["sweep"] = sweep(comm, args, sp, cp)
         if "plans" not in args.skip:
             report["plans"] = compare_plans(comm, args, sp, cp)
+        if "peer" not in args.skip:
+            report["peer"] = stencil_peer.compare(comm, args.peer_fields, args.peer_steps, args.rounds)
     report_root(comm, report, args.out)
     return 0
 
