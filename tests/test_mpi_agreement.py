@@ -11,7 +11,7 @@ import os
 import pytest
 from mpi_helpers import run_mpi, run_mpi_variants
 
-from autotune.distributed.collective import mask_cores, node_cores, rebuilt, verdict_of
+from autotune.distributed.collective import RankCores, mask_cores, node_cores, rebuilt, verdict_of
 
 AGREE_SETUP = """
 import contextlib, io, os, sys
@@ -261,3 +261,30 @@ def test_a_forced_plan_names_an_algorithm_of_its_family():
     for family in ("gemm", "cholesky", "lu", "solve"):   # the models' tables too (checked before sp, cp are read)
         with pytest.raises(ValueError, match=rf"'nonsense' is not a distributed {family} algorithm; choose from"):
             predict(FAMILIES[family].square(64), Plan("nonsense", 1), None, None)
+
+
+def test_a_cgroup_quota_caps_a_hosts_cores():
+    """A host whose cgroup gives half a core plans for one core, whatever its ranks' masks say."""
+    infos = [RankCores("a", 0b0011, 0.5), RankCores("a", 0b0011, 0.5), RankCores("b", 0b1111, 2.5),
+             RankCores("c", 0b0011)]
+    assert [node_cores(infos, r) for r in range(4)] == [1, 1, 3, 2]
+    assert mask_cores(infos) == [1, 1, 3, 2]
+
+
+def test_cgroup_share_reads_the_tightest_quota(tmp_path):
+    from autotune.host.budget import cgroup_share
+
+    root = tmp_path / "cpu"
+    leaf = root / "job" / "rank"
+    leaf.mkdir(parents=True)
+    for d, quota in ((root / "job", 50000), (leaf, 150000)):
+        (d / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (d / "cpu.cfs_period_us").write_text("100000\n")
+    (root / "cpu.cfs_quota_us").write_text("-1\n")
+    (root / "cpu.cfs_period_us").write_text("100000\n")
+    groups = tmp_path / "cgroup"
+    groups.write_text("4:cpu,cpuacct:/job/rank\n")
+    mounts = tmp_path / "mountinfo"
+    mounts.write_text(f"30 25 0:26 / {root} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n")
+    assert cgroup_share(groups, mounts) == 0.5
+    assert cgroup_share(tmp_path / "missing", mounts) is None

@@ -11,12 +11,13 @@ from __future__ import annotations
 import array
 import builtins
 import importlib
+import math
 import os
 import socket
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -139,29 +140,46 @@ def quiet_wait(req, first: float = 2e-5, longest: float = 1e-3) -> None:
         pause = min(longest, 2 * pause)
 
 
-def core_info() -> tuple[str, int]:
-    """This rank's host name and affinity mask (bit i: may run on core i)."""
+class RankCores(NamedTuple):
+    """What a rank may run on: its host, its affinity mask (bit i: core i) and the CPUs its
+    cgroup's quota gives (0.0: no quota), shared by the ranks of that host's cgroup."""
+
+    host: str
+    mask: int
+    share: float = 0.0
+
+    def cores(self) -> int:
+        """The cores its mask and quota allow (a quota of 0.5 CPU: one core, time-sliced)."""
+        bits = max(1, self.mask.bit_count())
+        return min(bits, max(1, math.ceil(self.share))) if self.share > 0 else bits
+
+
+def core_info() -> RankCores:
+    """This rank's host name, affinity mask and cgroup CPU quota."""
+    from autotune.host.budget import cgroup_share
+
     try:
         cpus = os.sched_getaffinity(0)
     except AttributeError:  # pragma: no cover - non-Linux
         cpus = range(os.cpu_count() or 1)
-    return socket.gethostname(), sum(1 << c for c in cpus)
+    return RankCores(socket.gethostname(), sum(1 << c for c in cpus), cgroup_share() or 0.0)
 
 
-def node_cores(infos: Sequence[tuple[str, int]], rank: int) -> int:
-    """Cores of ``rank``'s node the ranks there may use: the union of their affinity masks
-    (one rank's own mask is one core when mpiexec binds it, not the node's count)."""
-    host = infos[rank][0]
+def node_cores(infos: Sequence[RankCores], rank: int) -> int:
+    """Cores of ``rank``'s node the ranks there may use: the union of their affinity masks (one
+    rank's own mask is one core when mpiexec binds it, not the node's count), within the tightest
+    quota of the ranks there (a host given half a core has one core to plan for, not its mask's)."""
+    here = [RankCores(*i) for i in infos if i[0] == infos[rank][0]]
     union = 0
-    for h, mask in infos:
-        if h == host:
-            union |= mask
-    return max(1, union.bit_count())
+    for info in here:
+        union |= info.mask
+    shares = [i.share for i in here if i.share > 0]
+    return RankCores(here[0].host, union, min(shares) if shares else 0.0).cores()
 
 
-def mask_cores(infos: Sequence[tuple[str, int]]) -> list[int]:
-    """Each rank's own core count (its affinity mask's size)."""
-    return [max(1, mask.bit_count()) for _, mask in infos]
+def mask_cores(infos: Sequence[RankCores]) -> list[int]:
+    """Each rank's own core count (its affinity mask's size, within its quota)."""
+    return [RankCores(*i).cores() for i in infos]
 
 
 def gather_cores(comm: MPI.Comm, root: int = 0) -> tuple[int, list[int]]:

@@ -44,6 +44,8 @@ from autotune.settings import get_options, options
 if TYPE_CHECKING:
     from mpi4py import MPI
 
+    from autotune.distributed.collective import RankCores
+
 # The selector's plans, keyed as select.rank.choose keys its decisions: by the loaded database
 # objects (load_sp, load_comm: one object per file version) and cleared when full.
 _PLANS: BoundedCache[tuple[object, object, Plan]] = BoundedCache()
@@ -147,14 +149,14 @@ def call_args(comm: MPI.Comm, root, family: str, phases=None, **flags) -> tuple[
     return args, err
 
 
-def root_plan(family: str, problem: Problem | None, infos: list[tuple[str, int]], root: int, config,
+def root_plan(family: str, problem: Problem | None, infos: list[RankCores], root: int, config,
                explain: bool) -> Plan:
     """Root only: the plan for the root node's cores (one process where the call is untuned)."""
     from autotune.distributed.collective import node_cores
 
     if problem is None:
         return Plan("local", 1)
-    names, cores = [h for h, _ in infos], [node_cores(infos, r) for r in range(len(infos))]
+    names, cores = [i[0] for i in infos], [node_cores(infos, r) for r in range(len(infos))]
     plan = _plan(family, problem, names, cores, root, config, explain)
     return plan if config is not None else _fit_threads(plan, infos, root)
 
@@ -262,7 +264,7 @@ def _placement(problem: Problem, names: list[str], cores: list[int], root: int, 
         return None
 
 
-def _fit_threads(plan: Plan, infos: list[tuple[str, int]], root: int) -> Plan:
+def _fit_threads(plan: Plan, infos: list[RankCores], root: int) -> Plan:
     """``plan`` with no more BLAS threads per rank than the fewest cores a rank running it may use
     (its affinity mask; the root alone runs a local plan) and than the root's thread budget (its
     quota, thread variables and library limits: the ranks start alike)."""

@@ -118,17 +118,30 @@ def cgroup_limit(proc_cgroup: str | os.PathLike | None = None, mountinfo: str | 
     over ``cpu.cfs_period_us``, v2 ``cpu.max``) as ceil(quota / period) threads, at least 1, as
     the JVM counts it; None where no quota is set or the files cannot be read. The files default
     to ``PROC_CGROUP`` and ``MOUNTINFO``."""
+    tight = _tightest_quota(proc_cgroup, mountinfo)
+    if tight is None:
+        return None
+    quota, period = tight
+    cpus = quota / period
+    return Budget(max(1, -(-quota // period)), f"cgroup CPU quota {cpus:.3g} CPU{'s' if cpus > 1 else ''}")
+
+
+def cgroup_share(proc_cgroup: str | os.PathLike | None = None, mountinfo: str | os.PathLike | None = None
+                 ) -> float | None:
+    """CPUs the tightest quota over this process's cgroup and its ancestors gives (0.5: half a
+    core), None where no quota is set: what the processes of that cgroup share."""
+    tight = _tightest_quota(proc_cgroup, mountinfo)
+    return None if tight is None else tight[0] / tight[1]
+
+
+def _tightest_quota(proc_cgroup, mountinfo) -> tuple[int, int] | None:
     try:
         groups = Path(PROC_CGROUP if proc_cgroup is None else proc_cgroup).read_text()
         mounts = Path(MOUNTINFO if mountinfo is None else mountinfo).read_text()
     except OSError:
         return None
     quotas = [q for leaf, top, v2 in cgroup_dirs(groups, mounts) for q in _level_quotas(leaf, top, v2)]
-    if not quotas:
-        return None
-    quota, period = min(quotas, key=lambda qp: qp[0] / qp[1])
-    cpus = quota / period
-    return Budget(max(1, -(-quota // period)), f"cgroup CPU quota {cpus:.3g} CPU{'s' if cpus > 1 else ''}")
+    return min(quotas, key=lambda qp: qp[0] / qp[1]) if quotas else None
 
 
 def cgroup_dirs(groups: str, mounts: str) -> list[tuple[Path, Path, bool]]:
