@@ -193,10 +193,10 @@ class Sweeper:
         if self._fused is not None and arr.shape[0] > 1:
             self._fused(a, b, arr)
             return
-        for k, (r0, r1, c0, c1) in enumerate(arr):
+        for k, (r0, r1, c0, c1) in enumerate(arr.tolist()):
             src, dst = (a, b) if k % 2 == 0 else (b, a)
             if r1 > r0 and c1 > c0:
-                self._run(src, dst, int(r0), int(r1), int(c0), int(c1))
+                self._run(src, dst, r0, r1, c0, c1)
 
 
 def level_rects(rects: Sequence[Rect]) -> np.ndarray:
@@ -230,10 +230,11 @@ def run_local(u: np.ndarray, steps: int, radius: int, sweeper: Sweeper) -> np.nd
     nxt = cur.copy()
     region = Rect(radius, cur.shape[0] - radius, radius, cur.shape[1] - radius)
     levels = LOCAL_LEVELS if sweeper.fuses else 1
+    runs = {n: level_rects([region] * n) for n in {levels, steps % levels} if n}   # built once, not per step
     done = 0
     while done < steps:
         n = min(levels, steps - done)
-        sweeper.levels(cur, nxt, [region] * n)
+        sweeper.levels(cur, nxt, runs[n])
         if n % 2:
             cur, nxt = nxt, cur
         done += n

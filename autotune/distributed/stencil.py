@@ -65,6 +65,7 @@ class HaloField:
         # each sub-step's regions, by how far they reach into the halo (computed once: a step is short)
         rad = self.problem.radius
         self.sweeps = {g: self.tile.sweep(g) for g in range(0, self.substeps * rad, rad)}
+        self._runs: dict[tuple[int, int], np.ndarray] = {}
         t = self.tile.tile
         self.bufs = [np.zeros(self.tile.local_shape), np.zeros(self.tile.local_shape)]
         for buf in self.bufs:
@@ -144,9 +145,11 @@ class HaloField:
         (fused on the wavefront backend)."""
         if first >= n:
             return
-        rad = self.problem.radius
-        rects = level_rects([self.sweeps[(n - 1 - k) * rad].whole for k in range(first, n)])
-        self._guarded(self.sweeper.levels, self.bufs[self.cur], self.bufs[1 - self.cur], rects)
+        key = (n, first)
+        if key not in self._runs:                     # a period's regions never change: built once
+            rad = self.problem.radius
+            self._runs[key] = level_rects([self.sweeps[(n - 1 - k) * rad].whole for k in range(first, n)])
+        self._guarded(self.sweeper.levels, self.bufs[self.cur], self.bufs[1 - self.cur], self._runs[key])
         if (n - first) % 2:
             self.cur = 1 - self.cur
 
