@@ -52,14 +52,34 @@ def _points_row(src, dst, di, dj, w, i, c0, c1):
             out[j] += wk * row[j]
 
 
+# Below this width a rectangle (a tile's border columns) is swept by plain indexing: four row
+# slices a row cost more than the few cells they would vectorise.
+NARROW = 8
+
+
 def _cross5(src, dst, w, r0, r1, c0, c1):
     """5-point sweep: w = (centre, north, south, west, east)."""
+    if c1 - c0 < NARROW:
+        wc, wn, ws, ww, we = w[0], w[1], w[2], w[3], w[4]
+        for i in prange(r0, r1):
+            for j in range(c0, c1):
+                dst[i, j] = (wc * src[i, j] + wn * src[i - 1, j] + ws * src[i + 1, j]
+                             + ww * src[i, j - 1] + we * src[i, j + 1])
+        return
     for i in prange(r0, r1):
         _cross5_row(src, dst, w, i, c0, c1)
 
 
 def _points(src, dst, di, dj, w, r0, r1, c0, c1):
     """General point stencil over the rectangle."""
+    if c1 - c0 < NARROW:
+        for i in prange(r0, r1):
+            for j in range(c0, c1):
+                acc = 0.0
+                for k in range(w.size):
+                    acc += w[k] * src[i + di[k], j + dj[k]]
+                dst[i, j] = acc
+        return
     for i in prange(r0, r1):
         _points_row(src, dst, di, dj, w, i, c0, c1)
 
