@@ -88,9 +88,15 @@ def test_stencil_bench_tiny(tiny_db, tmp_path):
     run_dir, out = tmp_path / "run", tmp_path / "stencil.json"
     run_dir.mkdir()
     _bench_mpi(2, ["stencil", "--sides", "16", "32", "--rounds", "1", "--field", "64", "--steps", "3", "--top", "2",
-                   "--sweep-seconds", "0.01", "--db", str(tiny_db), "--out", str(out)], run_dir)
+                   "--sweep-seconds", "0.01", "--peer-fields", "24", "--peer-steps", "3",
+                   "--db", str(tiny_db), "--out", str(out)], run_dir)
     report = json.loads(out.read_text())
-    sweep, plans = report["sweep"], report["plans"]
+    sweep, plans, peer = report["sweep"], report["plans"], report["peer"]
+    if peer["devito"] is None:                  # the devito extra is not installed: said, not timed
+        assert "not installed" in peer["note"]
+    else:                                       # one rank and two, both sides agreeing
+        assert [(r["field"], r["P"]) for r in peer["rows"]] == [(24, 1), (24, 2)]
+        assert all(r["agrees"] and r["ours_over_best"] > 0 for r in peer["rows"])
     assert [row["side"] for row in sweep["rows"]] == [16, 32]
     for row in sweep["rows"]:
         assert set(row["measured"]) == set(row["predicted"]) == {"blocking", "overlap", "border_first"}

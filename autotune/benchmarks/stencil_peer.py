@@ -20,7 +20,7 @@ import numpy as np
 from autotune.benchmarks._common import quartiles
 from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.kernels.stencil import heat_weights
-from autotune.stencil import distribute
+from autotune.stencil import distribute, heat2d
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -104,8 +104,6 @@ def _side(comm: MPI.Comm, n: int, steps: int, rounds: int, modes) -> dict:
 
 def _agree(comm: MPI.Comm, field: np.ndarray, steps: int, peer: DevitoHeat) -> bool:
     """Devito's field after ``steps`` (its last run) sums to what ours gives, on every rank."""
-    from autotune.stencil import heat2d
-
     got = heat2d(field if comm.rank == 0 else None, steps, HEAT_ALPHA, comm=comm)
     total = comm.allreduce(float(peer.result().sum()))
     want = comm.bcast(float(got.sum()) if comm.rank == 0 else None, root=0)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
+from autotune.host.budget import cgroup_share
+
 if TYPE_CHECKING:
     from mpi4py import MPI
 
@@ -156,8 +158,6 @@ class RankCores(NamedTuple):
 
 def core_info() -> RankCores:
     """This rank's host name, affinity mask and cgroup CPU quota."""
-    from autotune.host.budget import cgroup_share
-
     try:
         cpus = os.sched_getaffinity(0)
     except AttributeError:  # pragma: no cover - non-Linux
