@@ -208,8 +208,8 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     database contents).
     ``names``, ``cores``: each rank's host name and the cores of its node. Ranks on hosts of measured,
     different speeds are placed by the mapping search (select.placement.placement); otherwise the
-    distributed selector plans for the root node's cores. Without a usable database: the
-    one-process library call."""
+    distributed selector plans for the root node's cores. One rank without a usable database:
+    the one-process library call."""
     nprocs = len(names)
     if config is not None:
         plan = as_plan(config, family)
@@ -219,8 +219,8 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
         return plan
     opts = get_options()
     sp, cp = load_sp(opts.db), load_comm(opts.db, nprocs=nprocs)
-    if sp.table is None:             # nothing measured to back a plan: the library call on the root
-        return Plan("local", 1)      # (load_sp warned once)
+    if sp.table is None and nprocs == 1:     # no database and no second rank: nothing to plan,
+        return Plan("local", 1)              # the library call (load_sp warned once)
     seen, source = speeds_for(cp, names, root)
     key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp),
            tuple(sorted(seen.host_speeds.items())))
