@@ -83,6 +83,21 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
+def timed_collective(comm: MPI.Comm, fn: Callable[[], object]) -> float:
+    """Seconds of ``fn()`` on every rank of ``comm``, from a barrier to a barrier."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    comm.Barrier()
+    return time.perf_counter() - t0
+
+
+def median_spread(times) -> dict[str, float]:
+    """Median, interquartile spread over the median, and count of repeated timings."""
+    q1, med, q3 = quartiles(times)
+    return {"median": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "runs": len(times)}
+
+
 def quartiles(values) -> tuple[float, float, float]:
     """(q1, median, q3) of ``values``."""
     q1, med, q3 = np.percentile(np.asarray(values, dtype=float), [25, 50, 75])

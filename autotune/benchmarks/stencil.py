@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.benchmarks import stencil_peer
-from autotune.benchmarks._common import mpi_world, output_problem, quartiles, report_root, timed
+from autotune.benchmarks._common import (median_spread, mpi_world, output_problem, report_root, timed,
+                                        timed_collective)
 from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.cli.common import add_db_argument
 from autotune.core.families import StencilProblem
@@ -93,12 +94,6 @@ def run(args) -> int:
     return 0
 
 
-def _stats(times: list[float]) -> dict[str, float]:
-    """Median, interquartile spread over the median, and count of repeated timings."""
-    q1, med, q3 = quartiles(times)
-    return {"median": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "runs": len(times)}
-
-
 # ------------------------------------------------------------------------------ 1. schedules by tile
 
 def _step_time(comm: MPI.Comm, field, phases: Phases, steps: int) -> tuple[float, dict[str, float]]:
@@ -147,7 +142,7 @@ def sweep(comm: MPI.Comm, args, sp: SPLookup, cp: CommParams) -> dict:
             field.free()
         sweep_exchange = np.median(np.array(blocking_phases), axis=0)
         row = {"side": side, "field": [prob.rows, prob.cols], "steps": steps,
-               "measured": {s: _stats(v) for s, v in times.items()},
+               "measured": {s: median_spread(v) for s, v in times.items()},
                "predicted": {s: pred[s]["total"] for s in SCHEDULES},
                "predicted_terms": {k: pred["blocking"][k] for k in ("interior", "net", "communication")},
                "measured_blocking_sweep_s": float(sweep_exchange[0]),
@@ -220,14 +215,6 @@ def handwritten(u, steps: int, comm: MPI.Comm) -> np.ndarray | None:
     return out
 
 
-def _timed_call(comm: MPI.Comm, fn) -> float:
-    comm.Barrier()
-    t0 = time.perf_counter()
-    fn()
-    comm.Barrier()
-    return time.perf_counter() - t0
-
-
 def compare_plans(comm: MPI.Comm, args, sp: SystemParameters, cp: CommParams) -> dict:
     """The ranked plans, the chosen ones, each p's efficiency, the hand-written and numpy stencils."""
     P, n, steps = comm.size, args.field, args.steps
@@ -248,9 +235,9 @@ def compare_plans(comm: MPI.Comm, args, sp: SystemParameters, cp: CommParams) ->
     times: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for plan in todo:
-            times.setdefault(str(plan), []).append(_timed_call(comm, lambda plan=plan: _check(
+            times.setdefault(str(plan), []).append(timed_collective(comm, lambda plan=plan: _check(
                 heat2d(u, steps, HEAT_ALPHA, comm=comm, config=plan), want)))
-        times.setdefault("mpi4py by hand", []).append(_timed_call(comm, lambda: _check(handwritten(u, steps, comm),
+        times.setdefault("mpi4py by hand", []).append(timed_collective(comm, lambda: _check(handwritten(u, steps, comm),
                                                                                      want)))
         if comm.rank == 0:
             times.setdefault("numpy one process", []).append(timed(lambda: reference(u, steps,
@@ -260,7 +247,7 @@ def compare_plans(comm: MPI.Comm, args, sp: SystemParameters, cp: CommParams) ->
         quiet_barrier(comm)           # the others wait without taking a core from the root's runs
     if comm.rank != 0:
         return {}
-    med = {k: _stats(v) for k, v in times.items()}
+    med = {k: median_spread(v) for k, v in times.items()}
     t_seq = med["T_seq (numba, 1 core)"]["median"]
     rows = []
     for plan in todo:

@@ -12,12 +12,11 @@ round by round: medians, spread, and ours over Devito's fastest mode.
 """
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autotune.benchmarks._common import quartiles
+from autotune.benchmarks._common import median_spread, timed_collective
 from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.kernels.stencil import heat_weights
 from autotune.stencil import distribute, heat2d
@@ -71,19 +70,6 @@ class DevitoHeat:
         return np.asarray(self.u.data[self.steps % 2])
 
 
-def _timed(comm: MPI.Comm, fn) -> float:
-    comm.Barrier()
-    t0 = time.perf_counter()
-    fn()
-    comm.Barrier()
-    return time.perf_counter() - t0
-
-
-def _stats(times: list[float]) -> dict[str, float]:
-    q1, med, q3 = quartiles(times)
-    return {"median": med, "spread": (q3 - q1) / med if med > 0 else 0.0, "runs": len(times)}
-
-
 def _side(comm: MPI.Comm, n: int, steps: int, rounds: int, modes) -> dict:
     """One field side on ``comm``: our chosen plan and every Devito mode, interleaved."""
     field = np.random.default_rng(n).random((n, n))
@@ -92,13 +78,13 @@ def _side(comm: MPI.Comm, n: int, steps: int, rounds: int, modes) -> dict:
     peers = {m: DevitoHeat(comm, n, m, field) for m in modes}
     times: dict[str, list[float]] = {"autotune": [], **{m: [] for m in modes}}
     for _ in range(rounds):
-        times["autotune"].append(_timed(comm, lambda: ours.advance(steps)))
+        times["autotune"].append(timed_collective(comm, lambda: ours.advance(steps)))
         for m, peer in peers.items():
             peer.reset()
-            times[m].append(_timed(comm, lambda peer=peer: peer.advance(steps)))
+            times[m].append(timed_collective(comm, lambda peer=peer: peer.advance(steps)))
     plan = str(ours.plan)
     ours.free()
-    return {"plan": plan, "times": {k: _stats(v) for k, v in times.items()},
+    return {"plan": plan, "times": {k: median_spread(v) for k, v in times.items()},
             "agrees": _agree(comm, field, steps, peers[modes[0]])}
 
 
