@@ -26,8 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.benchmarks import stencil_peer
-from autotune.benchmarks._common import (median_spread, mpi_world, output_problem, report_root, timed,
-                                        timed_collective)
+from autotune.benchmarks._common import median_spread, mpi_world, output_problem, report_root, timed, timed_collective
 from autotune.benchmarks.calls import HEAT_ALPHA
 from autotune.cli.common import add_db_argument
 from autotune.core.families import StencilProblem
