@@ -12,7 +12,8 @@ def _row(field, p, ours, best):
 
 def test_scaling_compares_each_sides_one_rank_run_with_its_all_ranks_run():
     rows = [_row(512, 1, 1.0, 1.2), _row(512, 2, 0.5, 0.8), _row(1024, 1, 4.0, 4.0)]
-    assert stencil_peer._scaling(rows, [1, 2]) == [{"field": 512, "ours": pytest.approx(2.0), "devito": pytest.approx(1.5)}]
+    want = {"field": 512, "ours": pytest.approx(2.0), "devito": pytest.approx(1.5)}
+    assert stencil_peer._scaling(rows, [1, 2]) == [want]
 
 
 def test_without_devito_the_peer_is_said_and_not_timed(monkeypatch):
