@@ -286,3 +286,21 @@ def test_selector_ranks_backends_and_plans(tiny_db):
     phases = predict(StencilProblem(2000, 2000, 50), Plan("overlap", 2, 1, 2, 1, backend="numba-stencil"), sp,
                      CommParams(None, "test"))
     assert phases["total"] > 0 and phases["compute"] > 0
+
+
+def test_only_weights_are_priced_fused():
+    """The wavefront fuses weights; a user's kernel runs a step a call on it, and is priced so."""
+    class Fused(_K):                     # a fused step at half the cost of a step a call
+        def k(self, routine, backend, threads, x, pattern="square", param=0.0, dtype="float64"):
+            return super().k(routine, backend, threads, x) * (0.5 if pattern == "levels" else 1.0)
+
+    sp = Fused()
+    weights, kernel = StencilProblem(512, 512, 16), StencilProblem(512, 512, 16, kernel=True)
+    assert model.fuses(weights, "numba-wavefront") and not model.fuses(kernel, "numba-wavefront")
+    assert not model.fuses(weights, "numba-stencil")
+    one = model.sweep(sp, "numba-wavefront", 1, (510, 510), "interior")
+    assert model.fused(sp, "numba-wavefront", 1, [(510, 510)] * 4) == pytest.approx(2 * one)
+    assert model.fused(sp, "numba-wavefront", 1, [(510, 510)] * 4, fuse=False) == pytest.approx(4 * one)
+    copy = model.single(StencilProblem(512, 512, 0), "numba-wavefront", 1, sp)
+    assert model.single(weights, "numba-wavefront", 1, sp) - copy == pytest.approx(8 * one)
+    assert model.single(kernel, "numba-wavefront", 1, sp) - copy == pytest.approx(16 * one)

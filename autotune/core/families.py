@@ -235,7 +235,8 @@ class StencilProblem(Problem):
     """``steps`` sweeps of a point stencil of ``radius`` over a rows x cols field whose outer
     ``radius`` rings stay fixed; ``corners``: the stencil reads diagonal neighbours (a 9-point
     box); ``cell_flops``: its flops per cell (9 for the 5-point stencil the probe times; a user
-    kernel's measured equivalent)."""
+    kernel's measured equivalent); ``kernel``: a user's kernel function, swept a step a call on
+    every backend (only weights are fused by the wavefront)."""
 
     rows: int
     cols: int
@@ -243,6 +244,7 @@ class StencilProblem(Problem):
     radius: int = 1
     corners: bool = False
     cell_flops: float = STENCIL_FLOPS
+    kernel: bool = False
     family: ClassVar[str] = "stencil"
     dim_names: ClassVar[tuple[str, ...]] = ("rows", "cols", "steps")
 

@@ -171,7 +171,7 @@ def check_field(u, check_finite: bool) -> np.ndarray:
 
 def problem_of(shape: tuple[int, int], steps: int, stencil: Stencil) -> StencilProblem:
     return StencilProblem(int(shape[0]), int(shape[1]), max(steps, 1), stencil.radius, stencil.corners,
-                          stencil.cell_flops())
+                          stencil.cell_flops(), kernel=stencil.kernel is not None)
 
 
 # ------------------------------------------------------------------------------ one process

@@ -61,10 +61,17 @@ def sweep(sp: SPLookup, backend: str, threads: int, shape: tuple[int, int], patt
     return scale * STENCIL_FLOPS * m * n * movement.k(sp, "stencil", backend, threads, x, pattern, param)
 
 
-def fused(sp: SPLookup, backend: str, threads: int, shapes: list[tuple[int, int]], scale: float = 1.0) -> float:
-    """Seconds of a run of sweeps, step k over ``shapes[k]``: one fused call on the wavefront
-    backend (k of the ``levels`` pattern at their mean block, len(shapes) levels), else a call each."""
-    if backend != WAVEFRONT_BACKEND or len(shapes) < 2:
+def fuses(problem: StencilProblem, backend: str) -> bool:
+    """Whether ``backend`` sweeps a run of the problem's steps in one wavefront (weights only)."""
+    return backend == WAVEFRONT_BACKEND and not problem.kernel
+
+
+def fused(sp: SPLookup, backend: str, threads: int, shapes: list[tuple[int, int]], scale: float = 1.0,
+          fuse: bool = True) -> float:
+    """Seconds of a run of sweeps, step k over ``shapes[k]``: one fused call when ``fuse`` on the
+    wavefront backend (k of the ``levels`` pattern at their mean block, len(shapes) levels), else
+    a call each."""
+    if not fuse or backend != WAVEFRONT_BACKEND or len(shapes) < 2:
         return sum(sweep(sp, backend, threads, shape, "interior", scale) for shape in shapes)
     cells = float(sum(m * n for m, n in shapes))
     if cells <= 0:
@@ -78,10 +85,11 @@ def single(problem: StencilProblem, backend: str, threads: int, sp: SPLookup) ->
     backend), plus the copy of the field into the two working buffers."""
     rad = problem.radius
     shape = (problem.rows - 2 * rad, problem.cols - 2 * rad)
-    levels = LOCAL_LEVELS if backend == WAVEFRONT_BACKEND else 1
+    fuse = fuses(problem, backend)
+    levels = LOCAL_LEVELS if fuse else 1
     runs, rest = divmod(problem.steps, levels)
-    return (runs * fused(sp, backend, threads, [shape] * levels, problem.scale)
-            + fused(sp, backend, threads, [shape] * rest, problem.scale)
+    return (runs * fused(sp, backend, threads, [shape] * levels, problem.scale, fuse)
+            + fused(sp, backend, threads, [shape] * rest, problem.scale, fuse)
             + movement.copy(sp, 2.0 * problem.rows * problem.cols))
 
 
@@ -155,10 +163,10 @@ def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.nda
     shapes = [tile.sweep((s - 1 - k) * problem.radius).whole.shape for k in range(s)]
     first = tile.sweep((s - 1) * problem.radius)
     if plan.algorithm == "blocking":
-        compute = fused(sp, be, t, shapes, scale)
+        compute = fused(sp, be, t, shapes, scale, fuses(problem, be))
         return {"compute": compute / s, "communication": (local + net) / s, "hidden": 0.0,
                 "interior": compute / s, "net": net / s}
-    later = fused(sp, be, t, shapes[1:], scale)
+    later = fused(sp, be, t, shapes[1:], scale, fuses(problem, be))
     interior = sweep(sp, be, t, first.interior.shape, "interior", scale)
     border = _pieces(sp, be, t, first.border, first.rows, scale)
     exposed = max(net - interior, 0.0)
