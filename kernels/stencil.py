@@ -22,7 +22,7 @@ from numba import njit, prange
 from autotune.core.assumptions import LOCAL_LEVELS
 from autotune.geometry.halo import Rect
 
-_JIT = {"cache": True, "nogil": True, "boundscheck": False}
+_JIT = {"cache": True, "nogil": True, "boundscheck": False, "fastmath": {"contract"}}   # FMA: no reassociation
 
 
 @njit(inline="always", **_JIT)

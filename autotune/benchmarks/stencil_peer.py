@@ -18,6 +18,7 @@ import numpy as np
 
 from autotune.benchmarks._common import median_spread, timed_collective
 from autotune.benchmarks.calls import HEAT_ALPHA
+from autotune.distributed.collective import quiet_barrier
 from autotune.kernels.stencil import heat_weights
 from autotune.stencil import distribute, heat2d
 
@@ -108,6 +109,7 @@ def compare(comm: MPI.Comm, fields: list[int], steps: int, rounds: int, modes=MO
             sub = comm.Split(0 if comm.rank < p else 1, comm.rank)
             row = _side(sub, n, steps, rounds, modes) if comm.rank < p else None
             sub.Free()
+            quiet_barrier(comm)             # the ranks left out wait without taking a core from the timed ones
             row = comm.bcast(row, root=0)
             best = min(modes, key=lambda m: row["times"][m]["median"])
             row.update({"field": n, "P": p, "devito_best": best,
