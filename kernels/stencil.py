@@ -7,12 +7,13 @@ split the rows over Numba's threads; the ``_levels`` forms fuse several steps in
 wavefront (the ``numba-wavefront`` backend: one pass over memory for a halo's sub-steps). The numpy
 forms do the same with slices (what a user writes by hand). Interior and border passes are
 separate calls on separate rectangles, so each can run on its own (while messages travel, 004
-§3.2.3). ``Sweeper`` picks the kernel for a stencil given
-by its weights, or runs a user's Numba function ``kernel(src, dst, r0, r1, c0, c1)`` (as PETSc's
-DMDA or Devito let users write their own point update).
+§3.2.3). ``Sweeper`` picks the kernel for a stencil given by its weights, or runs a user's Numba
+function ``kernel(src, dst, r0, r1, c0, c1)`` (as PETSc's DMDA or Devito let users write their own
+point update).
 """
 from __future__ import annotations
 
+import functools
 import types
 from collections.abc import Callable, Sequence
 
@@ -20,6 +21,7 @@ import numpy as np
 from numba import njit, prange
 
 from autotune.core.assumptions import LOCAL_LEVELS
+from autotune.core.families import WAVEFRONT_BACKEND
 from autotune.geometry.halo import Rect
 
 _JIT = {"cache": True, "nogil": True, "boundscheck": False, "fastmath": {"contract"}}   # FMA: no reassociation
@@ -195,7 +197,7 @@ class Sweeper:
         elif backend == "numpy-stencil":
             self._run = _numpy(weights)
         else:
-            self._run, self._fused = _numba(weights, threads, backend == "numba-wavefront")
+            self._run, self._fused = _numba(weights, threads, backend == WAVEFRONT_BACKEND)
 
     @property
     def fuses(self) -> bool:
@@ -224,6 +226,15 @@ def level_rects(rects: Sequence[Rect]) -> np.ndarray:
     return np.array([(r.r0, r.r1, r.c0, r.c1) for r in rects], dtype=np.int64).reshape(-1, 4)
 
 
+@functools.lru_cache(maxsize=64)
+def repeated_rects(r0: int, r1: int, c0: int, c1: int, levels: int) -> np.ndarray:
+    """``levels`` steps over one rectangle as the fused kernels read them (built once per shape:
+    the probe times calls on it)."""
+    out = level_rects([Rect(r0, r1, c0, c1)] * levels)
+    out.flags.writeable = False
+    return out
+
+
 def _numba(weights: np.ndarray, threads: int, fused: bool) -> tuple[Callable, Callable | None]:
     """The per-step kernel for ``weights`` (threaded beyond one thread), and the fused one."""
     cross = as_cross5(weights)
@@ -250,11 +261,10 @@ def run_local(u: np.ndarray, steps: int, radius: int, sweeper: Sweeper) -> np.nd
     nxt = cur.copy()
     region = Rect(radius, cur.shape[0] - radius, radius, cur.shape[1] - radius)
     levels = LOCAL_LEVELS if sweeper.fuses else 1
-    runs = {n: level_rects([region] * n) for n in {levels, steps % levels} if n}   # built once, not per step
     done = 0
     while done < steps:
         n = min(levels, steps - done)
-        sweeper.levels(cur, nxt, runs[n])
+        sweeper.levels(cur, nxt, repeated_rects(region.r0, region.r1, region.c0, region.c1, n))
         if n % 2:
             cur, nxt = nxt, cur
         done += n
@@ -277,4 +287,5 @@ def warm_up() -> None:
 
 
 __all__ = ["Sweeper", "as_cross5", "cross5", "cross5_levels", "cross5_par", "heat_weights", "level_rects",
-           "numpy_sweep", "offsets", "points", "points_levels", "points_par", "reference", "run_local", "warm_up"]
+           "numpy_sweep", "offsets", "points", "points_levels", "points_par", "reference", "repeated_rects",
+           "run_local", "warm_up"]

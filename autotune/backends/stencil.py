@@ -20,13 +20,7 @@ _CROSS = (np.array([0, -1, 1, 0, 0]), np.array([0, 0, 0, -1, 1]))
 
 def numba_stencil() -> Backend:
     """Numba loops; threads via numba.set_num_threads (rows split over them beyond one)."""
-    try:
-        import numba
-
-        from autotune.kernels import stencil as k
-        from autotune.kernels import stream as streams
-    except ImportError as exc:
-        raise BackendUnavailable(f"numba stencil kernels unavailable: {exc}") from exc
+    numba, k, streams = _numba_kernels()
 
     def stencil(src, dst, w, r0, r1, c0, c1, levels=1):
         _one_level(levels)
@@ -44,22 +38,28 @@ def numba_stencil() -> Backend:
 
 def numba_wavefront() -> Backend:
     """Numba, one thread: ``levels`` steps fused in one row wavefront (kernels.stencil.cross5_levels)."""
-    try:
-        import numba
-
-        from autotune.kernels import stencil as k
-    except ImportError as exc:
-        raise BackendUnavailable(f"numba stencil kernels unavailable: {exc}") from exc
+    numba, k, _ = _numba_kernels()
 
     def stencil(src, dst, w, r0, r1, c0, c1, levels=1):
         if levels == 1:
             k.cross5(src, dst, w, r0, r1, c0, c1)
         else:
-            k.cross5_levels(src, dst, w, np.array([[r0, r1, c0, c1]] * int(levels), dtype=np.int64))
+            k.cross5_levels(src, dst, w, k.repeated_rects(r0, r1, c0, c1, int(levels)))
 
     info = {"name": "numba-wavefront", "library": k.__file__, "version": numba.__version__,
             **package_info("numba")}
     return Backend("numba-wavefront", {"stencil": stencil}, info, int_dtype="int64", extra={"warm_up": k.warm_up})
+
+
+def _numba_kernels():
+    """Numba and our kernel modules (stencil, stream), or BackendUnavailable."""
+    try:
+        import numba
+
+        from autotune.kernels import stencil, stream
+    except ImportError as exc:
+        raise BackendUnavailable(f"numba stencil kernels unavailable: {exc}") from exc
+    return numba, stencil, stream
 
 
 def _one_level(levels: int) -> None:

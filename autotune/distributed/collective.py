@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NamedTuple
 
-from autotune.host.budget import cgroup_share
+from autotune.host.budget import cpu_share
 
 if TYPE_CHECKING:
     from mpi4py import MPI
@@ -162,7 +162,7 @@ def core_info() -> RankCores:
         cpus = os.sched_getaffinity(0)
     except AttributeError:  # pragma: no cover - non-Linux
         cpus = range(os.cpu_count() or 1)
-    return RankCores(socket.gethostname(), sum(1 << c for c in cpus), cgroup_share() or 0.0)
+    return RankCores(socket.gethostname(), sum(1 << c for c in cpus), cpu_share() or 0.0)
 
 
 def node_cores(infos: Sequence[RankCores], rank: int) -> int:

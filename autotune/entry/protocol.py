@@ -152,11 +152,11 @@ def call_args(comm: MPI.Comm, root, family: str, phases=None, **flags) -> tuple[
 def root_plan(family: str, problem: Problem | None, infos: list[RankCores], root: int, config,
                explain: bool) -> Plan:
     """Root only: the plan for the root node's cores (one process where the call is untuned)."""
-    from autotune.distributed.collective import node_cores
+    from autotune.distributed.collective import RankCores, node_cores
 
     if problem is None:
         return Plan("local", 1)
-    names, cores = [i[0] for i in infos], [node_cores(infos, r) for r in range(len(infos))]
+    names, cores = [RankCores(*i).host for i in infos], [node_cores(infos, r) for r in range(len(infos))]
     plan = _plan(family, problem, names, cores, root, config, explain)
     return plan if config is not None else _fit_threads(plan, infos, root)
 

@@ -38,7 +38,8 @@ class Budget:
 # The reader of the fewest threads the program left on its libraries: (count, library) or None.
 LibraryLimit = Callable[[], "tuple[int, str] | None"]
 _library: list[LibraryLimit | None] = [None]
-_static: list = [((), (), NO_LIMIT), 0.0]   # (environment limits, cgroup limits, their least; next read)
+# (environment limits, cgroup limits, their least), next read, the quota's CPUs (None: no quota)
+_static: list = [((), (), NO_LIMIT), 0.0, None]
 
 
 def set_library_limit(reader: LibraryLimit | None) -> None:
@@ -85,11 +86,19 @@ def static_limits() -> tuple[tuple[Budget, ...], tuple[Budget, ...], int]:
     """The environment variables' and the cgroup quota's limits and their least count (NO_LIMIT if
     none), re-read at most once a second."""
     if time.monotonic() > _static[1]:
-        env, quota = tuple(env_limits()), cgroup_limit()
-        quotas = (quota,) if quota is not None else ()
+        env, tight = tuple(env_limits()), _tightest_quota(None, None)
+        quotas = (_quota_budget(*tight),) if tight is not None else ()
         floor = min((b.threads for b in env + quotas), default=NO_LIMIT)
         _static[0], _static[1] = (env, quotas, floor), time.monotonic() + REFRESH_SECONDS
+        _static[2] = None if tight is None else tight[0] / tight[1]
     return _static[0]
+
+
+def cpu_share() -> float | None:
+    """CPUs this process's cgroup quota gives (``cgroup_share``), read with the other limits at
+    most once a second: every collective call's agreement asks."""
+    static_limits()
+    return _static[2]
 
 
 def forget() -> None:
@@ -119,9 +128,10 @@ def cgroup_limit(proc_cgroup: str | os.PathLike | None = None, mountinfo: str | 
     the JVM counts it; None where no quota is set or the files cannot be read. The files default
     to ``PROC_CGROUP`` and ``MOUNTINFO``."""
     tight = _tightest_quota(proc_cgroup, mountinfo)
-    if tight is None:
-        return None
-    quota, period = tight
+    return None if tight is None else _quota_budget(*tight)
+
+
+def _quota_budget(quota: int, period: int) -> Budget:
     cpus = quota / period
     return Budget(max(1, -(-quota // period)), f"cgroup CPU quota {cpus:.3g} CPU{'s' if cpus > 1 else ''}")
 
