@@ -14,7 +14,7 @@ import time
 
 from autotune.cli.common import OneLineParser, add_db_argument, positive_number
 from autotune.db import resolve
-from autotune.db.comm_lookup import mpi_world_size_env
+from autotune.db.comm import mpi_world_size_env
 from autotune.db.store import read_only
 from autotune.entry.protocol import MPI_MISSING
 from autotune.settings import get_options

@@ -36,6 +36,7 @@ class CommProfileError(ValueError):
     pass
 
 
+OVERLAP_SIZES = (4096, 32768, 262144, 2097152)   # halo rows and columns .. a factorisation's panels
 BATCH_OVERRUN = 10.0   # a repetition this many times longer than min_sample_seconds re-sizes its batch
 
 
@@ -84,6 +85,8 @@ class CommProfile:
     step_blocks: tuple[int, ...] = (64, 128, 256, 512)    # ... and blocks
     loop_cases: tuple[tuple[int, int], ...] = LOOP_CASES   # Cholesky (order, block) runs (``calibrate.loop_costs``)
     phase_calibration: phcal.PhaseCalibration = field(default_factory=phcal.PhaseCalibration)   # plans timed last
+    overlap_sizes: tuple[int, ...] = OVERLAP_SIZES   # the overlap series (``comm_overlap``; () for none) ...
+    overlap_reps: int = 7                             # ... and its interleaved rounds per size
     calibrate: bool = True     # False: links, host speeds and the root's costs only (no contention, no
     #                            calibration runs: a cluster description in minutes)
     source: str = ""
@@ -214,7 +217,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
     allowed = {"name", "description", "sizes", "procs", "grids", "primitives", "timing", "max_buffer_bytes",
                "max_regimes", "passes", "contention_passes", "contention", "cold_passes", "loggp", "loggp_messages",
                "loggp_max_bytes", "cold_sizes", "heldout", "step_waits", "loop_costs", "check_sides",
-               "first_touch_sizes", "pack_order", "root_reps", "phase_calibration", "calibrate"}
+               "first_touch_sizes", "pack_order", "root_reps", "phase_calibration", "calibrate", "overlap"}
     unknown = set(data) - allowed
     if unknown:
         raise CommProfileError(f"{source}: unknown key(s) {sorted(unknown)}")
@@ -248,6 +251,7 @@ def parse_comm_profile(data: dict, source: str = "<comm profile>") -> CommProfil
                        **_step_waits(data.get("step_waits") or {}, source),
                        **_loop_costs(data.get("loop_costs"), source),
                        **_phase_calibration(data.get("phase_calibration", {}), source),
+                       **_overlap(data.get("overlap", {}), source),
                        calibrate=bool(data.get("calibrate", True)), source=source)
 
 
@@ -284,6 +288,22 @@ def _root_costs(data: dict, source: str) -> dict:
     if any(not v or min(v) < 1 for v in sizes.values()) or any(v < 1 for v in counts.values()):
         raise CommProfileError(f"{source}: check_sides, first_touch_sizes, pack_order and root_reps must be positive")
     return {**sizes, **counts}
+
+
+def _overlap(value, source: str) -> dict:
+    """``overlap: {sizes: [m, ...], reps: N}`` or ``overlap: none`` as CommProfile fields."""
+    if value == "none":
+        return {"overlap_sizes": ()}
+    if not isinstance(value, dict) or set(value) - {"sizes", "reps"}:
+        raise CommProfileError(f"{source}: overlap must be none or a mapping with sizes and reps")
+    try:
+        out = {"overlap_sizes": tuple(int(m) for m in value.get("sizes", OVERLAP_SIZES)),
+               "overlap_reps": int(value.get("reps", 7))}
+    except (TypeError, ValueError) as exc:
+        raise CommProfileError(f"{source}: overlap: {exc}") from exc
+    if min(out["overlap_sizes"] + (1,)) < 1 or out["overlap_reps"] < 1:
+        raise CommProfileError(f"{source}: overlap sizes and reps must be positive")
+    return out
 
 
 def _contention(value, source: str) -> ContentionPlan:

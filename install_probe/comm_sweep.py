@@ -28,6 +28,7 @@ from .comm_ops import (
     platform_info,
     time_point,
 )
+from .comm_overlap import overlap_series
 from .comm_profile import ALL_PRIMITIVES, COLD, GROUP, LINK, PAIR, ROUND_TRIP, CommProfile
 
 if TYPE_CHECKING:
@@ -152,6 +153,29 @@ class _Run:
             quiet_barrier(world)      # the others wait without taking a core from the pair
             self.log(f"{prim} between ranks {pair[0]} and {pair[1]}")
 
+    def overlaps(self) -> dict[str, dict]:
+        """The overlap series (``comm_overlap``) on the first pair of each link kind whose swap the
+        profile asks for; every rank gets them."""
+        from mpi4py import MPI
+
+        world, pf = self.world, self.profile
+        hosts = world.allgather(MPI.Get_processor_name())
+        out: dict[str, dict] = {}
+        for kind in ("host", "net"):
+            pair = link_pair(hosts, same=kind == "host")
+            if not pf.overlap_sizes or f"swap_{kind}" not in pf.primitives or pair is None:
+                continue
+            me = world.Get_rank()
+            sub = world.Split(0 if me in pair else MPI.UNDEFINED, pair.index(me) if me in pair else 0)
+            series = None
+            if sub != MPI.COMM_NULL:
+                series = overlap_series(sub, pf.overlap_sizes, pf.overlap_reps)
+                sub.Free()
+            quiet_barrier(world)
+            out[kind] = world.bcast(series, root=pair[0])
+            self.log(f"overlap on a {kind} link between ranks {pair[0]} and {pair[1]}")
+        return out
+
     def group(self, p: int) -> None:
         """The non-grid primitives on ranks 0..p-1 (pairs only at p = 2); the others wait."""
         pf = self.profile
@@ -197,6 +221,7 @@ def run_comm_probe(world, profile: CommProfile, db_path=None, *, verbose: bool =
     run.log(f"{info['library']}, P={info['P']}{' (oversubscribed)' if info['oversubscribed'] else ''}, "
             f"profile {profile.name}: {len(profile.sizes)} sizes {profile.sizes[0]}..{profile.sizes[-1]} B")
     run.run()
+    info["overlap"] = run.overlaps()
     from autotune.install_probe.contention import compute_skews, host_speeds
 
     info["compute_skew"] = compute_skews(world, reps=profile.contention.skew_reps,

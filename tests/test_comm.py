@@ -482,6 +482,7 @@ TINY = {
     "check_sides": [128, 256],
     "first_touch_sizes": [1 << 22, 1 << 23], "pack_order": 256, "root_reps": 1,   # 4-8 s of root costs, not 40
     "calibrate": False,     # no contention nor calibration runs: their own tests' business (8 s a probe)
+    "overlap": {"sizes": [4096, 262144], "reps": 2},
 }
 MPI_TIMEOUT = 120   # a whole tiny probe: 22 s at P = 2 on 2 cores (session 29; 58 s before the root costs were cut)
 
@@ -532,6 +533,9 @@ def test_probe_writes_every_primitive_for_each_world_size(probed):
         assert (q.points["t_median"] > 0).all() and (q.points["t_q3"] >= q.points["t_q1"]).all()
         assert (q.points["t_min"] <= q.points["t_median"]).all()
         assert q.info["P"] == P and q.info["hosts"] == 1 and "Open MPI" in q.info["library"]
+        over = q.info["overlap"]
+        assert set(over) == {"host"} and over["host"]["bytes"] == [4096, 262144]   # one host: no network link
+        assert all(0.0 <= h <= 1.0 for h in over["host"]["hidden"]) and min(over["host"]["exchange"]) > 0
         assert q.info["dist"] == dbc.mpi_distributions()
         assert "loop_overhead" not in q.info     # no BLAS panel series here: the calibration is skipped
         assert (q.fits["ts"] >= 0).all() and (q.fits["tw"] >= 0).all()
@@ -641,6 +645,25 @@ def test_first_touch_series_loses_a_lone_outlier_and_keeps_steps(tmp_path):
     assert cp.first_touch_time(1 << 23) == 0.0
     assert cp.first_touch_time(1 << 26) == pytest.approx(1e-10 * (1 << 26))
     assert cp.first_touch_time(1 << 27) == pytest.approx(1e-10 * (1 << 27))
+
+
+def test_overlap_series_gives_the_hidden_share_and_cpu_by_link_and_size(tmp_path):
+    """The probe's overlap series per link kind: the hidden share and the CPU per second of message,
+    log-linear between its sizes and held outside; a kind or platform without one, or a damaged
+    one, gives the stand-in (copies within a host do not hide, network messages do, free)."""
+    path = tmp_path / "ov.h5"
+    net = {"bytes": [4096, 262144], "hidden": [0.2, 0.8], "cpu": [1e-6, 2e-5], "exchange": [1e-5, 1e-4]}
+    write_synthetic(path, 2, overlap={"net": net})
+    cp = comm_lookup.load_comm(path, nprocs=2)
+    assert cp.overlap("net", 32768) == pytest.approx((0.5, 0.15))
+    assert cp.overlap("net", 1 << 30) == pytest.approx((0.8, 0.2))
+    assert cp.overlap("host", 4096) == assumptions.UNMEASURED_OVERLAP["host"]
+    for i, bad in enumerate((None, "x", {"net": {"bytes": [1, 2], "hidden": [0.5]}},
+                             {"net": {**net, "hidden": [float("nan"), 1.0]}})):
+        old = tmp_path / f"old{i}.h5"
+        write_synthetic(old, 2, **({} if bad is None else {"overlap": bad}))
+        hidden, _ = comm_lookup.load_comm(old, nprocs=2).overlap("net", 4096)
+        assert hidden == assumptions.UNMEASURED_OVERLAP["net"][0], bad
 
 
 def test_checked_fortran_copy_uses_the_probed_timing(tmp_path):

@@ -13,6 +13,7 @@ from numba import njit
 
 import autotune
 from autotune import stencil
+from autotune.core.assumptions import UNMEASURED_OVERLAP
 from autotune.core.families import FAMILIES, HALOS, STENCIL_BACKENDS, StencilProblem, family
 from autotune.core.plans import Plan
 from autotune.geometry.halo import Rect, Tile, border_cells, fits, interior_cells, tiles
@@ -197,13 +198,17 @@ def test_bad_stencils():
 class _Link:
     """Comm parameters with one (ts, tw) per link kind and ``hosts`` hosts."""
 
-    def __init__(self, hosts=1, ts=(2e-6, 1e-4), tw=(1e-10, 8e-8)):
+    def __init__(self, hosts=1, ts=(2e-6, 1e-4), tw=(1e-10, 8e-8), overlap=None):
         self.platform = {"hosts": hosts, "key": None}
+        self._overlap = {**UNMEASURED_OVERLAP, **(overlap or {})}
         self.ts, self.tw = dict(zip(("link_host", "link_net"), ts, strict=True)), \
             dict(zip(("link_host", "link_net"), tw, strict=True))
 
     def primitives(self):
         return ("link_host", "link_net")
+
+    def overlap(self, kind, nbytes):
+        return self._overlap[kind]
 
     def time(self, prim, p, nbytes, grid=None):
         prim = prim if prim in self.ts else "link_host"
@@ -236,6 +241,20 @@ def test_blocking_pays_every_message_overlap_hides_the_network_ones():
     b1 = model.per_step(prob, Plan("blocking", 2, 1, 2, 1, backend="numba-stencil"), sp, one)
     o1 = model.per_step(prob, Plan("overlap", 2, 1, 2, 1, backend="numba-stencil"), sp, one)
     assert b1["net"] == o1["net"] == 0 and o1["total"] >= b1["total"] - 1e-12
+
+
+def test_the_cpu_a_message_costs_can_make_overlap_lose():
+    """A network whose messages half hide and take as much CPU as their time: overlapping costs the
+    sweep more than it hides, and the model says so (the sign the 100 Mbit/s testbed measured)."""
+    sp, prob = _K(), StencilProblem(2000, 2000, 10)
+    plans = [Plan(a, 2, 1, 2, 1, backend="numba-stencil") for a in ("blocking", "overlap")]
+    free = [model.per_step(prob, p, sp, _Link(hosts=2)) for p in plans]
+    costly = [model.per_step(prob, p, sp, _Link(hosts=2, overlap={"net": (0.5, 1.0)})) for p in plans]
+    assert free[1]["total"] < free[0]["total"]
+    assert costly[0]["total"] == pytest.approx(free[0]["total"])        # blocking: the message's time only
+    assert costly[1]["total"] > costly[0]["total"]
+    assert costly[1]["compute"] - free[1]["compute"] == pytest.approx(costly[1]["net"])   # its CPU, a step
+    assert costly[1]["hidden"] == pytest.approx(0.5 * costly[1]["net"])
 
 
 def test_overlap_condition_and_crossover():

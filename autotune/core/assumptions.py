@@ -193,8 +193,16 @@ DEFAULT_COMPUTE_SKEW = _assume(
     "slowest minus fastest of P ranks doing the same update, over its time, where not measured",
     SET_BY_HAND, "db/comm.py CommParams.compute_skew")
 
+UNMEASURED_OVERLAP = _assume(
+    "UNMEASURED_OVERLAP", {"host": (0.0, 0.0), "net": (1.0, 0.0)},
+    "per link kind, (share of a message's time that hides behind compute, CPU it takes per second of "
+    "message) where the comm probe measured no overlap series: copies within a host do not hide, "
+    "network messages hide whole and cost no CPU",
+    "004 §3.2.2 (in-node messages cannot overlap: the CPU moves them)", "db/comm_lookup.py CommParams.overlap")
+
 __all__ += ["DEFAULT_COMPUTE_SKEW", "DEFAULT_FIRST_TOUCH", "DEFAULT_RATE", "DEFAULT_TS", "DEFAULT_TW",
-            "DRIFT_PERCENTILE", "EXTRAPOLATION_PENALTY", "MAX_DRIFT_CORRECTION", "RECHECK_SECONDS"]
+            "DRIFT_PERCENTILE", "EXTRAPOLATION_PENALTY", "MAX_DRIFT_CORRECTION", "RECHECK_SECONDS",
+            "UNMEASURED_OVERLAP"]
 
 # -- stencils (models/stencil.py) ---------------------------------------------------------------------
 

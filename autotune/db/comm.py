@@ -34,6 +34,7 @@ MPI library or machine gives ``available=False`` and nominal defaults (one Runti
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -257,7 +258,39 @@ def base_primitive(primitive: str) -> str:
     return primitive[:-len(COLD_SUFFIX)] if primitive.endswith(COLD_SUFFIX) else primitive
 
 
+def mpi_world_size_env() -> int | None:
+    """World size when this process was started by mpiexec (Open MPI, MPICH/Hydra, Intel MPI), from
+    the launcher's environment: no MPI import. None when not under mpiexec."""
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+        try:
+            return int(os.environ[var])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def choose_platform(platforms: list[Platform], nprocs: int | None) -> Platform | None:
+    """World size nprocs, else the nearest larger, else the largest (None: nothing to choose)."""
+    if not platforms:
+        return None
+    if nprocs is None:
+        nprocs = mpi_world_size_env()
+    if nprocs is None:   # not under mpiexec: the largest dedicated platform, else the smallest
+        dedicated = [q for q in platforms if not q.info.get("oversubscribed")]
+        if dedicated:
+            return max(dedicated, key=lambda q: (q.P, q.info.get("updated", "")))
+        return min(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
+    exact = [q for q in platforms if q.P == nprocs]
+    larger = [q for q in platforms if q.P > nprocs]
+    if exact:
+        return max(exact, key=lambda q: q.info.get("updated", ""))
+    if larger:
+        smallest = min(q.P for q in larger)
+        return max((q for q in larger if q.P == smallest), key=lambda q: q.info.get("updated", ""))
+    return max(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
+
+
 __all__ = ["COLD_PRIMITIVES", "FIT_DTYPE", "GRID_PRIMITIVES", "LINK_PRIMITIVES", "POINT_DTYPE", "PRIMITIVES",
-           "PRTT_DTYPE", "SWAP_PRIMITIVES",
-           "UNREADABLE", "Platform", "as_points", "base_primitive", "hardware", "library_id", "loggp_lines",
-           "mpi_distributions", "platform_key", "read_platforms", "write_platform"]
+           "PRTT_DTYPE", "SWAP_PRIMITIVES", "UNREADABLE", "Platform", "as_points", "base_primitive", "choose_platform",
+           "hardware", "library_id", "loggp_lines",
+           "mpi_distributions", "mpi_world_size_env", "platform_key", "read_platforms", "write_platform"]

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.core.assumptions import DEFAULT_COMPUTE_SKEW, DEFAULT_FIRST_TOUCH, DEFAULT_TS, DEFAULT_TW
+from autotune.core.assumptions import (
+    DEFAULT_COMPUTE_SKEW,
+    DEFAULT_FIRST_TOUCH,
+    DEFAULT_TS,
+    DEFAULT_TW,
+    UNMEASURED_OVERLAP,
+)
 
 from . import location
 from ._warn import warn_user
@@ -26,6 +32,7 @@ from .comm import (
     UNREADABLE,
     Platform,
     base_primitive,
+    choose_platform,
     hardware,
     mpi_distributions,
     read_platforms,
@@ -271,6 +278,20 @@ class CommParams:
             value = {"bytes": value.get("bytes"), "per_byte": _running_median(value.get("per_byte"))}
         return float(nbytes) * _nonnegative(_log_interp(value, "bytes", "per_byte", nbytes), DEFAULT_FIRST_TOUCH)
 
+    def overlap(self, kind: str, nbytes: float) -> tuple[float, float]:
+        """(share of a message's time that hides behind compute, CPU it takes from that compute per
+        second of message) on a ``kind`` link ("host", "net") of ``nbytes``: the probe's overlap
+        series, log-linear between its sizes, else ``UNMEASURED_OVERLAP``."""
+        hidden, cpu = UNMEASURED_OVERLAP[kind]
+        table = self._info("overlap")
+        table = table.get(kind) if isinstance(table, dict) else None
+        if isinstance(table, dict):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                share = np.asarray(table.get("cpu", []), float) / np.asarray(table.get("exchange", []), float)
+            hidden = _nonnegative(_log_interp(table, "bytes", "hidden", nbytes), hidden)
+            cpu = _nonnegative(_log_interp({"bytes": table.get("bytes"), "cpu": share}, "bytes", "cpu", nbytes), cpu)
+        return min(hidden, 1.0), cpu
+
     def pack_time(self, kind: str, elements: float, run: float) -> float | None:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
         ``elements`` costs when its contiguous runs are ``run`` elements long (log-linear between
@@ -401,38 +422,6 @@ class CommParams:
         return float(ts[0]), float(tw[0])
 
 
-def mpi_world_size_env() -> int | None:
-    """World size when this process was started by mpiexec (Open MPI, MPICH/Hydra, Intel MPI), from
-    the launcher's environment: no MPI import. None when not under mpiexec."""
-    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
-        try:
-            return int(os.environ[var])
-        except (KeyError, ValueError):
-            continue
-    return None
-
-
-def choose_platform(platforms: list[Platform], nprocs: int | None) -> Platform | None:
-    """World size nprocs, else the nearest larger, else the largest (None: nothing to choose)."""
-    if not platforms:
-        return None
-    if nprocs is None:
-        nprocs = mpi_world_size_env()
-    if nprocs is None:   # not under mpiexec: the largest dedicated platform, else the smallest
-        dedicated = [q for q in platforms if not q.info.get("oversubscribed")]
-        if dedicated:
-            return max(dedicated, key=lambda q: (q.P, q.info.get("updated", "")))
-        return min(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
-    exact = [q for q in platforms if q.P == nprocs]
-    larger = [q for q in platforms if q.P > nprocs]
-    if exact:
-        return max(exact, key=lambda q: q.info.get("updated", ""))
-    if larger:
-        smallest = min(q.P for q in larger)
-        return max((q for q in larger if q.P == smallest), key=lambda q: q.info.get("updated", ""))
-    return max(platforms, key=lambda q: (q.P, q.info.get("updated", "")))
-
-
 _CACHE: dict[tuple, CommParams] = {}
 
 
@@ -486,4 +475,4 @@ def _load(path: Path, nprocs: int | None, exists: bool) -> CommParams:
     return CommParams(chosen, "", nprocs, tuple(q.key for q in usable if q is not chosen))
 
 
-__all__ = ["CommParams", "choose_platform", "default_ts_tw", "load_comm", "mpi_world_size_env"]
+__all__ = ["CommParams", "default_ts_tw", "load_comm"]

@@ -39,6 +39,7 @@ from autotune.geometry.layout import grid_weights
 from autotune.models.movement import LinkCost
 
 from . import movement
+from .overlap import Messages, fixed, message
 
 SCHEDULES = ("blocking", "overlap", "border_first")
 
@@ -122,29 +123,26 @@ def link_cost(cp: CommParams, nbytes: float = 1 << 20) -> LinkCost:
     return LinkCost(*cp.ts_tw(link_primitive(cp, False), 2, nbytes), *cp.ts_tw(link_primitive(cp, True), 2, nbytes))
 
 
-def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp: SPLookup, cp: CommParams) -> tuple[float,
-             float]:
-    """(seconds of the messages within the host, seconds of those to other hosts) of one halo
-    exchange of ``tile``: each message's link time, column messages' packing and unpacking, and the
-    requests' own cost (counted with the in-host part: the CPU spends it)."""
+def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp: SPLookup,
+             cp: CommParams) -> tuple[Messages, float]:
+    """One halo exchange of ``tile`` as an overlapped schedule sees it (``models.overlap``: each
+    message's link time, split by what hides behind compute on its link kind, column messages'
+    packing and unpacking and the requests' own cost shown), and the seconds of its messages to
+    other hosts."""
     here = rank_host[tile.pr * c + tile.pc]
-    local, net = 0.0, 0.0
+    total, net = fixed(0.0), 0.0
     for d in tile.directions(corners):
         cells = tile.send(d).cells
         neighbour = tile.neighbour(d)
         assert neighbour is not None, "directions() gives the tile's neighbours only"
         npr, npc = neighbour
-        other = rank_host[npr * c + npc] != here
-        t = link_time(cp, bool(other), cells * WORD)
+        other = bool(rank_host[npr * c + npc] != here)
+        t = link_time(cp, other, cells * WORD)
+        total += message(cp, other, cells * WORD, t) + fixed(HALO_REQUEST)
         if d[1] != 0:
-            t_pack = 2.0 * movement.copy(sp, cells)
-            local += t_pack
-        local += HALO_REQUEST
-        if other:
-            net += t
-        else:
-            local += t
-    return local, net
+            total += fixed(2.0 * movement.copy(sp, cells))
+        net += t if other else 0.0
+    return total, net
 
 
 def _pieces(sp: SPLookup, backend: str, threads: int, rects, rows, scale: float) -> float:
@@ -155,23 +153,24 @@ def _pieces(sp: SPLookup, backend: str, threads: int, rects, rows, scale: float)
 
 def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.ndarray, sp: SPLookup,
               cp: CommParams) -> dict[str, float]:
-    """One rank's seconds per step of ``plan.algorithm``: {"compute", "communication", "hidden"
-    (network time the interior covered), "interior", "net"}."""
+    """One rank's seconds per step of ``plan.algorithm``: {"compute" (with the CPU overlapped
+    messages take), "communication" (exposed), "hidden" (message time the interior covered),
+    "interior", "net" (seconds of messages to other hosts)}."""
     be, t, scale = plan.backend, plan.threads, problem.scale
     s = tile.substeps
-    local, net = exchange(tile, rank_host, plan.c, problem.corners, sp, cp)
+    msgs, net = exchange(tile, rank_host, plan.c, problem.corners, sp, cp)
     shapes = [tile.sweep((s - 1 - k) * problem.radius).whole.shape for k in range(s)]
     first = tile.sweep((s - 1) * problem.radius)
     if plan.algorithm == "blocking":
         compute = fused(sp, be, t, shapes, scale, fuses(problem, be))
-        return {"compute": compute / s, "communication": (local + net) / s, "hidden": 0.0,
+        return {"compute": compute / s, "communication": msgs.alone / s, "hidden": 0.0,
                 "interior": compute / s, "net": net / s}
     later = fused(sp, be, t, shapes[1:], scale, fuses(problem, be))
     interior = sweep(sp, be, t, first.interior.shape, "interior", scale)
     border = _pieces(sp, be, t, first.border, first.rows, scale)
-    exposed = max(net - interior, 0.0)
-    return {"compute": (interior + border + later) / s, "communication": (local + exposed) / s,
-            "hidden": (net - exposed) / s, "interior": interior / s, "net": net / s}
+    exposed = msgs.exposed(interior)
+    return {"compute": (interior + msgs.cpu + border + later) / s, "communication": exposed / s,
+            "hidden": (msgs.alone - exposed) / s, "interior": interior / s, "net": net / s}
 
 
 def plan_tiles(problem: StencilProblem, plan: Plan) -> list[Tile]:
@@ -198,7 +197,7 @@ def _moves(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) ->
     biggest = max(t.shape[0] * t.shape[1] for t in tls)
     cells = problem.rows * problem.cols
     rank_host = hosts_of(plan.p, cp)
-    prime = 2.0 * max(sum(exchange(t, rank_host, plan.c, problem.corners, sp, cp)) for t in tls)
+    prime = 2.0 * max(exchange(t, rank_host, plan.c, problem.corners, sp, cp)[0].alone for t in tls)
     scatter = float(cp.time("scatterv", plan.p, biggest * WORD)) + movement.copy(sp, 3.0 * cells) + prime
     gather = float(cp.time("gatherv", plan.p, biggest * WORD)) + movement.copy(sp, 2.0 * cells)
     return scatter, gather
