@@ -36,7 +36,7 @@ class CommProfileError(ValueError):
     pass
 
 
-OVERLAP_SIZES = (4096, 32768, 262144, 2097152)   # halo rows and columns .. a factorisation's panels
+OVERLAP_SIZES = (512, 4096, 32768, 262144, 2097152)   # halo rows and columns .. a factorisation's panels
 BATCH_OVERRUN = 10.0   # a repetition this many times longer than min_sample_seconds re-sizes its batch
 
 

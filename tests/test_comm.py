@@ -648,15 +648,17 @@ def test_first_touch_series_loses_a_lone_outlier_and_keeps_steps(tmp_path):
 
 
 def test_overlap_series_gives_the_hidden_share_and_cpu_by_link_and_size(tmp_path):
-    """The probe's overlap series per link kind: the hidden share and the CPU per second of message,
-    log-linear between its sizes and held outside; a kind or platform without one, or a damaged
-    one, gives the stand-in (copies within a host do not hide, network messages do, free)."""
+    """The probe's overlap series per link kind: the hidden share and the CPU an overlapped exchange
+    costs, log-linear between its sizes (held below, the CPU in proportion above); a kind or platform
+    without one, or a damaged one, gives the stand-in (copies within a host do not hide, network
+    messages do, free)."""
     path = tmp_path / "ov.h5"
     net = {"bytes": [4096, 262144], "hidden": [0.2, 0.8], "cpu": [1e-6, 2e-5], "exchange": [1e-5, 1e-4]}
     write_synthetic(path, 2, overlap={"net": net})
     cp = comm_lookup.load_comm(path, nprocs=2)
-    assert cp.overlap("net", 32768) == pytest.approx((0.5, 0.15))
-    assert cp.overlap("net", 1 << 30) == pytest.approx((0.8, 0.2))
+    assert cp.overlap("net", 32768) == pytest.approx((0.5, 1.05e-5))
+    assert cp.overlap("net", 1024) == pytest.approx((0.2, 1e-6))
+    assert cp.overlap("net", 1 << 30) == pytest.approx((0.8, 2e-5 * 4096))
     assert cp.overlap("host", 4096) == assumptions.UNMEASURED_OVERLAP["host"]
     for i, bad in enumerate((None, "x", {"net": {"bytes": [1, 2], "hidden": [0.5]}},
                              {"net": {**net, "hidden": [float("nan"), 1.0]}})):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from mpi_helpers import run_mpi_variants
 
+from autotune.core.assumptions import UNMEASURED_OVERLAP
 from autotune.core.plans import PHASES, Plan
 from autotune.models.distributed_cholesky import MODELS, model
 
@@ -200,9 +201,17 @@ class FakeSP:
 
 
 class FakeCP:
+    platform = {"hosts": 1}
+
     def __init__(self, ts: float = 5e-6, tw: float = 1e-10):
         self.ts, self.tw = ts, tw
         self.calls: list[tuple] = []
+
+    def primitives(self):
+        return ()
+
+    def overlap(self, kind, nbytes):
+        return tuple(np.full(np.shape(nbytes), v) for v in UNMEASURED_OVERLAP[kind])
 
     def time(self, primitive, p, nbytes, grid=None):
         self.calls.append((primitive, p, grid))

@@ -191,6 +191,28 @@ def test_model_phases_are_consistent(r, c, lookahead):
     assert big["total"] > small["total"] and big["compute"] > small["compute"]
 
 
+class _Overlapped(FakeCP):
+    """FakeCP whose messages within a host hide ``hidden`` of their time and cost ``cpu`` seconds."""
+
+    def __init__(self, hidden: float, cpu: float):
+        super().__init__()
+        self.measured = (hidden, cpu)
+
+    def overlap(self, kind, nbytes):
+        return tuple(np.full(np.shape(nbytes), v) for v in self.measured)
+
+
+def test_a_panel_that_does_not_hide_holds_its_receivers():
+    """The panel's message overlaps the receivers' update: what of it does not hide and the CPU its
+    arrival costs add to their step; a message that hides whole and costs nothing adds nothing."""
+    plan, n = Plan("lu", 2, 1, 2, b=64), 2000
+    free, shown, busy = (model(n, plan, FakeSP(), cp)["total"] for cp in
+                         (_Overlapped(1.0, 0.0), _Overlapped(0.0, 0.0), _Overlapped(1.0, 1e-4)))
+    steps = -(-n // 64)
+    assert free < shown and free < busy
+    assert busy - free == pytest.approx(1e-4 * steps / 2, rel=0.1)   # on 1 x 2 each rank receives every other panel
+
+
 def test_model_one_rank_is_the_blocked_lu_flop_count():
     sp = FakeSP()
     n, b = 1024, 128

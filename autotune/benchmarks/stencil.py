@@ -150,6 +150,8 @@ def sweep(comm: MPI.Comm, args, sp: SPLookup, cp: CommParams) -> dict:
         row["benefit_measured"] = m["blocking"]["median"] / m["overlap"]["median"]
         row["benefit_predicted"] = pr["blocking"] / pr["overlap"]
         row["sign_agrees"] = (row["benefit_measured"] > 1.0) == (row["benefit_predicted"] > 1.0)
+        row["benefit_outside_spread"] = abs(row["benefit_measured"] - 1.0) > max(m[s]["spread"] for s in
+                                                                                ("blocking", "overlap"))
         rows.append(row)
         if comm.rank == 0:
             timings = ", ".join(f"{s} {m[s]['median'] * 1e3:.3f} ms (pred {pr[s] * 1e3:.3f}, spread "
@@ -165,7 +167,8 @@ def sweep(comm: MPI.Comm, args, sp: SPLookup, cp: CommParams) -> dict:
             "crossover_steps_apart": _steps_apart(args.sides, predicted, measured),
             "benefit_at_predicted_crossover": None if at is None else at["benefit_measured"],
             "side_at_predicted_crossover": None if at is None else at["side"],
-            "sign_agrees_everywhere": all(row["sign_agrees"] for row in rows)}
+            "sign_agrees_everywhere": all(row["sign_agrees"] for row in rows),
+            "sign_agrees_outside_spread": all(row["sign_agrees"] for row in rows if row["benefit_outside_spread"])}
 
 
 

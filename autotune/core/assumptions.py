@@ -195,8 +195,8 @@ DEFAULT_COMPUTE_SKEW = _assume(
 
 UNMEASURED_OVERLAP = _assume(
     "UNMEASURED_OVERLAP", {"host": (0.0, 0.0), "net": (1.0, 0.0)},
-    "per link kind, (share of a message's time that hides behind compute, CPU it takes per second of "
-    "message) where the comm probe measured no overlap series: copies within a host do not hide, "
+    "per link kind, (share of a message's time that hides behind compute, seconds of CPU overlapping "
+    "it costs) where the comm probe measured no overlap series: copies within a host do not hide, "
     "network messages hide whole and cost no CPU",
     "004 §3.2.2 (in-node messages cannot overlap: the CPU moves them)", "db/comm_lookup.py CommParams.overlap")
 

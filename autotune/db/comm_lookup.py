@@ -278,19 +278,23 @@ class CommParams:
             value = {"bytes": value.get("bytes"), "per_byte": _running_median(value.get("per_byte"))}
         return float(nbytes) * _nonnegative(_log_interp(value, "bytes", "per_byte", nbytes), DEFAULT_FIRST_TOUCH)
 
-    def overlap(self, kind: str, nbytes: float) -> tuple[float, float]:
-        """(share of a message's time that hides behind compute, CPU it takes from that compute per
-        second of message) on a ``kind`` link ("host", "net") of ``nbytes``: the probe's overlap
-        series, log-linear between its sizes, else ``UNMEASURED_OVERLAP``."""
-        hidden, cpu = UNMEASURED_OVERLAP[kind]
+    def overlap(self, kind: str, nbytes):
+        """(share of a message's time that hides behind compute, seconds of CPU an overlapped
+        exchange of it costs) on a ``kind`` link ("host", "net") for ``nbytes`` (a number or an
+        array): the probe's overlap series, log-linear between its sizes (the CPU in proportion
+        beyond the largest), else ``UNMEASURED_OVERLAP``."""
+        m = np.maximum(np.asarray(nbytes, float), 1.0)
+        hidden, cpu = (np.full(m.shape, v) for v in UNMEASURED_OVERLAP[kind])
         table = self._info("overlap")
         table = table.get(kind) if isinstance(table, dict) else None
-        if isinstance(table, dict):
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = np.asarray(table.get("cpu", []), float) / np.asarray(table.get("exchange", []), float)
-            hidden = _nonnegative(_log_interp(table, "bytes", "hidden", nbytes), hidden)
-            cpu = _nonnegative(_log_interp({"bytes": table.get("bytes"), "cpu": share}, "bytes", "cpu", nbytes), cpu)
-        return min(hidden, 1.0), cpu
+        try:
+            xs, hs, cs = (np.asarray(table[k], float) for k in ("bytes", "hidden", "cpu"))
+            if xs.size and xs.shape == hs.shape == cs.shape and np.all(xs > 0) and np.all(np.isfinite(hs + cs)):
+                hidden = np.clip(np.interp(np.log(m), np.log(xs), hs), 0.0, 1.0)
+                cpu = np.maximum(np.interp(np.log(m), np.log(xs), cs), 0.0) * np.maximum(m / xs.max(), 1.0)
+        except (TypeError, KeyError, ValueError):
+            pass
+        return (float(hidden), float(cpu)) if hidden.ndim == 0 else (hidden, cpu)
 
     def pack_time(self, kind: str, elements: float, run: float) -> float | None:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of

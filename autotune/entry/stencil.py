@@ -29,8 +29,8 @@ from autotune.geometry.halo import fits
 from autotune.kernels import stencil as kernels
 from autotune.kernels.inputs import finite_checked
 from autotune.kernels.stencil import Sweeper, run_local
+from autotune.models.links import link_cost
 from autotune.models.movement import LinkCost
-from autotune.models.stencil import link_cost
 from autotune.select.ranking import choose
 from autotune.settings import get_options
 

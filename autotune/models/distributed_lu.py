@@ -48,6 +48,7 @@ from autotune.db.contention import alone
 from autotune.db.lookup import SPLookup
 
 from . import comm_train, movement
+from .links import hosts_of, link_primitive
 from .lu import u12_pattern
 
 
@@ -82,6 +83,7 @@ class _Steps:
         bcast = np.asarray(cp.time("bcast_row" if c > 1 else "bcast_col", p, msg, grid=grid),
                            float).reshape(N) if p > 1 else np.zeros(N)
         self.message = comm_train.train_time(cp, p - 1, msg, bcast) if p > 1 else bcast
+        self.held = _held(cp, r, c, J, msg)
         # the loop's own costs per panel and per element moved (CommParams: the LU's runs, else the Cholesky's)
         share = getattr(cp, "lu_loop_share", None)
         self.copy_in = movement.in_loop(sp, m * s / r, share) + float(getattr(cp, "lu_loop_overhead", 0.0))
@@ -114,6 +116,21 @@ class _Steps:
         self.s, self.r, self.c = s, r, c
 
 
+def _held(cp: CommParams, r: int, c: int, J: np.ndarray, msg: np.ndarray) -> np.ndarray:
+    """(N, r, c) seconds the panel of step K holds each receiver beyond its overlapped update
+    (``models.links``: the CPU its arrival costs and its share that does not hide, by the link
+    from the panel's owner); 0 on the owner."""
+    hosts = hosts_of(r * c, cp).reshape(r, c)
+    owner = hosts[J % r, J % c]                                   # (N,) the owner's host
+    held = np.zeros((J.size, r, c))
+    for net in (False, True):
+        hidden, cpu = cp.overlap("net" if net else "host", msg)
+        extra = cpu + (1.0 - hidden) * np.asarray(cp.time(link_primitive(cp, net), 2, msg), float)
+        held = np.where((hosts[None] != owner[:, None, None]) == net, extra[:, None, None], held)
+    held[J, J % r, J % c] = 0.0
+    return held
+
+
 def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
     """(end clock, busy seconds) per rank (r, c) of the factorization loop."""
     r, c, N = st.r, st.c, st.N
@@ -129,7 +146,7 @@ def _loop(st: _Steps, lookahead: bool) -> tuple[np.ndarray, np.ndarray]:
         owner = (K % r, K % c)
         got = np.full((r, c), ready + st.message[K]) + st.copy_in[K]
         got[owner] = ready
-        t = np.maximum(t, got)
+        t = np.maximum(t + st.held[K], got)
         busy += st.swap[K] + st.trsm[K] + st.update[K]
         if r > 1:
             # the row exchange waits for the process column's slowest member; U12 leaves the

@@ -23,7 +23,7 @@ import numpy as np
 from autotune.core.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
 from autotune.core.workload import MANAGER, STAGE, Spec, WorkloadPlan
 from autotune.db.comm_lookup import CommParams
-from autotune.models.stencil import link_primitive
+from autotune.models.links import link_primitive
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
 _KEPT_DRAWS = 1 << 14     # a stage's SAMPLES-run draws are kept, read-only, up to this many values (128 KB)
@@ -45,7 +45,7 @@ class Prediction:
 
 def comm_hop(cp: CommParams) -> Hop:
     """A message's (ts, m tw) from the comm probe's one-way link primitives
-    (``models.stencil.link_primitive``), cached per size: a pipeline has three message sizes."""
+    (``models.links.link_primitive``), cached per size: a pipeline has three message sizes."""
     cache: dict[tuple[float, bool], tuple[float, float]] = {}
 
     def hop(nbytes: float, net: bool) -> tuple[float, float]:

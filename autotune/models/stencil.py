@@ -36,10 +36,9 @@ from autotune.db.comm_lookup import CommParams
 from autotune.db.lookup import SPLookup
 from autotune.geometry.halo import Tile, border_cells, interior_cells, tiles
 from autotune.geometry.layout import grid_weights
-from autotune.models.movement import LinkCost
 
 from . import movement
-from .overlap import Messages, fixed, message
+from .links import Messages, fixed, hosts_of, link_time, message
 
 SCHEDULES = ("blocking", "overlap", "border_first")
 
@@ -92,35 +91,6 @@ def single(problem: StencilProblem, backend: str, threads: int, sp: SPLookup) ->
     return (runs * fused(sp, backend, threads, [shape] * levels, problem.scale, fuse)
             + fused(sp, backend, threads, [shape] * rest, problem.scale, fuse)
             + movement.copy(sp, 2.0 * problem.rows * problem.cols))
-
-
-def hosts_of(p: int, cp: CommParams) -> np.ndarray:
-    """Each rank's host: the platform's hosts filled in rank order (mpiexec's default by-slot mapping)."""
-    hosts = max(1, int(cp.platform.get("hosts", 1) or 1)) if cp is not None else 1
-    per = -(-p // hosts)
-    return np.arange(p) // per
-
-
-def link_primitive(cp: CommParams, net: bool, one_way: bool = False) -> str:
-    """The comm probe's primitive for a message between two ranks on one host or on two while its
-    neighbour's travels the other way: its swap (Sendrecv) on a pair of that link kind, else its
-    link ping-pong, else the plain ping-pong (a one-way time: on a loaded link it undercounts).
-    ``one_way``: a message nothing travels against (a pipeline's), the link ping-pong first."""
-    kind = "net" if net else "host"
-    have = cp.primitives()
-    order = (f"link_{kind}",) if one_way else (f"swap_{kind}", f"link_{kind}")
-    return next((x for x in order if x in have), "pingpong")
-
-
-def link_time(cp: CommParams, net: bool, nbytes: float) -> float:
-    """One halo message of ``nbytes`` (``link_primitive``)."""
-    return float(cp.time(link_primitive(cp, net), 2, nbytes))
-
-
-def link_cost(cp: CommParams, nbytes: float = 1 << 20) -> LinkCost:
-    """(ts, tw) within a host and between hosts for moving a field's cells in a rebalance (messages
-    of about ``nbytes``), from the same primitives as ``link_time``."""
-    return LinkCost(*cp.ts_tw(link_primitive(cp, False), 2, nbytes), *cp.ts_tw(link_primitive(cp, True), 2, nbytes))
 
 
 def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp: SPLookup,
@@ -264,5 +234,5 @@ def terms(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> 
     return lines
 
 
-__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "link_cost", "link_primitive", "link_time",
-           "model", "overlap_pays", "per_step", "plan_tiles", "single", "sweep", "terms"]
+__all__ = ["MODELS", "SCHEDULES", "crossover", "exchange", "iteration", "model", "overlap_pays", "per_step",
+           "plan_tiles", "single", "sweep", "terms"]
