@@ -6,7 +6,8 @@ exchange alone (persistent send and receive of m bytes each way, started and wai
 exchange), a compute loop alone (stencil sweeps of a tile, sized to twice the exchange), and both
 as an overlapped schedule runs them (start, compute with ``OVERLAP_POLLS`` tests between chunks,
 wait). Of the overlapped run, the compute's growth is the message's CPU and the wait after it the
-part that did not hide. The pair's slower rank counts, as a halo step waits for it.
+part that did not hide. The pair's slower rank counts, as a halo step waits for it. With them,
+each halo schedule's own cost a step on a tiny tile (``step_overheads``).
 """
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import time
 import numpy as np
 
 from autotune.core.assumptions import OVERLAP_POLLS
+from autotune.core.families import StencilProblem
+from autotune.core.plans import Plan
 from autotune.geometry.halo import Rect
+from autotune.models.stencil import SCHEDULES
 
 COVER = 2.0            # the compute loop runs this many times the exchange alone: room to hide all of it
 TILE = (128, 512)      # the swept tile (two float64 buffers of 512 KiB: a sweep is tens of microseconds)
@@ -122,10 +126,64 @@ def _spread(x: np.ndarray) -> float:
     return float(q3 - q1)
 
 
+STEP_TILE = 16        # the tiny tile side of ``step_overheads``: its sweeps and messages cost microseconds
+STEP_COUNT = 200      # steps a timed run
+
+
+def _timed(comm, run) -> float:
+    comm.Barrier()
+    t0 = time.perf_counter()
+    run()
+    comm.Barrier()
+    return float(comm.bcast((time.perf_counter() - t0) / STEP_COUNT, root=0))
+
+
+def step_overheads(comm, rounds: int) -> dict[str, float]:
+    """Seconds a step of each halo schedule costs beyond its exchange and its sweep (Python calls,
+    requests, tests, the border pieces' extra calls): on a two-rank ``comm``, a 2 x 1 grid of tiny
+    tiles, each schedule's step against the same tile's exchange alone and sweep alone, interleaved."""
+    from autotune.kernels.stencil import Sweeper, heat_weights
+    from mpi4py import MPI
+
+    from autotune.distributed.stencil import scatter_field
+
+    prob = StencilProblem(2 * STEP_TILE, STEP_TILE, 1)
+    u = np.random.default_rng(0).random((prob.rows, prob.cols)) if comm.Get_rank() == 0 else None
+    sweeper = Sweeper(heat_weights(0.1))
+    fields = {s: scatter_field(comm, prob, Plan(s, 2, 2, 1, 1, backend="numba-stencil"), u, sweeper)
+              for s in SCHEDULES}
+    base = fields["blocking"]
+
+    def exchange():
+        for _ in range(STEP_COUNT):
+            MPI.Prequest.Startall(base.requests[0])
+            MPI.Request.Waitall(base.requests[0])
+
+    def sweep():
+        for _ in range(STEP_COUNT):
+            sweeper(base.bufs[0], base.bufs[1], base.sweeps[0].whole)
+
+    try:
+        for f in fields.values():
+            f.advance(2)
+        runs: dict[str, list[float]] = {k: [] for k in (*SCHEDULES, "exchange", "sweep")}
+        for _ in range(rounds):
+            for s, f in fields.items():
+                runs[s].append(_timed(comm, lambda f=f: f.advance(STEP_COUNT)))
+            runs["exchange"].append(_timed(comm, exchange))
+            runs["sweep"].append(_timed(comm, sweep))
+    finally:
+        for f in fields.values():
+            f.free()
+    own = float(np.median(runs["exchange"]) + np.median(runs["sweep"]))
+    return {s: max(float(np.median(runs[s])) - own, 0.0) for s in SCHEDULES}
+
+
 def overlap_series(comm, sizes, reps: int) -> dict[str, list]:
     """Every size of ``sizes`` on a two-rank ``comm``, as the columns the comm lookup reads."""
     rows = [measure_size(comm, int(m), reps) for m in sizes]
-    return {key: [r[key] for r in rows] for key in rows[0]} if rows else {}
+    out = {key: [r[key] for r in rows] for key in rows[0]} if rows else {}
+    return {**out, "step_overhead": step_overheads(comm, reps)}
 
 
-__all__ = ["COVER", "measure_size", "overlap_series"]
+__all__ = ["COVER", "measure_size", "overlap_series", "step_overheads"]

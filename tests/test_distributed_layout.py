@@ -68,7 +68,7 @@ def test_layout_ranks_outside_the_grid_own_nothing():
 MOVE = """
 import numpy as np
 from mpi4py import MPI
-from autotune.distributed import DistMatrix, block_2d, block_cyclic, row_block
+from autotune.distributed import DistMatrix, block_2d, block_cyclic, movement, row_block
 comm = MPI.COMM_WORLD
 P = comm.size
 rng = np.random.default_rng(0)
@@ -95,6 +95,12 @@ for m, n in shapes:
                 moved = dm.redistribute(lay)
                 np.testing.assert_array_equal(moved.local, d.local)
             dm = d
+            piece = movement.scatter(a if comm.rank == 0 else None, lay, comm, piece="C")   # C-ordered pieces
+            assert piece.flags.c_contiguous
+            np.testing.assert_array_equal(piece, d.local)
+            back = movement.gather(piece, lay, comm, piece="C")
+            if comm.rank == 0:
+                np.testing.assert_array_equal(back, a)
 print("OK", comm.rank)
 """
 

@@ -210,6 +210,9 @@ class _Link:
     def overlap(self, kind, nbytes):
         return self._overlap[kind]
 
+    def step_overhead(self, kind, schedule):
+        return 0.0
+
     def time(self, prim, p, nbytes, grid=None):
         prim = prim if prim in self.ts else "link_host"
         return np.asarray(self.ts[prim] + self.tw[prim] * np.asarray(nbytes, float))

@@ -296,6 +296,14 @@ class CommParams:
             pass
         return (float(hidden), float(cpu)) if hidden.ndim == 0 else (hidden, cpu)
 
+    def step_overhead(self, kind: str, schedule: str) -> float:
+        """Seconds a step of halo ``schedule`` costs beyond its exchange and sweeps on ``kind``
+        links (the probe's tiny-tile runs), 0 where it measured none."""
+        table = self._info("overlap")
+        table = table.get(kind) if isinstance(table, dict) else None
+        steps = table.get("step_overhead") if isinstance(table, dict) else None
+        return _nonnegative(steps.get(schedule), 0.0) if isinstance(steps, dict) else 0.0
+
     def pack_time(self, kind: str, elements: float, run: float) -> float | None:
         """Seconds the root's block-cyclic packing (``kind`` "take") or unpacking ("put") of
         ``elements`` costs when its contiguous runs are ``run`` elements long (log-linear between

@@ -40,8 +40,9 @@ def _check_fits(layout: Layout, comm: MPI.Comm) -> None:
                          f"communicator has {comm.size}")
 
 
-def scatter(a: np.ndarray | None, layout: Layout, comm: MPI.Comm, root: int = 0) -> np.ndarray:
-    """Root's ``a`` (ignored elsewhere) -> this rank's local piece of ``layout`` (Fortran order)."""
+def scatter(a: np.ndarray | None, layout: Layout, comm: MPI.Comm, root: int = 0, piece: str = "F") -> np.ndarray:
+    """Root's ``a`` (ignored elsewhere) -> this rank's local piece of ``layout``, in ``piece``
+    order (a C-ordered ``a`` cut into C-ordered pieces is packed without transposing)."""
     _check_fits(layout, comm)
     dtype = np.dtype(comm.bcast(np.asarray(a).dtype.str if comm.rank == root else None, root=root))
     counts, displs = _counts(layout, comm.size)
@@ -51,21 +52,25 @@ def scatter(a: np.ndarray | None, layout: Layout, comm: MPI.Comm, root: int = 0)
         if np.shape(a) != layout.shape:
             raise ValueError(f"matrix of shape {np.shape(a)} does not match layout {layout.shape}")
         buf = np.empty(int(counts.sum()), dtype=dtype)
+        src = np.asarray(a) if piece == "F" else np.asarray(a).T     # row-major = column-major of a.T
         for r in range(comm.size):
             rows, cols = layout.local_indices(r)
-            take_flat(np.asarray(a), as_index(rows), as_index(cols), buf, int(displs[r]))
+            rows, cols = (rows, cols) if piece == "F" else (cols, rows)
+            take_flat(src, as_index(rows), as_index(cols), buf, int(displs[r]))
         send = [buf, (counts, displs), mtype]
     recv = np.empty(int(counts[comm.rank]), dtype=dtype)
     comm.Scatterv(send, [recv, mtype], root=root)
-    return recv.reshape(layout.local_shape(comm.rank), order="F")
+    return recv.reshape(layout.local_shape(comm.rank), order=piece)
 
 
-def gather(local: np.ndarray, layout: Layout, comm: MPI.Comm, root: int = 0, order: str = "C") -> np.ndarray | None:
-    """This rank's piece -> the whole matrix on ``root`` (None elsewhere)."""
+def gather(local: np.ndarray, layout: Layout, comm: MPI.Comm, root: int = 0, order: str = "C",
+           piece: str = "F") -> np.ndarray | None:
+    """This rank's piece -> the whole matrix on ``root`` (None elsewhere), in ``order``; the
+    pieces travel in ``piece`` order (C for a C-ordered result: no transposing copy)."""
     _check_fits(layout, comm)
     counts, displs = _counts(layout, comm.size)
     mtype = _mpi_type(local.dtype)
-    flat = np.asfortranarray(local).reshape(-1, order="F") if local.size else np.empty(0, local.dtype)
+    flat = np.asarray(local, order=piece).reshape(-1, order=piece) if local.size else np.empty(0, local.dtype)
     if comm.rank != root:
         comm.Gatherv([flat, mtype], None, root=root)
         return None
@@ -74,8 +79,11 @@ def gather(local: np.ndarray, layout: Layout, comm: MPI.Comm, root: int = 0, ord
     out = np.empty(layout.shape, dtype=local.dtype, order=order)
     for r in range(comm.size):
         rows, cols = layout.local_indices(r)
-        piece = buf[displs[r]:displs[r] + counts[r]].reshape((rows.size, cols.size), order="F")
-        put(out, as_index(rows), as_index(cols), piece)
+        got = buf[displs[r]:displs[r] + counts[r]].reshape((rows.size, cols.size), order=piece)
+        if piece == "F":
+            put(out, as_index(rows), as_index(cols), got)
+        else:
+            put(out.T, as_index(cols), as_index(rows), got.T)
     return out
 
 

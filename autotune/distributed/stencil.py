@@ -218,7 +218,7 @@ class HaloField:
     def gather(self) -> np.ndarray | None:
         """Collective: the whole field on the plan's root (rank 0 of ``comm``), None elsewhere."""
         with timed(self.phases, "collection"):
-            return movement.gather(np.asfortranarray(self.local), self.layout, self.comm, 0, order="C")
+            return movement.gather(self.local, self.layout, self.comm, 0, order="C", piece="C")
 
     @property
     def cells(self) -> int:
@@ -252,7 +252,7 @@ def scatter_field(comm: MPI.Comm, problem: StencilProblem, plan: Plan, u: np.nda
                   phases=None) -> HaloField:
     """Collective over the plan's ranks: the root's field ``u`` cut into halo tiles."""
     with timed(phases, "distribution"):
-        local = movement.scatter(u, layout_of(problem, plan), comm, root=0)
+        local = movement.scatter(u, layout_of(problem, plan), comm, root=0, piece="C")
         return HaloField(comm, problem, plan, sweeper, local, phases)
 
 

@@ -124,13 +124,15 @@ def _pieces(sp: SPLookup, backend: str, threads: int, rects, rows, scale: float)
 def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.ndarray, sp: SPLookup,
               cp: CommParams) -> dict[str, float]:
     """One rank's seconds per step of ``plan.algorithm``: {"compute" (with the CPU overlapped
-    messages take), "communication" (exposed), "hidden" (message time the interior covered),
-    "interior", "net" (seconds of messages to other hosts)}."""
+    messages take), "communication" (exposed, with the schedule's own cost a period:
+    ``CommParams.step_overhead``), "hidden" (message time the interior covered), "interior",
+    "net" (seconds of messages to other hosts)}."""
     be, t, scale = plan.backend, plan.threads, problem.scale
     s = tile.substeps
     msgs, net = exchange(tile, rank_host, plan.c, problem.corners, sp, cp)
     shapes = [tile.sweep((s - 1 - k) * problem.radius).whole.shape for k in range(s)]
     first = tile.sweep((s - 1) * problem.radius)
+    msgs += fixed(cp.step_overhead("net" if net > 0 else "host", plan.algorithm))
     if plan.algorithm == "blocking":
         compute = fused(sp, be, t, shapes, scale, fuses(problem, be))
         return {"compute": compute / s, "communication": msgs.alone / s, "hidden": 0.0,
@@ -160,16 +162,20 @@ def per_step(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) 
 
 
 def _moves(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> tuple[float, float]:
-    """(distribution, collection): the root's Scatterv / Gatherv of the tiles, the copies into
-    and out of the halo arrays (two buffers per rank) and the two exchanges that fill both
-    buffers' halos once."""
+    """(distribution, collection): the root's Scatterv / Gatherv of the tiles (packed in C order:
+    a copy), the copies into and out of the halo arrays (two buffers per rank), the two exchanges
+    that fill both buffers' halos once, and the page faults of what each allocates (the root's
+    send or receive buffer and result, a rank's piece and its two halo buffers)."""
     tls = plan_tiles(problem, plan)
     biggest = max(t.shape[0] * t.shape[1] for t in tls)
+    halo = max(t.local_shape[0] * t.local_shape[1] for t in tls)
     cells = problem.rows * problem.cols
     rank_host = hosts_of(plan.p, cp)
     prime = 2.0 * max(exchange(t, rank_host, plan.c, problem.corners, sp, cp)[0].alone for t in tls)
-    scatter = float(cp.time("scatterv", plan.p, biggest * WORD)) + movement.copy(sp, 3.0 * cells) + prime
-    gather = float(cp.time("gatherv", plan.p, biggest * WORD)) + movement.copy(sp, 2.0 * cells)
+    fresh = cp.first_touch_time(WORD * cells)
+    scatter = (float(cp.time("scatterv", plan.p, biggest * WORD)) + movement.copy(sp, 3.0 * cells) + prime
+               + fresh + cp.first_touch_time(WORD * biggest) + 2.0 * cp.first_touch_time(WORD * halo))
+    gather = float(cp.time("gatherv", plan.p, biggest * WORD)) + movement.copy(sp, 2.0 * cells) + 2.0 * fresh
     return scatter, gather
 
 
