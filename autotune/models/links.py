@@ -61,12 +61,13 @@ class Messages:
         return self.shown + self.hideable
 
     def exposed(self, compute: float) -> float:
-        """Their seconds left to wait after ``compute`` seconds of overlapped work (their CPU is
-        spent besides: the probe's hidden share is what a compute loop twice their length left)."""
-        return self.shown + max(self.hideable - compute, 0.0)
+        """Their seconds left to wait after ``compute`` seconds of overlapped work, which their CPU
+        lengthens (what a shorter compute leaves uncovered, and the share that never hides)."""
+        return self.shown + max(self.hideable - compute - self.cpu, 0.0)
 
     def overlapped(self, compute: float) -> float:
-        """Seconds of ``compute`` overlapped with them: the compute, their CPU, what did not hide."""
+        """Seconds of ``compute`` overlapped with them: max(compute + their CPU, what can hide) and
+        what cannot (with a compute twice their length, the probe's own measurement)."""
         return compute + self.cpu + self.exposed(compute)
 
 
