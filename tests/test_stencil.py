@@ -213,6 +213,12 @@ class _Link:
     def step_overhead(self, kind, schedule):
         return 0.0
 
+    host_speeds: dict = {}
+    rank_names = None
+
+    def compute_skew(self, p):
+        return 0.01
+
     def time(self, prim, p, nbytes, grid=None):
         prim = prim if prim in self.ts else "link_host"
         return np.asarray(self.ts[prim] + self.tw[prim] * np.asarray(nbytes, float))
@@ -260,6 +266,25 @@ def test_the_cpu_a_message_costs_can_make_overlap_lose():
     assert costly[1]["total"] > costly[0]["total"]
     assert costly[1]["compute"] - free[1]["compute"] == pytest.approx(net)   # its CPU, a step
     assert costly[1]["hidden"] == pytest.approx(0.5 * net)
+
+
+def test_a_slow_host_slows_its_rank_and_the_selector_weights_the_tiles():
+    """Ranks on a host at half the speed sweep at half the rate (the run's or the probe's host
+    speeds, by the ranks' host names); the selector adds plans whose tiles follow those speeds, and
+    with two hosts of speeds 2:1 the weighted plan's step is the faster."""
+    from autotune.select.distributed import by_speed
+
+    sp, prob = _K(), StencilProblem(2000, 2000, 10)
+    cp = _Link(hosts=2)
+    cp.rank_names, cp.host_speeds = ("h0", "h1"), {"h0": 2.0, "h1": 1.0}
+    plan = Plan("blocking", 2, 2, 1, 1, backend="numba-stencil")
+    even = model.per_step(prob, plan, sp, _Link(hosts=2))
+    slow = model.per_step(prob, plan, sp, cp)
+    assert slow["compute"] == pytest.approx(2.0 * even["compute"], rel=0.01)
+    (weighted,) = by_speed(prob, [plan], cp)
+    assert weighted.weights == (1.0, 0.5)
+    assert model.per_step(prob, weighted, sp, cp)["total"] < 0.8 * slow["total"]
+    assert by_speed(prob, [plan], _Link(hosts=2)) == []                  # speeds unknown: nothing added
 
 
 def test_overlap_condition_and_crossover():

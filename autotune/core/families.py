@@ -291,6 +291,8 @@ class Family:
     mapping: str | None = None   # the algorithm the mapping model prices (None: no mapping search)
     blocks: tuple[int, ...] = BLOCKS
     several: tuple[str, ...] = ()   # where ``routine`` is None: the library routines it calls
+    by_speed: bool = False       # its plans' models price each rank at its host's speed: the selector
+    #                              adds plans whose shares follow those speeds (``Plan.weights``)
 
     @property
     def library_routines(self) -> tuple[str, ...]:
@@ -349,7 +351,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("stencil", StencilProblem, (2,), ("sweep", "numpy-stencil"),
            lambda p: p.steps * p.scale * flops("stencil", {"m": max(p.rows - 2 * p.radius, 0),
                                                            "n": max(p.cols - 2 * p.radius, 0)}),
-           "stencil", distributed=("blocking", "overlap", "border_first"), blocks=HALOS),
+           "stencil", distributed=("blocking", "overlap", "border_first"), blocks=HALOS, by_speed=True),
 )}
 
 # Families with distributed plans, in FAMILIES' order.

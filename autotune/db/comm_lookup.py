@@ -167,6 +167,7 @@ class CommParams:
         self.others = others
         self._nprocs = nprocs
         self._speeds: dict[str, float] | None = None
+        self.rank_names: tuple[str, ...] | None = None     # each rank's host, where a call gave them
         self._warned: set[str] = set()
         self._curves: dict[tuple, _Curve] = {}
         self._choice: dict[tuple, _Curve | None] = {}
@@ -208,6 +209,12 @@ class CommParams:
         """This lookup with its host speeds replaced (the speeds repeated calls measured), all else shared."""
         view = copy.copy(self)
         view._speeds = dict(speeds)
+        return view
+
+    def with_ranks(self, names: list[str]) -> CommParams:
+        """This lookup knowing each rank's host name (the communicator's, in rank order)."""
+        view = copy.copy(self)
+        view.rank_names = tuple(names)
         return view
 
     def compute_skew(self, p: int) -> float:

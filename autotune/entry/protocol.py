@@ -222,6 +222,7 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     if sp.table is None and nprocs == 1:     # no database and no second rank: nothing to plan,
         return Plan("local", 1)              # the library call (load_sp warned once)
     seen, source = speeds_for(cp, names, root)
+    seen = seen.with_ranks(names[root:] + names[:root])     # the plan's ranks from the root
     key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp),
            tuple(sorted(seen.host_speeds.items())))
     hit = _PLANS.get(key)

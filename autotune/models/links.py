@@ -15,10 +15,27 @@ from .movement import LinkCost
 
 
 def hosts_of(p: int, cp: CommParams) -> np.ndarray:
-    """Each rank's host: the platform's hosts filled in rank order (mpiexec's default by-slot mapping)."""
+    """Each rank's host index: the call's own ranks' hosts where the lookup knows them
+    (``CommParams.with_ranks``), else the platform's hosts filled in rank order (mpiexec's
+    default by-slot mapping)."""
+    names = getattr(cp, "rank_names", None)
+    if names is not None and len(names) >= p:
+        index = {h: i for i, h in enumerate(dict.fromkeys(names[:p]))}
+        return np.array([index[h] for h in names[:p]])
     hosts = max(1, int(cp.platform.get("hosts", 1) or 1)) if cp is not None else 1
     per = -(-p // hosts)
     return np.arange(p) // per
+
+
+def rank_speeds(p: int, cp: CommParams) -> np.ndarray:
+    """Each rank's host speed over rank 0's (the probe's or the run's host speeds, by the ranks'
+    host names); ones where either is unknown."""
+    names = getattr(cp, "rank_names", None)
+    speeds = cp.host_speeds if names is not None and len(names) >= p else {}
+    base = speeds.get(names[0]) if speeds else None
+    if not base or any(not speeds.get(h) for h in names[:p]):
+        return np.ones(p)
+    return np.array([speeds[h] / base for h in names[:p]])
 
 
 def link_primitive(cp: CommParams, net: bool, one_way: bool = False) -> str:
@@ -82,4 +99,4 @@ def fixed(seconds: float) -> Messages:
     return Messages(shown=seconds)
 
 
-__all__ = ["Messages", "fixed", "hosts_of", "link_cost", "link_primitive", "link_time", "message"]
+__all__ = ["Messages", "fixed", "hosts_of", "link_cost", "link_primitive", "link_time", "message", "rank_speeds"]

@@ -38,7 +38,7 @@ from autotune.geometry.halo import Tile, border_cells, interior_cells, tiles
 from autotune.geometry.layout import grid_weights
 
 from . import movement
-from .links import Messages, fixed, hosts_of, link_time, message
+from .links import Messages, fixed, hosts_of, link_time, message, rank_speeds
 
 SCHEDULES = ("blocking", "overlap", "border_first")
 
@@ -122,17 +122,19 @@ def _pieces(sp: SPLookup, backend: str, threads: int, rects, rows, scale: float)
 
 
 def iteration(problem: StencilProblem, plan: Plan, tile: Tile, rank_host: np.ndarray, sp: SPLookup,
-              cp: CommParams) -> dict[str, float]:
+              cp: CommParams, speed: float = 1.0) -> dict[str, float]:
     """One rank's seconds per step of ``plan.algorithm``: {"compute" (with the CPU overlapped
     messages take), "communication" (exposed, with the schedule's own cost a period:
     ``CommParams.step_overhead``), "hidden" (message time the interior covered), "interior",
-    "net" (seconds of messages to other hosts)}."""
-    be, t, scale = plan.backend, plan.threads, problem.scale
+    "net" (seconds of messages to other hosts)}. ``speed``: the rank's host speed over the
+    probe's (its sweeps and its messages' CPU take 1/speed as long)."""
+    be, t, scale = plan.backend, plan.threads, problem.scale / speed
     s = tile.substeps
     msgs, net = exchange(tile, rank_host, plan.c, problem.corners, sp, cp)
     shapes = [tile.sweep((s - 1 - k) * problem.radius).whole.shape for k in range(s)]
     first = tile.sweep((s - 1) * problem.radius)
-    msgs += fixed(cp.step_overhead("net" if net > 0 else "host", plan.algorithm))
+    msgs = Messages(msgs.shown, msgs.hideable, msgs.cpu / speed) + fixed(
+        cp.step_overhead("net" if net > 0 else "host", plan.algorithm) / speed)
     if plan.algorithm == "blocking":
         compute = fused(sp, be, t, shapes, scale, fuses(problem, be))
         return {"compute": compute / s, "communication": msgs.alone / s, "hidden": 0.0,
@@ -154,8 +156,9 @@ def plan_tiles(problem: StencilProblem, plan: Plan) -> list[Tile]:
 def per_step(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """The slowest rank's step (every rank waits for its neighbours each exchange): its terms, and
     "idle", what the fastest rank waits per step."""
-    rank_host = hosts_of(plan.p, cp)
-    steps = [iteration(problem, plan, t, rank_host, sp, cp) for t in plan_tiles(problem, plan)]
+    rank_host, speeds = hosts_of(plan.p, cp), rank_speeds(plan.p, cp)
+    steps = [iteration(problem, plan, t, rank_host, sp, cp, float(v))
+             for t, v in zip(plan_tiles(problem, plan), speeds, strict=True)]
     totals = [s["compute"] + s["communication"] for s in steps]
     worst = steps[int(np.argmax(totals))]
     return {**worst, "idle": max(totals) - min(totals), "total": max(totals)}

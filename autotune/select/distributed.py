@@ -21,12 +21,13 @@ from autotune.core.families import (
     family,
     usable_blocks,
 )
-from autotune.core.plans import PHASES, Plan, grids
+from autotune.core.plans import PHASES, WEIGHTED, Plan, grids
 from autotune.db.comm_lookup import CommParams
 from autotune.db.contention import ContendedSP, Contention, load_contention
 from autotune.db.lookup import SPLookup, SystemParameters
 from autotune.geometry.halo import fits
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
+from autotune.models.links import rank_speeds
 from autotune.models.memory import plan_footprint, ranks_on_busiest_host
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 
@@ -157,6 +158,21 @@ def _stencil_plans(problem: StencilProblem, base: Plan, halos: list[int]) -> lis
                 continue
             out += [replace(base, algorithm=a, b=h, backend=backend) for a in family(problem.family).distributed
                     if a != "border_first" or h == problem.radius]
+    return out
+
+
+def by_speed(problem: Problem, candidates: list[Plan], cp: CommParams) -> list[Plan]:
+    """The plans again with each rank's share following its host's speed (``Plan.weights``), for
+    a family whose models price those speeds, where the ranks' speeds differ by more than the
+    spread of ranks running the same work (``cp.compute_skew``, as ``placement.heterogeneous``)."""
+    if not family(problem.family).by_speed:
+        return []
+    out = []
+    for plan in candidates:
+        speeds = rank_speeds(plan.p, cp)
+        if plan.algorithm in WEIGHTED and plan.weights is None and speeds.max() > speeds.min() * (
+                1.0 + cp.compute_skew(plan.p)):
+            out.append(replace(plan, weights=tuple(float(v) for v in speeds)))
     return out
 
 
@@ -348,7 +364,8 @@ def rank_plans(problem: Problem, nprocs: int, sp: SystemParameters, cp: CommPara
         calibrated, done = corrections.apply(phases, ctx, _CALIBRATION, _total)
         ranking.append(DistRanked(plan, calibrated, phases, done))
     hosts = int(cp.platform.get("hosts", 1) or 1)
-    for plan in plans(problem, nprocs, cores, hosts, oversubscribe):
+    candidates = plans(problem, nprocs, cores, hosts, oversubscribe)
+    for plan in candidates + by_speed(problem, candidates, cp):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
         model, calibrated, done = _stack(_PlanContext.of(problem, plan, sp, cp, cont, factors))
