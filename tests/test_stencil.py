@@ -215,6 +215,7 @@ class _Link:
 
     host_speeds: dict = {}
     rank_names = None
+    rank_shares = None
 
     def compute_skew(self, p):
         return 0.01
@@ -285,6 +286,21 @@ def test_a_slow_host_slows_its_rank_and_the_selector_weights_the_tiles():
     assert weighted.weights == (1.0, 0.5)
     assert model.per_step(prob, weighted, sp, cp)["total"] < 0.8 * slow["total"]
     assert by_speed(prob, [plan], _Link(hosts=2)) == []                  # speeds unknown: nothing added
+
+
+def test_a_throttled_rank_stalls_its_neighbours():
+    """A host under a CFS quota of half a core runs its rank half the time, in windows far longer
+    than a step: its neighbours wait through the rest, so the whole step runs at that share; its
+    speed while it runs is its measured speed over the quota."""
+    sp, prob = _K(), StencilProblem(2000, 2000, 10)
+    plan = Plan("blocking", 2, 2, 1, 1, backend="numba-stencil")
+    free = model.per_step(prob, plan, sp, _Link(hosts=2))
+    cp = _Link(hosts=2)
+    cp.rank_names, cp.rank_shares, cp.host_speeds = ("h0", "h1"), (0.0, 0.5), {"h0": 2.0, "h1": 1.0}
+    capped = model.per_step(prob, plan, sp, cp)
+    assert capped["total"] == pytest.approx(2.0 * free["total"], rel=0.01)    # same speed while running
+    cp.rank_shares = (0.0, 0.0)                    # no quota: h1 is a slower processor, not a throttled one
+    assert model.per_step(prob, plan, sp, cp)["compute"] == pytest.approx(2.0 * free["compute"], rel=0.01)
 
 
 def test_overlap_condition_and_crossover():

@@ -34,7 +34,7 @@ from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import CommParams, load_comm
 from autotune.db.lookup import SPLookup, SystemParameters
-from autotune.distributed.collective import gather_cores, quiet_barrier
+from autotune.distributed.collective import core_info, gather_cores, quiet_barrier
 from autotune.distributed.plan import Phases
 from autotune.kernels.stencil import heat_weights, reference
 from autotune.models import stencil as model
@@ -223,6 +223,8 @@ def compare_plans(comm: MPI.Comm, args, sp: SystemParameters, cp: CommParams) ->
     prob = StencilProblem(n, n, steps)
     u = np.random.default_rng(0).random((n, n)) if comm.rank == 0 else None
     cores = args.cores or gather_cores(comm)[0]
+    infos = comm.allgather(core_info())                           # each rank's host and quota, as a call sees them
+    cp = cp.with_ranks([i.host for i in infos], [i.share for i in infos])
     dec = rank_plans(prob, P, sp, cp, cores) if comm.rank == 0 else None
     eff = rank_plans(prob, P, sp, cp, cores, min_efficiency=args.min_efficiency) if comm.rank == 0 else None
     todo = None

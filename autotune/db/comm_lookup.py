@@ -168,6 +168,7 @@ class CommParams:
         self._nprocs = nprocs
         self._speeds: dict[str, float] | None = None
         self.rank_names: tuple[str, ...] | None = None     # each rank's host, where a call gave them
+        self.rank_shares: tuple[float, ...] | None = None  # and its CPU share (1: a whole core or more)
         self._warned: set[str] = set()
         self._curves: dict[tuple, _Curve] = {}
         self._choice: dict[tuple, _Curve | None] = {}
@@ -211,10 +212,12 @@ class CommParams:
         view._speeds = dict(speeds)
         return view
 
-    def with_ranks(self, names: list[str]) -> CommParams:
-        """This lookup knowing each rank's host name (the communicator's, in rank order)."""
+    def with_ranks(self, names: list[str], shares: list[float] | None = None) -> CommParams:
+        """This lookup knowing each rank's host name and CPU share (cgroup quota over its cores;
+        the plan's ranks in order)."""
         view = copy.copy(self)
         view.rank_names = tuple(names)
+        view.rank_shares = None if shares is None else tuple(float(x) for x in shares)
         return view
 
     def compute_skew(self, p: int) -> float:

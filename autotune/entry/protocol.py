@@ -157,7 +157,8 @@ def root_plan(family: str, problem: Problem | None, infos: list[RankCores], root
     if problem is None:
         return Plan("local", 1)
     names, cores = [RankCores(*i).host for i in infos], [node_cores(infos, r) for r in range(len(infos))]
-    plan = _plan(family, problem, names, cores, root, config, explain)
+    shares = [float(RankCores(*i).share) for i in infos]
+    plan = _plan(family, problem, names, cores, root, config, explain, shares)
     return plan if config is not None else _fit_threads(plan, infos, root)
 
 
@@ -203,7 +204,7 @@ def root_matrices(ops: tuple) -> list[np.ndarray] | None:
 
 
 def _plan(family: str, problem: Problem, names: list[str], cores: list[int], root: int, config,
-          explain: bool) -> Plan:
+          explain: bool, shares: list[float] | None = None) -> Plan:
     """Root only: the forced plan or the selector's choice (cached per problem, ranks' hosts and
     database contents).
     ``names``, ``cores``: each rank's host name and the cores of its node. Ranks on hosts of measured,
@@ -222,9 +223,10 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     if sp.table is None and nprocs == 1:     # no database and no second rank: nothing to plan,
         return Plan("local", 1)              # the library call (load_sp warned once)
     seen, source = speeds_for(cp, names, root)
-    seen = seen.with_ranks(names[root:] + names[:root])     # the plan's ranks from the root
-    key = (problem, tuple(names), tuple(cores), root, opts.allow_strassen, opts.min_efficiency, id(sp), id(cp),
-           tuple(sorted(seen.host_speeds.items())))
+    order = list(range(root, len(names))) + list(range(root))     # the plan's ranks from the root
+    seen = seen.with_ranks([names[r] for r in order], None if shares is None else [shares[r] for r in order])
+    key = (problem, tuple(names), tuple(cores), tuple(shares or ()), root, opts.allow_strassen, opts.min_efficiency,
+           id(sp), id(cp), tuple(sorted(seen.host_speeds.items())))
     hit = _PLANS.get(key)
     if hit is not None and not explain:
         return hit[2]

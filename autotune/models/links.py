@@ -5,6 +5,7 @@ kind and size (``CommParams.overlap``: the comm probe's overlap series). One mec
 model that overlaps messages with compute: the stencil's schedules, the LU look-ahead, pipelines."""
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,15 +28,34 @@ def hosts_of(p: int, cp: CommParams) -> np.ndarray:
     return np.arange(p) // per
 
 
+def _core_shares(p: int, cp: CommParams) -> tuple[np.ndarray, np.ndarray]:
+    """(each rank's host's CPU quota in cores, at most 1; each rank's share of a core while all
+    its host's ranks run): ones where the call gave no quotas (``CommParams.with_ranks``)."""
+    names, shares = getattr(cp, "rank_names", None), getattr(cp, "rank_shares", None)
+    if names is None or shares is None or len(names) < p or len(shares) < p:
+        return np.ones(p), np.ones(p)
+    on_host = Counter(names[:p])
+    host = np.array([min(1.0, s) if s > 0 else 1.0 for s in shares[:p]])
+    rank = np.array([min(1.0, s / on_host[h]) if s > 0 else 1.0 for h, s in zip(names[:p], shares[:p], strict=True)])
+    return host, rank
+
+
 def rank_speeds(p: int, cp: CommParams) -> np.ndarray:
-    """Each rank's host speed over rank 0's (the probe's or the run's host speeds, by the ranks'
-    host names); ones where either is unknown."""
+    """Each rank's speed while it runs, over rank 0's: its host's speed (the probe's or the run's,
+    measured one rank at a time under the host's quota) over that quota; ones where unknown."""
     names = getattr(cp, "rank_names", None)
     speeds = cp.host_speeds if names is not None and len(names) >= p else {}
-    base = speeds.get(names[0]) if speeds else None
-    if not base or any(not speeds.get(h) for h in names[:p]):
+    if not speeds or any(not speeds.get(h) for h in names[:p]):
         return np.ones(p)
-    return np.array([speeds[h] / base for h in names[:p]])
+    full = np.array([speeds[h] for h in names[:p]]) / _core_shares(p, cp)[0]
+    return full / full[0]
+
+
+def duty(p: int, cp: CommParams) -> float:
+    """The share of the time ranks that wait for each other step by step all run: the least share
+    of a core any of them has (a CFS quota throttles its rank for the rest of each period, and a
+    step far shorter than the period makes every rank wait through it)."""
+    return float(_core_shares(p, cp)[1].min())
 
 
 def link_primitive(cp: CommParams, net: bool, one_way: bool = False) -> str:
@@ -99,4 +119,5 @@ def fixed(seconds: float) -> Messages:
     return Messages(shown=seconds)
 
 
-__all__ = ["Messages", "fixed", "hosts_of", "link_cost", "link_primitive", "link_time", "message", "rank_speeds"]
+__all__ = ["Messages", "duty", "fixed", "hosts_of", "link_cost", "link_primitive", "link_time", "message",
+           "rank_speeds"]
