@@ -44,7 +44,9 @@ def rank_speeds(p: int, cp: CommParams) -> np.ndarray:
     """Each rank's speed while it runs, over rank 0's: its host's speed (the probe's or the run's,
     measured one rank at a time under the host's quota) over that quota; ones where unknown."""
     names = getattr(cp, "rank_names", None)
-    speeds = cp.host_speeds if names is not None and len(names) >= p else {}
+    if names is None or len(names) < p:
+        return np.ones(p)
+    speeds = cp.host_speeds
     if not speeds or any(not speeds.get(h) for h in names[:p]):
         return np.ones(p)
     full = np.array([speeds[h] for h in names[:p]]) / _core_shares(p, cp)[0]
