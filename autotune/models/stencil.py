@@ -95,7 +95,7 @@ def single(problem: StencilProblem, backend: str, threads: int, sp: SPLookup) ->
 
 def exchange(tile: Tile, rank_host: np.ndarray, c: int, corners: bool, sp: SPLookup,
              cp: CommParams) -> tuple[Messages, float]:
-    """One halo exchange of ``tile`` as an overlapped schedule sees it (``models.overlap``: each
+    """One halo exchange of ``tile`` as an overlapped schedule sees it (``models.links``: each
     message's link time, split by what hides behind compute on its link kind, column messages'
     packing and unpacking and the requests' own cost shown), and the seconds of its messages to
     other hosts."""
