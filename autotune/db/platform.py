@@ -48,7 +48,8 @@ class PlatformError(ValueError):
 class Host:
     name: str
     processors: int
-    speed: float          # relative speed of each of its processors (1: the k's reference)
+    speed: float          # relative speed of each of its processors (1: the k's reference) while it runs
+    duty: float = 1.0     # the share of the time each runs (a CFS quota over its processes; 1: none)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class ClusterPlatform:
     def speeds(self) -> np.ndarray:
         """Relative speed of each processor, host by host."""
         return np.array([h.speed for h in self.hosts for _ in range(h.processors)], float)
+
+    @property
+    def duties(self) -> np.ndarray:
+        """Share of the time each processor runs, host by host (``Host.duty``)."""
+        return np.array([h.duty for h in self.hosts for _ in range(h.processors)], float)
 
     @property
     def host_of(self) -> np.ndarray:
@@ -206,6 +212,16 @@ def _link(cp: CommParams, primitive: str) -> Link:
     return Link(ts, tw)
 
 
+def _quotas(cp: CommParams) -> tuple[dict[str, float], dict[str, float]]:
+    """Per host name, (its CPU quota in cores, at most 1; each of its ranks' share of a core) from
+    the ranks a call gave (``CommParams.with_ranks``); {} where it gave none."""
+    names, shares = getattr(cp, "rank_names", None), getattr(cp, "rank_shares", None)
+    if names is None or shares is None:
+        return {}, {}
+    quota = {h: min(1.0, s) for h, s in zip(names, shares, strict=False) if s > 0}
+    return quota, {h: min(1.0, s / names.count(h)) for h, s in zip(names, shares, strict=False) if s > 0}
+
+
 def measured_platform(cp: CommParams, k: KFunction, processors: int | Mapping[str, int] = 1,
                       order: list[str] | None = None) -> ClusterPlatform:
     """The MPI platform the comm probe measured: one host per entry of its ``host_speeds`` (in
@@ -216,12 +232,14 @@ def measured_platform(cp: CommParams, k: KFunction, processors: int | Mapping[st
     if not speeds:
         raise PlatformError("the MPI platform has no host speeds: run the comm probe (autotune-install --mpi) "
                             "on the hosts")
-    top = max(speeds.values())
     missing = sorted(set(order or ()) - set(speeds))
     if missing:
         raise PlatformError(f"the comm probe measured no host named {', '.join(missing)}: run it on these hosts")
     count = processors if isinstance(processors, Mapping) else dict.fromkeys(speeds, processors)
-    hosts = tuple(Host(h, int(count[h]), speeds[h] / top) for h in (order or sorted(speeds)))
+    quota, duty = _quotas(cp)
+    full = {h: v / quota.get(h, 1.0) for h, v in speeds.items()}   # measured at the quota's rate: while running
+    top = max(full.values())
+    hosts = tuple(Host(h, int(count[h]), full[h] / top, duty.get(h, 1.0)) for h in (order or sorted(speeds)))
     links = {t: _link(cp, f"link_{t}") for t in LINKS if f"link_{t}" in cp.primitives()}
     if "net" not in links and len(hosts) > 1:
         raise PlatformError("the MPI platform has no link_net measurement (run the comm probe across the hosts)")

@@ -4,6 +4,7 @@ block, ``models.mapping``), memoised up to the symmetry of a host's interchangea
 moves. The methods that walk the tree are ``select.mapping``'s. Pure computation."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ class Search:
             raise ValueError(f"n must be positive, got {n}")
         self.family, self.n, self.platform, self.hohe = family, int(n), platform, hohe
         self.factor = float(platform.model_factors.get(family, 1.0))   # measured/modelled, fitted here
-        self.speeds, self.host_of = platform.speeds, platform.host_of
+        self.speeds, self.host_of, self.duties = platform.speeds, platform.host_of, platform.duties
         ends = np.cumsum([h.processors for h in platform.hosts])
         self._slices = list(zip(ends - [h.processors for h in platform.hosts], ends, strict=True))
         self.P = platform.size
@@ -138,14 +139,22 @@ class Search:
             return hit
         lib = self._library(d)
         if lib is not None:            # one process runs the library routine, not a grid
-            self._memo[key] = lib
+            self._memo[key] = lib = self._throttled(lib, d)
             return lib
         est = self._best(d, *self._grid_arrays(int(d.sum())), self.b, self.k, "cyclic")
         hohe = self._weighted(d) if self.hohe else None
         if hohe is not None and hohe.seconds < est.seconds:
             est = hohe
-        self._memo[key] = est
+        self._memo[key] = est = self._throttled(est, d)
         return est
+
+    def _throttled(self, est: Estimate, d: np.ndarray) -> Estimate:
+        """``est`` on ranks that run only their hosts' duty of the time (``Host.duty``): the step
+        loop waits for the least of them (a throttled rank stalls the others through each period)."""
+        used = np.asarray(d) > 0
+        slow = 1.0 / float(self.duties[used].min()) if used.any() else 1.0
+        return est if slow == 1.0 else dataclasses.replace(est, seconds=est.seconds * slow,
+                                                           compute=est.compute * slow, comm=est.comm * slow)
 
     def _library(self, d: np.ndarray) -> Estimate | None:
         """One process: the library routine, where the platform gives its k."""
@@ -160,11 +169,13 @@ class Search:
         "weighted": HoHe; "library": the one-process library call); None for gemm's weighted rows
         on ranks of one speed, or a library call the platform gives no k for (or on more than one
         process)."""
+        d = np.asarray(d)
         if layout == "library" or (layout == "weighted" and mm.MODELS[self.family].weighted_rows):
-            return (self._weighted if layout == "weighted" else self._library)(np.asarray(d))
+            est = (self._weighted if layout == "weighted" else self._library)(d)
+            return None if est is None else self._throttled(est, d)
         k = {kern: np.array([[self.platform.k(kern, b)]]) for kern in KERNELS}
-        return self._best(np.asarray(d), np.array([[float(r)]]), np.array([[float(c)]]), np.array([[float(b)]]), k,
-                          layout)
+        return self._throttled(self._best(d, np.array([[float(r)]]), np.array([[float(c)]]),
+                                          np.array([[float(b)]]), k, layout), d)
 
     @property
     def evaluations(self) -> int:
