@@ -342,14 +342,12 @@ def test_tuned_calls_place_ranks_only_on_measured_heterogeneous_hosts(tiny_db):
 def test_a_throttled_host_stalls_the_plans_it_joins(tiny_db):
     """A host whose rank has 40% of a core (its speed measured at that rate) runs as fast as the
     root while it runs but 40% of the time: a plan on both waits for it through each period, so
-    the LU runs on the root alone; without the quotas the same speeds read as a slow processor."""
+    the LU runs on the root alone."""
     from autotune.db import load_sp
     from autotune.entry import protocol
 
     sp = load_sp(tiny_db)
     cp = FakeComm({"a": 10.0, "b": 4.0})
-    slow = protocol._placement(as_problem("lu", (3000,)), ["a", "b"], [1, 1], 0, sp, cp)
-    assert slow is not None and slow.plan.p == 2
     cp.rank_names, cp.rank_shares = ("a", "b"), (0.0, 0.4)
     capped = protocol._placement(as_problem("lu", (3000,)), ["a", "b"], [1, 1], 0, sp, cp)
     assert [h.speed for h in capped.platform.hosts] == [1.0, 1.0] and capped.platform.hosts[1].duty == 0.4
