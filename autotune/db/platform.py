@@ -212,14 +212,22 @@ def _link(cp: CommParams, primitive: str) -> Link:
     return Link(ts, tw)
 
 
+def rank_quotas(names, shares) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank of hosts ``names`` with cgroup ``shares`` (CPUs, 0: none): (its host's quota in
+    cores, at most 1; its share of a core while all its host's ranks run); 1 without a quota."""
+    on_host = {h: list(names).count(h) for h in names}
+    host = np.array([min(1.0, s) if s > 0 else 1.0 for s in shares], float)
+    rank = np.array([min(1.0, s / on_host[h]) if s > 0 else 1.0 for h, s in zip(names, shares, strict=True)], float)
+    return host, rank
+
+
 def _quotas(cp: CommParams) -> tuple[dict[str, float], dict[str, float]]:
-    """Per host name, (its CPU quota in cores, at most 1; each of its ranks' share of a core) from
-    the ranks a call gave (``CommParams.with_ranks``); {} where it gave none."""
+    """``rank_quotas`` by host name for the ranks a call gave (``CommParams.with_ranks``); {} without."""
     names, shares = getattr(cp, "rank_names", None), getattr(cp, "rank_shares", None)
     if names is None or shares is None:
         return {}, {}
-    quota = {h: min(1.0, s) for h, s in zip(names, shares, strict=False) if s > 0}
-    return quota, {h: min(1.0, s / names.count(h)) for h, s in zip(names, shares, strict=False) if s > 0}
+    host, rank = rank_quotas(names, shares)
+    return dict(zip(names, host.tolist(), strict=True)), dict(zip(names, rank.tolist(), strict=True))
 
 
 def measured_platform(cp: CommParams, k: KFunction, processors: int | Mapping[str, int] = 1,
@@ -251,4 +259,4 @@ def measured_platform(cp: CommParams, k: KFunction, processors: int | Mapping[st
 
 
 __all__ = ["HETEROGENEITY", "KERNELS", "LIBRARY_KERNELS", "LINKS", "ClusterPlatform", "Host", "Link", "PlatformError",
-           "load_platform", "measured_platform", "parse_platform", "simulated_platform"]
+           "load_platform", "measured_platform", "parse_platform", "rank_quotas", "simulated_platform"]

@@ -5,12 +5,12 @@ kind and size (``CommParams.overlap``: the comm probe's overlap series). One mec
 model that overlaps messages with compute: the stencil's schedules, the LU look-ahead, pipelines."""
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from autotune.db.comm_lookup import CommParams
+from autotune.db.platform import rank_quotas
 
 from .movement import LinkCost
 
@@ -34,10 +34,7 @@ def _core_shares(p: int, cp: CommParams) -> tuple[np.ndarray, np.ndarray]:
     names, shares = getattr(cp, "rank_names", None), getattr(cp, "rank_shares", None)
     if names is None or shares is None or len(names) < p or len(shares) < p:
         return np.ones(p), np.ones(p)
-    on_host = Counter(names[:p])
-    host = np.array([min(1.0, s) if s > 0 else 1.0 for s in shares[:p]])
-    rank = np.array([min(1.0, s / on_host[h]) if s > 0 else 1.0 for h, s in zip(names[:p], shares[:p], strict=True)])
-    return host, rank
+    return rank_quotas(names[:p], shares[:p])
 
 
 def rank_speeds(p: int, cp: CommParams) -> np.ndarray:
