@@ -32,7 +32,7 @@ from autotune.db import load_sp, location
 from autotune.db.comm_lookup import load_comm
 from autotune.db.platform import PlatformError
 from autotune.db.store import DatabaseError
-from autotune.distributed.collective import quiet_barrier
+from autotune.distributed.collective import RankCores, core_info, quiet_barrier
 from autotune.distributed.plan import Phases
 from autotune.host.resources import available_cores
 from autotune.models.fitted_phases import (
@@ -129,9 +129,10 @@ def _ranked(family: str, n: int, comm: MPI.Comm, max_ratio: float, db, strassen:
     """Every plan of the root's ranking and the selector's choice, broadcast (its failure raised on
     every rank)."""
     ranked, error = None, ""
+    infos = comm.gather(core_info(), root=0)           # each rank's host and CPU quota, as a call sees them
     if comm.rank == 0:
         try:
-            ranked = _root_ranking(family, n, comm.size, max_ratio, db, strassen)
+            ranked = _root_ranking(family, n, infos, max_ratio, db, strassen)
         except (DatabaseError, LookupError, OSError, ValueError) as exc:
             error = f"cannot rank the {family} plans at n = {n}: {type(exc).__name__}: {exc}"
     ranked, error = comm.bcast((ranked, error), root=0)
@@ -140,13 +141,14 @@ def _ranked(family: str, n: int, comm: MPI.Comm, max_ratio: float, db, strassen:
     return ranked
 
 
-def _root_ranking(family: str, n: int, nprocs: int, max_ratio: float, db, strassen: bool
+def _root_ranking(family: str, n: int, infos: list[RankCores], max_ratio: float, db, strassen: bool
                   ) -> tuple[list[_Ranked], Plan]:
     """The root's part of ``_ranked``: every plan (oversubscribed too), those to check marked: within
     ``max_ratio`` of the best predicted, each algorithm's best, and the selector's choice (ranks x
-    threads <= cores)."""
-    sp, cp = load_sp(db), load_comm(db, nprocs=nprocs)
-    prob, cores = FAMILIES[family].square(n), available_cores()
+    threads <= cores), on the world's ranks (``infos``: their hosts and quotas)."""
+    sp = load_sp(db)
+    cp = load_comm(db, nprocs=len(infos)).with_ranks([i.host for i in infos], [i.share for i in infos])
+    prob, cores, nprocs = FAMILIES[family].square(n), available_cores(), len(infos)
     dec = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen, oversubscribe=True)
     choice = rank_plans(prob, nprocs, sp, cp, cores, allow_strassen=strassen).chosen
     best = dec.ranking[0].seconds

@@ -23,7 +23,7 @@ from autotune.select import distributed as dist
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "models.md"
 rank_module = importlib.import_module("autotune.select.ranking")   # the package exports the function
-ORDER = ("fitted", "overhead", "contention", "risk", "calibration")
+ORDER = ("fitted", "overhead", "contention", "quota", "risk", "calibration")
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from autotune import stencil
 from autotune.core.assumptions import UNMEASURED_OVERLAP
 from autotune.core.families import FAMILIES, HALOS, STENCIL_BACKENDS, StencilProblem, family
 from autotune.core.plans import Plan
+from autotune.db.comm_lookup import CommParams
 from autotune.geometry.halo import Rect, Tile, border_cells, fits, interior_cells, tiles
 from autotune.models import stencil as model
 from autotune.select.distributed import plans, predict, rank_plans
@@ -288,19 +289,29 @@ def test_a_slow_host_slows_its_rank_and_the_selector_weights_the_tiles():
     assert by_speed(prob, [plan], _Link(hosts=2)) == []                  # speeds unknown: nothing added
 
 
+@pytest.mark.filterwarnings("ignore:communication parameters unavailable:RuntimeWarning")
 def test_a_throttled_rank_stalls_its_neighbours():
     """A host under a CFS quota of half a core runs its rank half the time, in windows far longer
-    than a step: its neighbours wait through the rest, so the whole step runs at that share; its
-    speed while it runs is its measured speed over the quota."""
+    than a step: its neighbours wait through the rest, so the whole step loop runs at that share
+    (the selector's quota step); its speed while it runs is its measured speed over the quota."""
     sp, prob = _K(), StencilProblem(2000, 2000, 10)
     plan = Plan("blocking", 2, 2, 1, 1, backend="numba-stencil")
-    free = model.per_step(prob, plan, sp, _Link(hosts=2))
+    alone = model.per_step(prob, plan, sp, _Link(hosts=2))
     cp = _Link(hosts=2)
     cp.rank_names, cp.rank_shares, cp.host_speeds = ("h0", "h1"), (0.0, 0.5), {"h0": 2.0, "h1": 1.0}
-    capped = model.per_step(prob, plan, sp, cp)
-    assert capped["total"] == pytest.approx(2.0 * free["total"], rel=0.01)    # same speed while running
+    assert model.per_step(prob, plan, sp, cp)["total"] == pytest.approx(alone["total"], rel=0.01)
+    base = CommParams(None, "test")                      # no comm probe: nominal costs (warned)
+    free, capped = (predict(prob, plan, sp, c, fitted=False) for c in (base, base.with_ranks(["h0", "h1"], [0, 0.5])))
+    for phase, slice_ in (("compute", 2.0), ("communication", 2.0), ("distribution", 1.0), ("collection", 1.0)):
+        assert capped[phase] == pytest.approx(slice_ * free[phase])      # the root's host has no quota
+    assert free["total"] < capped["total"] < 2.0 * free["total"]
+    root = predict(prob, plan, sp, base.with_ranks(["h1", "h0"], [0.5, 0], root=1), fitted=False)
+    assert root == pytest.approx(capped)                                # the same ranks, from the root
+    one_host = base.with_ranks(["h", "h"], [0, 0])         # two ranks on one host: time-sliced on one core
+    assert predict(prob, plan, sp, one_host, fitted=False, cores=2) == pytest.approx(free)
+    assert predict(prob, plan, sp, one_host, fitted=False, cores=1)["compute"] == pytest.approx(2 * free["compute"])
     cp.rank_shares = (0.0, 0.0)                    # no quota: h1 is a slower processor, not a throttled one
-    assert model.per_step(prob, plan, sp, cp)["compute"] == pytest.approx(2.0 * free["compute"], rel=0.01)
+    assert model.per_step(prob, plan, sp, cp)["compute"] == pytest.approx(2.0 * alone["compute"], rel=0.01)
 
 
 def test_overlap_condition_and_crossover():

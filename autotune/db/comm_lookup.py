@@ -9,7 +9,6 @@ import copy
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +69,7 @@ def _members(primitive: str, p: int, grid) -> int:
     return int(p)
 
 
-@dataclass
+@dataclasses.dataclass
 class _Curve:
     bounds: np.ndarray   # interior breakpoints
     ts: np.ndarray
@@ -212,12 +211,13 @@ class CommParams:
         view._speeds = dict(speeds)
         return view
 
-    def with_ranks(self, names: list[str], shares: list[float] | None = None) -> CommParams:
-        """This lookup knowing each rank's host name and CPU share (cgroup quota over its cores;
-        the plan's ranks in order)."""
+    def with_ranks(self, names: list[str], shares: list[float] | None = None, root: int = 0) -> CommParams:
+        """This lookup knowing each rank's host and CPU share (cgroup quota in CPUs) in a plan's rank
+        order: the communicator's from ``root`` on, then those before it."""
+        order = [*range(root, len(names)), *range(root)]
         view = copy.copy(self)
-        view.rank_names = tuple(names)
-        view.rank_shares = None if shares is None else tuple(float(x) for x in shares)
+        view.rank_names = tuple(names[r] for r in order)
+        view.rank_shares = None if shares is None else tuple(float(shares[r]) for r in order)
         return view
 
     def compute_skew(self, p: int) -> float:

@@ -212,13 +212,21 @@ def _link(cp: CommParams, primitive: str) -> Link:
     return Link(ts, tw)
 
 
+def time_slices(names, shares, threads: int = 1, cores: float = math.inf) -> np.ndarray:
+    """Per rank of hosts ``names`` with cgroup ``shares`` (CPUs, 0: none): how many times longer its
+    CPU work takes than with a core per thread, time-sliced: its host's ranks x ``threads`` busy
+    threads over what the host gives (its quota, within its ``cores``; else its ``cores``), at least 1."""
+    on_host = {h: list(names).count(h) for h in names}
+    give = [min(s, cores) if s > 0 else cores for s in shares]
+    return np.array([max(1.0, on_host[h] * threads / g) for h, g in zip(names, give, strict=True)], float)
+
+
 def rank_quotas(names, shares) -> tuple[np.ndarray, np.ndarray]:
     """Per rank of hosts ``names`` with cgroup ``shares`` (CPUs, 0: none): (its host's quota in
-    cores, at most 1; its share of a core while all its host's ranks run); 1 without a quota."""
-    on_host = {h: list(names).count(h) for h in names}
+    cores, at most 1; its share of a core while all its host's ranks run, one thread each:
+    1 / ``time_slices``); 1 without a quota."""
     host = np.array([min(1.0, s) if s > 0 else 1.0 for s in shares], float)
-    rank = np.array([min(1.0, s / on_host[h]) if s > 0 else 1.0 for h, s in zip(names, shares, strict=True)], float)
-    return host, rank
+    return host, 1.0 / time_slices(names, shares)
 
 
 def _quotas(cp: CommParams) -> tuple[dict[str, float], dict[str, float]]:
@@ -259,4 +267,5 @@ def measured_platform(cp: CommParams, k: KFunction, processors: int | Mapping[st
 
 
 __all__ = ["HETEROGENEITY", "KERNELS", "LIBRARY_KERNELS", "LINKS", "ClusterPlatform", "Host", "Link", "PlatformError",
-           "load_platform", "measured_platform", "parse_platform", "rank_quotas", "simulated_platform"]
+           "load_platform", "measured_platform", "parse_platform", "rank_quotas", "simulated_platform",
+           "time_slices"]

@@ -223,8 +223,7 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
     if sp.table is None and nprocs == 1:     # no database and no second rank: nothing to plan,
         return Plan("local", 1)              # the library call (load_sp warned once)
     seen, source = speeds_for(cp, names, root)
-    order = list(range(root, len(names))) + list(range(root))     # the plan's ranks from the root
-    seen = seen.with_ranks([names[r] for r in order], None if shares is None else [shares[r] for r in order])
+    seen = seen.with_ranks(names, shares, root)
     key = (problem, tuple(names), tuple(cores), tuple(shares or ()), root, opts.allow_strassen, opts.min_efficiency,
            id(sp), id(cp), tuple(sorted(seen.host_speeds.items())))
     hit = _PLANS.get(key)
@@ -237,7 +236,7 @@ def _plan(family: str, problem: Problem, names: list[str], cores: list[int], roo
             print(f"host speeds from the {source}: " + ", ".join(
                 f"{h} {v:.3g}" for h, v in sorted(seen.host_speeds.items())) + " GFLOP/s (one-thread dgemm)")
         return _remember(key, sp, cp, placed.plan)
-    dec = rank_plans(problem, nprocs, sp, cp, cores[root], opts.allow_strassen, min_efficiency=opts.min_efficiency,
+    dec = rank_plans(problem, nprocs, sp, seen, cores[root], opts.allow_strassen, min_efficiency=opts.min_efficiency,
                      memory_bytes=opts.memory_cap)
     if explain:
         print(dec)

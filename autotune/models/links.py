@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.db.comm_lookup import CommParams
-from autotune.db.platform import rank_quotas
+from autotune.db.platform import rank_quotas, time_slices
 
 from .movement import LinkCost
 
@@ -50,11 +50,15 @@ def rank_speeds(p: int, cp: CommParams) -> np.ndarray:
     return full / full[0]
 
 
-def duty(p: int, cp: CommParams) -> float:
-    """The share of the time ranks that wait for each other step by step all run: the least share
-    of a core any of them has (a CFS quota throttles its rank for the rest of each period, and a
-    step far shorter than the period makes every rank wait through it)."""
-    return float(_core_shares(p, cp)[1].min())
+def slices(ranks, threads: int, cp: CommParams, cores: float = float("inf")) -> np.ndarray:
+    """``db.platform.time_slices`` of the plan's ``ranks`` (indices into the call's ranks, from the
+    root) running ``threads`` each on hosts of ``cores``: ones where the call gave no quotas."""
+    names, shares = getattr(cp, "rank_names", None), getattr(cp, "rank_shares", None)
+    ranks = list(ranks)
+    if names is None or shares is None or len(names) <= max(ranks) or len(shares) <= max(ranks):
+        return np.ones(len(ranks))
+    on = [names[r] for r in ranks]
+    return time_slices(on, [shares[r] for r in ranks], threads, cores)
 
 
 def link_primitive(cp: CommParams, net: bool, one_way: bool = False) -> str:
@@ -118,5 +122,5 @@ def fixed(seconds: float) -> Messages:
     return Messages(shown=seconds)
 
 
-__all__ = ["Messages", "duty", "fixed", "hosts_of", "link_cost", "link_primitive", "link_time", "message",
-           "rank_speeds"]
+__all__ = ["Messages", "fixed", "hosts_of", "link_cost", "link_primitive", "link_time", "message", "rank_speeds",
+           "slices"]

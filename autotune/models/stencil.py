@@ -38,7 +38,7 @@ from autotune.geometry.halo import Tile, border_cells, interior_cells, tiles
 from autotune.geometry.layout import grid_weights
 
 from . import movement
-from .links import Messages, duty, fixed, hosts_of, link_time, message, rank_speeds
+from .links import Messages, fixed, hosts_of, link_time, message, rank_speeds
 
 SCHEDULES = ("blocking", "overlap", "border_first")
 
@@ -155,15 +155,14 @@ def plan_tiles(problem: StencilProblem, plan: Plan) -> list[Tile]:
 
 def per_step(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> dict[str, float]:
     """The slowest rank's step (every rank waits for its neighbours each exchange): its terms, and
-    "idle", what the fastest rank waits per step; all over the ranks' ``links.duty``."""
+    "idle", what the fastest rank waits per step (a host's CPU quota: ``select.distributed``'s quota
+    step)."""
     rank_host, speeds = hosts_of(plan.p, cp), rank_speeds(plan.p, cp)
     steps = [iteration(problem, plan, t, rank_host, sp, cp, float(v))
              for t, v in zip(plan_tiles(problem, plan), speeds, strict=True)]
     totals = [s["compute"] + s["communication"] for s in steps]
     worst = steps[int(np.argmax(totals))]
-    slow = 1.0 / duty(plan.p, cp)          # throttled ranks stall their neighbours: all run that share
-    out = {**worst, "idle": max(totals) - min(totals), "total": max(totals)}
-    return {k: v * slow for k, v in out.items()}
+    return {**worst, "idle": max(totals) - min(totals), "total": max(totals)}
 
 
 def _moves(problem: StencilProblem, plan: Plan, sp: SPLookup, cp: CommParams) -> tuple[float, float]:

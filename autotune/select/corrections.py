@@ -18,6 +18,7 @@ STEPS: dict[str, str] = {
     "overhead": "fixed cost around the routine: tuned-call dispatch (one process), per-call overhead (MPI)",
     "contention": "cores shared: the previous call's pool or this pool waking, measured (one process); "
                   "ranks on shared cores (MPI)",
+    "quota": "a host's CPU quota: ranks x threads beyond what it gives run time-sliced (MPI)",
     "risk": "hedge on composed models: the prior, or validation's measured risk",
     "calibration": "measured factors: learned corrections (one process); a plan series' fitted T(n, p), "
                    "else fitted phase factors (MPI)",

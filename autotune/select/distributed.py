@@ -27,7 +27,7 @@ from autotune.db.contention import ContendedSP, Contention, load_contention
 from autotune.db.lookup import SPLookup, SystemParameters
 from autotune.geometry.halo import fits
 from autotune.models.fitted_phases import PHASE_NAMES, PhaseFactors, load_phase_factors, platform_factors
-from autotune.models.links import rank_speeds
+from autotune.models.links import rank_speeds, slices
 from autotune.models.memory import plan_footprint, ranks_on_busiest_host
 from autotune.models.plan_models import REGISTRY as PLAN_MODELS
 
@@ -193,14 +193,16 @@ class _PlanContext:
     cp: CommParams
     contention: Contention      # factor 1 where not measured
     factors: PhaseFactors
+    cores: float = math.inf     # a host's cores (the root's node's): the threads a quota-free host runs at once
 
     @classmethod
     def of(cls, problem: Problem, plan: Plan, sp: SystemParameters, cp: CommParams,
-           contention: Contention | None = None, factors: PhaseFactors | None = None) -> _PlanContext:
+           contention: Contention | None = None, factors: PhaseFactors | None = None,
+           cores: float = math.inf) -> _PlanContext:
         path, key = getattr(sp, "path", None), cp.platform.get("key")
         return cls(problem, plan, sp, cp,
                    load_contention(path, key) if contention is None else contention,
-                   load_phase_factors(path, key) if factors is None else factors)
+                   load_phase_factors(path, key) if factors is None else factors, cores)
 
     @property
     def family(self) -> str:
@@ -211,15 +213,15 @@ class _PlanContext:
         return bool(self.contention.available and self.plan.p > 1)
 
 
-def predict(problem: Problem, plan: Plan, sp: SystemParameters, cp: CommParams, fitted: bool = True) -> dict[str,
-            float]:
+def predict(problem: Problem, plan: Plan, sp: SystemParameters, cp: CommParams, fitted: bool = True,
+            cores: float = math.inf) -> dict[str, float]:
     """Phase times of one plan through the correction stack: the model of its algorithm, the
     per-call overhead, per-rank k slowed by the measured contention of ``p x threads`` busy cores
-    (``autotune.db.contention``), then the platform's fitted phase factors (``models.fitted_phases``)
-    unless ``fitted`` is False. ValueError for a plan whose algorithm has no model in the family
-    (one process included)."""
+    (``autotune.db.contention``), time-sliced beyond the hosts' CPU quotas (hosts of ``cores``),
+    then the platform's fitted phase factors (``models.fitted_phases``) unless ``fitted`` is False.
+    ValueError for a plan whose algorithm has no model in the family (one process included)."""
     check_algorithm(plan.algorithm, problem.family, family(problem.family).distributed)
-    model, calibrated, _ = _stack(_PlanContext.of(problem, plan, sp, cp))
+    model, calibrated, _ = _stack(_PlanContext.of(problem, plan, sp, cp, cores=cores))
     return calibrated if fitted else model
 
 
@@ -267,6 +269,21 @@ def _contention_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[
     return _with_call_overhead(out, ctx.plan, ctx.cp), note
 
 
+def _quota_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
+    """CPU work beyond what a host's quota gives runs time-sliced (``models.links.slices``): the
+    step loop (compute, communication) at the slowest rank's slice, since a throttled rank stalls
+    the others through each CFS period, and the root's moves (distribution, collection) at its own."""
+    cut = slices(range(ctx.plan.p), max(ctx.plan.threads, 1), ctx.cp, ctx.cores)
+    worst, root = float(cut.max()), float(cut[0])
+    if worst <= 1.0:
+        return phases, ""
+    scale = {"compute": worst, "communication": worst, "distribution": root, "collection": root}
+    out = {k: v * scale.get(k, 1.0) for k, v in phases.items()}
+    before = sum(phases.get(k, 0.0) for k in PHASES)
+    out["total"] = phases["total"] * (sum(out.get(k, 0.0) for k in PHASES) / before if before > 0 else worst)
+    return out, f"time-sliced x{worst:.2f} (ranks x threads over the hosts' CPU quotas)"
+
+
 def _calibration_step(phases: dict[str, float], ctx: _PlanContext) -> tuple[dict[str, float], str]:
     """The platform's fitted T(n, p) of the plan's series where one is in use (square problems: it
     was fitted on them), its phases scaled to its total (``models.fitted_plans``); else the fitted
@@ -305,8 +322,9 @@ def _fit_note(fit) -> str:
             f"{fit.ape_factor:.1f}%)")
 
 
-PLAN_STEPS = {"overhead": _overhead_step, "contention": _contention_step}
+PLAN_STEPS = {"overhead": _overhead_step, "contention": _contention_step, "quota": _quota_step}
 _PLAN_STACK = corrections.stack(PLAN_STEPS)
+_LOCAL_STACK = corrections.stack({"quota": _quota_step})
 _CALIBRATION = corrections.stack({"calibration": _calibration_step})
 
 
@@ -360,15 +378,16 @@ def rank_plans(problem: Problem, nprocs: int, sp: SystemParameters, cp: CommPara
     cont, factors = load_contention(path, key), load_phase_factors(path, key)
     if sp.table is not None:
         plan, phases = local_phases(problem, sp, cores, nprocs, memory_bytes)
-        ctx = _PlanContext.of(problem, plan, sp, cp, cont, factors)
+        ctx = _PlanContext.of(problem, plan, sp, cp, cont, factors, cores)
+        phases, sliced = corrections.apply(phases, ctx, _LOCAL_STACK, _total)
         calibrated, done = corrections.apply(phases, ctx, _CALIBRATION, _total)
-        ranking.append(DistRanked(plan, calibrated, phases, done))
+        ranking.append(DistRanked(plan, calibrated, phases, sliced + done))
     hosts = int(cp.platform.get("hosts", 1) or 1)
     candidates = plans(problem, nprocs, cores, hosts, oversubscribe)
     for plan in candidates + by_speed(problem, candidates, cp):
         if "strassen" in plan.algorithm and not allow_strassen:
             continue
-        model, calibrated, done = _stack(_PlanContext.of(problem, plan, sp, cp, cont, factors))
+        model, calibrated, done = _stack(_PlanContext.of(problem, plan, sp, cp, cont, factors, cores))
         if all(math.isfinite(v) for v in model.values()):
             ranking.append(DistRanked(plan, calibrated, model, done))
     if not ranking:
