@@ -161,6 +161,18 @@ def test_makespan_by_hand_without_message_costs():
         pytest.approx(5 + 100 + 4)
 
 
+def test_a_network_message_takes_its_cpu_from_the_stage_beside_it():
+    """1 s of CPU per network message at each end, every stage on its own host: the head sends
+    (6 s a task), the middle receives and sends (12 s), the tail receives and replies (6 s)."""
+    serial = plan(one([{"mean": 5}, {"mean": 10}, {"mean": 4}]))
+    host = serial.host_of(serial.processors)
+    assert len(set(host)) == 4
+    busy = nominal_hop(0.0, 0.0, 0.0, 0.0, cpu_net=1.0)
+    assert makespan(serial, 0, np.zeros(1), busy, host, wake=0.0)[0] == pytest.approx(6 + 10 * 12 + 6)
+    together = (0, 0, 0, 0)                                 # one host: no network messages
+    assert makespan(serial, 0, np.zeros(1), busy, together, wake=0.0)[0] == pytest.approx(5 + 100 + 4)
+
+
 def test_compute_stages_sharing_a_processor_add_their_times():
     grouped = plan(one([{"mean": 1, "type": "AGR_2"}, {"mean": 2}], cm=4, work="compute"))
     waits = plan(one([{"mean": 1, "type": "AGR_2"}, {"mean": 2}], cm=4))

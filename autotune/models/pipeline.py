@@ -23,14 +23,15 @@ import numpy as np
 from autotune.core.assumptions import MPI_EAGER_BYTES, PIPELINE_POLL_SECONDS
 from autotune.core.workload import MANAGER, STAGE, Spec, WorkloadPlan
 from autotune.db.comm_lookup import CommParams
-from autotune.models.links import link_primitive
+from autotune.models.links import link_primitive, message
 
 SAMPLES = 64          # Monte Carlo runs of the whole workload a prediction averages
 _KEPT_DRAWS = 1 << 14     # a stage's SAMPLES-run draws are kept, read-only, up to this many values (128 KB)
 _KEPT_STAGES = 128        # stages whose draws are kept (16 MB at most)
 
-Hop = Callable[[float, bool], tuple[float, float]]
-"""(bytes, between hosts?) -> (latency, seconds the message holds the sender's and receiver's links)"""
+Hop = Callable[[float, bool], tuple[float, float, float]]
+"""(bytes, between hosts?) -> (latency, seconds the message holds the sender's and receiver's links,
+seconds of CPU it takes from the compute it overlaps at each end)"""
 
 
 @dataclass(frozen=True)
@@ -45,28 +46,37 @@ class Prediction:
 
 def comm_hop(cp: CommParams) -> Hop:
     """A message's (ts, m tw) from the comm probe's one-way link primitives
-    (``models.links.link_primitive``), cached per size: a pipeline has three message sizes."""
-    cache: dict[tuple[float, bool], tuple[float, float]] = {}
+    (``models.links.link_primitive``) and, between hosts, the CPU it takes from the stage computing
+    beside it (``models.links.message``: the probe's overlap series); cached per size: a pipeline
+    has three message sizes. Within a host the copy is the message's time, already on the path."""
+    cache: dict[tuple[float, bool], tuple[float, float, float]] = {}
 
-    def hop(nbytes: float, net: bool) -> tuple[float, float]:
+    def hop(nbytes: float, net: bool) -> tuple[float, float, float]:
         key = (float(nbytes), bool(net))
         if key not in cache:
             ts, tw = cp.ts_tw(link_primitive(cp, net, one_way=True), 2, nbytes)
-            cache[key] = (ts, tw * nbytes)
+            cache[key] = (ts, tw * nbytes, message(cp, True, nbytes, ts + tw * nbytes).cpu if net else 0.0)
         return cache[key]
     return hop
 
 
-def nominal_hop(ts_host: float, tw_host: float, ts_net: float, tw_net: float) -> Hop:
-    """A hop from given (ts, tw) within a host and between hosts (tests, the bench's rates)."""
-    return lambda nbytes, net: (ts_net, tw_net * nbytes) if net else (ts_host, tw_host * nbytes)
+def nominal_hop(ts_host: float, tw_host: float, ts_net: float, tw_net: float, cpu_net: float = 0.0) -> Hop:
+    """A hop from given (ts, tw) within a host and between hosts, and a network message's CPU at
+    each end (tests, the bench's rates)."""
+    return lambda nbytes, net: (ts_net, tw_net * nbytes, cpu_net) if net else (ts_host, tw_host * nbytes, 0.0)
 
 
 def _link(hop: Hop, host: tuple[int, ...], a: int, b: int, nbytes: float) -> tuple[float, float]:
     """(latency, seconds on the links) of a message from plan process ``a`` to ``b``: between hosts
     it holds the sender's outgoing and the receiver's incoming link for m tw, within one nothing."""
-    lat, occ = hop(nbytes, host[a] != host[b])
+    lat, occ, _ = hop(nbytes, host[a] != host[b])
     return (lat, occ) if host[a] != host[b] else (lat + occ, 0.0)
+
+
+def _cpu(hop: Hop, host: tuple[int, ...], a: int, b: int, nbytes: float) -> float:
+    """CPU a message from ``a`` to ``b`` takes at each end from the stage computing there (between
+    hosts: the kernel's packets and the MPI library's progress; within a host nothing beyond its time)."""
+    return hop(nbytes, True)[2] if host[a] != host[b] else 0.0
 
 
 def _paced(ready: np.ndarray, gap: float) -> np.ndarray:
@@ -148,7 +158,7 @@ def makespan(pl: WorkloadPlan, worker: int, arrive: np.ndarray, hop: Hop, host: 
     """When the master has the last reply of ``worker``'s batch, which reached its head at ``arrive``
     (n runs; stage times drawn as worker ``draw_worker``'s, default its own). A stage's links carry
     one task's messages per their m tw: a manager's carry the task to a replica on another host and
-    back, and its forward."""
+    back, and its forward. A stage's network messages also take their CPU from its compute."""
     spec = pl.spec
     units, merged = _merge(pl, worker, _units(pl, worker))
     cm = spec.initial_messages
@@ -163,12 +173,14 @@ def makespan(pl: WorkloadPlan, worker: int, arrive: np.ndarray, hop: Hop, host: 
         lat, occ = _link(hop, host, receiver, nxt, out)
         incoming = _link(hop, host, upstream, receiver, spec.task_bytes)[1] if k else 0.0
         if servers == (receiver,):
-            done = _served(arrive, t)
+            cpu_in = _cpu(hop, host, upstream, receiver, spec.task_bytes) if k else 0.0
+            done = _served(arrive, t + cpu_in + _cpu(hop, host, receiver, nxt, out))
             gap = max(occ, incoming)
         else:
             done = np.empty_like(arrive)
             to = np.array([sum(_link(hop, host, receiver, s, spec.task_bytes)) for s in servers]) + wake
             back = np.array([sum(_link(hop, host, s, receiver, out)) for s in servers]) + wake
+            back += [_cpu(hop, host, receiver, s, spec.task_bytes) + _cpu(hop, host, s, receiver, out) for s in servers]
             free = np.zeros((arrive.shape[0], len(servers)))
             late = incoming if spec.task_bytes >= MPI_EAGER_BYTES else 0.0
             for i in range(cm):
