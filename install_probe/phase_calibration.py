@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from mpi4py import MPI
 
 import re
-import socket
 import time
 from dataclasses import asdict, dataclass
 
@@ -253,13 +252,16 @@ def total_lines(factors: list[PhaseFactor]) -> list[str]:
     return out
 
 
-def mapping_rows(results: list[dict], names: list[str], cores: list[int], db) -> list[dict]:
+def mapping_rows(results: list[dict], infos: list[RankCores], cores: list[int], db) -> list[dict]:
     """The mapping model's time (``select.mapping.plan_estimate``) of each timed plan it covers
-    (the family's block-cyclic algorithm) beside the measured one: the rows of its factor per
-    family (``MAPPING_ALGORITHM``). None where the probe measured no platform to model."""
+    (the family's block-cyclic algorithm) beside the measured one, on the ranks' hosts and quotas
+    (``infos``, as a call sees them): the rows of its factor per family (``MAPPING_ALGORITHM``).
+    None where the probe measured no platform to model."""
+    names = [i.host for i in infos]
     hosts = rank_hosts(names, cores, 0)
+    cp = load_comm(db, nprocs=len(names)).with_ranks(names, [i.share for i in infos])
     try:
-        platform = communicator_platform(hosts, load_comm(db, nprocs=len(names)), load_sp(db))
+        platform = communicator_platform(hosts, cp, load_sp(db))
     except (PlatformError, LookupError):
         return []
     return [{"family": prob["family"], "algorithm": MAPPING_ALGORITHM, "p": row["p"],
@@ -292,12 +294,12 @@ def calibrate_phases(world, db, cal: PhaseCalibration, verbose: bool = False) ->
     results = [prob for family in cal.families
                for prob in validate(family, cal.sizes, world, cal.reps, cal.max_ratio, db, verbose=verbose,
                                     whole_series=True)]
-    names, cores = world.allgather(socket.gethostname()), world.allgather(available_cores())
+    infos, cores = world.allgather(core_info()), world.allgather(available_cores())
     if world.rank != 0:
         return None
     try:
         key, factors = fit(results, db, world.size, by="autotune-install --mpi",
-                           extra=mapping_rows(results, names, cores, db))
+                           extra=mapping_rows(results, infos, cores, db))
     except (DatabaseError, OSError, ValueError) as exc:
         raise RuntimeError(f"phase calibration: could not fit/store the factors: {exc}") from exc
     runs = sum(len(p["rows"]) for p in results) * cal.reps

@@ -20,6 +20,7 @@ from autotune.core.families import GemmProblem
 from autotune.core.plans import Plan
 from autotune.db import load_sp
 from autotune.db.comm_lookup import load_comm
+from autotune.distributed.collective import RankCores
 from autotune.models.fitted_phases import (
     PhaseFactor,
     PhaseFactors,
@@ -136,9 +137,12 @@ def _mapping_rows_price_the_timed_plans(path, speeds) -> None:
     host = next(iter(speeds))
     timed = [{"algorithm": "cholesky", "p": 2, "r": r, "c": c, "b": 32, "measured": {"total": 0.05}}
              for r, c in ((1, 2), (2, 1))] + [{"algorithm": "local", "p": 1, "measured": {"total": 0.01}}]
-    rows = phcal.mapping_rows([{"family": "cholesky", "n": 512, "rows": timed}], [host, host], [1, 1], path)
+    rows = phcal.mapping_rows([{"family": "cholesky", "n": 512, "rows": timed}], [RankCores(host, 1)] * 2, [1, 1], path)
     assert len(rows) == 2 and all(r["algorithm"] == sm.MAPPING_ALGORITHM for r in rows)
     assert all(0 < r["predicted"]["total"] < 0.05 for r in rows)
+    halved = phcal.mapping_rows([{"family": "cholesky", "n": 512, "rows": timed}], [RankCores(host, 1, 1.0)] * 2,
+                                [1, 1], path)                   # two ranks in a host's one CPU: each runs half the time
+    assert [r["predicted"]["total"] for r in halved] == pytest.approx([2 * r["predicted"]["total"] for r in rows])
     (pooled,) = [f for f in fit_phase_factors(rows) if f.p == 0]
     assert pooled.factor > 1 and pooled.family == "cholesky"
     hosts = sm.rank_hosts([host, host], [1, 1], 0)
@@ -147,4 +151,4 @@ def _mapping_rows_price_the_timed_plans(path, speeds) -> None:
     plan = Plan("cholesky", 2, 1, 2, b=32)
     assert sm.plan_estimate("cholesky", 512, plan, hosts, platform).seconds == pytest.approx(
         pooled.factor * sm.plan_estimate("cholesky", 512, plan, hosts, replace(platform, model_factors={})).seconds)
-    assert phcal.mapping_rows([], ["elsewhere"], [1], path) == []      # a host the probe did not measure
+    assert phcal.mapping_rows([], [RankCores("elsewhere", 1)], [1], path) == []      # a host the probe did not measure
