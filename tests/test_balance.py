@@ -1,9 +1,13 @@
 """The load-balancing policy (002): moving averages against Table 5.3, weight rules, shares, the
 interval, the stop rule and the cost-benefit gate (pure: no MPI)."""
+import socket
+
 import numpy as np
 import pytest
 
-from autotune.distributed.balance import moved_cells
+from autotune.distributed import collective
+from autotune.distributed.balance import busy, moved_cells
+from autotune.distributed.plan import Mark
 from autotune.feedback.balance import (
     Balancer,
     MovingAverage,
@@ -253,3 +257,22 @@ def test_tuned_calls_plan_with_the_speeds_they_saw():
     assert seen.host_speeds["h1"] == pytest.approx(4.0) and seen.primitives() == ["link_net"]
     assert source.startswith("run time")
     speeds.RUN_SPEEDS.pop(("h0", "h1"))
+
+
+def test_a_rank_under_a_quota_is_rated_at_the_quotas_share(monkeypatch):
+    """Sweeps of 0.2 CPU s in a 1 s period the rank ran 0.3 s of: 0.2 / 0.3 at the share it ran;
+    under a quota of half a core (its waits sleep, so CPU / wall undercounts it) 0.2 / 0.5."""
+    spent = Mark(wall=1.0, cpu=0.3, phase=0.25, phase_cpu=0.2)
+    assert busy(spent, "compute") == pytest.approx(0.2 / 0.3)
+    assert busy(spent, "compute", 0.5) == pytest.approx(0.4)
+    assert busy(spent, "iteration", 0.5) == 1.0
+
+    class Two:                          # two ranks of the job on this host
+        def allgather(self, x):
+            return [socket.gethostname()] * 2 + ["elsewhere"]
+    monkeypatch.setattr(collective, "cpu_share", lambda: 1.5)
+    assert collective.quota_share(Two()) == 0.75 and collective.quota_bound(Two())
+    monkeypatch.setattr(collective, "cpu_share", lambda: 4.0)
+    assert collective.quota_share(Two()) == 1.0 and not collective.quota_bound(Two())
+    monkeypatch.setattr(collective, "cpu_share", lambda: None)
+    assert collective.quota_share(Two()) is None and not collective.quota_bound(Two())

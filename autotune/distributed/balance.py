@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autotune.core.routines import WORD
+from autotune.distributed.collective import quota_share
 from autotune.distributed.plan import Mark
 from autotune.feedback.balance import Balancer, Policy
 from autotune.models.movement import LinkCost
@@ -48,15 +49,23 @@ class Event:
     cost: float
 
 
-def busy(spent: Mark, timing: str) -> float:
-    """Seconds a period's sweeps take this rank at the CPU share it gets: their CPU seconds over the
-    share of the period the process ran (CPU / wall; MPI waits spin, so only time the host took
-    away lowers it). A quota or another job on the host slows the rank wherever the lost time
-    falls, in its sweeps or in its halo waits, which the sweeps' wall time alone would not show.
-    ``timing="iteration"``: the period's wall time (002's failing first measure)."""
+def busy(spent: Mark, timing: str, quota: float | None = None) -> float:
+    """Seconds a period's sweeps take this rank at the CPU share it gets: their CPU seconds over
+    that share. Under a CFS quota the share is the quota's (``collective.quota_share``: what the
+    rank sustains; its waits sleep, so CPU / wall would undercount it); otherwise the share of the
+    period the process ran (CPU / wall; MPI waits spin, so only time the host took away lowers it).
+    Lost time slows the rank wherever it falls, in its sweeps or in its halo waits, which the
+    sweeps' wall time alone would not show. ``timing="iteration"``: the period's wall time (002's
+    failing first measure)."""
     if timing == "iteration":
         return spent.wall
-    return (spent.phase_cpu if spent.phase_cpu > 0 else spent.phase) / spent.share
+    return (spent.phase_cpu if spent.phase_cpu > 0 else spent.phase) / share(spent, quota)
+
+
+def share(spent: Mark, quota: float | None) -> float:
+    """The share of a core this rank runs at: its quota's (``collective.quota_share``) where it has
+    one, else the part of the period it ran (CPU / wall)."""
+    return quota if quota else spent.share
 
 
 def step_overhead(other_cpu, share) -> np.ndarray:
@@ -86,6 +95,7 @@ class Rebalancer:
         self.balancer = Balancer(policy, minimum)
         names = comm.allgather(socket.gethostname())
         self.hosts = np.array([names.index(h) for h in names])
+        self.quota = quota_share(comm)
         self.events: list[Event] = []
         self.steps = 0
         self._req, self._skip = None, WARM_UP
@@ -110,9 +120,10 @@ class Rebalancer:
             self._skip -= 1
             return
         self._since, self._steps = self._since + spent, self._steps + steps
-        if self.balancer.sample(busy(spent, self.balancer.policy.timing) / max(field.cells * steps, 1)):
+        if self.balancer.sample(busy(spent, self.balancer.policy.timing, self.quota) / max(field.cells * steps, 1)):
             w = self._since
-            self._mine[:] = (*self.balancer.mine(), *self._moved, (w.cpu - w.phase_cpu) / max(self._steps, 1), w.share)
+            self._mine[:] = (*self.balancer.mine(), *self._moved, (w.cpu - w.phase_cpu) / max(self._steps, 1),
+                             share(w, self.quota))
             self._since, self._steps = Mark(0.0, 0.0, 0.0, 0.0), 0
             self._req = self.comm.Iallgather(self._mine, self._all)
 
@@ -157,4 +168,4 @@ class Rebalancer:
         return sum(e.moved for e in self.events)
 
 
-__all__ = ["Event", "Rebalancer", "busy", "moved_cells", "step_overhead"]
+__all__ = ["Event", "Rebalancer", "busy", "moved_cells", "share", "step_overhead"]

@@ -142,6 +142,21 @@ def quiet_wait(req, first: float = 2e-5, longest: float = 1e-3) -> None:
         pause = min(longest, 2 * pause)
 
 
+def quota_share(comm: MPI.Comm) -> float | None:
+    """Collective: the share of a core this rank's cgroup quota gives it while the job's ranks on its
+    host all run (the quota's CPUs over those ranks, at most 1), None without a quota."""
+    names = comm.allgather(socket.gethostname())
+    share = cpu_share()
+    return None if not share else min(1.0, share / names.count(socket.gethostname()))
+
+
+def quota_bound(comm: MPI.Comm) -> bool:
+    """Collective: whether this rank's quota gives it less than a core (``quota_share``): time it
+    spends spinning is then taken from its compute."""
+    share = quota_share(comm)
+    return share is not None and share < 1.0
+
+
 class RankCores(NamedTuple):
     """What a rank may run on: its host, its affinity mask (bit i: core i) and the CPUs its
     cgroup's quota gives (0.0: no quota), shared by the ranks of that host's cgroup."""

@@ -17,6 +17,7 @@ A halo of b = s·R serves s steps per exchange. The field stays distributed betw
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +30,7 @@ from autotune.geometry.layout import Axis, Layout, grid_weights
 from autotune.kernels.stencil import Sweeper, level_rects
 
 from . import movement
+from .collective import quota_bound
 from .plan import Phases, timed
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 _DIRS = EDGES + CORNERS
 TAG = 31000          # + the sender's direction index
+QUIET_FIRST, QUIET_LONGEST = 2e-5, 2.5e-4     # a quiet wait's first and longest sleep (s): a step is ms
 
 
 def layout_of(problem: StencilProblem, plan: Plan) -> Layout:
@@ -53,6 +56,7 @@ class HaloField:
         self.comm, self.problem, self.plan, self.sweeper, self.phases = comm, problem, plan, sweeper, phases
         self._types: list = []
         self.error: Exception | None = None
+        self.quiet = quota_bound(comm)
         self._build(layout if layout is not None else layout_of(problem, plan), local)
 
     def _build(self, lay: Layout, local: np.ndarray) -> None:
@@ -163,13 +167,13 @@ class HaloField:
             MPI.Prequest.Startall(reqs)
         if not overlap:
             with timed(self.phases, "communication"):
-                MPI.Request.Waitall(reqs)
+                self._wait(reqs)
             with timed(self.phases, "compute"):
                 self._run_levels(n, 0)
             return
         self._polled(first.interior, reqs)
         with timed(self.phases, "communication"):
-            MPI.Request.Waitall(reqs)
+            self._wait(reqs)
         with timed(self.phases, "compute"):
             for piece in first.border:
                 self._sweep(piece)
@@ -204,8 +208,22 @@ class HaloField:
             MPI.Prequest.Startall(reqs)
         self._polled(sweep.interior, reqs)
         with timed(self.phases, "communication"):
-            MPI.Request.Waitall(reqs)
+            self._wait(reqs)
         self.cur = 1 - self.cur
+
+    def _wait(self, reqs: list) -> None:
+        """Wait for a step's halos: spinning in ``Waitall``, or, on a rank whose CPU quota is below a
+        core (``quiet``), testing them between short sleeps, so that waiting does not spend the
+        quota its next sweeps need (a spinning wait runs the rank into the CFS throttle)."""
+        from mpi4py import MPI
+
+        if not self.quiet:
+            MPI.Request.Waitall(reqs)
+            return
+        pause = QUIET_FIRST
+        while not MPI.Request.Testall(reqs):
+            time.sleep(pause)
+            pause = min(QUIET_LONGEST, 2 * pause)
 
     # ------------------------------------------------------------------------------- data
 
