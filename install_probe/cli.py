@@ -322,5 +322,16 @@ def main_mpi(args) -> int:
 
 
 
+def run(argv: list[str] | None = None) -> None:
+    """The console entry point: a run a stop signal ended exits 128 + the signal without the
+    interpreter's teardown, which can abort (double free) in native thread pools the signal cut short."""
+    code = main(argv)
+    if code >= 128:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -187,7 +187,7 @@ ENDLESS = ("import importlib, sys\n"
            "    while True:\n"
            "        real(*args, **kwargs)\n"
            "setattr(module, name, endless)\n"
-           "sys.exit(cli.main(sys.argv[2:]))\n")
+           "cli.run(sys.argv[2:])\n")
 
 
 class Install:
